@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch is pinned to the CPU build that installs from local disk (see pyproject).
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml $(STAMP_RUN)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(STAMP_RUN)
+	$(BIN)/kernorch demo
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check kernorch tests
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy kernorch
+
+test: $(STAMP_DEV) lint typecheck
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

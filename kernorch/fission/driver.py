@@ -1,0 +1,103 @@
+"""Fission driver: walk the ONNX graph in order, apply each operator's rule, verify the result."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kernorch.errors import UnsupportedOperator
+from kernorch.fission.builder import PrimitiveBuilder
+from kernorch.fission.registry import FISSION_RULES, RuleContext
+from kernorch.frontend.onnx_import import ImportedModel
+from kernorch.ir.graph import Graph, Node, verify
+from kernorch.ir.types import TensorType
+
+
+def fission(model: ImportedModel) -> Graph:
+    """Decompose every operator of `model` into primitives; all-constant work is folded away."""
+
+    graph = Graph(name=model.graph.name or "model")
+    graph.inputs = list(model.input_types)
+    graph.types.update(model.input_types)
+    for name, array in model.constants.items():
+        graph.constants[name] = array
+        graph.types[name] = TensorType.of(array)
+    builder = PrimitiveBuilder(graph)
+    # ONNX value name -> primitive-graph value name (rules create fresh names for what they emit).
+    alias: dict[str, str] = {name: name for name in [*graph.inputs, *graph.constants]}
+
+    for index, node in enumerate(model.graph.node):
+        node_name = node.name or f"{node.op_type}_{index}"
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOperator(node.op_type, node_name, f"operators of domain '{node.domain}' are not supported")
+        fission_rule = FISSION_RULES.get(node.op_type)
+        if fission_rule is None:
+            raise UnsupportedOperator(node.op_type, node_name, "no fission rule for this operator")
+        if model.opset < fission_rule.min_opset:
+            raise UnsupportedOperator(node.op_type, node_name, f"opset {model.opset} < {fission_rule.min_opset}")
+        inputs: list[str | None] = []
+        for value in node.input:
+            if not value:
+                inputs.append(None)
+            elif value not in alias:
+                raise UnsupportedOperator(node.op_type, node_name, f"input '{value}' is not defined before use")
+            else:
+                inputs.append(alias[value])
+        builder.origin = node_name
+        context = RuleContext(node, inputs, model.opset, builder)
+        outputs = list(fission_rule.fn(context))
+        unread = context.unread_attributes()
+        if unread:
+            context.refuse("attribute not supported by kernorch's rule", unread[0])
+        present = [o for o in node.output]
+        if len(outputs) < len([o for o in present if o]):
+            context.refuse(f"only the first {len(outputs)} output(s) are supported")
+        for onnx_name, value in zip(present, outputs, strict=False):
+            if onnx_name:
+                alias[onnx_name] = value
+
+    for name in model.output_names:
+        if name not in alias:
+            raise UnsupportedOperator("<graph>", name, "graph output is never produced")
+    graph.outputs = _name_outputs(graph, [alias[name] for name in model.output_names], model.output_names)
+    graph = eliminate_dead_nodes(graph)
+    verify(graph)
+    return graph
+
+
+def _name_outputs(graph: Graph, values: list[str], names: list[str]) -> list[str]:
+    """Give graph outputs their ONNX names: rename the producing node's output, or copy when shared."""
+    producers = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
+    uses = Counter(values)
+    for value, name in zip(values, names, strict=True):
+        if value == name:
+            continue
+        if value in producers and uses[value] == 1 and name not in graph.types:
+            i = producers[value]
+            node = graph.nodes[i]
+            graph.nodes[i] = Node(node.prim, node.inputs, tuple(name if o == value else o for o in node.outputs),
+                                  node.attrs, node.origin)  # fmt: skip
+            graph.types[name] = graph.types.pop(value)
+            for j in range(i + 1, len(graph.nodes)):
+                later = graph.nodes[j]
+                if value in later.inputs:
+                    graph.nodes[j] = Node(later.prim, tuple(name if v == value else v for v in later.inputs),
+                                          later.outputs, later.attrs, later.origin)  # fmt: skip
+        else:
+            graph.types[name] = graph.types[value]
+            graph.nodes.append(Node("identity", (value,), (name,), (), "output"))
+    return list(names)
+
+
+def eliminate_dead_nodes(graph: Graph) -> Graph:
+    """Drop nodes and constants no graph output depends on (e.g. leftovers of folded shape arithmetic)."""
+    live = set(graph.outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    graph.nodes = kept[::-1]
+    graph.constants = {k: v for k, v in graph.constants.items() if k in live}
+    keep_types = live | set(graph.inputs) | {o for n in graph.nodes for o in n.outputs}
+    graph.types = {k: v for k, v in graph.types.items() if k in keep_types}
+    return graph

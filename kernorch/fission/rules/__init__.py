@@ -1,0 +1,12 @@
+"""Importing this package registers every fission rule (one small function per ONNX operator)."""
+
+from kernorch.fission.rules import (  # noqa: F401
+    constants,
+    elementwise,
+    layout,
+    linear,
+    normalization,
+    recurrent,
+    reduce,
+    resize,
+)

@@ -1,0 +1,70 @@
+"""Helpers shared by several fission rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kernorch.fission.registry import RuleContext
+
+
+def reshape(ctx: RuleContext, value: str, shape: Sequence[int]) -> str:
+    if tuple(shape) == ctx.builder.type_of(value).shape:
+        return value
+    return ctx.emit("reshape", value, shape=tuple(int(d) for d in shape))
+
+
+def channel_param(ctx: RuleContext, value: str, rank: int, axis: int = 1) -> str:
+    """Reshape a per-channel vector [C] so it broadcasts against a rank-`rank` tensor along `axis`."""
+    size = ctx.builder.type_of(value).numel
+    return reshape(ctx, value, [size if i == axis else 1 for i in range(rank)])
+
+
+def reduce_axes(ctx: RuleContext, rank: int, axes: Sequence[int] | None) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(rank))
+    normalized = sorted({ctx.normalize_axis(int(a), rank, "axes") for a in axes})
+    if len(normalized) != len(list(axes)):
+        ctx.refuse("repeated reduction axes", "axes")
+    return tuple(normalized)
+
+
+def mean_over(ctx: RuleContext, value: str, axes: tuple[int, ...]) -> str:
+    value_type = ctx.builder.type_of(value)
+    count = int(np.prod([value_type.shape[a] for a in axes], dtype=np.int64))
+    total = ctx.emit("reduce_sum", value, axes=axes)
+    return ctx.emit("div", total, ctx.scalar(count, value_type.dtype))
+
+
+def normalize(ctx: RuleContext, x: str, axes: tuple[int, ...], epsilon: float) -> tuple[str, str, str]:
+    """(x - mean) / sqrt(var + eps) over `axes`; returns (normalized, mean, inverse std-dev)."""
+    dtype = ctx.builder.type_of(x).dtype
+    mean = mean_over(ctx, x, axes)
+    centered = ctx.emit("sub", x, mean)
+    variance = mean_over(ctx, ctx.emit("mul", centered, centered), axes)
+    inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", variance, ctx.scalar(epsilon, dtype))))
+    return ctx.emit("mul", centered, inv_std), mean, inv_std
+
+
+def spatial_attrs(ctx: RuleContext, spatial_shape: Sequence[int], kernel: Sequence[int],
+                  ceil_mode: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:  # fmt: skip
+    """strides, pads (begins then ends) and dilations of a conv/pool node, auto_pad resolved."""
+    spatial = len(kernel)
+    strides = tuple(ctx.attr("strides", [1] * spatial))
+    dilations = tuple(ctx.attr("dilations", [1] * spatial))
+    pads = list(ctx.attr("pads", [0] * (2 * spatial)))
+    auto_pad = ctx.allow("auto_pad", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER", default="NOTSET")
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+        ctx.refuse("strides/dilations/pads length does not match the kernel rank")
+    if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
+        ctx.refuse("non-positive strides/dilations or negative pads")
+    if auto_pad == "VALID":
+        pads = [0] * (2 * spatial)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(spatial):
+            out = -(-spatial_shape[i] // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial_shape[i], 0)
+            small, large = total // 2, total - total // 2
+            pads[i], pads[spatial + i] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    return strides, tuple(pads), dilations

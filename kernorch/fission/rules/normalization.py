@@ -1,0 +1,107 @@
+"""Fission rules for softmax and the normalization operators (reduce + broadcast + elementwise)."""
+
+from __future__ import annotations
+
+from kernorch.fission.registry import RuleContext, rule
+from kernorch.fission.rules.common import channel_param, normalize, reshape
+from kernorch.ir.types import FLOAT_DTYPES
+
+
+def _softmax_axes(ctx: RuleContext) -> tuple[int, ...]:
+    rank = ctx.type(0).rank
+    if ctx.type(0).dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {ctx.type(0).dtype} is not supported")
+    if ctx.opset >= 13:
+        return (ctx.normalize_axis(ctx.attr("axis", -1), rank),)
+    # Before opset 13 the input is coerced to 2-D at `axis`: the reduction spans every later axis.
+    return tuple(range(ctx.normalize_axis(ctx.attr("axis", 1), rank), rank))
+
+
+@rule("Softmax", "LogSoftmax")
+def softmax(ctx: RuleContext) -> list[str]:
+    # Numerically stable: subtract the row max before exponentiating.
+    axes = _softmax_axes(ctx)
+    x = ctx.input(0)
+    shifted = ctx.emit("sub", x, ctx.emit("reduce_max", x, axes=axes))
+    exponentials = ctx.emit("exp", shifted)
+    total = ctx.emit("reduce_sum", exponentials, axes=axes)
+    if ctx.op == "LogSoftmax":
+        return [ctx.emit("sub", shifted, ctx.emit("log", total))]
+    return [ctx.emit("div", exponentials, total)]
+
+
+def _affine(ctx: RuleContext, y: str, scale_index: int, bias_index: int, rank: int, axis: int | None) -> str:
+    """y * scale + bias; per-channel params are reshaped to broadcast along `axis` when given."""
+    for index, prim in ((scale_index, "mul"), (bias_index, "add")):
+        if ctx.has_input(index):
+            param = ctx.input(index)
+            if axis is not None:
+                param = channel_param(ctx, param, rank, axis)
+            y = ctx.emit(prim, y, param)
+    return y
+
+
+@rule("LayerNormalization", min_opset=17)
+def layer_normalization(ctx: RuleContext) -> list[str]:
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {x_type.dtype} is not supported")
+    ctx.allow("stash_type", 1, default=1)
+    axis = ctx.normalize_axis(ctx.attr("axis", -1), x_type.rank)
+    axes = tuple(range(axis, x_type.rank))
+    x = ctx.input(0)
+    upcast = x_type.dtype == "float16"  # stash_type=1: statistics in float32
+    if upcast:
+        x = ctx.emit("cast", x, to="float32")
+    normalized, mean, inv_std = normalize(ctx, x, axes, ctx.attr("epsilon", 1e-5))
+    if upcast:
+        normalized = ctx.emit("cast", normalized, to="float16")
+    return [_affine(ctx, normalized, 1, 2, x_type.rank, None), mean, inv_std]
+
+
+@rule("InstanceNormalization")
+def instance_normalization(ctx: RuleContext) -> list[str]:
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES or x_type.rank < 3:
+        ctx.refuse(f"needs a float tensor of rank >= 3, got {x_type}")
+    normalized, _, _ = normalize(ctx, ctx.input(0), tuple(range(2, x_type.rank)), ctx.attr("epsilon", 1e-5))
+    return [_affine(ctx, normalized, 1, 2, x_type.rank, 1)]
+
+
+@rule("GroupNormalization", min_opset=18)
+def group_normalization(ctx: RuleContext) -> list[str]:
+    x_type = ctx.type(0)
+    groups = ctx.attr("num_groups")
+    if x_type.dtype not in FLOAT_DTYPES or x_type.rank < 3 or not groups or x_type.shape[1] % groups:
+        ctx.refuse(f"needs a float tensor of rank >= 3 with channels divisible by num_groups, got {x_type}")
+    if ctx.opset >= 21:
+        ctx.allow("stash_type", 1, default=1)
+    batch = x_type.shape[0]
+    grouped = reshape(ctx, ctx.input(0), [batch, groups, x_type.numel // (batch * groups)])
+    normalized, _, _ = normalize(ctx, grouped, (2,), ctx.attr("epsilon", 1e-5))
+    if ctx.opset < 21:
+        # Opset 18 defines scale and bias per group.
+        return [reshape(ctx, _affine(ctx, normalized, 1, 2, 3, 1), x_type.shape)]
+    return [_affine(ctx, reshape(ctx, normalized, x_type.shape), 1, 2, x_type.rank, 1)]
+
+
+@rule("BatchNormalization")
+def batch_normalization(ctx: RuleContext) -> list[str]:
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {x_type.dtype} is not supported")
+    if ctx.opset >= 14:
+        ctx.allow("training_mode", 0, default=0)
+    if ctx.opset < 9:
+        ctx.allow("spatial", 1, default=1)
+    if ctx.opset < 7:
+        ctx.allow("is_test", 1, default=0)
+    if len([o for o in ctx.node.output if o]) > 1:
+        ctx.refuse("training outputs (running mean/var) are not supported")
+    ctx.attr("momentum")  # only used in training
+    dtype = x_type.dtype
+    rank = x_type.rank
+    scale, bias, mean, var = (channel_param(ctx, ctx.input(i), rank) for i in (1, 2, 3, 4))
+    inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", var, ctx.scalar(ctx.attr("epsilon", 1e-5), dtype))))
+    factor = ctx.emit("mul", scale, inv_std)  # folds to a constant for a trained model
+    return [ctx.emit("add", ctx.emit("mul", ctx.emit("sub", ctx.input(0), mean), factor), bias)]

@@ -1,0 +1,461 @@
+"""The primitive set: every operator is fissioned into these (Korch §3).
+
+Korch's four kinds, plus opaque:
+
+- ELEMENTWISE: out[x] = f(in1[x], in2[x], ...). Inputs broadcast numpy-style to the output shape
+  (Korch's footnote: broadcast is implicit in elementwise computation), all inputs share one dtype.
+- REDUCE / BROADCAST: reduce_* aggregate along `axes` and always keep the reduced axes as size 1, so
+  the consumer broadcasts implicitly; window_* reduce over sliding windows (pooling); `expand` is the
+  explicit broadcast.
+- LAYOUT: move data without arithmetic (reshape, transpose, slice, concat, split, pad, gather,
+  gather_elements, resize). Resize in linear/cubic mode interpolates, but like a layout primitive it
+  reads a bounded neighbourhood of input positions per output position.
+- LINEAR: compute-intensive and linear in each input: matmul, conv, conv_transpose.
+- OPAQUE: no decomposition; runs as its own kernel (lstm_recurrence: a sequential scan).
+
+Each primitive declares `infer(input_types, attrs) -> output_types` and
+`reference(inputs, attrs) -> outputs`. The reference is the executable spec every later stage
+is tested against.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernorch.ir import reference_kernels as K
+from kernorch.ir.types import TensorType
+
+Attrs = dict[str, Any]
+Infer = Callable[[Sequence[TensorType], Attrs], list[TensorType]]
+Reference = Callable[[Sequence[np.ndarray], Attrs], list[np.ndarray]]
+
+
+class Kind(enum.Enum):
+    ELEMENTWISE = "elementwise"
+    REDUCE = "reduce/broadcast"
+    LAYOUT = "layout"
+    LINEAR = "linear"
+    OPAQUE = "opaque"
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    kind: Kind
+    infer: Infer
+    reference: Reference
+    doc: str
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def _register(name: str, kind: Kind, infer: Infer, reference: Reference, doc: str) -> None:
+    if name in PRIMITIVES:
+        raise ValueError(f"primitive {name} registered twice")
+    PRIMITIVES[name] = Primitive(name, kind, infer, reference, doc)
+
+
+def _same_dtype(types: Sequence[TensorType]) -> str:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        raise ValueError(f"elementwise inputs must share a dtype, got {sorted(dtypes)}")
+    return dtypes.pop()
+
+
+def _broadcast(types: Sequence[TensorType]) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.broadcast_shapes(*(t.shape for t in types)))
+
+
+def _torch_unary(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], np.ndarray]:
+    def apply(x: np.ndarray) -> np.ndarray:
+        return fn(K.to_torch(x)).numpy()  # type: ignore[no-any-return]
+
+    return apply
+
+
+# ------------------------------------------------------------------------------------------ elementwise
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        # ONNX integer Div truncates toward zero; numpy's // floors.
+        quotient = np.floor_divide(a, b)
+        remainder_nonzero = (a - quotient * b) != 0
+        return np.where(remainder_nonzero & ((a < 0) != (b < 0)), quotient + 1, quotient).astype(a.dtype)
+    return np.divide(a, b)
+
+
+_UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
+    "identity": (lambda x: x.copy(), "x"),
+    "neg": (np.negative, "-x"),
+    "abs": (np.abs, "|x|"),
+    "exp": (np.exp, "e^x"),
+    "log": (np.log, "ln x"),
+    "sqrt": (np.sqrt, "√x"),
+    "reciprocal": (np.reciprocal, "1/x"),
+    "sin": (np.sin, "sin x"),
+    "cos": (np.cos, "cos x"),
+    "tanh": (np.tanh, "tanh x"),
+    "sigmoid": (_torch_unary(torch.sigmoid), "1/(1+e^-x)"),
+    "erf": (_torch_unary(torch.erf), "error function"),
+    "relu": (lambda x: np.maximum(x, np.zeros((), x.dtype)), "max(x, 0)"),
+    "floor": (np.floor, "⌊x⌋"),
+    "ceil": (np.ceil, "⌈x⌉"),
+    "round": (np.round, "round half to even"),
+    "sign": (np.sign, "sign x"),
+    "not": (np.logical_not, "logical not"),
+}
+
+_BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool, str]] = {
+    # name: (function, result is bool, doc)
+    "add": (np.add, False, "a + b"),
+    "sub": (np.subtract, False, "a - b"),
+    "mul": (np.multiply, False, "a * b"),
+    "div": (_int_div, False, "a / b (integers truncate toward zero)"),
+    "pow": (np.power, False, "a ^ b"),
+    "max": (np.maximum, False, "max(a, b), NaN-propagating"),
+    "min": (np.minimum, False, "min(a, b), NaN-propagating"),
+    "equal": (np.equal, True, "a == b"),
+    "less": (np.less, True, "a < b"),
+    "greater": (np.greater, True, "a > b"),
+    "less_equal": (np.less_equal, True, "a <= b"),
+    "greater_equal": (np.greater_equal, True, "a >= b"),
+    "and": (np.logical_and, True, "a ∧ b"),
+    "or": (np.logical_or, True, "a ∨ b"),
+    "xor": (np.logical_xor, True, "a ⊕ b"),
+}
+
+
+def _unary_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    return [x]
+
+
+def _make_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Reference:
+    return lambda inputs, attrs: [np.asarray(fn(inputs[0])).astype(inputs[0].dtype, copy=False)]
+
+
+for _name, (_fn, _doc) in _UNARY.items():
+    _register(_name, Kind.ELEMENTWISE, _unary_infer, _make_unary(_fn), _doc)
+
+
+def _make_binary_infer(boolean: bool) -> Infer:
+    def infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+        dtype = _same_dtype(types)
+        return [TensorType(_broadcast(types), "bool" if boolean else dtype)]
+
+    return infer
+
+
+def _make_binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], boolean: bool) -> Reference:
+    def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+        a, b = inputs
+        result = np.asarray(fn(a, b))
+        return [result.astype(bool if boolean else a.dtype, copy=False)]
+
+    return reference
+
+
+for _name, (_bfn, _boolean, _doc) in _BINARY.items():
+    _register(_name, Kind.ELEMENTWISE, _make_binary_infer(_boolean), _make_binary(_bfn, _boolean), _doc)
+
+
+def _where_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    condition, a, b = types
+    if condition.dtype != "bool":
+        raise ValueError("where condition must be bool")
+    return [TensorType(_broadcast(types), _same_dtype([a, b]))]
+
+
+_register("where", Kind.ELEMENTWISE, _where_infer,
+          lambda inputs, attrs: [np.where(inputs[0], inputs[1], inputs[2])], "cond ? a : b")  # fmt: skip
+
+_register(
+    "cast", Kind.ELEMENTWISE,
+    lambda types, attrs: [TensorType(types[0].shape, attrs["to"])],
+    lambda inputs, attrs: [inputs[0].astype(attrs["to"])],
+    "convert to dtype `to`",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------- reduce/broadcast
+
+def _reduce_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    axes = attrs["axes"]
+    if sorted(set(axes)) != list(axes) or any(a < 0 or a >= x.rank for a in axes):
+        raise ValueError(f"reduce axes must be sorted, unique, in range: {axes}")
+    return [TensorType(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)]
+
+
+_REDUCERS = {
+    "reduce_sum": (np.sum, "Σ over axes"),
+    "reduce_max": (np.max, "max over axes"),
+    "reduce_min": (np.min, "min over axes"),
+    "reduce_prod": (np.prod, "Π over axes"),
+}
+
+
+def _make_reduce(fn: Callable[..., np.ndarray]) -> Reference:
+    def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.size == 0 and fn in (np.max, np.min):
+            raise ValueError("max/min reduction of an empty tensor")
+        return [np.asarray(fn(x, axis=tuple(attrs["axes"]), keepdims=True)).astype(x.dtype, copy=False)]
+
+    return reference
+
+
+for _name, (_rfn, _doc) in _REDUCERS.items():
+    _register(_name, Kind.REDUCE, _reduce_infer, _make_reduce(_rfn), _doc + " (reduced axes kept as 1)")
+
+
+def _window_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    kernel = attrs["kernel"]
+    spatial = len(kernel)
+    lead = x.rank - spatial
+    sizes = [
+        K.window_output_size(x.shape[lead + i], kernel[i], attrs["strides"][i], attrs["pads"][i],
+                             attrs["pads"][spatial + i], attrs["dilations"][i], attrs["ceil_mode"])
+        for i in range(spatial)
+    ]  # fmt: skip
+    return [TensorType((*x.shape[:lead], *sizes), x.dtype)]
+
+
+def _make_window(reducer: str) -> Reference:
+    return lambda inputs, attrs: [
+        K.window_reduce(inputs[0], reducer, attrs["kernel"], attrs["strides"], attrs["pads"],
+                        attrs["dilations"], attrs["ceil_mode"])
+    ]  # fmt: skip
+
+
+_register("window_max", Kind.REDUCE, _window_infer, _make_window("max"),
+          "max over sliding windows of the trailing axes (padding never wins)")  # fmt: skip
+_register("window_sum", Kind.REDUCE, _window_infer, _make_window("sum"),
+          "sum over sliding windows of the trailing axes (padding adds 0)")  # fmt: skip
+
+
+def _expand_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    shape = tuple(attrs["shape"])
+    if np.broadcast_shapes(types[0].shape, shape) != shape:
+        raise ValueError(f"cannot expand {types[0].shape} to {shape}")
+    return [TensorType(shape, types[0].dtype)]
+
+
+_register("expand", Kind.REDUCE, _expand_infer,
+          lambda inputs, attrs: [np.ascontiguousarray(np.broadcast_to(inputs[0], attrs["shape"]))],
+          "replicate along size-1 axes to `shape`")  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------- layout
+
+def _reshape_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    shape = tuple(attrs["shape"])
+    if int(np.prod(shape, dtype=np.int64)) != types[0].numel:
+        raise ValueError(f"reshape {types[0].shape} -> {shape} changes the element count")
+    return [TensorType(shape, types[0].dtype)]
+
+
+_register("reshape", Kind.LAYOUT, _reshape_infer,
+          lambda inputs, attrs: [inputs[0].reshape(attrs["shape"]).copy()], "same data, new shape")  # fmt: skip
+
+
+def _transpose_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    perm = attrs["perm"]
+    if sorted(perm) != list(range(types[0].rank)):
+        raise ValueError(f"bad permutation {perm}")
+    return [TensorType(tuple(types[0].shape[p] for p in perm), types[0].dtype)]
+
+
+_register("transpose", Kind.LAYOUT, _transpose_infer,
+          lambda inputs, attrs: [np.ascontiguousarray(inputs[0].transpose(attrs["perm"]))],
+          "permute axes")  # fmt: skip
+
+
+def slice_length(start: int, stop: int, step: int) -> int:
+    return len(range(start, stop, step))
+
+
+def _slice_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    ranges = attrs["ranges"]  # per axis (start, stop, step), as returned by slice.indices(dim)
+    if len(ranges) != types[0].rank:
+        raise ValueError("slice needs one range per axis")
+    return [TensorType(tuple(slice_length(*r) for r in ranges), types[0].dtype)]
+
+
+def _slice_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    index = tuple(slice(start, stop if stop >= 0 else None, step) for start, stop, step in attrs["ranges"])
+    return [np.ascontiguousarray(inputs[0][index])]
+
+
+_register("slice", Kind.LAYOUT, _slice_infer, _slice_reference,
+          "strided sub-block: per axis (start, stop, step) in normalized form")  # fmt: skip
+
+
+def _concat_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    axis = attrs["axis"]
+    first = types[0]
+    for t in types[1:]:
+        if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+                                       if i != axis):  # fmt: skip
+            raise ValueError("concat inputs differ off the concat axis")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return [TensorType(tuple(shape), _same_dtype(types))]
+
+
+_register("concat", Kind.LAYOUT, _concat_infer,
+          lambda inputs, attrs: [np.concatenate(inputs, axis=attrs["axis"])], "join along `axis`")  # fmt: skip
+
+
+def _split_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    axis, sizes = attrs["axis"], attrs["sizes"]
+    if sum(sizes) != x.shape[axis]:
+        raise ValueError(f"split sizes {sizes} do not sum to {x.shape[axis]}")
+    return [TensorType(x.shape[:axis] + (s,) + x.shape[axis + 1 :], x.dtype) for s in sizes]
+
+
+def _split_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    cuts = np.cumsum(attrs["sizes"])[:-1]
+    return [np.ascontiguousarray(p) for p in np.split(inputs[0], cuts, axis=attrs["axis"])]
+
+
+_register("split", Kind.LAYOUT, _split_infer, _split_reference, "cut along `axis` into `sizes`")
+
+
+def _pad_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    pads = attrs["pads"]
+    if len(pads) != 2 * x.rank or min(pads) < 0:
+        raise ValueError(f"pad needs 2*rank non-negative pads, got {pads}")
+    if attrs["mode"] == "reflect" and any(
+        (pads[i] or pads[x.rank + i]) and max(pads[i], pads[x.rank + i]) >= x.shape[i] for i in range(x.rank)
+    ):
+        raise ValueError("reflect pad must be smaller than the padded axis")
+    return [TensorType(tuple(d + pads[i] + pads[x.rank + i] for i, d in enumerate(x.shape)), x.dtype)]
+
+
+def _pad_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    x = inputs[0]
+    pads, mode = attrs["pads"], attrs["mode"]
+    width = [(pads[i], pads[x.ndim + i]) for i in range(x.ndim)]
+    if mode == "constant":
+        return [np.pad(x, width, mode="constant", constant_values=np.array(attrs["value"]).astype(x.dtype))]
+    return [np.pad(x, width, mode=mode)]
+
+
+_register("pad", Kind.LAYOUT, _pad_infer, _pad_reference,
+          "grow each axis by (begin, end); mode constant (with `value`), reflect, edge or wrap")  # fmt: skip
+
+
+def _gather_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    data, indices = types
+    axis = attrs["axis"]
+    if indices.dtype not in ("int32", "int64"):
+        raise ValueError("gather indices must be int32/int64")
+    return [TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)]
+
+
+def _checked_indices(indices: np.ndarray, size: int) -> np.ndarray:
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise IndexError(f"gather index out of range [-{size}, {size})")
+    return np.where(indices < 0, indices + size, indices)
+
+
+_register("gather", Kind.LAYOUT, _gather_infer,
+          lambda inputs, attrs: [np.take(inputs[0], _checked_indices(inputs[1], inputs[0].shape[attrs["axis"]]),
+                                         axis=attrs["axis"])],
+          "index `data` along `axis` with an integer tensor (e.g. embedding look-up)")  # fmt: skip
+
+
+def _gather_elements_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    data, indices = types
+    if data.rank != indices.rank:
+        raise ValueError("gather_elements needs equal ranks")
+    return [TensorType(indices.shape, data.dtype)]
+
+
+_register("gather_elements", Kind.LAYOUT, _gather_elements_infer,
+          lambda inputs, attrs: [np.take_along_axis(
+              inputs[0], _checked_indices(inputs[1], inputs[0].shape[attrs["axis"]]), axis=attrs["axis"])],
+          "out[i] = data[i with i[axis] replaced by indices[i]]")  # fmt: skip
+
+
+def _resize_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    if len(attrs["sizes"]) != types[0].rank:
+        raise ValueError("resize needs one size per axis")
+    return [TensorType(tuple(attrs["sizes"]), types[0].dtype)]
+
+
+_register("resize", Kind.LAYOUT, _resize_infer,
+          lambda inputs, attrs: [K.resize(inputs[0], attrs["sizes"], attrs["scales"], attrs["mode"],
+                                          attrs["coordinate_mode"], attrs["nearest_mode"],
+                                          attrs["cubic_coeff_a"], attrs["exclude_outside"])],
+          "nearest/linear/cubic interpolation to `sizes` (separable, axis by axis)")  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------- linear
+
+def _matmul_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    a, b = types
+    return [TensorType(K.broadcast_matmul_shape(a.shape, b.shape), _same_dtype(types))]
+
+
+_register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(inputs[0], inputs[1])],
+          "batched matrix product with numpy broadcasting")  # fmt: skip
+
+
+def _conv_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    x, w = types
+    shape = K.conv_output_shape(x.shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"],
+                                attrs["group"])  # fmt: skip
+    return [TensorType(shape, _same_dtype(types))]
+
+
+_register("conv", Kind.LINEAR, _conv_infer,
+          lambda inputs, attrs: [K.conv(inputs[0], inputs[1], attrs["strides"], attrs["pads"],
+                                        attrs["dilations"], attrs["group"])],
+          "N-d cross-correlation (grouped, dilated, strided, padded), no bias")  # fmt: skip
+
+
+def _conv_transpose_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    x, w = types
+    shape = K.conv_transpose_output_shape(x.shape, w.shape, attrs["strides"], attrs["pads"],
+                                          attrs["dilations"], attrs["group"], attrs["output_padding"])
+    return [TensorType(shape, _same_dtype(types))]
+
+
+_register("conv_transpose", Kind.LINEAR, _conv_transpose_infer,
+          lambda inputs, attrs: [K.conv_transpose(inputs[0], inputs[1], attrs["strides"], attrs["pads"],
+                                                  attrs["dilations"], attrs["group"],
+                                                  attrs["output_padding"])],
+          "transposed convolution, no bias")  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------- opaque
+
+def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    gates_x = types[0]
+    dirs, seq, batch, four_h = gates_x.shape
+    hidden = four_h // 4
+    state = TensorType((dirs, batch, hidden), gates_x.dtype)
+    return [TensorType((seq, dirs, batch, hidden), gates_x.dtype), state, state]
+
+
+_register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
+          lambda inputs, attrs: list(K.lstm_recurrence(*inputs, direction=attrs["direction"])),
+          "sequential LSTM scan over precomputed input gates (inputs: gates_x, R, h0, c0, peephole)")
+
+
+def run_primitive(name: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    """Evaluate one primitive with its reference implementation (float errors silenced, like ONNX)."""
+    with np.errstate(all="ignore"):
+        return PRIMITIVES[name].reference(inputs, attrs)

@@ -1,0 +1,289 @@
+"""Reference implementations of the primitives that take more than a numpy one-liner.
+
+These are the executable specification: plain, readable numpy/torch, not fast. Every later stage
+(rewrites, generated C, library calls) is tested against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def to_torch(array: np.ndarray) -> torch.Tensor:
+    contiguous = np.ascontiguousarray(array)
+    # torch refuses read-only buffers (e.g. broadcast views); those are copied.
+    return torch.from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
+
+
+def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """ONNX/numpy MatMul output shape, including the 1-D promotion rules."""
+    a_shape, b_shape = list(a), list(b)
+    squeeze_a = len(a_shape) == 1
+    squeeze_b = len(b_shape) == 1
+    if squeeze_a:
+        a_shape = [1, *a_shape]
+    if squeeze_b:
+        b_shape = [*b_shape, 1]
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"matmul inner dims differ: {a} @ {b}")
+    batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    out = [*batch, a_shape[-2], b_shape[-1]]
+    if squeeze_b:
+        out.pop(-1)
+    if squeeze_a:
+        out.pop(-2 if not squeeze_b else -1)
+    return tuple(int(d) for d in out)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f" and a.dtype == b.dtype and a.dtype != np.float16:
+        return torch.matmul(to_torch(a), to_torch(b)).numpy()
+    return np.matmul(a, b)
+
+
+def conv_output_shape(
+    x: Sequence[int], w: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+    dilations: Sequence[int], group: int,
+) -> tuple[int, ...]:  # fmt: skip
+    spatial = len(x) - 2
+    if w[1] * group != x[1] or w[0] % group:
+        raise ValueError(f"conv channels mismatch: x {tuple(x)}, w {tuple(w)}, group {group}")
+    out = [x[0], w[0]]
+    for i in range(spatial):
+        extent = x[2 + i] + pads[i] + pads[spatial + i] - dilations[i] * (w[2 + i] - 1) - 1
+        if extent < 0:
+            raise ValueError("conv window larger than padded input")
+        out.append(extent // strides[i] + 1)
+    return tuple(out)
+
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def _torch_pad_spec(pads: Sequence[int], spatial: int) -> list[int]:
+    # torch pads the last dim first: (last_begin, last_end, second-last_begin, ...)
+    spec: list[int] = []
+    for i in reversed(range(spatial)):
+        spec += [pads[i], pads[spatial + i]]
+    return spec
+
+
+def conv(
+    x: np.ndarray, w: np.ndarray, strides: Sequence[int], pads: Sequence[int],
+    dilations: Sequence[int], group: int,
+) -> np.ndarray:  # fmt: skip
+    spatial = x.ndim - 2
+    if spatial not in _CONV or x.dtype != np.float32 and x.dtype != np.float64:
+        raise NotImplementedError(f"conv reference: {spatial}-d {x.dtype}")
+    tx = F.pad(to_torch(x), _torch_pad_spec(pads, spatial)) if any(pads) else to_torch(x)
+    result = _CONV[spatial](tx, to_torch(w), None, tuple(strides), 0, tuple(dilations), group)
+    return result.numpy()  # type: ignore[no-any-return]
+
+
+def conv_transpose_output_shape(
+    x: Sequence[int], w: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+    dilations: Sequence[int], group: int, output_padding: Sequence[int],
+) -> tuple[int, ...]:  # fmt: skip
+    spatial = len(x) - 2
+    if w[0] != x[1]:
+        raise ValueError(f"conv_transpose channels mismatch: x {tuple(x)}, w {tuple(w)}")
+    out = [x[0], w[1] * group]
+    for i in range(spatial):
+        full = strides[i] * (x[2 + i] - 1) + output_padding[i] + (w[2 + i] - 1) * dilations[i] + 1
+        out.append(full - pads[i] - pads[spatial + i])
+    return tuple(out)
+
+
+def conv_transpose(
+    x: np.ndarray, w: np.ndarray, strides: Sequence[int], pads: Sequence[int],
+    dilations: Sequence[int], group: int, output_padding: Sequence[int],
+) -> np.ndarray:  # fmt: skip
+    spatial = x.ndim - 2
+    if spatial not in _CONV_T:
+        raise NotImplementedError(f"conv_transpose reference: {spatial}-d")
+    # Compute the unpadded ("full") result, then crop the pads: torch only pads symmetrically.
+    full = _CONV_T[spatial](
+        to_torch(x), to_torch(w), None, tuple(strides), 0, tuple(output_padding), group, tuple(dilations)
+    ).numpy()
+    crop = tuple(
+        slice(pads[i], full.shape[2 + i] - pads[spatial + i]) for i in range(spatial)
+    )
+    return np.ascontiguousarray(full[(slice(None), slice(None), *crop)])
+
+
+def window_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                       dilation: int, ceil_mode: bool) -> int:  # fmt: skip
+    span = dilation * (kernel - 1) + 1
+    extent = size + pad_begin + pad_end - span
+    out = (-(-extent // stride) if ceil_mode else extent // stride) + 1
+    # A window may not start in the end padding (the rule PyTorch and onnxruntime use for ceil mode).
+    if ceil_mode and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return max(out, 0)
+
+
+def window_reduce(
+    x: np.ndarray, reducer: str, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+    dilations: Sequence[int], ceil_mode: bool,
+) -> np.ndarray:  # fmt: skip
+    """Sliding-window max or sum over the trailing len(kernel) axes; padding never wins a max."""
+    spatial = len(kernel)
+    lead = x.ndim - spatial
+    fill = -np.inf if reducer == "max" else 0
+    if reducer == "max" and x.dtype.kind != "f":
+        fill = np.iinfo(x.dtype).min
+    out_sizes = [
+        window_output_size(x.shape[lead + i], kernel[i], strides[i], pads[i], pads[spatial + i],
+                           dilations[i], ceil_mode)
+        for i in range(spatial)
+    ]  # fmt: skip
+    pad_width = [(0, 0)] * lead
+    for i in range(spatial):
+        needed = (out_sizes[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1
+        end = max(needed - x.shape[lead + i] - pads[i], 0)
+        pad_width.append((pads[i], end))
+    padded = np.pad(x, pad_width, constant_values=fill)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        padded, [dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial)], axis=tuple(range(lead, x.ndim))
+    )
+    index = [slice(None)] * lead
+    index += [slice(0, (out_sizes[i] - 1) * strides[i] + 1, strides[i]) for i in range(spatial)]
+    index += [slice(None, None, dilations[i]) for i in range(spatial)]
+    windows = windows[tuple(index)]
+    axes = tuple(range(x.ndim, x.ndim + spatial))
+    result = windows.max(axis=axes) if reducer == "max" else windows.sum(axis=axes, dtype=x.dtype)
+    return np.ascontiguousarray(result.astype(x.dtype, copy=False))
+
+
+# ---------------------------------------------------------------------------------------------- resize
+
+def _source_coordinates(out_size: int, in_size: int, scale: float, mode: str) -> np.ndarray:
+    """Input coordinate of every output index, per ONNX Resize coordinate_transformation_mode."""
+    x = np.arange(out_size, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
+    if mode == "align_corners":
+        return x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "half_pixel_symmetric":
+        adjustment = out_size / (scale * in_size)
+        center = in_size / 2
+        offset = center * (1 - adjustment)
+        return offset + (x + 0.5) / scale - 0.5
+    raise NotImplementedError(mode)
+
+
+def _nearest_index(coords: np.ndarray, nearest_mode: str) -> np.ndarray:
+    if nearest_mode == "round_prefer_floor":
+        return np.where(coords - np.floor(coords) == 0.5, np.floor(coords), np.round(coords))
+    if nearest_mode == "round_prefer_ceil":
+        return np.where(coords - np.floor(coords) == 0.5, np.ceil(coords), np.round(coords))
+    if nearest_mode == "floor":
+        return np.floor(coords)
+    if nearest_mode == "ceil":
+        return np.ceil(coords)
+    raise NotImplementedError(nearest_mode)
+
+
+def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys cubic convolution weights for taps at offsets -1, 0, 1, 2 from floor(coord)."""
+    def kernel(d: np.ndarray) -> np.ndarray:
+        d = np.abs(d)
+        return np.where(
+            d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+            np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0),
+        )  # fmt: skip
+    return np.stack([kernel(t + 1), kernel(t), kernel(1 - t), kernel(2 - t)], axis=-1)
+
+
+def resize_axis(
+    x: np.ndarray, axis: int, out_size: int, scale: float, mode: str, coordinate_mode: str,
+    nearest_mode: str, cubic_coeff_a: float, exclude_outside: bool,
+) -> np.ndarray:  # fmt: skip
+    """Resize along one axis; N-d linear/cubic resize is separable, so axes are done one at a time."""
+    in_size = x.shape[axis]
+    if out_size == in_size and scale == 1.0:
+        return x
+    coords = _source_coordinates(out_size, in_size, scale, coordinate_mode)
+    if mode == "nearest":
+        index = np.clip(_nearest_index(coords, nearest_mode).astype(np.int64), 0, in_size - 1)
+        return np.take(x, index, axis=axis)
+    base = np.floor(coords).astype(np.int64)
+    frac = coords - base
+    if mode == "linear":
+        # Coordinates outside the input clamp to its edge (onnxruntime and the ONNX reference agree).
+        coords = np.clip(coords, 0, in_size - 1)
+        base = np.floor(coords).astype(np.int64)
+        offsets = np.array([0, 1])
+        weights = np.stack([1 - (coords - base), coords - base], axis=-1)
+    elif mode == "cubic":
+        offsets = np.array([-1, 0, 1, 2])
+        weights = _cubic_weights(frac, cubic_coeff_a)
+    else:
+        raise NotImplementedError(mode)
+    taps = base[:, None] + offsets[None, :]
+    if exclude_outside:
+        weights = np.where((taps >= 0) & (taps < in_size), weights, 0.0)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    taps = np.clip(taps, 0, in_size - 1)
+    moved = np.moveaxis(x, axis, -1).astype(np.float64)
+    gathered = moved[..., taps]  # (..., out, taps)
+    result = (gathered * weights).sum(axis=-1)
+    return np.moveaxis(result, -1, axis).astype(x.dtype)
+
+
+def resize(x: np.ndarray, sizes: Sequence[int], scales: Sequence[float], mode: str, coordinate_mode: str,
+           nearest_mode: str, cubic_coeff_a: float, exclude_outside: bool) -> np.ndarray:  # fmt: skip
+    result = x
+    for axis in range(x.ndim):
+        result = resize_axis(result, axis, sizes[axis], scales[axis], mode, coordinate_mode, nearest_mode,
+                             cubic_coeff_a, exclude_outside)  # fmt: skip
+    return np.ascontiguousarray(result)
+
+
+# ------------------------------------------------------------------------------------------------ lstm
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_recurrence(
+    gates_x: np.ndarray, recurrence: np.ndarray, h0: np.ndarray, c0: np.ndarray, peephole: np.ndarray,
+    direction: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The sequential part of ONNX LSTM (gate order i, o, f, c; default activations).
+
+    gates_x: [dirs, seq, batch, 4H] = X·Wᵀ + Wb + Rb, precomputed as one linear primitive.
+    recurrence: [dirs, 4H, H]; h0, c0: [dirs, batch, H]; peephole: [dirs, 3H] (i, o, f).
+    Returns Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H].
+    """
+    dirs, seq, batch, four_h = gates_x.shape
+    hidden = four_h // 4
+    ys = np.zeros((seq, dirs, batch, hidden), dtype=gates_x.dtype)
+    last_h = np.zeros((dirs, batch, hidden), dtype=gates_x.dtype)
+    last_c = np.zeros_like(last_h)
+    for d in range(dirs):
+        reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
+        h, c = h0[d], c0[d]
+        p_i, p_o, p_f = np.split(peephole[d], 3)
+        for step in range(seq):
+            t = seq - 1 - step if reverse else step
+            gates = gates_x[d, t] + h @ recurrence[d].T
+            g_i, g_o, g_f, g_c = np.split(gates, 4, axis=-1)
+            i = _sigmoid(g_i + p_i * c)
+            f = _sigmoid(g_f + p_f * c)
+            candidate = np.tanh(g_c)
+            c = f * c + i * candidate
+            o = _sigmoid(g_o + p_o * c)
+            h = o * np.tanh(c)
+            ys[t, d] = h
+        last_h[d], last_c[d] = h, c
+    return ys, last_h, last_c

@@ -1,0 +1,53 @@
+"""Static tensor types: a shape of non-negative ints and a numpy dtype name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# dtypes the reference interpreter can hold; anything else (bfloat16, float8, strings) is refused.
+SUPPORTED_DTYPES = frozenset(
+    {
+        "float16", "float32", "float64",
+        "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64",
+        "bool",
+    }
+)  # fmt: skip
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"unsupported dtype {self.dtype}")
+        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+            raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    @staticmethod
+    def of(array: np.ndarray) -> TensorType:
+        return TensorType(tuple(int(d) for d in array.shape), array.dtype.name)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{'x'.join(map(str, self.shape))}]"

@@ -1,0 +1,56 @@
+"""Reference interpreter: runs a primitive graph node by node with each primitive's reference code.
+
+It is the executable specification of a primitive graph; compiled plans are checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernorch.errors import InputMismatch
+from kernorch.ir.graph import Graph
+from kernorch.ir.primitives import run_primitive
+from kernorch.ir.types import TensorType
+
+
+def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Validate run-time inputs against the graph's static input types (exit-2 errors on mismatch)."""
+    missing = [name for name in graph.inputs if name not in feeds]
+    unknown = [name for name in feeds if name not in graph.inputs]
+    if missing or unknown:
+        raise InputMismatch(f"inputs do not match the model: missing {missing}, unexpected {unknown}")
+    checked: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        array = np.asarray(feeds[name])
+        expected = graph.types[name]
+        if array.dtype.name != expected.dtype:
+            raise InputMismatch(f"input '{name}' has dtype {array.dtype.name}, the model expects {expected.dtype}")
+        if tuple(array.shape) != expected.shape:
+            raise InputMismatch(f"input '{name}' has shape {tuple(array.shape)}, the model expects {expected.shape}")
+        checked[name] = array
+    return checked
+
+
+def run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    values: dict[str, np.ndarray] = dict(graph.constants)
+    values.update(check_feeds(graph, feeds))
+    remaining_uses: dict[str, int] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            remaining_uses[name] = remaining_uses.get(name, 0) + 1
+    keep = set(graph.outputs) | set(graph.constants)
+    for node in graph.nodes:
+        results = run_primitive(node.prim, [values[v] for v in node.inputs], node.attr_dict)
+        for name, result in zip(node.outputs, results, strict=True):
+            expected = graph.types[name]
+            if TensorType.of(result) != expected:
+                raise AssertionError(f"{node.prim} ({node.origin}) produced {TensorType.of(result)}, typed {expected}")
+            values[name] = result
+        # Free intermediates as soon as their last consumer ran: keeps big models within memory.
+        for name in node.inputs:
+            remaining_uses[name] -= 1
+            if remaining_uses[name] == 0 and name not in keep:
+                del values[name]
+    return {name: values[name] for name in graph.outputs}

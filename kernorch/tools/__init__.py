@@ -1,0 +1,1 @@
+"""User-facing tools built on the pipeline: check, conformance, demo models."""
