@@ -13,7 +13,7 @@ $(BIN)/python:
 
 # torch is pinned to the CPU build that installs from local disk (see pyproject).
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[ort]'
 	touch $@
 
 $(STAMP_DEV): pyproject.toml $(STAMP_RUN)

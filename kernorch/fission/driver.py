@@ -44,7 +44,10 @@ def fission(model: ImportedModel) -> Graph:
                 inputs.append(alias[value])
         builder.origin = node_name
         context = RuleContext(node, inputs, model.opset, builder)
-        outputs = list(fission_rule.fn(context))
+        try:
+            outputs = list(fission_rule.fn(context))
+        except ValueError as error:  # a primitive's shape/type check: the operands do not fit the operator
+            context.refuse(f"operands do not fit: {error}")
         unread = context.unread_attributes()
         if unread:
             context.refuse("attribute not supported by kernorch's rule", unread[0])

@@ -194,7 +194,7 @@ def _reduce_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
     return [TensorType(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)]
 
 
-_REDUCERS = {
+_REDUCERS: dict[str, tuple[Callable[..., Any], str]] = {
     "reduce_sum": (np.sum, "Σ over axes"),
     "reduce_max": (np.max, "max over axes"),
     "reduce_min": (np.min, "min over axes"),
@@ -202,7 +202,7 @@ _REDUCERS = {
 }
 
 
-def _make_reduce(fn: Callable[..., np.ndarray]) -> Reference:
+def _make_reduce(fn: Callable[..., Any]) -> Reference:
     def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
         x = inputs[0]
         if x.size == 0 and fn in (np.max, np.min):
@@ -303,7 +303,7 @@ def _concat_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
     axis = attrs["axis"]
     first = types[0]
     for t in types[1:]:
-        if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+        if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
                                        if i != axis):  # fmt: skip
             raise ValueError("concat inputs differ off the concat axis")
     shape = list(first.shape)
@@ -451,7 +451,8 @@ def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 
 
 _register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
-          lambda inputs, attrs: list(K.lstm_recurrence(*inputs, direction=attrs["direction"])),
+          lambda inputs, attrs: list(K.lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
+                                                       direction=attrs["direction"])),
           "sequential LSTM scan over precomputed input gates (inputs: gates_x, R, h0, c0, peephole)")
 
 

@@ -170,7 +170,9 @@ def _source_coordinates(out_size: int, in_size: int, scale: float, mode: str) ->
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
     if mode == "align_corners":
-        return x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
+        # ONNX divides by the unrounded output length in_size * scale, not by the integer size.
+        length = in_size * scale
+        return x * (in_size - 1) / (length - 1) if length != 1 else np.zeros_like(x)
     if mode == "asymmetric":
         return x / scale
     if mode == "half_pixel_symmetric":

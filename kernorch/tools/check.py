@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import ImportedModel, import_model
 from kernorch.ir.graph import Graph
@@ -47,7 +48,10 @@ def random_inputs(model: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise KernorchError("onnxruntime is needed to check results: pip install 'kernorch[ort]'") from None
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -112,8 +116,12 @@ def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> l
     return errors
 
 
-def check_model(source: str | os.PathLike[str] | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None,
-                seed: int = 0, rtol: float = DEFAULT_RTOL) -> tuple[CheckReport, Graph]:  # fmt: skip
+def check_model(
+    source: str | os.PathLike[str] | onnx.ModelProto,
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+    rtol: float = DEFAULT_RTOL,
+) -> tuple[CheckReport, Graph]:
     started = time.perf_counter()
     model = import_model(source, input_shapes)
     graph = fission(model)

@@ -49,9 +49,12 @@ def binary(ctx: RuleContext) -> list[str]:
 def power(ctx: RuleContext) -> list[str]:
     base, exponent = ctx.input(0), ctx.input(1)
     base_dtype = ctx.type(0).dtype
-    if ctx.type(1).dtype != base_dtype:
-        if base_dtype not in FLOAT_DTYPES:
-            ctx.refuse(f"integer base {base_dtype} with a {ctx.type(1).dtype} exponent")
+    exponent_dtype = ctx.type(1).dtype
+    if exponent_dtype != base_dtype:
+        if base_dtype not in FLOAT_DTYPES and exponent_dtype in FLOAT_DTYPES:
+            # An integer base with a float exponent: compute in float, truncate back to the base type.
+            result = ctx.emit("pow", ctx.emit("cast", base, to=exponent_dtype), exponent)
+            return [ctx.emit("cast", result, to=base_dtype)]
         exponent = ctx.emit("cast", exponent, to=base_dtype)
     return [ctx.emit("pow", base, exponent)]
 
@@ -210,7 +213,7 @@ def identity(ctx: RuleContext) -> list[str]:
     return [ctx.input(0)]
 
 
-@rule("Dropout")
+@rule("Dropout", static_inputs=(2,))
 def dropout(ctx: RuleContext) -> list[str]:
     # Inference: identity, with the optional mask output all true. Ratio and seed do not matter then.
     ctx.attr("seed")

@@ -177,14 +177,13 @@ def pad(ctx: RuleContext) -> list[str]:
         ranges = tuple((max(-pads[i], 0), x_type.shape[i] - max(-pads[rank + i], 0), 1) for i in range(rank))
         x = ctx.emit("slice", x, ranges=ranges)
         pads = [max(p, 0) for p in pads]
-    if mode in ("reflect", "wrap") and any(
-        (pads[i] or pads[rank + i]) and ctx.builder.type_of(x).shape[i] == 0 for i in range(rank)
-    ):
-        ctx.refuse(f"{mode} padding of an empty axis")
-    if mode == "reflect" and any(
-        max(pads[i], pads[rank + i]) >= ctx.builder.type_of(x).shape[i] for i in range(rank) if pads[i] or pads[rank + i]
-    ):
-        ctx.refuse("reflect padding as large as the axis", "mode")
+    shape = ctx.builder.type_of(x).shape
+    for i in range(rank):
+        grow = max(pads[i], pads[rank + i])
+        if grow and mode != "constant" and shape[i] == 0:
+            ctx.refuse(f"{mode} padding of an empty axis", "mode")
+        if grow and mode == "reflect" and grow >= shape[i]:
+            ctx.refuse("reflect padding as large as the axis", "mode")
     if not any(pads):
         return [ctx.emit("identity", x)]
     return [ctx.emit("pad", x, pads=tuple(pads), mode=mode, value=float(value) if mode == "constant" else 0.0)]
@@ -236,15 +235,15 @@ def depth_space(ctx: RuleContext) -> list[str]:
         ctx.refuse("needs a 4-D NCHW input")
     b = ctx.attr("blocksize")
     n, c, h, w = x_type.shape
+    mode = ctx.allow("mode", "DCR", "CRD", default="DCR")
     if ctx.op == "SpaceToDepth":
         if h % b or w % b:
             ctx.refuse("spatial dims not divisible by blocksize", "blocksize")
         blocks = reshape(ctx, ctx.input(0), [n, c, h // b, b, w // b, b])
-        moved = ctx.emit("transpose", blocks, perm=(0, 3, 5, 1, 2, 4))
-        return [reshape(ctx, moved, [n, c * b * b, h // b, w // b])]
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        return [reshape(ctx, ctx.emit("transpose", blocks, perm=perm), [n, c * b * b, h // b, w // b])]
     if c % (b * b):
         ctx.refuse("channels not divisible by blocksize²", "blocksize")
-    mode = ctx.allow("mode", "DCR", "CRD", default="DCR")
     if mode == "DCR":
         blocks = reshape(ctx, ctx.input(0), [n, b, b, c // (b * b), h, w])
         moved = ctx.emit("transpose", blocks, perm=(0, 3, 4, 1, 5, 2))

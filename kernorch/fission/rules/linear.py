@@ -98,16 +98,22 @@ def conv_transpose(ctx: RuleContext) -> list[str]:
         for i in range(spatial):
             total = (strides[i] * (x_type.shape[2 + i] - 1) + output_padding[i]
                      + (kernel[i] - 1) * dilations[i] + 1 - targets[i])  # fmt: skip
-            if total < 0:
-                ctx.refuse("output_shape larger than the transposed convolution produces", "output_shape")
-            upper = auto_pad != "SAME_LOWER"
+            # ONNX puts the larger half at the end only for SAME_UPPER.
+            upper = auto_pad == "SAME_UPPER"
             pads[i], pads[spatial + i] = (total // 2, total - total // 2) if upper else (total - total // 2, total // 2)
     elif auto_pad == "VALID":
         pads = [0] * (2 * spatial)
-    if min(pads) < 0 or any(p >= max(s, d) for p, s, d in zip(output_padding, strides, dilations, strict=True)):
-        ctx.refuse("negative pads or output_padding not smaller than stride/dilation")
-    result = ctx.emit("conv_transpose", ctx.input(0), ctx.input(1), strides=strides, pads=tuple(pads),
-                      dilations=dilations, group=group, output_padding=output_padding)  # fmt: skip
+    if output_shape is None and min(pads) < 0:
+        ctx.refuse("negative pads", "pads")
+    if any(p >= max(s, d) for p, s, d in zip(output_padding, strides, dilations, strict=True)):
+        ctx.refuse("output_padding must be smaller than stride or dilation", "output_padding")
+    result = ctx.emit("conv_transpose", ctx.input(0), ctx.input(1), strides=strides,
+                      pads=tuple(max(p, 0) for p in pads), dilations=dilations, group=group,
+                      output_padding=output_padding)  # fmt: skip
+    if min(pads) < 0:
+        # An output_shape larger than the convolution yields: the extra positions hold zeros (+ bias).
+        growth = [0, 0] + [max(-p, 0) for p in pads[:spatial]] + [0, 0] + [max(-p, 0) for p in pads[spatial:]]
+        result = ctx.emit("pad", result, pads=tuple(growth), mode="constant", value=0.0)
     if ctx.has_input(2):
         result = ctx.emit("add", result, channel_param(ctx, ctx.input(2), x_type.rank))
     return [result]

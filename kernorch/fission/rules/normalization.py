@@ -68,20 +68,17 @@ def instance_normalization(ctx: RuleContext) -> list[str]:
     return [_affine(ctx, normalized, 1, 2, x_type.rank, 1)]
 
 
-@rule("GroupNormalization", min_opset=18)
+@rule("GroupNormalization", min_opset=21)
 def group_normalization(ctx: RuleContext) -> list[str]:
+    # Opset 18's per-group scale/bias definition is deprecated (the ONNX checker rejects it).
     x_type = ctx.type(0)
     groups = ctx.attr("num_groups")
     if x_type.dtype not in FLOAT_DTYPES or x_type.rank < 3 or not groups or x_type.shape[1] % groups:
         ctx.refuse(f"needs a float tensor of rank >= 3 with channels divisible by num_groups, got {x_type}")
-    if ctx.opset >= 21:
-        ctx.allow("stash_type", 1, default=1)
+    ctx.allow("stash_type", 1, default=1)
     batch = x_type.shape[0]
     grouped = reshape(ctx, ctx.input(0), [batch, groups, x_type.numel // (batch * groups)])
     normalized, _, _ = normalize(ctx, grouped, (2,), ctx.attr("epsilon", 1e-5))
-    if ctx.opset < 21:
-        # Opset 18 defines scale and bias per group.
-        return [reshape(ctx, _affine(ctx, normalized, 1, 2, 3, 1), x_type.shape)]
     return [_affine(ctx, reshape(ctx, normalized, x_type.shape), 1, 2, x_type.rank, 1)]
 
 
@@ -102,6 +99,7 @@ def batch_normalization(ctx: RuleContext) -> list[str]:
     dtype = x_type.dtype
     rank = x_type.rank
     scale, bias, mean, var = (channel_param(ctx, ctx.input(i), rank) for i in (1, 2, 3, 4))
-    inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", var, ctx.scalar(ctx.attr("epsilon", 1e-5), dtype))))
+    epsilon = ctx.scalar(ctx.attr("epsilon", 1e-5), dtype)
+    inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", var, epsilon)))
     factor = ctx.emit("mul", scale, inv_std)  # folds to a constant for a trained model
     return [ctx.emit("add", ctx.emit("mul", ctx.emit("sub", ctx.input(0), mean), factor), bias)]

@@ -31,7 +31,7 @@ def reduce(ctx: RuleContext) -> list[str]:
     if axes_list is None and noop:
         return [ctx.emit("identity", x)]
     axes = reduce_axes(ctx, x_type.rank, axes_list)
-    if ctx.op in ("ReduceMax", "ReduceMin") and any(x_type.shape[a] == 0 for a in axes):
+    if ctx.op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp") and any(x_type.shape[a] == 0 for a in axes):
         ctx.refuse("max/min over an empty axis")
     dtype = x_type.dtype
     if ctx.op == "ReduceLogSumExp":
@@ -75,8 +75,8 @@ def global_pool(ctx: RuleContext) -> list[str]:
 
 def _pool_attrs(ctx: RuleContext) -> dict[str, object]:
     x_type = ctx.type(0)
-    if x_type.dtype not in FLOAT_DTYPES or x_type.rank < 3:
-        ctx.refuse(f"needs a float tensor of rank >= 3, got {x_type}")
+    if x_type.dtype == "bool" or (ctx.op != "MaxPool" and x_type.dtype not in FLOAT_DTYPES) or x_type.rank < 3:
+        ctx.refuse(f"needs a numeric tensor of rank >= 3 (float for averages), got {x_type}")
     kernel = tuple(ctx.attr("kernel_shape"))
     if len(kernel) != x_type.rank - 2:
         ctx.refuse("kernel_shape rank does not match the input", "kernel_shape")

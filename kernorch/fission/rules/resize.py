@@ -25,7 +25,7 @@ def resize(ctx: RuleContext) -> list[str]:
     cubic_coeff_a = float(ctx.attr("cubic_coeff_a", -0.75))
     exclude_outside = bool(ctx.attr("exclude_outside", 0))
     ctx.attr("extrapolation_value")  # only used by tf_crop_and_resize, which is refused above
-    ctx.allow("keep_aspect_ratio_policy", "stretch", default="stretch")
+    policy = ctx.allow("keep_aspect_ratio_policy", "stretch", "not_larger", "not_smaller", default="stretch")
     axes_attr = ctx.attr("axes", None)
     axes = list(range(rank)) if axes_attr is None else [ctx.normalize_axis(a, rank, "axes") for a in axes_attr]
 
@@ -51,9 +51,18 @@ def resize(ctx: RuleContext) -> list[str]:
         assert sizes_value is not None
         if sizes_value.size != len(axes):
             ctx.refuse("sizes length does not match the axes")
-        for axis, size in zip(axes, sizes_value.reshape(-1).tolist(), strict=True):
-            sizes[axis] = int(size)
-            scales[axis] = size / x_type.shape[axis]
+        requested = dict(zip(axes, sizes_value.reshape(-1).tolist(), strict=True))
+        if policy == "stretch":
+            for axis, size in requested.items():
+                sizes[axis] = int(size)
+                scales[axis] = size / x_type.shape[axis]
+        else:
+            # One scale for every resized axis: the largest that fits (not_larger) or the smallest that covers.
+            ratios = [size / x_type.shape[axis] for axis, size in requested.items()]
+            scale = min(ratios) if policy == "not_larger" else max(ratios)
+            for axis in requested:
+                sizes[axis] = int(scale * x_type.shape[axis] + 0.5)
+                scales[axis] = scale
     return [ctx.emit("resize", ctx.input(0), sizes=tuple(sizes), scales=tuple(scales), mode=mode,
                      coordinate_mode=coordinate_mode, nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,
                      exclude_outside=exclude_outside)]  # fmt: skip

@@ -1,0 +1,22 @@
+"""kernorch: optimal kernel orchestration for DNN inference graphs.
+
+Pipeline (one package per stage): frontend → fission → rewrite → orchestrate → cost → codegen → runtime.
+"""
+
+from kernorch.errors import InputMismatch, InvalidModel, KernorchError, ShapeError, UnsupportedOperator
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.runtime import run_reference
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InputMismatch",
+    "InvalidModel",
+    "KernorchError",
+    "ShapeError",
+    "UnsupportedOperator",
+    "fission",
+    "import_model",
+    "run_reference",
+]

@@ -1,0 +1,34 @@
+"""Resize rule: one resize primitive, equal to onnxruntime for the modes the shared models use and more."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.testing import fission_and_compare, primitive_names, random_array, single_op_model
+
+X = random_array((1, 2, 5, 7))
+
+
+@pytest.mark.parametrize(
+    "attrs, scales",
+    [
+        ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, [1, 1, 2, 2]),
+        ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 2.5, 1.5]),
+        ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 0.6, 3]),
+        ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [1, 1, 0.5, 1.3]),
+        ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.5}, [1, 1, 2, 0.8]),
+        ({"mode": "nearest"}, [1, 1, 0.6, 1.7]),
+    ],
+)
+def test_resize(attrs: dict, scales: list[float]) -> None:
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+    model = single_op_model("Resize", {"x": X}, attrs, constants, input_order=["x", "roi", "scales"])
+    graph = fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)
+    assert primitive_names(graph) == ["resize"]
+
+
+def test_resize_sizes() -> None:
+    constants = {"sizes": np.array([1, 2, 16, 3], np.int64)}
+    model = single_op_model("Resize", {"x": X}, {"mode": "linear"}, constants, input_order=["x", "", "", "sizes"])
+    assert primitive_names(fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)) == ["resize"]

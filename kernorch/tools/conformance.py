@@ -1,0 +1,180 @@
+"""`kernorch conformance`: run the ONNX backend node tests through import + fission + reference execution.
+
+The node tests are not shipped in the onnx wheel; they are regenerated from the installed onnx package
+(`onnx.backend.test.case`) into a cache directory once, in the standard layout (model.onnx plus
+test_data_set_*/input_*.pb, output_*.pb), and read from there afterwards.
+
+Outcome per case: passed; unsupported (kernorch refused it with a clear error: an op without a rule,
+or an attribute/dtype a rule does not handle); failed (wrong numbers or an internal error — a bug).
+Inputs that a rule needs at compile time (a Reshape target, Slice bounds, …) are bound as constants,
+as a static-shape compiler receives them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kernorch.errors import KernorchError
+from kernorch.fission import FISSION_RULES, fission
+from kernorch.frontend import import_model
+from kernorch.runtime import run_reference
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("KERNORCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kernorch")
+    return Path(root) / "onnx-node-tests" / onnx.__version__
+
+
+def generate_node_tests(cache_dir: Path) -> Path:
+    """Write every node test case of the installed onnx into `cache_dir` (once; marked complete)."""
+    marker = cache_dir / "cases.json"
+    if marker.is_file():
+        return cache_dir
+    from onnx.backend.test.case import node as node_cases
+
+    staging = cache_dir.with_name(cache_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    index: dict[str, dict[str, object]] = {}
+    for case in node_cases.collect_testcases():
+        if case.kind != "node" or case.model is None or not case.data_sets:
+            continue
+        case_dir = staging / case.name
+        case_dir.mkdir()
+        (case_dir / "model.onnx").write_bytes(case.model.SerializeToString())
+        graph_inputs = list(case.model.graph.input)
+        for set_index, (inputs, outputs) in enumerate(case.data_sets):
+            data_dir = case_dir / f"test_data_set_{set_index}"
+            data_dir.mkdir()
+            for kind, arrays, infos in (("input", inputs, graph_inputs), ("output", outputs, case.model.graph.output)):
+                for j, array in enumerate(arrays):
+                    if isinstance(array, onnx.TensorProto):
+                        tensor = array
+                    elif isinstance(array, (np.ndarray, np.generic)) and np.asarray(array).dtype != object:
+                        tensor = numpy_helper.from_array(np.asarray(array), infos[j].name if j < len(infos) else "")
+                    else:
+                        continue  # sequences/maps/optionals: the case will be refused at import
+                    (data_dir / f"{kind}_{j}.pb").write_bytes(tensor.SerializeToString())
+        nodes = case.model.graph.node
+        index[case.name] = {
+            "op": nodes[0].op_type if len(nodes) == 1 else "",
+            "rtol": case.rtol,
+            "atol": case.atol,
+        }
+    # Expanded (function-body) variants are grouped under the operator they expand.
+    for name, entry in index.items():
+        if not entry["op"]:
+            stem = name.split("_expanded")[0]
+            entry["op"] = index.get(stem, {}).get("op") or name.removeprefix("test_")
+    (staging / "cases.json").write_text(json.dumps(index, indent=1, sort_keys=True))
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    staging.rename(cache_dir)
+    return cache_dir
+
+
+@dataclass
+class CaseResult:
+    name: str
+    op: str
+    status: str  # "passed", "failed" or "unsupported"
+    detail: str = ""
+
+
+def _read_tensor(path: Path) -> np.ndarray:
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def _static_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Graph inputs some rule must know at compile time (shape, axes, pads...) -> bind as constants."""
+    bound: dict[str, np.ndarray] = {}
+    for node in model.graph.node:
+        fission_rule = FISSION_RULES.get(node.op_type)
+        if fission_rule is None:
+            continue
+        for index in fission_rule.static_inputs:
+            if index < len(node.input) and node.input[index] in feeds:
+                bound[node.input[index]] = feeds[node.input[index]]
+    return bound
+
+
+def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape} != expected {expected.shape}"
+    if expected.dtype.kind in "fc":
+        if actual.dtype != expected.dtype:
+            return f"dtype {actual.dtype} != expected {expected.dtype}"
+        if np.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
+            return ""
+        worst = float(np.nanmax(np.abs(actual.astype(np.float64) - expected)))
+        return f"max abs err {worst:.3e}"
+    if actual.dtype != expected.dtype and not (actual.dtype.kind == expected.dtype.kind == "b"):
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    mismatches = int(np.count_nonzero(actual != expected))
+    return f"{mismatches} elements differ" if mismatches else ""
+
+
+def run_case(case_dir: Path, op: str, rtol: float, atol: float) -> CaseResult:
+    name = case_dir.name
+    try:
+        model_proto = onnx.load(str(case_dir / "model.onnx"))
+        graph_inputs = [i.name for i in model_proto.graph.input
+                        if i.name not in {t.name for t in model_proto.graph.initializer}]  # fmt: skip
+        data_dirs = sorted(case_dir.glob("test_data_set_*"))
+        for data_dir in data_dirs:
+            feeds = {}
+            for j, input_name in enumerate(graph_inputs):
+                path = data_dir / f"input_{j}.pb"
+                if not path.is_file():
+                    return CaseResult(name, op, "unsupported", f"input '{input_name}' is not a tensor")
+                feeds[input_name] = _read_tensor(path)
+            bound = _static_inputs(model_proto, feeds)
+            model = import_model(model_proto, {n: tuple(a.shape) for n, a in feeds.items() if n not in bound}, bound)
+            graph = fission(model)
+            outputs = run_reference(graph, {n: a for n, a in feeds.items() if n not in bound})
+            for j, output_name in enumerate(model.output_names):
+                path = data_dir / f"output_{j}.pb"
+                if not path.is_file():
+                    return CaseResult(name, op, "unsupported", f"output '{output_name}' is not a tensor")
+                problem = _close(outputs[output_name], _read_tensor(path), rtol, atol)
+                if problem:
+                    return CaseResult(name, op, "failed", f"output '{output_name}': {problem}")
+        return CaseResult(name, op, "passed")
+    except KernorchError as error:
+        return CaseResult(name, op, "unsupported", str(error))
+    except Exception as error:  # an internal error is a kernorch bug: report it as a failure
+        last = traceback.extract_tb(error.__traceback__)[-1]
+        return CaseResult(name, op, "failed", f"{type(error).__name__}: {error} ({last.filename}:{last.lineno})")
+
+
+def run_conformance(cache_dir: Path | None = None, pattern: str = "",
+                    progress: Callable[[Iterator[str]], Iterator[str]] | None = None) -> list[CaseResult]:  # fmt: skip
+    directory = generate_node_tests(cache_dir or default_cache_dir())
+    index: dict[str, dict[str, object]] = json.loads((directory / "cases.json").read_text())
+    names = sorted(n for n in index if pattern in n)
+    iterator = progress(iter(names)) if progress else iter(names)
+    results = []
+    for name in iterator:
+        entry = index[name]
+        results.append(run_case(directory / name, str(entry["op"]), float(entry["rtol"]),  # type: ignore[arg-type]
+                                float(entry["atol"])))  # type: ignore[arg-type]
+    return results
+
+
+def summarize(results: list[CaseResult]) -> dict[str, dict[str, int]]:
+    per_op: dict[str, dict[str, int]] = {}
+    for result in results:
+        counts = per_op.setdefault(result.op, {"passed": 0, "failed": 0, "unsupported": 0})
+        counts[result.status] += 1
+    return per_op

@@ -1,0 +1,115 @@
+"""Bad input: one line naming the cause, exit code 2. Failed check: exit code 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from kernorch.cli import main
+from kernorch.errors import InputMismatch, UnsupportedOperator
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.runtime import run_reference
+from kernorch.testing import random_array, single_op_model
+from kernorch.tools.demo_models import conv_norm_act_block
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def save(model: onnx.ModelProto, path: Path) -> str:
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = conv_norm_act_block().SerializeToString()
+    path = tmp_path / "truncated.onnx"
+    path.write_bytes(data[: len(data) // 3])
+    code, err = run_cli(["check", str(path)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "truncated" in err
+
+
+def test_not_onnx(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_text("this is a text file, not a protobuf\n" * 10)
+    code, err = run_cli(["check", str(path)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "not" in err
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["check", "/nonexistent/model.onnx"], capsys)
+    assert code == 2 and "not found" in err
+
+
+def test_unknown_operator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = random_array((3, 4))
+    model = single_op_model("Hardmax", {"x": x})
+    code, err = run_cli(["check", save(model, tmp_path / "m.onnx")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "Hardmax" in err and "no fission rule" in err
+
+
+def test_unsupported_attribute(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = random_array((1, 1, 4, 4))
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
+    model = single_op_model("Resize", {"x": x}, {"mode": "linear", "antialias": 1}, constants,
+                            input_order=["x", "roi", "scales"], opset=18)  # fmt: skip
+    code, err = run_cli(["check", save(model, tmp_path / "m.onnx")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "antialias" in err and "Resize" in err
+
+
+def test_unsupported_attribute_value_names_op_attribute_and_node() -> None:
+    x = random_array((2, 3))
+    model = single_op_model("Gelu", {"x": x}, {"approximate": "sigmoid"}, opset=20)
+    model.graph.node[0].name = "my_gelu"
+    with pytest.raises(UnsupportedOperator) as info:
+        fission(import_model(model))
+    message = str(info.value)
+    assert "Gelu" in message and "approximate" in message and "my_gelu" in message
+
+
+def _symbolic_model() -> onnx.ModelProto:
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "symbolic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_symbolic_dim_needs_input_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = save(_symbolic_model(), tmp_path / "sym.onnx")
+    code, err = run_cli(["check", path], capsys)
+    assert code == 2 and "'N'" in err and "--input-shape" in err
+    assert main(["check", path, "--input-shape", "x=3x4"]) == 0
+    code, err = run_cli(["check", path, "--input-shape", "x=3x5"], capsys)
+    assert code == 2 and "contradicts" in err
+    code, err = run_cli(["check", path, "--input-shape", "nope=3x4"], capsys)
+    assert code == 2 and "nope" in err
+
+
+def test_wrong_runtime_input_dtype_and_shape() -> None:
+    graph = fission(import_model(conv_norm_act_block(channels=4, size=8)))
+    good = random_array((1, 4, 8, 8))
+    assert run_reference(graph, {"x": good})["y"].shape == (1, 4, 8, 8)
+    with pytest.raises(InputMismatch, match="dtype float64"):
+        run_reference(graph, {"x": good.astype(np.float64)})
+    with pytest.raises(InputMismatch, match=r"shape \(1, 4, 8, 7\)"):
+        run_reference(graph, {"x": good[..., :7]})
+    with pytest.raises(InputMismatch, match="missing"):
+        run_reference(graph, {})
+    assert InputMismatch("x").exit_code == 2
+
+
+def test_failed_check_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = save(conv_norm_act_block(channels=4, size=8), tmp_path / "m.onnx")
+    # A tolerance no float computation meets: the comparison must report failure, not pass.
+    assert main(["check", path, "--rtol", "0"]) == 1
+    assert "FAIL" in capsys.readouterr().out

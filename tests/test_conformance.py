@@ -1,0 +1,46 @@
+"""ONNX backend node tests: no case of an operator with a rule may fail (refusals count as unsupported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernorch.cli import main
+from kernorch.fission import FISSION_RULES
+from kernorch.tools.conformance import default_cache_dir, run_conformance, summarize
+
+
+@pytest.fixture(scope="module")
+def results() -> list:
+    return run_conformance(default_cache_dir())
+
+
+def test_no_case_fails(results: list) -> None:
+    failed = [f"{r.name}: {r.detail}" for r in results if r.status == "failed"]
+    assert not failed, "\n".join(failed)
+
+
+def test_every_ruled_operator_passes_some_case(results: list) -> None:
+    per_op = summarize(results)
+    assert sum(counts["passed"] for counts in per_op.values()) >= 840
+    # Every operator kernorch claims appears in the suite and passes at least one of its cases.
+    tested = {op for op in per_op if op in FISSION_RULES}
+    never_passing = sorted(op for op in tested if per_op[op]["passed"] == 0)
+    assert not never_passing, never_passing
+    for op in ("Softmax", "LayerNormalization", "Resize", "Pad", "Conv", "ConvTranspose", "LSTM", "AveragePool"):
+        assert per_op[op]["passed"] > 0, op
+
+
+def test_refusals_name_the_cause(results: list) -> None:
+    for result in results:
+        if result.status == "unsupported" and result.op in FISSION_RULES:
+            assert result.detail, result.name
+
+
+def test_cli_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "-k", "test_softmax", "-q"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    passed, failed, unsupported = (int(part.split()[0]) for part in last.split(", "))
+    assert passed > 10 and failed == 0
+    assert Path(default_cache_dir() / "cases.json").is_file()
