@@ -1,0 +1,121 @@
+"""Candidate kernels (Korch §4.1): connected convex node sets of a subgraph, each with its output sets.
+
+Convex sets are exactly the differences of two execution states (Korch Theorem 1). kernorch grows
+them directly: every connected convex set can be built from a single node by adding one neighbour at a
+time while staying connected and convex (remove a source or sink that is not a cut vertex, repeatedly),
+so growing from singletons and discarding non-convex sets finds them all. Monotone pruning rules stop
+the growth early. Each node set is kept once (its bitmask is the canonical key).
+
+Output sets (Definition 3): values some other kernel or the subgraph's consumers need. Values not
+consumed inside the kernel are mandatory outputs; values also consumed inside are optional, so one
+node set yields several candidates (multi-output kernels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
+from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.subgraph import Subgraph, is_convex, iter_bits
+
+
+@dataclass
+class Rejection:
+    nodes: tuple[int, ...]
+    rule: str
+    reason: str
+
+
+@dataclass
+class CandidateSet:
+    kernels: list[CandidateKernel]
+    node_sets: int  # distinct convex node sets accepted
+    rejected: list[Rejection] = field(default_factory=list)
+    rejected_counts: dict[str, int] = field(default_factory=dict)
+    capped: bool = False
+
+
+def _reject(result: CandidateSet, sub: Subgraph, mask: int, rule: str, reason: str, keep: int = 200) -> None:
+    result.rejected_counts[rule] = result.rejected_counts.get(rule, 0) + 1
+    if result.rejected_counts[rule] <= keep:
+        result.rejected.append(Rejection(tuple(sub.node_ids[i] for i in iter_bits(mask)), rule, reason))
+
+
+def output_sets(sub: Subgraph, mask: int, epilogues: LinearEpilogues,
+                limits: OrchestrationLimits) -> tuple[list[tuple[str, ...]], str | None]:  # fmt: skip
+    """The output sets of a node set, or a reason why it can have none."""
+    graph = sub.graph
+    members = [sub.node_ids[i] for i in iter_bits(mask)]
+    member_set = set(members)
+    consumed_inside: set[str] = set()
+    for node in members:
+        consumed_inside.update(graph.nodes[node].inputs)
+    outside_mask = ((1 << sub.size) - 1) & ~mask
+    consumed_outside: set[str] = set()
+    for i in iter_bits(outside_mask):
+        consumed_outside.update(graph.nodes[sub.node_ids[i]].inputs)
+    produced = [v for node in members for v in graph.nodes[node].outputs]
+    boundary = [v for v in produced if v in sub.required_outputs or v in consumed_outside]
+    mandatory = [v for v in boundary if v not in consumed_inside]
+    optional = [v for v in boundary if v in consumed_inside]
+    linear = [n for n in members if PRIMITIVES[graph.nodes[n].prim].kind == Kind.LINEAR]
+    if linear:
+        virtual = epilogues.virtual_values(linear[0], member_set)
+        trapped = [v for v in mandatory + optional if v in virtual]
+        if trapped:
+            return [], f"{trapped[0]} is needed outside but exists only inside the library call"
+    if not mandatory:
+        return [], "computes nothing that is needed outside it"
+    if len(optional) <= limits.max_optional_outputs:
+        extra = [c for r in range(len(optional) + 1) for c in combinations(optional, r)]
+    else:
+        extra = [(), tuple(optional)]
+    return [tuple(mandatory) + tuple(e) for e in extra], None
+
+
+def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogues) -> CandidateSet:
+    result = CandidateSet([], 0)
+    monotone = [r for r in PRUNING_RULES if r.monotone]
+    final = [r for r in PRUNING_RULES if not r.monotone]
+    neighbours = [sub.pred_masks[i] | sub.succ_masks[i] for i in range(sub.size)]
+    seen: set[int] = set()
+    frontier = [1 << i for i in range(sub.size)]
+    seen.update(frontier)
+    while frontier:
+        grown: list[int] = []
+        for mask in frontier:
+            violated = next(((r.name, reason) for r in monotone
+                             if (reason := r.check(sub, mask, limits, epilogues)) is not None), None)  # fmt: skip
+            if violated:
+                _reject(result, sub, mask, *violated)
+                continue
+            rejected = next(((r.name, reason) for r in final
+                             if (reason := r.check(sub, mask, limits, epilogues)) is not None), None)  # fmt: skip
+            if rejected:
+                _reject(result, sub, mask, *rejected)
+            else:
+                sets, why_not = output_sets(sub, mask, epilogues, limits)
+                if why_not:
+                    _reject(result, sub, mask, "outputs", why_not)
+                else:
+                    result.node_sets += 1
+                    nodes = tuple(sub.node_ids[i] for i in iter_bits(mask))
+                    result.kernels.extend(make_kernel(sub.graph, nodes, outs) for outs in sets)
+                    if result.node_sets >= limits.max_candidates:
+                        result.capped = True
+                        return result
+            reach = 0
+            for i in iter_bits(mask):
+                reach |= neighbours[i]
+            reach &= ~mask
+            for i in iter_bits(reach):
+                extended = mask | (1 << i)
+                if extended not in seen:
+                    seen.add(extended)
+                    if is_convex(sub, extended):
+                        grown.append(extended)
+        frontier = grown
+    return result

@@ -1,0 +1,142 @@
+"""Orchestration driver: partition, enumerate states and candidates, solve the BLP per subgraph, compose."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernorch.cost.model import CostModel
+from kernorch.ir.graph import Graph
+from kernorch.orchestrate.blp import solve_blp
+from kernorch.orchestrate.candidates import Rejection, enumerate_candidates
+from kernorch.orchestrate.greedy import greedy_kernels
+from kernorch.orchestrate.kernel import CandidateKernel
+from kernorch.orchestrate.plan import Plan, executable_order, validate_plan
+from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.states import enumerate_states
+from kernorch.orchestrate.subgraph import Subgraph, build_subgraphs, partition, split_range
+
+
+@dataclass
+class SubgraphReport:
+    first_node: int
+    primitives: int
+    states: int
+    candidates: int
+    node_sets: int
+    solve_seconds: float
+    status: str
+    optimal: bool
+    gap: float
+    lazy_cuts: int
+    cost: float
+    greedy_cost: float
+    enumerate_seconds: float
+    candidates_capped: bool
+    rejected_counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class OrchestrationResult:
+    plan: Plan
+    greedy_plan: Plan
+    subgraphs: list[SubgraphReport]
+    rejected: list[Rejection]
+    limits: OrchestrationLimits
+    cost_model: str
+    seconds: float
+
+    @property
+    def all_optimal(self) -> bool:
+        return all(s.optimal for s in self.subgraphs)
+
+    def to_json(self) -> dict[str, Any]:
+        graph = self.plan.graph
+        return {
+            "cost_model": self.cost_model,
+            "subgraphs": [
+                {"primitives": s.primitives, "states": s.states, "candidates": s.candidates,
+                 "solve_seconds": round(s.solve_seconds, 4), "status": s.status, "gap": s.gap,
+                 "lazy_cuts": s.lazy_cuts, "cost": s.cost, "greedy_cost": s.greedy_cost}
+                for s in self.subgraphs
+            ],
+            "plan_cost": self.plan.cost,
+            "greedy_cost": self.greedy_plan.cost,
+            "all_optimal": self.all_optimal,
+            "seconds": round(self.seconds, 3),
+            "kernels": [
+                {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
+                 "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}
+                for k, cost in zip(self.plan.kernels, self.plan.costs, strict=True)
+            ],
+        }  # fmt: skip
+
+
+def plan_subgraphs(graph: Graph, limits: OrchestrationLimits) -> list[tuple[Subgraph, int]]:
+    """Partition, then split any range whose execution states exceed the cap. Returns (subgraph, states)."""
+    pending = partition(graph, limits.max_subgraph_size)
+    planned: list[tuple[Subgraph, int]] = []
+    while pending:
+        start, end = pending.pop(0)
+        (sub,) = build_subgraphs(graph, [(start, end)])
+        states = enumerate_states(sub, limits.max_states)
+        if states.capped and end - start > 1:
+            pending[0:0] = split_range(graph, start, end)
+            continue
+        planned.append((sub, len(states.states)))
+    return planned
+
+
+def orchestrate(
+    graph: Graph,
+    cost_model: CostModel,
+    limits: OrchestrationLimits | None = None,
+    progress: Callable[[Iterable[Any]], Iterator[Any]] | None = None,
+) -> OrchestrationResult:
+    limits = limits or OrchestrationLimits()
+    started = time.perf_counter()
+    epilogues = LinearEpilogues(graph)
+    available = set(graph.inputs) | set(graph.constants)
+    plan_kernels: list[CandidateKernel] = []
+    plan_costs: list[float] = []
+    greedy_plan: list[CandidateKernel] = []
+    greedy_costs: list[float] = []
+    reports: list[SubgraphReport] = []
+    rejected: list[Rejection] = []
+    subgraphs = plan_subgraphs(graph, limits)
+    for sub, state_count in (progress(subgraphs) if progress else subgraphs):
+        enumerate_started = time.perf_counter()
+        candidates = enumerate_candidates(sub, limits, epilogues)
+        rejected.extend(candidates.rejected)
+        kernels = list(candidates.kernels)
+        index = {k.key: i for i, k in enumerate(kernels)}
+        greedy = greedy_kernels(sub, limits)
+        greedy_ids = []
+        for kernel in greedy:  # the greedy plan is always a feasible selection of the BLP
+            if kernel.key not in index:
+                index[kernel.key] = len(kernels)
+                kernels.append(kernel)
+            greedy_ids.append(index[kernel.key])
+        costs = [cost_model.cost(k) for k in kernels]
+        enumerate_seconds = time.perf_counter() - enumerate_started
+        result = solve_blp(kernels, costs, sub.required_outputs, available, limits.solver_time_limit, greedy_ids)
+        greedy_order, stuck = executable_order(greedy, available)
+        assert not stuck, "greedy kernels must be executable"
+        greedy_plan.extend(greedy[i] for i in greedy_order)
+        greedy_costs.extend(costs[greedy_ids[i]] for i in greedy_order)
+        plan_kernels.extend(kernels[k] for k in result.chosen)
+        plan_costs.extend(costs[k] for k in result.chosen)
+        available |= sub.required_outputs
+        reports.append(SubgraphReport(
+            first_node=sub.node_ids[0], primitives=sub.size, states=state_count, candidates=len(kernels),
+            node_sets=candidates.node_sets, solve_seconds=result.solve_seconds, status=result.status,
+            optimal=result.optimal, gap=result.gap, lazy_cuts=result.lazy_cuts, cost=result.cost,
+            greedy_cost=sum(costs[i] for i in greedy_ids), enumerate_seconds=enumerate_seconds,
+            candidates_capped=candidates.capped, rejected_counts=dict(candidates.rejected_counts),
+        ))  # fmt: skip
+    validate_plan(graph, plan_kernels)
+    validate_plan(graph, greedy_plan)
+    return OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
+                               reports, rejected, limits, cost_model.name, time.perf_counter() - started)  # fmt: skip

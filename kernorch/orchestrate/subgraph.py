@@ -1,0 +1,161 @@
+"""Subgraphs of the primitive graph as bitmask DAGs, and automatic partitioning of large graphs.
+
+A subgraph is a contiguous range of the graph's topological order; such a range is always convex,
+so plans of consecutive subgraphs compose into a valid plan. Cuts go where few values are live
+across them (the "narrow frontier"), and a range whose execution states exceed the cap is split again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from kernorch.ir.graph import Graph
+
+
+@dataclass
+class Subgraph:
+    graph: Graph
+    node_ids: list[int]  # graph node indices, topological
+    required_outputs: set[str] = field(default_factory=set)  # needed by later subgraphs or graph outputs
+
+    @property
+    def size(self) -> int:
+        return len(self.node_ids)
+
+    @cached_property
+    def local(self) -> dict[int, int]:
+        return {node: i for i, node in enumerate(self.node_ids)}
+
+    @cached_property
+    def producer(self) -> dict[str, int]:
+        """Value name -> local index of the node producing it (only values produced in this subgraph)."""
+        return {out: i for i, node in enumerate(self.node_ids) for out in self.graph.nodes[node].outputs}
+
+    @cached_property
+    def pred_masks(self) -> list[int]:
+        masks = []
+        for node in self.node_ids:
+            mask = 0
+            for value in self.graph.nodes[node].inputs:
+                if value in self.producer:
+                    mask |= 1 << self.producer[value]
+            masks.append(mask)
+        return masks
+
+    @cached_property
+    def succ_masks(self) -> list[int]:
+        masks = [0] * self.size
+        for i, preds in enumerate(self.pred_masks):
+            for j in iter_bits(preds):
+                masks[j] |= 1 << i
+        return masks
+
+    @cached_property
+    def ancestor_masks(self) -> list[int]:
+        masks = [0] * self.size
+        for i in range(self.size):  # topological: predecessors' ancestors are final
+            mask = self.pred_masks[i]
+            for j in iter_bits(self.pred_masks[i]):
+                mask |= masks[j]
+            masks[i] = mask
+        return masks
+
+    @cached_property
+    def descendant_masks(self) -> list[int]:
+        masks = [0] * self.size
+        for i in reversed(range(self.size)):
+            mask = self.succ_masks[i]
+            for j in iter_bits(self.succ_masks[i]):
+                mask |= masks[j]
+            masks[i] = mask
+        return masks
+
+    @cached_property
+    def consumers_outside(self) -> dict[str, bool]:
+        """Value produced here -> whether something outside the subgraph needs it."""
+        return {value: value in self.required_outputs for value in self.producer}
+
+
+def iter_bits(mask: int) -> list[int]:
+    bits = []
+    while mask:
+        low = mask & -mask
+        bits.append(low.bit_length() - 1)
+        mask ^= low
+    return bits
+
+
+def is_convex(sub: Subgraph, mask: int) -> bool:
+    ancestors = descendants = 0
+    for i in iter_bits(mask):
+        ancestors |= sub.ancestor_masks[i]
+        descendants |= sub.descendant_masks[i]
+    return (ancestors & descendants & ~mask) == 0
+
+
+def cut_widths(graph: Graph) -> list[int]:
+    """widths[i]: number of values produced before position i and consumed at or after it."""
+    position = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
+    last_use: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for value in node.inputs:
+            if value in position:
+                last_use[value] = i
+    delta = [0] * (len(graph.nodes) + 1)
+    for value, last in last_use.items():
+        delta[position[value] + 1] += 1
+        delta[last + 1] -= 1
+    widths, running = [], 0
+    for i in range(len(graph.nodes) + 1):
+        running += delta[i]
+        widths.append(running)
+    return widths
+
+
+def partition(graph: Graph, max_size: int) -> list[tuple[int, int]]:
+    """Split positions [0, n) into ranges of at most `max_size` nodes, minimizing the summed cut width
+    (dynamic programming; every cut also pays 1 so fewer, larger subgraphs win ties)."""
+    n = len(graph.nodes)
+    if n == 0:
+        return []
+    widths = cut_widths(graph)
+    best = [0.0] + [float("inf")] * n
+    previous = [0] * (n + 1)
+    for end in range(1, n + 1):
+        for start in range(max(0, end - max_size), end):
+            penalty = 0.0 if start == 0 else widths[start] + 1.0
+            if best[start] + penalty < best[end]:
+                best[end] = best[start] + penalty
+                previous[end] = start
+    ranges = []
+    end = n
+    while end > 0:
+        ranges.append((previous[end], end))
+        end = previous[end]
+    return ranges[::-1]
+
+
+def build_subgraphs(graph: Graph, ranges: list[tuple[int, int]]) -> list[Subgraph]:
+    consumer_positions: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        for value in node.inputs:
+            consumer_positions.setdefault(value, []).append(i)
+    outputs = set(graph.outputs)
+    subgraphs = []
+    for start, end in ranges:
+        required = set()
+        for i in range(start, end):
+            for value in graph.nodes[i].outputs:
+                if value in outputs or any(p >= end for p in consumer_positions.get(value, [])):
+                    required.add(value)
+        subgraphs.append(Subgraph(graph, list(range(start, end)), required))
+    return subgraphs
+
+
+def split_range(graph: Graph, start: int, end: int) -> list[tuple[int, int]]:
+    """Cut one range in two at its narrowest inner position (nearest the middle on ties)."""
+    widths = cut_widths(graph)
+    middle = (start + end) / 2
+    cut = min(range(start + 1, end), key=lambda i: (widths[i], abs(i - middle)))
+    return [(start, cut), (cut, end)]
