@@ -68,7 +68,9 @@ def solve_blp(
     highs.setOptionValue("threads", 1)
     n = len(variables)
     highs.addVars(n, np.zeros(n), np.ones(n))
-    highs.changeColsCost(n, np.arange(n, dtype=np.int32), np.array([costs[k] for k in variables]))
+    # Costs are seconds (~1e-5 per kernel); in those units HiGHS' absolute tolerances swamp the objective.
+    # Scale to microseconds.
+    highs.changeColsCost(n, np.arange(n, dtype=np.int32), np.array([costs[k] * 1e6 for k in variables]))
     highs.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n))
     infinity = highspy.kHighsInf
 

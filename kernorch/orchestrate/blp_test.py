@@ -1,0 +1,190 @@
+"""The BLP optimum equals a brute-force optimum on random small DAGs with random kernel costs.
+
+The oracle is independent of the BLP: Dijkstra over sets of available values, where running a kernel
+whose inputs are available adds its outputs at its cost. The cheapest path to a set holding every
+required value is the cheapest selection that some order can execute.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+
+import numpy as np
+import pytest
+
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.types import TensorType
+from kernorch.orchestrate.blp import solve_blp
+from kernorch.orchestrate.candidates import enumerate_candidates
+from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
+from kernorch.orchestrate.plan import PlanError, executable_order, validate_plan
+from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.subgraph import build_subgraphs
+
+T = TensorType((4,), "float32")
+
+
+def random_dag(rng: random.Random, size: int) -> Graph:
+    """Elementwise primitives; each node reads 1-2 earlier values (or the graph input)."""
+    graph = Graph(inputs=["x"], types={"x": T})
+    values = ["x"]
+    for i in range(size):
+        arity = 1 if rng.random() < 0.4 or len(values) < 2 else 2
+        inputs = tuple(rng.sample(values, arity))
+        out = f"v{i}"
+        graph.nodes.append(Node("exp" if arity == 1 else "add", inputs, (out,)))
+        graph.types[out] = T
+        values.append(out)
+    consumed = {v for n in graph.nodes for v in n.inputs}
+    sinks = [n.outputs[0] for n in graph.nodes if n.outputs[0] not in consumed]
+    extra = [n.outputs[0] for n in graph.nodes if rng.random() < 0.15]
+    graph.outputs = sorted(set(sinks + extra))
+    return graph
+
+
+def oracle(kernels: list[CandidateKernel], costs: list[float], required: set[str], available: set[str]) -> float:
+    start = frozenset(available)
+    best = {start: 0.0}
+    queue = [(0.0, 0, start)]
+    counter = 0
+    while queue:
+        cost, _, have = heapq.heappop(queue)
+        if cost > best.get(have, math.inf):
+            continue
+        if required <= have:
+            return cost
+        for kernel, kernel_cost in zip(kernels, costs, strict=True):
+            if set(kernel.outputs) <= have or not set(kernel.inputs) <= have:
+                continue
+            grown = have | set(kernel.outputs)
+            if cost + kernel_cost < best.get(grown, math.inf):
+                best[grown] = cost + kernel_cost
+                counter += 1
+                heapq.heappush(queue, (cost + kernel_cost, counter, grown))
+    return math.inf
+
+
+def candidates_for(graph: Graph, limits: OrchestrationLimits) -> tuple[list[CandidateKernel], set[str]]:
+    (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+    return enumerate_candidates(sub, limits, LinearEpilogues(graph)).kernels, sub.required_outputs
+
+
+@pytest.mark.parametrize("seed", range(220))
+def test_blp_matches_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    graph = random_dag(rng, rng.randint(3, 7))
+    kernels, required = candidates_for(graph, OrchestrationLimits(max_kernel_size=4))
+    # Random costs; every few seeds make fused kernels cheap so multi-output and redundant plans win.
+    fused_discount = rng.choice([1.0, 0.5, 0.2])
+    costs = [rng.uniform(1, 10) * (fused_discount ** (len(k.nodes) - 1)) for k in kernels]
+    available = set(graph.inputs)
+    expected = oracle(kernels, costs, required, available)
+    result = solve_blp(kernels, costs, required, available, time_limit=30)
+    assert result.optimal
+    assert result.cost == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    validate_plan(graph, [kernels[k] for k in result.chosen])
+
+
+def _graph(edges: dict[str, tuple[str, ...]], outputs: list[str]) -> Graph:
+    graph = Graph(inputs=["x"], outputs=outputs, types={"x": T})
+    for name, inputs in edges.items():
+        graph.nodes.append(Node("add" if len(inputs) == 2 else "exp", inputs, (name,)))
+        graph.types[name] = T
+    return graph
+
+
+def test_redundancy_wins_figure_4() -> None:
+    """p1 feeds three consumers: running p1 inside each consumer's kernel beats materializing it."""
+    graph = _graph({"p1": ("x",), "a": ("p1",), "b": ("p1",), "c": ("p1",)}, ["a", "b", "c"])
+    kernels, required = candidates_for(graph, OrchestrationLimits())
+    costs = [10.0 if len(k.nodes) == 1 else 11.0 if len(k.nodes) == 2 and len(k.outputs) == 1 else 100.0
+             for k in kernels]  # fmt: skip
+    result = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
+    chosen = [kernels[k] for k in result.chosen]
+    assert result.cost == pytest.approx(33.0)
+    assert sum(0 in k.nodes for k in chosen) == 3  # p1 (node 0) executed in three kernels
+    assert result.cost == pytest.approx(oracle(kernels, costs, required, {"x"}))
+
+
+def test_redundancy_loses_when_recompute_is_expensive() -> None:
+    graph = _graph({"p1": ("x",), "a": ("p1",), "b": ("p1",), "c": ("p1",)}, ["a", "b", "c"])
+    kernels, required = candidates_for(graph, OrchestrationLimits())
+    costs = [1.0 if len(k.nodes) == 1 else 50.0 for k in kernels]
+    result = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
+    assert result.cost == pytest.approx(4.0)
+    assert all(len(kernels[k].nodes) == 1 for k in result.chosen)
+
+
+def test_cyclic_selection_is_cut() -> None:
+    """a and c feed both b and d. Kernels {a,b}→(a,b) and {c,d}→(c,d) are cheap and satisfy the paper's
+    constraints together, yet each needs the other's first primitive: no order runs them."""
+    graph = _graph({"a": ("x",), "c": ("x",), "b": ("a", "c"), "d": ("a", "c")}, ["b", "d"])
+    kernels, required = candidates_for(graph, OrchestrationLimits())
+    by_nodes = {(k.nodes, frozenset(k.outputs)): i for i, k in enumerate(kernels)}
+    # nodes in graph order: a=0, c=1, b=2, d=3
+    tempting = {by_nodes[((0, 2), frozenset("ab"))], by_nodes[((1, 3), frozenset("cd"))]}
+    costs = [1.0 if i in tempting else 10.0 for i in range(len(kernels))]
+    _, stuck = executable_order([kernels[i] for i in tempting], {"x"})
+    assert stuck, "the tempting pair must be unexecutable"
+    result = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
+    assert result.lazy_cuts >= 1
+    assert set(result.chosen) != tempting
+    assert result.cost == pytest.approx(oracle(kernels, costs, required, {"x"}))
+    validate_plan(graph, [kernels[k] for k in result.chosen])
+
+
+def test_validator_rejects_broken_plans() -> None:
+    graph = _graph({"a": ("x",), "b": ("a",), "c": ("b",)}, ["c"])
+    first = make_kernel(graph, (0,), ("a",))
+    second = make_kernel(graph, (1, 2), ("c",))
+    validate_plan(graph, [first, second])
+    with pytest.raises(PlanError, match="before any kernel produces it"):
+        validate_plan(graph, [second, first])
+    with pytest.raises(PlanError, match="never produced"):
+        validate_plan(graph, [first])
+    with pytest.raises(PlanError, match="does not compute"):
+        validate_plan(graph, [first, make_kernel(graph, (1,), ("c",))])
+    # a kernel whose primitive needs a value that is not among its inputs
+    broken = CandidateKernel((2,), ("a",), ("c",), graph)
+    with pytest.raises(PlanError, match="not an input of the kernel"):
+        validate_plan(graph, [first, broken])
+
+
+def test_candidates_are_exactly_the_connected_state_differences() -> None:
+    """Theorem 1 cross-check: grown node sets == connected differences of two execution states."""
+    from kernorch.orchestrate.states import enumerate_states
+    from kernorch.orchestrate.subgraph import iter_bits
+
+    for seed in range(30):
+        graph = random_dag(random.Random(1000 + seed), 7)
+        (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+        limits = OrchestrationLimits(max_kernel_size=100)
+        states = enumerate_states(sub, 10_000).states
+        differences = {b & ~a for a in states for b in states if a & b == a and a != b}
+
+        def connected(mask: int) -> bool:
+            start = mask & -mask
+            reached, frontier = start, start
+            while frontier:
+                grown = 0
+                for i in iter_bits(frontier):
+                    grown |= (sub.pred_masks[i] | sub.succ_masks[i]) & mask
+                frontier, reached = grown & ~reached, reached | grown
+            return reached == mask
+
+        expected = {d for d in differences if connected(d)}
+        grown = enumerate_candidates(sub, limits, LinearEpilogues(graph))
+        found = {sum(1 << sub.local[n] for n in k.nodes) for k in grown.kernels}
+        rejected = {sum(1 << sub.local[n] for n in r.nodes) for r in grown.rejected}
+        assert found | rejected == expected
+
+
+def test_costs_are_never_infinite_in_the_model() -> None:
+    graph = _graph({"a": ("x",), "b": ("a",)}, ["b"])
+    kernels, required = candidates_for(graph, OrchestrationLimits())
+    costs = [math.inf if len(k.nodes) == 2 else 1.0 for k in kernels]
+    result = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
+    assert all(len(kernels[k].nodes) == 1 for k in result.chosen)
+    assert np.isfinite(result.cost)
