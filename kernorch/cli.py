@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from kernorch.errors import KernorchError
 from kernorch.frontend import parse_input_shapes
+
+if TYPE_CHECKING:
+    from kernorch.orchestrate import OrchestrationResult
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -26,6 +31,81 @@ def cmd_check(args: argparse.Namespace) -> int:
     report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol)
     print("\n".join(report.lines()))
     return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
+    from kernorch.orchestrate import OrchestrationLimits
+
+    defaults = OrchestrationLimits()
+    parser.add_argument("--cost", choices=["analytic"], default="analytic",
+                        help="cost model: analytic roofline (measured profiling arrives with codegen)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "v100", "a100", "h100"],
+                        help="roofline parameters: 'cpu' calibrates this machine (cached); others are presets")
+    parser.add_argument("--max-kernel-size", type=int, default=defaults.max_kernel_size,
+                        help=f"max primitives per kernel (default {defaults.max_kernel_size})")
+    parser.add_argument("--max-subgraph-size", type=int, default=defaults.max_subgraph_size,
+                        help=f"max primitives per subgraph before partitioning (default {defaults.max_subgraph_size})")
+    parser.add_argument("--time-limit", type=float, default=defaults.solver_time_limit,
+                        help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
+
+
+def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
+    from tqdm import tqdm
+
+    from kernorch.cost.analytic import AnalyticCostModel, device_by_name
+    from kernorch.fission import fission
+    from kernorch.frontend import import_model
+    from kernorch.orchestrate import OrchestrationLimits, orchestrate
+
+    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0:
+        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive")
+    graph = fission(import_model(args.model, parse_input_shapes(args.input_shape)))
+    limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
+                                 solver_time_limit=args.time_limit)  # fmt: skip
+    cost_model = AnalyticCostModel(device_by_name(args.device))
+    return orchestrate(graph, cost_model, limits,
+                       progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
+                                                   leave=False, disable=not show_progress or None))  # fmt: skip
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    result = _orchestrate(args, show_progress=not args.json)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+        return EXIT_OK
+    print(f"{'#':>3} {'first':>5} {'prims':>5} {'states':>6} {'cands':>6} {'solve s':>8}  {'cost us':>9} "
+          f"{'greedy us':>9}  status")  # fmt: skip
+    for i, s in enumerate(result.subgraphs):
+        print(f"{i:>3} {s.first_node:>5} {s.primitives:>5} {s.states:>6} {s.candidates:>6} {s.solve_seconds:>8.3f}  "
+              f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}")  # fmt: skip
+    plan, greedy = result.plan, result.greedy_plan
+    print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; greedy fusion {greedy.cost * 1e3:.3f} ms "
+          f"in {len(greedy.kernels)} kernels ({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; "
+          f"{result.seconds:.1f} s")  # fmt: skip
+    if not result.all_optimal:
+        print("WARNING: not every subgraph was solved to proven optimality (see status)")
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    result = _orchestrate(args, show_progress=True)
+    graph = result.plan.graph
+    for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
+        origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
+        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
+        print(f"    from: {', '.join(origins)}")
+        print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
+    print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
+    if args.rejected:
+        counts: dict[str, int] = {}
+        for report in result.subgraphs:
+            for rule, count in report.rejected_counts.items():
+                counts[rule] = counts.get(rule, 0) + count
+        print("rejected candidates by rule: " + ", ".join(f"{rule} {n}" for rule, n in sorted(counts.items())))
+        for rejection in result.rejected[: args.rejected]:
+            prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
+            print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
+    return EXIT_OK
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
@@ -103,6 +183,30 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("-v", "--verbose", action="store_true", help="also list every unsupported case")
     conformance.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     conformance.set_defaults(handler=cmd_conformance)
+
+    optimize = commands.add_parser(
+        "optimize", help="find the optimal kernel orchestration of a model (Korch BLP) and report it",
+        description="Fission MODEL, partition the primitive graph into subgraphs, enumerate execution states "
+        "and candidate kernels, and solve the kernel-orchestration BLP with HiGHS. Prints per subgraph the "
+        "primitives, states, candidates, solve seconds and solver status, then the plan cost next to the "
+        "greedy-fusion baseline on the same cost model.",
+    )  # fmt: skip
+    _add_model_args(optimize)
+    _add_orchestration_args(optimize)
+    optimize.add_argument("--json", action="store_true",
+                          help="one JSON object: subgraphs, plan_cost, greedy_cost, kernels")  # fmt: skip
+    optimize.set_defaults(handler=cmd_optimize)
+
+    explain = commands.add_parser(
+        "explain", help="print the chosen kernels and, on request, rejected candidates with the reason",
+        description="Orchestrate MODEL like `optimize`, then list every kernel of the plan with its primitives, "
+        "the ONNX nodes they came from and the values it writes. --rejected N also lists N rejected candidate "
+        "kernels with the pruning rule and reason.",
+    )  # fmt: skip
+    _add_model_args(explain)
+    _add_orchestration_args(explain)
+    explain.add_argument("--rejected", type=int, default=0, metavar="N", help="list N rejected candidates")
+    explain.set_defaults(handler=cmd_explain)
 
     demo = commands.add_parser(
         "demo", help="fission and check the built-in models (self-attention, conv-norm-act)",

@@ -79,12 +79,49 @@ def test_blp_matches_brute_force(seed: int) -> None:
     # Random costs; every few seeds make fused kernels cheap so multi-output and redundant plans win.
     fused_discount = rng.choice([1.0, 0.5, 0.2])
     costs = [rng.uniform(1, 10) * (fused_discount ** (len(k.nodes) - 1)) for k in kernels]
+    if seed % 3 == 0:
+        # Tempt the solver: two-node multi-output kernels nearly free, so mutually dependent pairs look best.
+        costs = [c * 0.01 if len(k.outputs) > 1 and len(k.nodes) == 2 else c for c, k in zip(costs, kernels, strict=True)]
     available = set(graph.inputs)
     expected = oracle(kernels, costs, required, available)
     result = solve_blp(kernels, costs, required, available, time_limit=30)
     assert result.optimal
     assert result.cost == pytest.approx(expected, rel=1e-9, abs=1e-9)
     validate_plan(graph, [kernels[k] for k in result.chosen])
+
+
+def _mutually_dependent_pairs(kernels: list[CandidateKernel]) -> list[tuple[int, int]]:
+    pairs = []
+    for i, first in enumerate(kernels):
+        for j in range(i + 1, len(kernels)):
+            second = kernels[j]
+            if set(first.inputs) & set(second.outputs) and set(second.inputs) & set(first.outputs):
+                pairs.append((i, j))
+    return pairs
+
+
+def test_random_cyclic_temptations() -> None:
+    """Random DAGs where mutually dependent kernel pairs are made almost free: the solver must cut them."""
+    cut_cases = 0
+    tried = 0
+    for seed in range(400):
+        rng = random.Random(5000 + seed)
+        graph = random_dag(rng, rng.randint(5, 8))
+        kernels, required = candidates_for(graph, OrchestrationLimits(max_kernel_size=3))
+        pairs = _mutually_dependent_pairs(kernels)
+        if not pairs:
+            continue
+        tried += 1
+        tempting = set(rng.choice(pairs))
+        costs = [0.01 if i in tempting else rng.uniform(1, 10) for i in range(len(kernels))]
+        result = solve_blp(kernels, costs, required, set(graph.inputs), time_limit=30)
+        assert result.cost == pytest.approx(oracle(kernels, costs, required, set(graph.inputs)), rel=1e-9)
+        validate_plan(graph, [kernels[k] for k in result.chosen])
+        cut_cases += result.lazy_cuts > 0
+        if tried == 60:
+            break
+    assert tried == 60
+    assert cut_cases >= 10, f"only {cut_cases} of {tried} cases needed a cut: the family does not tempt"
 
 
 def _graph(edges: dict[str, tuple[str, ...]], outputs: list[str]) -> Graph:
