@@ -79,9 +79,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"{i:>3} {s.first_node:>5} {s.primitives:>5} {s.states:>6} {s.candidates:>6} {s.solve_seconds:>8.3f}  "
               f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}")  # fmt: skip
     plan, greedy = result.plan, result.greedy_plan
-    print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; greedy fusion {greedy.cost * 1e3:.3f} ms "
-          f"in {len(greedy.kernels)} kernels ({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; "
-          f"{result.seconds:.1f} s")  # fmt: skip
+    print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; "
+          f"greedy fusion {greedy.cost * 1e3:.3f} ms in {len(greedy.kernels)} kernels "
+          f"({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; {result.seconds:.1f} s")
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
     return EXIT_OK

@@ -113,8 +113,8 @@ def solve_blp(
             raise OrchestrationError("the kernel-orchestration BLP is infeasible")
         if info.primal_solution_status != 2:  # 2 = feasible solution available
             raise OrchestrationError(f"no plan found: solver status {highs.modelStatusToString(model_status)}")
-        values = highs.getSolution().col_value
-        chosen = [variables[i] for i in range(n) if values[i] > 0.5]
+        solution_values = highs.getSolution().col_value
+        chosen = [variables[i] for i in range(n) if solution_values[i] > 0.5]
         order, stuck = executable_order([candidates[k] for k in chosen], available)
         if not stuck:
             optimal = model_status == highspy.HighsModelStatus.kOptimal

@@ -21,7 +21,7 @@ from kernorch.orchestrate.candidates import enumerate_candidates
 from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
 from kernorch.orchestrate.plan import PlanError, executable_order, validate_plan
 from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
-from kernorch.orchestrate.subgraph import build_subgraphs
+from kernorch.orchestrate.subgraph import Subgraph, build_subgraphs
 
 T = TensorType((4,), "float32")
 
@@ -81,7 +81,8 @@ def test_blp_matches_brute_force(seed: int) -> None:
     costs = [rng.uniform(1, 10) * (fused_discount ** (len(k.nodes) - 1)) for k in kernels]
     if seed % 3 == 0:
         # Tempt the solver: two-node multi-output kernels nearly free, so mutually dependent pairs look best.
-        costs = [c * 0.01 if len(k.outputs) > 1 and len(k.nodes) == 2 else c for c, k in zip(costs, kernels, strict=True)]
+        costs = [c * 0.01 if len(k.outputs) > 1 and len(k.nodes) == 2 else c
+                 for c, k in zip(costs, kernels, strict=True)]  # fmt: skip
     available = set(graph.inputs)
     expected = oracle(kernels, costs, required, available)
     result = solve_blp(kernels, costs, required, available, time_limit=30)
@@ -201,7 +202,7 @@ def test_candidates_are_exactly_the_connected_state_differences() -> None:
         states = enumerate_states(sub, 10_000).states
         differences = {b & ~a for a in states for b in states if a & b == a and a != b}
 
-        def connected(mask: int) -> bool:
+        def connected(mask: int, sub: Subgraph = sub) -> bool:
             start = mask & -mask
             reached, frontier = start, start
             while frontier:

@@ -2,8 +2,10 @@
 
 A monotone rule, once violated by a node set, is violated by every superset, so the enumeration stops
 growing that set (all rules below are monotone; a non-monotone rule would only reject the set itself).
-Kernels are connected by construction: the enumeration grows sets through data edges only. The rules encode what the backends can generate: a library call (matmul/conv) takes
-at most a transposed operand and a bias; opaque primitives run alone; kernels have a maximum size.
+Kernels are connected by construction: the enumeration grows sets through data edges only.
+
+The rules encode what the backends can generate: a library call (matmul/conv) takes at most a
+transposed operand and a bias; opaque primitives run alone; kernels have a maximum size.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class LinearEpilogues:
     def transposed_operands(self, linear: int) -> set[int]:
         """Transposes swapping the last two axes of a matmul operand: consumed through strides, no copy."""
         node = self.graph.nodes[linear]
-        found = set()
+        found: set[int] = set()
         if node.prim != "matmul":
             return found
         for value in node.inputs:

@@ -5,7 +5,8 @@ It is the executable specification of a primitive graph; compiled plans are chec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,3 +55,20 @@ def run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np
             if remaining_uses[name] == 0 and name not in keep:
                 del values[name]
     return {name: values[name] for name in graph.outputs}
+
+
+def run_plan_reference(graph: Graph, kernels: Sequence[Any], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Execute a plan kernel by kernel with the reference primitives: each kernel sees only its inputs,
+    keeps intermediates private and publishes only its outputs. Checks a plan's semantics (including
+    redundant computation) without any code generation."""
+    memory: dict[str, np.ndarray] = dict(graph.constants)
+    memory.update(check_feeds(graph, feeds))
+    for kernel in kernels:
+        local = {name: memory[name] for name in kernel.inputs}
+        for index in kernel.nodes:
+            node = graph.nodes[index]
+            results = run_primitive(node.prim, [local[v] for v in node.inputs], node.attr_dict)
+            local.update(zip(node.outputs, results, strict=True))
+        for name in kernel.outputs:
+            memory[name] = local[name]
+    return {name: memory[name] for name in graph.outputs}

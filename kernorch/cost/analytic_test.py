@@ -1,0 +1,58 @@
+"""Roofline arithmetic on hand-computable kernels, presets, and the calibration cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernorch.cost.analytic import DEVICE_PRESETS, AnalyticCostModel, DeviceSpec, calibrate_this_machine
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.types import TensorType
+from kernorch.orchestrate.kernel import make_kernel
+
+DEVICE = DeviceSpec("test", bandwidth=1e9, peak_flops=1e12, kernel_overhead=1e-6)
+
+
+def chain() -> Graph:
+    t = TensorType((1000,), "float32")
+    graph = Graph(inputs=["x"], outputs=["b"], types={"x": t, "a": t, "b": t})
+    graph.nodes = [Node("relu", ("x",), ("a",)), Node("exp", ("a",), ("b",))]
+    return graph
+
+
+def test_fusion_saves_memory_traffic() -> None:
+    graph = chain()
+    model = AnalyticCostModel(DEVICE)
+    separate = model.cost(make_kernel(graph, (0,), ("a",))) + model.cost(make_kernel(graph, (1,), ("b",)))
+    fused = model.cost(make_kernel(graph, (0, 1), ("b",)))
+    # separate: 2 kernels x 8000 bytes at 1 GB/s; fused: one kernel moving 8000 bytes.
+    assert separate == pytest.approx(2 * (8000 / 1e9 + 1e-6))
+    assert fused == pytest.approx(8000 / 1e9 + 1e-6)
+    multi_output = model.cost(make_kernel(graph, (0, 1), ("b", "a")))
+    assert multi_output == pytest.approx(12000 / 1e9 + 1e-6)
+
+
+def test_matmul_is_compute_bound() -> None:
+    a, b, c = TensorType((64, 64), "float32"), TensorType((64, 64), "float32"), TensorType((64, 64), "float32")
+    graph = Graph(inputs=["a", "b"], outputs=["c"], types={"a": a, "b": b, "c": c})
+    graph.nodes = [Node("matmul", ("a", "b"), ("c",))]
+    compute_bound = DeviceSpec("slow alu", bandwidth=1e12, peak_flops=1e9, kernel_overhead=1e-6)
+    cost = AnalyticCostModel(compute_bound).cost(make_kernel(graph, (0,), ("c",)))
+    assert cost == pytest.approx(2 * 64**3 / 1e9 + 1e-6)
+
+
+def test_presets_follow_public_specs() -> None:
+    assert DEVICE_PRESETS["a100"].bandwidth > DEVICE_PRESETS["v100"].bandwidth
+    assert DEVICE_PRESETS["h100"].peak_flops > DEVICE_PRESETS["a100"].peak_flops
+
+
+def test_calibration_is_cached_and_survives_corruption(tmp_path: Path) -> None:
+    first = calibrate_this_machine(tmp_path)
+    assert first.bandwidth > 1e8 and first.peak_flops > 1e8 and first.kernel_overhead > 0
+    cached = json.loads((tmp_path / "calibration.json").read_text())
+    assert cached["device"]["bandwidth"] == first.bandwidth
+    assert calibrate_this_machine(tmp_path) == first  # read back, not re-measured
+    (tmp_path / "calibration.json").write_text("{not json")
+    assert calibrate_this_machine(tmp_path).bandwidth > 1e8

@@ -1,0 +1,57 @@
+"""Partitioning: contiguous convex ranges within the size limit, cut where the frontier is narrow."""
+
+from __future__ import annotations
+
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.types import TensorType
+from kernorch.orchestrate.orchestrator import plan_subgraphs
+from kernorch.orchestrate.pruning import OrchestrationLimits
+from kernorch.orchestrate.subgraph import cut_widths, partition
+from kernorch.tools.demo_models import self_attention_block
+
+
+def test_partition_covers_graph_within_limits() -> None:
+    graph = fission(import_model(self_attention_block()))
+    for size in (3, 8, 16, 100):
+        ranges = partition(graph, size)
+        assert ranges[0][0] == 0 and ranges[-1][1] == len(graph.nodes)
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(0 < end - start <= size for start, end in ranges)
+
+
+def _diamond_chain(blocks: int) -> Graph:
+    """A prologue, then blocks of 5 primitives (three branches joined by two adds) linked by one value."""
+    t = TensorType((8,), "float32")
+    graph = Graph(inputs=["x"], types={"x": t, "p": t})
+    graph.nodes = [Node("relu", ("x",), ("p",))]
+    current = "p"
+    for b in range(blocks):
+        e, n, a, s1, s2 = (f"b{b}_{k}" for k in ("exp", "neg", "abs", "sum1", "sum2"))
+        graph.nodes += [
+            Node("exp", (current,), (e,)), Node("neg", (current,), (n,)), Node("abs", (current,), (a,)),
+            Node("add", (e, n), (s1,)), Node("add", (s1, a), (s2,)),
+        ]  # fmt: skip
+        graph.types.update({v: t for v in (e, n, a, s1, s2)})
+        current = s2
+    graph.outputs = [current]
+    return graph
+
+
+def test_partition_cuts_at_the_narrow_frontier() -> None:
+    graph = _diamond_chain(4)
+    widths = cut_widths(graph)
+    assert [widths[i] for i in (1, 6, 11, 16)] == [1, 1, 1, 1]
+    assert all(widths[i] >= 2 for i in range(2, 21) if (i - 1) % 5)
+    assert [start for start, _ in partition(graph, 5)[1:]] == [1, 6, 11, 16]
+    assert [start for start, _ in partition(graph, 6)[1:]] == [6, 11, 16]
+    assert [start for start, _ in partition(graph, 11)[1:]] == [11]
+
+
+def test_state_cap_splits_subgraphs() -> None:
+    graph = fission(import_model(self_attention_block()))
+    roomy = plan_subgraphs(graph, OrchestrationLimits(max_subgraph_size=64, max_states=100_000))
+    tight = plan_subgraphs(graph, OrchestrationLimits(max_subgraph_size=64, max_states=20))
+    assert len(roomy) == 1
+    assert len(tight) > 1 and all(states <= 20 for _, states in tight)

@@ -1,0 +1,73 @@
+"""Every shared model orchestrates to proven optimality, never worse than greedy, and its plan — run
+kernel by kernel with the reference primitives — computes what the whole primitive graph computes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernorch.cli import main
+from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.orchestrate import orchestrate, validate_plan
+from kernorch.runtime import run_plan_reference, run_reference
+from kernorch.tools.check import random_inputs
+
+from .conftest import shared_models
+
+MODELS = shared_models()
+COST = AnalyticCostModel(DEVICE_PRESETS["v100"])
+
+
+@pytest.mark.skipif(not MODELS, reason="../shared/models not present")
+@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+def test_model_orchestrates_optimally(path: Path) -> None:
+    model = import_model(path)
+    graph = fission(model)
+    result = orchestrate(graph, COST)
+    assert result.all_optimal, [s.status for s in result.subgraphs]
+    assert result.plan.cost <= result.greedy_plan.cost * (1 + 1e-9)
+    for report in result.subgraphs:
+        assert report.cost <= report.greedy_cost * (1 + 1e-9)
+    validate_plan(graph, result.plan.kernels)
+    feeds = random_inputs(model)
+    expected = run_reference(graph, feeds)
+    for plan in (result.plan, result.greedy_plan):
+        actual = run_plan_reference(graph, plan.kernels, feeds)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(actual[name], value)
+
+
+def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernorch.tools.demo_models import self_attention_block
+
+    path = tmp_path / "attention.onnx"
+    path.write_bytes(self_attention_block().SerializeToString())
+    assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"subgraphs", "plan_cost", "greedy_cost", "kernels"} <= set(report)
+    assert set(report["subgraphs"][0]) >= {"primitives", "states", "candidates", "solve_seconds", "status"}
+    assert all(s["status"] == "optimal" for s in report["subgraphs"])
+    assert report["plan_cost"] <= report["greedy_cost"]
+    assert sum(s["primitives"] for s in report["subgraphs"]) == 34
+    covered = {n for k in report["kernels"] for n in k["nodes"]}
+    assert covered == set(range(34))
+
+    assert main(["optimize", str(path), "--device", "h100"]) == 0
+    text = capsys.readouterr().out
+    assert "plan cost" in text and "greedy fusion" in text and "optimal" in text
+
+    assert main(["explain", str(path), "--device", "v100", "--rejected", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "kernel 0:" in text and "rejected candidates by rule" in text and "library call" in text
+
+
+def test_optimize_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"\x00garbage")
+    assert main(["optimize", str(path)]) == 2
+    assert "not" in capsys.readouterr().err
