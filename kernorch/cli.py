@@ -77,7 +77,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
           f"{'greedy us':>9}  status")  # fmt: skip
     for i, s in enumerate(result.subgraphs):
         print(f"{i:>3} {s.first_node:>5} {s.primitives:>5} {s.states:>6} {s.candidates:>6} {s.solve_seconds:>8.3f}  "
-              f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}")  # fmt: skip
+              f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}"
+              + ("  [candidate cap hit: optimal over the enumerated candidates only]" if s.candidates_capped else ""))
     plan, greedy = result.plan, result.greedy_plan
     print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; "
           f"greedy fusion {greedy.cost * 1e3:.3f} ms in {len(greedy.kernels)} kernels "

@@ -59,7 +59,8 @@ class OrchestrationResult:
             "subgraphs": [
                 {"primitives": s.primitives, "states": s.states, "candidates": s.candidates,
                  "solve_seconds": round(s.solve_seconds, 4), "status": s.status, "gap": s.gap,
-                 "lazy_cuts": s.lazy_cuts, "cost": s.cost, "greedy_cost": s.greedy_cost}
+                 "lazy_cuts": s.lazy_cuts, "cost": s.cost, "greedy_cost": s.greedy_cost,
+                 "candidates_capped": s.candidates_capped}
                 for s in self.subgraphs
             ],
             "plan_cost": self.plan.cost,

@@ -1,0 +1,53 @@
+"""Orchestrator behaviour at its limits: caps are reported and the plan stays valid and ≤ greedy."""
+
+from __future__ import annotations
+
+from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.orchestrate import OrchestrationLimits, orchestrate, validate_plan
+from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
+
+COST = AnalyticCostModel(DEVICE_PRESETS["a100"])
+
+
+def test_candidate_cap_is_reported_and_plan_stays_valid() -> None:
+    graph = fission(import_model(self_attention_block()))
+    result = orchestrate(graph, COST, OrchestrationLimits(max_candidates=10))
+    assert any(s.candidates_capped for s in result.subgraphs)
+    assert result.to_json()["subgraphs"][-1]["candidates_capped"] in (True, False)
+    validate_plan(graph, result.plan.kernels)
+    assert result.plan.cost <= result.greedy_plan.cost * (1 + 1e-9)
+
+
+def test_fusion_beats_greedy_and_uses_multi_primitive_kernels() -> None:
+    graph = fission(import_model(conv_norm_act_block()))
+    result = orchestrate(graph, COST)
+    assert result.all_optimal
+    assert result.plan.cost < result.greedy_plan.cost
+    assert max(len(k.nodes) for k in result.plan.kernels) > 1
+    # a reduction and a broadcast consumer of it (back to the full shape) share a kernel: norm fused
+    def reduce_then_broadcast(nodes: tuple[int, ...]) -> bool:
+        for r in nodes:
+            if graph.nodes[r].prim != "reduce_sum":
+                continue
+            full = graph.types[graph.nodes[r].inputs[0]].shape
+            reduced = graph.nodes[r].outputs[0]
+            downstream = {reduced}
+            for n in nodes:
+                if n > r and downstream & set(graph.nodes[n].inputs):
+                    downstream.update(graph.nodes[n].outputs)
+                    if graph.types[graph.nodes[n].outputs[0]].shape == full:
+                        return True
+        return False
+
+    assert any(reduce_then_broadcast(k.nodes) for k in result.plan.kernels)
+
+
+def test_linear_primitives_run_as_library_calls() -> None:
+    graph = fission(import_model(self_attention_block()))
+    result = orchestrate(graph, COST)
+    for kernel in result.plan.kernels:
+        prims = [graph.nodes[n].prim for n in kernel.nodes]
+        if "matmul" in prims:
+            assert set(prims) <= {"matmul", "transpose", "add"}, prims
