@@ -1,0 +1,1 @@
+"""Codegen: turn planned kernels into something that runs (generated C, PyTorch calls, reference)."""

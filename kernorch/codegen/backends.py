@@ -1,0 +1,55 @@
+"""Which backend runs a kernel — decided here, so orchestration never needs to know C or torch.
+
+- "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
+- "library": a linear primitive (with an absorbed operand transpose and/or bias) as a PyTorch call;
+- "reference": a single primitive nothing else generates (e.g. the opaque LSTM scan), run by its
+  reference implementation so every primitive stays executable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernorch.codegen.loops import NotGeneratable, describe
+from kernorch.cost.model import CostModel
+from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.orchestrate.kernel import CandidateKernel
+
+LIBRARY_DTYPES = {"float32", "float64"}
+
+
+def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
+    """(backend name, reason); backend is None when no backend can run the kernel."""
+    prims = kernel.primitives
+    kinds = {PRIMITIVES[n.prim].kind for n in prims}
+    if Kind.LINEAR in kinds:
+        linear = next(n for n in prims if PRIMITIVES[n.prim].kind == Kind.LINEAR)
+        if kernel.graph.types[linear.outputs[0]].dtype in LIBRARY_DTYPES:
+            return "library", f"{linear.prim} via PyTorch"
+        return (None, "library calls need float32/float64") if len(prims) > 1 else ("reference", "fallback")
+    try:
+        describe(kernel)
+        return "c", "generated C"
+    except NotGeneratable as error:
+        if len(prims) == 1:
+            return "reference", f"reference implementation ({error})"
+        return None, str(error)
+
+
+@dataclass
+class GeneratableCost:
+    """Wrap a cost model: kernels no backend can run cost infinity and never enter the BLP."""
+
+    base: CostModel
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        backend, _ = choose_backend(candidate)
+        return math.inf if backend is None else self.base.cost(candidate)
+
+
+__all__ = ["GeneratableCost", "NotGeneratable", "choose_backend"]

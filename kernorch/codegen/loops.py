@@ -1,0 +1,443 @@
+"""Describe a fused memory-intensive kernel as loops over expression trees, independent of any language.
+
+A kernel becomes `KernelLoops`: its buffers and a list of phases. Each phase loops over a shape and
+stores an expression per element (a kernel output, or a reduction/pooling result kept in scratch). An
+expression tree inlines every producer inside the kernel; layout primitives only transform indices.
+
+Two schedules:
+- row: every primitive is elementwise or a reduction over the same axes R of the same shape S
+  (softmax, layer/instance norm). One parallel loop over the rows; per row the reductions run into
+  scalars and the outputs are written, so the row stays in cache.
+- phased: any mix (layout, pooling, resize...): each reduction/pooling result is materialized in a
+  scratch buffer by its own loop nest, then each output is computed by its own loop nest.
+
+Trees are tuples: index ('var', name) | ('lit', int) | ('+'|'-'|'*'|'/'|'%'|'min'|'max', a, b)
+| ('sel', cond, a, b) with cond ('<'|'>='|'=='|'&&', a, b) | ('index', value_expr, size) (a value read as
+an index, wrapped into range); values ('load', buffer, index...) | ('const', number, dtype)
+| ('op', prim, dtype, args...) | ('cast', dtype, a) | ('where', c, a, b) | ('scalar', slot)
+| ('reduce', prim, dtype, loops, body) with loops ((var, size), ...) | ('table', name, index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernorch.ir import reference_kernels as K
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.orchestrate.kernel import CandidateKernel
+
+Tree = tuple[Any, ...]
+MAX_TREE_NODES = 4000
+
+
+class NotGeneratable(Exception):
+    """The kernel is outside what this codegen handles; the message says why."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str  # C-safe identifier chosen by codegen, never a graph value name
+    dtype: str
+    shape: tuple[int, ...]
+    role: str  # "input", "output" or "scratch"
+
+
+@dataclass
+class Phase:
+    target: str  # buffer name, or scalar slot in row schedule
+    shape: tuple[int, ...]
+    loop_vars: tuple[str, ...]
+    expr: Tree
+    scalar: bool = False  # row schedule: a per-row scalar (reduction), not a stored buffer
+
+
+@dataclass
+class KernelLoops:
+    buffers: list[Buffer]
+    phases: list[Phase]
+    schedule: str  # "row" or "phased"
+    row_shape: tuple[int, ...] = ()  # row schedule: the outer (parallel) index space
+    row_vars: tuple[str, ...] = ()
+    tables: dict[str, np.ndarray] = field(default_factory=dict)  # constant lookup tables (resize)
+
+    @property
+    def inputs(self) -> list[Buffer]:
+        return [b for b in self.buffers if b.role == "input"]
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return [b for b in self.buffers if b.role == "output"]
+
+
+SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "bool"}
+UNSUPPORTED_PRIMS = {"lstm_recurrence"}
+
+
+# ----------------------------------------------------------------------------------------- index trees
+
+def lit(v: int) -> Tree:
+    return ("lit", int(v))
+
+
+def add(a: Tree, b: Tree) -> Tree:
+    if a[0] == "lit" and b[0] == "lit":
+        return lit(a[1] + b[1])
+    if a == lit(0):
+        return b
+    if b == lit(0):
+        return a
+    return ("+", a, b)
+
+
+def mul(a: Tree, b: Tree) -> Tree:
+    if a[0] == "lit" and b[0] == "lit":
+        return lit(a[1] * b[1])
+    if a == lit(0) or b == lit(0):
+        return lit(0)
+    if a == lit(1):
+        return b
+    if b == lit(1):
+        return a
+    return ("*", a, b)
+
+
+def div(a: Tree, n: int) -> Tree:
+    if n == 1:
+        return a
+    if a[0] == "lit":
+        return lit(a[1] // n)
+    return ("/", a, lit(n))
+
+
+def mod(a: Tree, n: int) -> Tree:
+    if n == 1:
+        return lit(0)
+    if a[0] == "lit":
+        return lit(a[1] % n)
+    return ("%", a, lit(n))
+
+
+def flatten(index: list[Tree], shape: tuple[int, ...]) -> Tree:
+    flat = lit(0)
+    for i, size in zip(index, shape, strict=True):
+        flat = add(mul(flat, lit(size)), i)
+    return flat
+
+
+def unflatten(flat: Tree, shape: tuple[int, ...]) -> list[Tree]:
+    index: list[Tree] = []
+    stride = int(np.prod(shape, dtype=np.int64))
+    for size in shape:
+        stride //= size if size else 1
+        index.append(mod(div(flat, stride), size) if size else lit(0))
+    return index
+
+
+def tree_size(tree: Any) -> int:
+    if not isinstance(tree, tuple):
+        return 1
+    return 1 + sum(tree_size(t) for t in tree)
+
+
+# ------------------------------------------------------------------------------------ the description
+
+class _Describer:
+    def __init__(self, kernel: CandidateKernel) -> None:
+        self.kernel = kernel
+        self.graph: Graph = kernel.graph
+        self.nodes = {o: self.graph.nodes[i] for i in kernel.nodes for o in self.graph.nodes[i].outputs}
+        self.buffers: list[Buffer] = []
+        self.buffer_of: dict[str, str] = {}
+        self.tables: dict[str, np.ndarray] = {}
+        self.materialized: dict[str, str] = {}  # value -> scratch buffer (phased) or scalar slot (row)
+        self.var_counter = 0
+
+    def fresh_var(self) -> str:
+        self.var_counter += 1
+        return f"r{self.var_counter}"
+
+    def check(self) -> None:
+        for i in self.kernel.nodes:
+            node = self.graph.nodes[i]
+            kind = PRIMITIVES[node.prim].kind
+            if kind in (Kind.LINEAR, Kind.OPAQUE) or node.prim in UNSUPPORTED_PRIMS:
+                raise NotGeneratable(f"{node.prim} is not a memory-intensive primitive")
+            for value in (*node.inputs, *node.outputs):
+                if self.graph.types[value].dtype not in SUPPORTED_DTYPES:
+                    raise NotGeneratable(f"dtype {self.graph.types[value].dtype} is not generated")
+
+    def add_buffer(self, value: str, role: str) -> str:
+        name = f"{role[:3]}{sum(b.role == role for b in self.buffers)}"
+        t = self.graph.types[value]
+        self.buffers.append(Buffer(name, t.dtype, t.shape, role))
+        self.buffer_of[value] = name
+        return name
+
+    # ---- value expressions
+    def value(self, name: str, index: list[Tree]) -> Tree:
+        if name in self.materialized:
+            slot = self.materialized[name]
+            if slot.startswith("acc"):
+                return ("scalar", slot)
+            return ("load", slot, flatten(index, self.graph.types[name].shape))
+        if name not in self.nodes:
+            return ("load", self.buffer_of[name], flatten(index, self.graph.types[name].shape))
+        node = self.nodes[name]
+        return self.node_expr(node, node.outputs.index(name), index)
+
+    def broadcast_index(self, value: str, out_shape: tuple[int, ...], index: list[Tree]) -> list[Tree]:
+        shape = self.graph.types[value].shape
+        offset = len(out_shape) - len(shape)
+        return [lit(0) if size == 1 and out_shape[offset + j] != 1 else index[offset + j]
+                for j, size in enumerate(shape)]  # fmt: skip
+
+    def node_expr(self, node: Node, output: int, index: list[Tree]) -> Tree:
+        prim, attrs = node.prim, node.attr_dict
+        out_type = self.graph.types[node.outputs[output]]
+        kind = PRIMITIVES[prim].kind
+        if kind == Kind.ELEMENTWISE:
+            args = [self.value(v, self.broadcast_index(v, out_type.shape, index)) for v in node.inputs]
+            if prim == "where":
+                return ("where", *args)
+            if prim == "cast":
+                return ("cast", out_type.dtype, args[0])
+            if prim == "identity":
+                return args[0]
+            return ("op", prim, self.graph.types[node.inputs[0]].dtype, *args)
+        if prim == "expand":
+            return self.value(node.inputs[0], self.broadcast_index(node.inputs[0], out_type.shape, index))
+        if prim == "reshape":
+            in_shape = self.graph.types[node.inputs[0]].shape
+            squeezed_in = [d for d in in_shape if d != 1]
+            squeezed_out = [d for d in out_type.shape if d != 1]
+            if squeezed_in == squeezed_out:  # only size-1 axes added or removed: map indices directly
+                kept = iter([i for i, d in zip(index, out_type.shape, strict=True) if d != 1])
+                return self.value(node.inputs[0], [lit(0) if d == 1 else next(kept) for d in in_shape])
+            return self.value(node.inputs[0], unflatten(flatten(index, out_type.shape), in_shape))
+        if prim == "transpose":
+            in_index: list[Tree] = [lit(0)] * len(index)
+            for j, p in enumerate(attrs["perm"]):
+                in_index[p] = index[j]
+            return self.value(node.inputs[0], in_index)
+        if prim == "slice":
+            return self.value(node.inputs[0], [add(lit(start), mul(i, lit(step)))
+                                               for i, (start, _, step) in zip(index, attrs["ranges"], strict=True)])
+        if prim == "split":
+            axis = attrs["axis"]
+            offset = sum(attrs["sizes"][:output])
+            shifted = list(index)
+            shifted[axis] = add(index[axis], lit(offset))
+            return self.value(node.inputs[0], shifted)
+        if prim == "concat":
+            return self.concat_expr(node, index)
+        if prim == "pad":
+            return self.pad_expr(node, index)
+        if prim == "gather":
+            return self.gather_expr(node, index)
+        if prim == "gather_elements":
+            axis = attrs["axis"]
+            size = self.graph.types[node.inputs[0]].shape[axis]
+            picked = list(index)
+            picked[axis] = ("index", self.value(node.inputs[1], index), size)
+            return self.value(node.inputs[0], picked)
+        if prim == "resize":
+            return self.resize_expr(node, index)
+        if prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "window_max", "window_sum"):
+            return self.reduction_tree(node, index)
+        raise NotGeneratable(f"no code generation for {prim}")
+
+    def concat_expr(self, node: Node, index: list[Tree]) -> Tree:
+        axis = node.attr("axis")
+        pieces = []
+        start = 0
+        for value in node.inputs:
+            size = self.graph.types[value].shape[axis]
+            shifted = list(index)
+            shifted[axis] = add(index[axis], lit(-start))
+            pieces.append((start + size, self.value(value, shifted)))
+            start += size
+        expr = pieces[-1][1]
+        for end, piece in reversed(pieces[:-1]):
+            expr = ("where", ("<", index[axis], lit(end)), piece, expr)
+        return expr
+
+    def pad_expr(self, node: Node, index: list[Tree]) -> Tree:
+        pads, mode = node.attr("pads"), node.attr("mode")
+        in_shape = self.graph.types[node.inputs[0]].shape
+        rank = len(in_shape)
+        source: list[Tree] = []
+        inside: Tree | None = None
+        for j, size in enumerate(in_shape):
+            shifted = add(index[j], lit(-pads[j]))
+            if not (pads[j] or pads[rank + j]):
+                source.append(index[j])
+                continue
+            if mode == "constant":
+                source.append(shifted)
+                cond = ("&&", (">=", shifted, lit(0)), ("<", shifted, lit(size)))
+                inside = cond if inside is None else ("&&", inside, cond)
+            elif mode == "edge":
+                source.append(("max", lit(0), ("min", shifted, lit(size - 1))))
+            elif mode == "reflect":
+                # pads < size: one reflection at each end is enough
+                low = ("sel", ("<", shifted, lit(0)), ("-", lit(0), shifted), shifted)
+                source.append(("sel", (">=", low, lit(size)), ("-", lit(2 * size - 2), low), low))
+            elif mode == "wrap":
+                source.append(("%", ("+", ("%", shifted, lit(size)), lit(size)), lit(size)))
+            else:
+                raise NotGeneratable(f"pad mode {mode}")
+        loaded = self.value(node.inputs[0], source)
+        if inside is None:
+            return loaded
+        dtype = self.graph.types[node.inputs[0]].dtype
+        return ("where", inside, loaded, ("const", node.attr("value"), dtype))
+
+    def gather_expr(self, node: Node, index: list[Tree]) -> Tree:
+        axis = node.attr("axis")
+        data_shape = self.graph.types[node.inputs[0]].shape
+        index_rank = self.graph.types[node.inputs[1]].rank
+        picked = ("index", self.value(node.inputs[1], index[axis: axis + index_rank]), data_shape[axis])
+        return self.value(node.inputs[0], [*index[:axis], picked, *index[axis + index_rank:]])
+
+    def resize_expr(self, node: Node, index: list[Tree]) -> Tree:
+        attrs = node.attr_dict
+        in_shape = self.graph.types[node.inputs[0]].shape
+        # Per axis: taps and weights, computed here with the reference code's own coordinate rules.
+        taps_per_axis: list[list[tuple[Tree, Tree | None]]] = []
+        for axis, (size_in, size_out) in enumerate(zip(in_shape, attrs["sizes"], strict=True)):
+            probe = np.eye(size_in, dtype=np.float64)
+            mapped = K.resize_axis(probe, 0, size_out, attrs["scales"][axis], attrs["mode"],
+                                   attrs["coordinate_mode"], attrs["nearest_mode"], attrs["cubic_coeff_a"],
+                                   attrs["exclude_outside"])  # fmt: skip
+            # mapped[o, i] = weight of input i in output o (the resize is linear along the axis)
+            if np.array_equal(mapped, np.eye(size_in)) and size_in == size_out:
+                taps_per_axis.append([(index[axis], None)])
+                continue
+            width = int(max(1, (mapped != 0).sum(axis=1).max()))
+            taps = np.zeros((size_out, width), dtype=np.int64)
+            weights = np.zeros((size_out, width), dtype=np.float64)
+            for o in range(size_out):
+                nonzero = np.flatnonzero(mapped[o])
+                taps[o, : len(nonzero)] = nonzero
+                weights[o, : len(nonzero)] = mapped[o, nonzero]
+            name = f"tab{len(self.tables)}"
+            self.tables[name + "_i"] = taps.reshape(-1)
+            self.tables[name + "_w"] = weights.reshape(-1).astype(np.float32)
+            choices = []
+            for t in range(width):
+                position = add(mul(index[axis], lit(width)), lit(t))
+                choices.append((("table", name + "_i", position), ("table", name + "_w", position)))
+            taps_per_axis.append(choices)
+        dtype = self.graph.types[node.inputs[0]].dtype
+        total: Tree | None = None
+        combos: list[tuple[list[Tree], list[Tree]]] = [([], [])]
+        for choices in taps_per_axis:
+            combos = [(idx + [tap], w + ([weight] if weight is not None else [])) for idx, w in combos
+                      for tap, weight in choices]  # fmt: skip
+        for idx, ws in combos:
+            term = self.value(node.inputs[0], idx)
+            for weight in ws:
+                term = ("op", "mul", dtype, term, ("cast", dtype, weight))
+            total = term if total is None else ("op", "add", dtype, total, term)
+        assert total is not None
+        return total
+
+    def reduction_tree(self, node: Node, index: list[Tree]) -> Tree:
+        """A reduction (or pooling window) as a loop nest, for materialization into scratch or a scalar."""
+        prim, attrs = node.prim, node.attr_dict
+        x = node.inputs[0]
+        in_shape = self.graph.types[x].shape
+        dtype = self.graph.types[x].dtype
+        if prim.startswith("reduce_"):
+            loops = []
+            in_index = list(index)
+            for axis in attrs["axes"]:
+                var = self.fresh_var()
+                loops.append((var, in_shape[axis]))
+                in_index[axis] = ("var", var)
+            return ("reduce", prim, dtype, tuple(loops), self.value(x, in_index))
+        kernel, strides, pads, dilations = attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
+        spatial = len(kernel)
+        lead = len(in_shape) - spatial
+        loops, in_index, conds = [], list(index[:lead]), None
+        for j in range(spatial):
+            var = self.fresh_var()
+            loops.append((var, kernel[j]))
+            position = add(add(mul(index[lead + j], lit(strides[j])), lit(-pads[j])), mul(("var", var), lit(dilations[j])))
+            in_index.append(position)
+            cond = ("&&", (">=", position, lit(0)), ("<", position, lit(in_shape[lead + j])))
+            conds = cond if conds is None else ("&&", conds, cond)
+        reducer = "reduce_max" if prim == "window_max" else "reduce_sum"
+        return ("reduce", reducer, dtype, tuple(loops), ("guard", conds, self.value(x, in_index)))
+
+
+def describe(kernel: CandidateKernel) -> KernelLoops:
+    """Build the loop description of a memory-intensive kernel, or raise NotGeneratable."""
+    d = _Describer(kernel)
+    d.check()
+    graph = kernel.graph
+    for value in kernel.inputs:
+        if graph.types[value].dtype not in SUPPORTED_DTYPES:
+            raise NotGeneratable(f"input dtype {graph.types[value].dtype}")
+        d.add_buffer(value, "input")
+    for value in kernel.outputs:
+        d.add_buffer(value, "output")
+    nodes = [graph.nodes[i] for i in kernel.nodes]
+    reductions = [n for n in nodes if PRIMITIVES[n.prim].kind == Kind.REDUCE and n.prim != "expand"]
+    row = _row_schedule(graph, nodes, reductions, kernel.outputs)
+    phases: list[Phase] = []
+    if row is not None:
+        full_shape, axes = row
+        row_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
+        row_vars = tuple(f"o{j}" for j in range(len(full_shape)))
+        outer_index = [lit(0) if a in axes else ("var", row_vars[a]) for a in range(len(full_shape))]
+        for n in reductions:
+            tree = d.node_expr(n, 0, outer_index)
+            slot = f"acc{len(d.materialized)}"
+            phases.append(Phase(slot, (), (), tree, scalar=True))
+            d.materialized[n.outputs[0]] = slot
+        for value in kernel.outputs:
+            shape = graph.types[value].shape
+            inner_vars = tuple(f"i{a}" for a in axes) if shape == full_shape else ()
+            index = [("var", f"i{a}") if (a in axes and inner_vars) else outer_index[a] for a in range(len(shape))]
+            phases.append(Phase(d.buffer_of[value], shape, inner_vars, d.value(value, index)))
+        loops = KernelLoops(d.buffers, phases, "row", row_shape, row_vars, d.tables)
+    else:
+        for n in reductions:
+            scratch = Buffer(f"scr{len(d.materialized)}", graph.types[n.outputs[0]].dtype,
+                             graph.types[n.outputs[0]].shape, "scratch")  # fmt: skip
+            d.buffers.append(scratch)
+            shape = scratch.shape
+            loop_vars = tuple(f"l{j}" for j in range(len(shape)))
+            phases.append(Phase(scratch.name, shape, loop_vars, d.node_expr(n, 0, [("var", v) for v in loop_vars])))
+            d.materialized[n.outputs[0]] = scratch.name
+        for value in kernel.outputs:
+            shape = graph.types[value].shape
+            loop_vars = tuple(f"l{j}" for j in range(len(shape)))
+            phases.append(Phase(d.buffer_of[value], shape, loop_vars, d.value(value, [("var", v) for v in loop_vars])))
+        loops = KernelLoops(d.buffers, phases, "phased", tables=d.tables)
+    if sum(tree_size(p.expr) for p in phases) > MAX_TREE_NODES:
+        raise NotGeneratable("inlined expression too large")
+    return loops
+
+
+def _row_schedule(graph: Graph, nodes: list[Node], reductions: list[Node],
+                  outputs: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:  # fmt: skip
+    """(full shape, reduced axes) when the kernel fits the row schedule, else None."""
+    if not reductions or any(not n.prim.startswith("reduce_") for n in reductions):
+        return None
+    full = graph.types[reductions[0].inputs[0]].shape
+    axes = tuple(reductions[0].attr("axes"))
+    if any(graph.types[n.inputs[0]].shape != full or tuple(n.attr("axes")) != axes for n in reductions):
+        return None
+    reduced = tuple(1 if a in axes else s for a, s in enumerate(full))
+    for n in nodes:
+        if PRIMITIVES[n.prim].kind not in (Kind.ELEMENTWISE, Kind.REDUCE) or n.prim == "expand":
+            return None
+        if graph.types[n.outputs[0]].shape not in (full, reduced):
+            return None
+    return full, axes
