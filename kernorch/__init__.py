@@ -3,6 +3,7 @@
 Pipeline (one package per stage): frontend → fission → rewrite → orchestrate → cost → codegen → runtime.
 """
 
+from kernorch.api import CompiledModel, compile, load
 from kernorch.errors import InputMismatch, InvalidModel, KernorchError, ShapeError, UnsupportedOperator
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -11,6 +12,9 @@ from kernorch.runtime import run_reference
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompiledModel",
+    "compile",
+    "load",
     "InputMismatch",
     "InvalidModel",
     "KernorchError",

@@ -28,7 +28,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from kernorch.tools.check import check_model
 
-    report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol)
+    report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
+                            compiled=args.compiled)  # fmt: skip
     print("\n".join(report.lines()))
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
@@ -52,24 +53,26 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
 def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
     from tqdm import tqdm
 
-    from kernorch.cost.analytic import AnalyticCostModel, device_by_name
-    from kernorch.fission import fission
-    from kernorch.frontend import import_model
-    from kernorch.orchestrate import OrchestrationLimits, orchestrate
+    from kernorch.api import plan_model
+    from kernorch.orchestrate import OrchestrationLimits
 
     if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0:
         raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive")
-    graph = fission(import_model(args.model, parse_input_shapes(args.input_shape)))
     limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                  solver_time_limit=args.time_limit)  # fmt: skip
-    cost_model = AnalyticCostModel(device_by_name(args.device))
-    return orchestrate(graph, cost_model, limits,
-                       progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
-                                                   leave=False, disable=not show_progress or None))  # fmt: skip
+    return plan_model(args.model, parse_input_shapes(args.input_shape), args.device, limits,
+                      progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
+                                                  leave=False, disable=not show_progress or None))  # fmt: skip
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     result = _orchestrate(args, show_progress=not args.json)
+    if args.output:
+        from kernorch.api import compile_plan
+
+        saved = compile_plan(result, args.threads).save(args.output)
+        if not args.json:
+            print(f"compiled plan saved to {saved} (run it with: kernorch run {saved})")
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
         return EXIT_OK
@@ -85,6 +88,45 @@ def cmd_optimize(args: argparse.Namespace) -> int:
           f"({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; {result.seconds:.1f} s")
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
+    return EXIT_OK
+
+
+def _median_ms(function: Callable[[], object], runs: int) -> float:
+    import time
+
+    import numpy as np
+
+    function()  # warm-up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from kernorch.api import load
+    from kernorch.tools.check import random_feeds_for
+
+    model = load(args.plan, threads=args.threads)
+    feeds = random_feeds_for(model.graph, seed=args.seed)
+    for spec in args.input or []:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise KernorchError(f"bad --input '{spec}': expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise KernorchError(f"cannot read input '{name}' from {path}: {error}") from None
+    outputs = model.run(feeds)
+    latency = _median_ms(lambda: model.run(feeds), args.runs)
+    for name, value in outputs.items():
+        print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
+    print(f"{len(model.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
+          f"({model.threads} threads)")  # fmt: skip
     return EXIT_OK
 
 
@@ -136,20 +178,34 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from kernorch.tools.check import check_model
+    from kernorch.api import compile
+    from kernorch.frontend import import_model
+    from kernorch.tools.check import check_model, compare, random_inputs, run_onnxruntime, timed_onnxruntime
     from kernorch.tools.demo_models import DEMO_MODELS
 
     status = EXIT_OK
     for name, build in DEMO_MODELS.items():
+        proto = build()
         print(f"== built-in model: {name}")
-        report, graph = check_model(build())
-        print("primitive graph:")
-        for node in graph.nodes:
-            inputs = ", ".join("const" if v in graph.constants else v.rsplit("/", 1)[-1] for v in node.inputs)
-            print(f"  {node.prim:<16} ({inputs}) <- {node.origin}")
-        print("check against onnxruntime:")
-        print("\n".join(report.lines()))
-        status = max(status, EXIT_OK if report.passed else EXIT_MISMATCH)
+        report, graph = check_model(proto)
+        print(f"primitive graph: {report.lines()[0].split(': ', 1)[1]}")
+        print("reference interpreter vs onnxruntime:")
+        print("\n".join(report.lines()[1:]))
+        compiled = compile(proto, threads=args.threads)
+        print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
+              f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us on the analytic model):")  # fmt: skip
+        for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
+            print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(graph.nodes[n].prim for n in kernel.nodes)}")
+        feeds = random_inputs(import_model(proto))
+        errors = compare(compiled.run(feeds), run_onnxruntime(proto, feeds, args.threads))
+        worst = max(e.relative for e in errors)
+        ours = _median_ms(lambda: compiled.run(feeds), args.runs)  # noqa: B023
+        theirs = timed_onnxruntime(proto, feeds, args.threads, args.runs)
+        verdict = "PASS" if worst <= 1e-4 else "FAIL"
+        print(f"compiled plan vs onnxruntime: {verdict} (rel err {worst:.2e})")
+        print(f"latency ({args.threads} threads, median of {args.runs}): kernorch {ours:.3f} ms, "
+              f"onnxruntime {theirs:.3f} ms, speedup {theirs / ours:.2f}x")  # fmt: skip
+        status = max(status, EXIT_OK if report.passed and worst <= 1e-4 else EXIT_MISMATCH)
     return status
 
 
@@ -171,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(check)
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     check.add_argument("--rtol", type=float, default=1e-4, help="relative error tolerance (default 1e-4)")
+    check.add_argument("--compiled", action="store_true",
+                       help="run the optimized, compiled plan instead of the reference interpreter")
     check.set_defaults(handler=cmd_check)
 
     conformance = commands.add_parser(
@@ -196,7 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_orchestration_args(optimize)
     optimize.add_argument("--json", action="store_true",
                           help="one JSON object: subgraphs, plan_cost, greedy_cost, kernels")  # fmt: skip
+    optimize.add_argument("-o", "--output", metavar="PLAN_DIR",
+                          help="compile the plan and save it (plan.json, weights.npz, kernels.c/.so) here")
+    optimize.add_argument("--threads", type=int, default=2, help="threads of the compiled plan (default 2)")
     optimize.set_defaults(handler=cmd_optimize)
+
+    run = commands.add_parser(
+        "run", help="load a compiled plan directory and run it, printing the latency",
+        description="Load PLAN_DIR (written by `kernorch optimize -o`) without re-tuning, run it on random "
+        "inputs or on .npy files given with --input NAME=FILE.npy, and print the outputs and the median latency.",
+    )  # fmt: skip
+    run.add_argument("plan", help="directory written by `kernorch optimize MODEL -o PLAN_DIR`")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    run.add_argument("--runs", type=int, default=20, help="timed runs (default 20)")
+    run.add_argument("--threads", type=int, default=None, help="threads (default: as saved)")
+    run.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
+    run.set_defaults(handler=cmd_run)
 
     explain = commands.add_parser(
         "explain", help="print the chosen kernels and, on request, rejected candidates with the reason",
@@ -211,9 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo", help="fission and check the built-in models (self-attention, conv-norm-act)",
-        description="Build two small models with onnx.helper, print their primitive graphs and check them "
-        "against onnxruntime.",
+        description="Build two small models with onnx.helper (a self-attention block, a conv-norm-act block), "
+        "check the primitive graph against onnxruntime, optimize and compile it, print the kernel plan, and "
+        "compare the compiled plan's output and latency with onnxruntime (same inputs, same thread count).",
     )  # fmt: skip
+    demo.add_argument("--threads", type=int, default=2, help="threads for kernorch and onnxruntime (default 2)")
+    demo.add_argument("--runs", type=int, default=50, help="timed runs per contender (default 50)")
     demo.set_defaults(handler=cmd_demo)
     return parser
 

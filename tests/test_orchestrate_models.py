@@ -1,5 +1,6 @@
-"""Every shared model orchestrates to proven optimality, never worse than greedy, and its plan — run
-kernel by kernel with the reference primitives — computes what the whole primitive graph computes."""
+"""Every shared model orchestrates to proven optimality, never worse than greedy; its plan — run kernel
+by kernel with the reference primitives — computes what the primitive graph computes; and the compiled
+plan (generated C + library calls) matches onnxruntime."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernorch.api import compile_plan
 from kernorch.cli import main
+from kernorch.codegen.backends import GeneratableCost
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.orchestrate import orchestrate, validate_plan
 from kernorch.runtime import run_plan_reference, run_reference
-from kernorch.tools.check import random_inputs
+from kernorch.tools.check import compare, random_inputs, run_onnxruntime
 
 from .conftest import shared_models
 
 MODELS = shared_models()
-COST = AnalyticCostModel(DEVICE_PRESETS["v100"])
+COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["v100"]))
 
 
 @pytest.mark.skipif(not MODELS, reason="../shared/models not present")
@@ -40,6 +43,9 @@ def test_model_orchestrates_optimally(path: Path) -> None:
         actual = run_plan_reference(graph, plan.kernels, feeds)
         for name, value in expected.items():
             np.testing.assert_array_equal(actual[name], value)
+    compiled = compile_plan(result)
+    errors = compare(compiled.run(feeds), run_onnxruntime(model.proto, feeds))
+    assert max(e.relative for e in errors) <= 1e-4, errors
 
 
 def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

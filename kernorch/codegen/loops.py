@@ -308,6 +308,7 @@ class _Describer:
         in_shape = self.graph.types[node.inputs[0]].shape
         # Per axis: taps and weights, computed here with the reference code's own coordinate rules.
         taps_per_axis: list[list[tuple[Tree, Tree | None]]] = []
+        choices: list[tuple[Tree, Tree | None]]
         for axis, (size_in, size_out) in enumerate(zip(in_shape, attrs["sizes"], strict=True)):
             probe = np.eye(size_in, dtype=np.float64)
             mapped = K.resize_axis(probe, 0, size_out, attrs["scales"][axis], attrs["mode"],
@@ -367,7 +368,8 @@ class _Describer:
         for j in range(spatial):
             var = self.fresh_var()
             loops.append((var, kernel[j]))
-            position = add(add(mul(index[lead + j], lit(strides[j])), lit(-pads[j])), mul(("var", var), lit(dilations[j])))
+            start = add(mul(index[lead + j], lit(strides[j])), lit(-pads[j]))
+            position = add(start, mul(("var", var), lit(dilations[j])))
             in_index.append(position)
             cond = ("&&", (">=", position, lit(0)), ("<", position, lit(in_shape[lead + j])))
             conds = cond if conds is None else ("&&", conds, cond)

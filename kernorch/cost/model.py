@@ -8,7 +8,8 @@ from kernorch.orchestrate.kernel import CandidateKernel
 
 
 class CostModel(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def cost(self, candidate: CandidateKernel) -> float:
         """Seconds to run `candidate` once; `math.inf` if it cannot be generated."""

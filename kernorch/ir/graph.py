@@ -47,7 +47,7 @@ class Node:
         return default
 
     @property
-    def attr_dict(self) -> dict[str, AttrValue]:
+    def attr_dict(self) -> dict[str, Any]:
         return dict(self.attrs)
 
 

@@ -6,6 +6,7 @@ import ctypes
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,7 +48,8 @@ def generate_source(kernels: list[CandidateKernel]) -> tuple[str, dict[int, str]
 
 
 class PlanExecutor:
-    def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2) -> None:
+    def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2,
+                 library: Path | None = None) -> None:  # fmt: skip
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
@@ -63,7 +65,8 @@ class PlanExecutor:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         self.source, symbols = generate_source(kernels)
-        self.library = load_library(compile_source(self.source)) if symbols else None
+        self.library_path = (library or compile_source(self.source)) if symbols else None
+        self.library = load_library(self.library_path) if self.library_path else None
         self.launchers: list[Launcher] = []
         self.backends: list[str] = []
         for i, kernel in enumerate(kernels):

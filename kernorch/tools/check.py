@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -47,7 +48,7 @@ def random_inputs(model: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
+def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
     try:
         import onnxruntime as ort
     except ImportError:
@@ -56,9 +57,45 @@ def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], thread
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
+    session = onnxruntime_session(proto, threads)
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def timed_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, runs: int) -> float:
+    """Median milliseconds of onnxruntime (all graph optimizations) on `feeds`."""
+    session = onnxruntime_session(proto, threads)
+    session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def random_feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for a primitive graph (integer inputs drawn within the tables they gather from)."""
+    rng = np.random.default_rng(seed)
+    bounds: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.prim == "gather" and node.inputs[1] in graph.inputs:
+            size = graph.types[node.inputs[0]].shape[node.attr("axis")]
+            bounds[node.inputs[1]] = min(bounds.get(node.inputs[1], size), size)
+    feeds: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        value_type = graph.types[name]
+        if value_type.is_float:
+            feeds[name] = rng.standard_normal(value_type.shape).astype(value_type.dtype)
+        elif value_type.dtype == "bool":
+            feeds[name] = rng.random(value_type.shape) < 0.5
+        else:
+            feeds[name] = rng.integers(0, bounds.get(name, 10), value_type.shape).astype(value_type.dtype)
+    return feeds
 
 
 @dataclass
@@ -121,13 +158,24 @@ def check_model(
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     seed: int = 0,
     rtol: float = DEFAULT_RTOL,
+    compiled: bool = False,
 ) -> tuple[CheckReport, Graph]:
+    """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter, or with
+    `compiled=True` the optimized plan as generated code."""
     started = time.perf_counter()
     model = import_model(source, input_shapes)
     graph = fission(model)
     fissioned = time.perf_counter()
     feeds = random_inputs(model, seed)
-    actual = run_reference(graph, feeds)
+    if compiled:
+        from kernorch.api import compile_plan, plan_model
+
+        program = compile_plan(plan_model(model.proto, input_shapes))
+        graph = program.graph
+        fissioned = time.perf_counter()
+        actual = program.run(feeds)
+    else:
+        actual = run_reference(graph, feeds)
     interpreted = time.perf_counter()
     expected = run_onnxruntime(model.proto, feeds)
     finished = time.perf_counter()
@@ -137,7 +185,8 @@ def check_model(
         primitive_counts=graph.count_by_kind(),
         primitives=len(graph.nodes),
         errors=compare(actual, expected),
-        seconds={"import+fission": fissioned - started, "reference": interpreted - fissioned,
+        seconds={("optimize+compile" if compiled else "import+fission"): fissioned - started,
+                 ("compiled run" if compiled else "reference"): interpreted - fissioned,
                  "onnxruntime": finished - interpreted},  # fmt: skip
         rtol=rtol,
     )

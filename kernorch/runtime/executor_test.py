@@ -1,0 +1,187 @@
+"""Compiled plans equal the reference interpreter: random primitive graphs under random valid plans
+(fused, unfused, with redundant kernels), plus the layout primitives the C renderer handles."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernorch.codegen.backends import choose_backend
+from kernorch.ir.graph import Graph, Node, verify
+from kernorch.ir.primitives import PRIMITIVES
+from kernorch.ir.types import TensorType
+from kernorch.orchestrate.candidates import enumerate_candidates
+from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
+from kernorch.orchestrate.plan import executable_order, validate_plan
+from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.subgraph import build_subgraphs
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.reference import run_reference
+
+UNARY = ["exp", "tanh", "sigmoid", "relu", "neg", "abs", "erf"]
+BINARY = ["add", "sub", "mul", "max", "min"]
+
+
+def random_graph(rng: random.Random, size: int) -> Graph:
+    """Random float graph on a [2, 3, 4] tensor: elementwise, reductions with broadcast, layout ops."""
+    shape = (2, 3, 4)
+    full = TensorType(shape, "float32")
+    graph = Graph(inputs=["x"], types={"x": full})
+    graph.constants["w"] = np.random.default_rng(rng.randint(0, 99)).standard_normal((1, 3, 1)).astype(np.float32)
+    graph.types["w"] = TensorType((1, 3, 1), "float32")
+    values = ["x"]
+    for i in range(size):
+        name = f"v{i}"
+        choice = rng.random()
+        source = rng.choice(values)
+        if choice < 0.35:
+            node = Node(rng.choice(UNARY), (source,), (name,))
+        elif choice < 0.6:
+            node = Node(rng.choice(BINARY), (source, rng.choice([*values, "w"])), (name,))
+        elif choice < 0.75:
+            axes = tuple(sorted(rng.sample([0, 1, 2], rng.randint(1, 2))))
+            reduced = Node(rng.choice(["reduce_sum", "reduce_max"]), (source,), (name + "r",), (("axes", axes),))
+            graph.nodes.append(reduced)
+            graph.types[name + "r"] = TensorType(tuple(1 if a in axes else d for a, d in enumerate(shape)), "float32")
+            node = Node("sub", (source, name + "r"), (name,))
+        elif choice < 0.85:
+            node = Node("transpose", (source,), (name + "t",), (("perm", (0, 2, 1)),))
+            graph.nodes.append(node)
+            graph.types[name + "t"] = TensorType((2, 4, 3), "float32")
+            node = Node("reshape", (name + "t",), (name,), (("shape", shape),))
+        else:
+            node = Node("slice", (source,), (name + "s",), (("ranges", ((0, 2, 1), (2, -1, -1), (0, 4, 1))),))
+            graph.nodes.append(node)
+            graph.types[name + "s"] = TensorType((2, 3, 4), "float32")
+            node = Node("exp", (name + "s",), (name,))
+        graph.nodes.append(node)
+        graph.types[name] = full
+        values.append(name)
+    consumed = {v for n in graph.nodes for v in n.inputs}
+    graph.outputs = [v for v in values[1:] if v not in consumed] or [values[-1]]
+    verify(graph)
+    return graph
+
+
+def random_plan(graph: Graph, rng: random.Random) -> list[CandidateKernel]:
+    """A random executable selection: greedily cover required values with random candidates, sometimes
+    adding redundant kernels that recompute primitives another kernel already ran."""
+    (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+    kernels = [k for k in enumerate_candidates(sub, OrchestrationLimits(max_kernel_size=6),
+                                               LinearEpilogues(graph)).kernels if choose_backend(k)[0]]  # fmt: skip
+    rng.shuffle(kernels)
+    available = set(graph.inputs) | set(graph.constants)
+    chosen: list[CandidateKernel] = []
+    while not set(graph.outputs) <= available:
+        runnable = [k for k in kernels if set(k.inputs) <= available and not set(k.outputs) <= available]
+        kernel = rng.choice(runnable)
+        chosen.append(kernel)
+        available |= set(kernel.outputs)
+        if rng.random() < 0.3:
+            extra = [k for k in kernels if set(k.inputs) <= available and k not in chosen]
+            if extra:
+                chosen.append(rng.choice(extra))  # redundant: recomputes values already available
+                available |= set(chosen[-1].outputs)
+    order, stuck = executable_order(chosen, set(graph.inputs) | set(graph.constants))
+    assert not stuck
+    plan = [chosen[i] for i in order]
+    validate_plan(graph, plan)
+    return plan
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), size=st.integers(2, 7))
+def test_random_plans_match_reference(seed: int, size: int) -> None:
+    rng = random.Random(seed)
+    graph = random_graph(rng, size)
+    plan = random_plan(graph, rng)
+    x = np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32)
+    expected = run_reference(graph, {"x": x})
+    actual = PlanExecutor(graph, plan)({"x": x})
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-5)
+
+
+def _single(prim: str, input_types: dict[str, TensorType], attrs: dict, out: TensorType,
+            constants: dict[str, np.ndarray] | None = None) -> Graph:  # fmt: skip
+    graph = Graph(inputs=list(input_types), outputs=["y"], types={**input_types, "y": out})
+    for name, array in (constants or {}).items():
+        graph.constants[name] = array
+        graph.types[name] = TensorType.of(array)
+    graph.nodes = [Node(prim, (*input_types, *(constants or {})), ("y",), tuple(sorted(attrs.items())))]
+    inferred = PRIMITIVES[prim].infer([graph.types[v] for v in graph.nodes[0].inputs], attrs)
+    assert inferred == [out], inferred
+    return graph
+
+
+F32 = "float32"
+CASES: dict[str, tuple[str, dict[str, Any], tuple[int, ...], tuple[int, ...] | None]] = {
+    "pad_reflect": ("pad", {"pads": (0, 1, 2, 0, 2, 1), "mode": "reflect", "value": 0.0}, (1, 4, 5), (1, 7, 8)),
+    "pad_edge": ("pad", {"pads": (0, 1, 0, 0, 0, 3), "mode": "edge", "value": 0.0}, (1, 4, 5), (1, 5, 8)),
+    "pad_constant": ("pad", {"pads": (0, 1, 1, 0, 0, 2), "mode": "constant", "value": 1.5}, (1, 4, 5), (1, 5, 8)),
+    "window_max": ("window_max", {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1),
+                                  "ceil_mode": False}, (1, 2, 7, 6), (1, 2, 4, 3)),
+    "window_sum_ceil": ("window_sum", {"kernel": (2, 3), "strides": (2, 2), "pads": (0, 0, 0, 0),
+                                       "dilations": (1, 1), "ceil_mode": True}, (1, 2, 7, 6), (1, 2, 4, 3)),
+    "resize_linear": ("resize", {"sizes": (1, 2, 10, 9), "scales": (1.0, 1.0, 2.0, 1.5), "mode": "linear",
+                                 "coordinate_mode": "half_pixel", "nearest_mode": "floor", "cubic_coeff_a": -0.75,
+                                 "exclude_outside": False}, (1, 2, 5, 6), (1, 2, 10, 9)),
+    "resize_nearest": ("resize", {"sizes": (1, 2, 10, 12), "scales": (1.0, 1.0, 2.0, 2.0), "mode": "nearest",
+                                  "coordinate_mode": "asymmetric", "nearest_mode": "floor", "cubic_coeff_a": -0.75,
+                                  "exclude_outside": False}, (1, 2, 5, 6), (1, 2, 10, 12)),
+    "resize_cubic": ("resize", {"sizes": (1, 2, 8, 6), "scales": (1.0, 1.0, 1.6, 1.0), "mode": "cubic",
+                                "coordinate_mode": "half_pixel", "nearest_mode": "floor", "cubic_coeff_a": -0.5,
+                                "exclude_outside": False}, (1, 2, 5, 6), (1, 2, 8, 6)),
+    "transpose": ("transpose", {"perm": (2, 0, 1)}, (2, 3, 4), (4, 2, 3)),
+    "reshape": ("reshape", {"shape": (4, 6)}, (2, 3, 4), (4, 6)),
+    "split": ("split", {"axis": 1, "sizes": (1, 2)}, (2, 3, 4), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layout_and_window_primitives(case: str) -> None:
+    prim, attrs, in_shape, out_shape = CASES[case]
+    x = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
+    if prim == "split":
+        graph = Graph(inputs=["x"], outputs=["a", "b"], types={"x": TensorType(in_shape, F32),
+                      "a": TensorType((2, 1, 4), F32), "b": TensorType((2, 2, 4), F32)})  # fmt: skip
+        graph.nodes = [Node("split", ("x",), ("a", "b"), tuple(sorted(attrs.items())))]
+    else:
+        assert out_shape is not None
+        graph = _single(prim, {"x": TensorType(in_shape, F32)}, attrs, TensorType(out_shape, F32))
+    kernel = make_kernel(graph, (0,), tuple(graph.outputs))
+    assert choose_backend(kernel)[0] == "c"
+    expected = run_reference(graph, {"x": x})
+    actual = PlanExecutor(graph, [kernel])({"x": x})
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_gather_and_concat_and_out_of_range_index() -> None:
+    table = np.random.default_rng(1).standard_normal((10, 4)).astype(np.float32)
+    graph = Graph(inputs=["ids"], outputs=["y"], constants={"table": table},
+                  types={"ids": TensorType((2, 3), "int64"), "table": TensorType.of(table),
+                         "y": TensorType((2, 3, 4), F32)})  # fmt: skip
+    graph.nodes = [Node("gather", ("table", "ids"), ("y",), (("axis", 0),))]
+    verify(graph)
+    kernel = make_kernel(graph, (0,), ("y",))
+    assert choose_backend(kernel)[0] == "c"
+    executor = PlanExecutor(graph, [kernel])
+    ids = np.array([[0, 9, -1], [3, 3, 2]], dtype=np.int64)
+    np.testing.assert_array_equal(executor({"ids": ids})["y"], run_reference(graph, {"ids": ids})["y"])
+    from kernorch.runtime.executor import KernelFailed
+
+    with pytest.raises(KernelFailed, match="out of range"):
+        executor({"ids": np.array([[0, 10, 0], [0, 0, 0]], dtype=np.int64)})
+
+    a, b = TensorType((2, 3), F32), TensorType((2, 5), F32)
+    graph = Graph(inputs=["a", "b"], outputs=["y"], types={"a": a, "b": b, "y": TensorType((2, 8), F32)})
+    graph.nodes = [Node("concat", ("a", "b"), ("y",), (("axis", 1),))]
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.arange(10, dtype=np.float32).reshape(2, 5)}
+    out = PlanExecutor(graph, [make_kernel(graph, (0,), ("y",))])(feeds)
+    np.testing.assert_array_equal(out["y"], np.concatenate([feeds["a"], feeds["b"]], axis=1))
