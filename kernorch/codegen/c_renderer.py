@@ -20,8 +20,9 @@ PRELUDE = """#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#define KO_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
-#define KO_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+/* NaN-propagating max/min like numpy; `|` rather than `||` keeps the loop branch-free (vectorizable) */
+#define KO_MAX(a, b) ((((a) > (b)) | ((a) != (a))) ? (a) : (b))
+#define KO_MIN(a, b) ((((a) < (b)) | ((a) != (a))) ? (a) : (b))
 static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     if (i < 0) i += n;
     if (i < 0 || i >= n) { *err = 1; return 0; }
@@ -58,7 +59,7 @@ def _unary(prim: str, dtype: str, a: str) -> str:
         "sin": f"{_math('sin', dtype)}({a})", "cos": f"{_math('cos', dtype)}({a})",
         "tanh": f"{_math('tanh', dtype)}({a})", "erf": f"{_math('erf', dtype)}({a})",
         "sigmoid": f"(({ctype})1 / (({ctype})1 + {_math('exp', dtype)}(-{a})))",
-        "relu": f"(({a}) > 0 || ({a}) != ({a}) ? ({a}) : ({ctype})0)",
+        "relu": f"(((({a}) > 0) | (({a}) != ({a}))) ? ({a}) : ({ctype})0)",
         "floor": f"{_math('floor', dtype)}({a})", "ceil": f"{_math('ceil', dtype)}({a})",
         "round": f"{_math('nearbyint', dtype)}({a})",
         "sign": f"(({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))", "not": f"(!{a})",
@@ -88,6 +89,16 @@ class _Emitter:
         self.types = {b.name: b.dtype for b in loops.buffers}
         self.lines: list[str] = []
         self.counter = counter  # shared by all emitters of a kernel: temporaries get unique names
+        # Each distinct value subtree is computed once into a temporary (SSA); the memo is scoped by loop
+        # nesting because a temporary defined inside a reduction loop is not visible after it.
+        self.memo: dict[Tree, str] = {}
+
+    def temp(self, ctype: str, expression: str, tree: Tree) -> str:
+        self.counter[0] += 1
+        name = f"v{self.counter[0]}"
+        self.lines.append(f"const {ctype} {name} = {expression};")
+        self.memo[tree] = name
+        return name
 
     def index(self, tree: Tree) -> str:
         kind = tree[0]
@@ -108,32 +119,93 @@ class _Emitter:
             return f"{self.prefix}_{tree[1]}[{self.index(tree[2])}]"
         raise ValueError(f"not an index tree: {kind}")
 
+    def ctype_of(self, tree: Tree) -> str:
+        kind = tree[0]
+        if kind == "load":
+            return C_TYPES[self.types[tree[1]]]
+        if kind in ("const",):
+            return C_TYPES[tree[2]]
+        if kind == "cast":
+            return C_TYPES[tree[1]]
+        if kind == "op":
+            boolean = tree[1] in ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
+            return "uint8_t" if boolean else C_TYPES[tree[2]]
+        if kind in ("where",):
+            return self.ctype_of(tree[2])
+        if kind == "reduce":
+            return C_TYPES[tree[2]]
+        if kind == "scalar":
+            return "double"
+        if kind == "table":
+            return "float"
+        raise ValueError(kind)
+
     def cond(self, tree: Tree) -> str:
         if tree[0] == "&&":
             return f"({self.cond(tree[1])} && {self.cond(tree[2])})"
         return f"({self.index(tree[1])} {tree[0]} {self.index(tree[2])})"
 
     def value(self, tree: Tree) -> str:
+        if tree in self.memo:
+            return self.memo[tree]
         kind = tree[0]
         if kind == "load":
-            return f"{tree[1]}[{self.index(tree[2])}]"
+            ctype = C_TYPES[self.types[tree[1]]]
+            return self.temp(ctype, f"{tree[1]}[{self.index(tree[2])}]", tree)
         if kind == "const":
             return _literal(tree[1], tree[2])
         if kind == "scalar":
             return str(tree[1])
         if kind == "cast":
-            return f"(({C_TYPES[tree[1]]})({self.value(tree[2])}))"
+            return self.temp(C_TYPES[tree[1]], f"({C_TYPES[tree[1]]})({self.value(tree[2])})", tree)
         if kind == "table":
             return self.index(tree)
         if kind == "where":
-            condition = self.cond(tree[1]) if tree[1][0] in ("<", ">=", "==", "&&") else self.value(tree[1])
-            return f"({condition} ? {self.value(tree[2])} : {self.value(tree[3])})"
+            if tree[1][0] in ("<", ">=", "==", "&&"):
+                return self.guarded_select(tree)
+            # a value condition (ONNX Where): both sides are safe to compute; a select vectorizes
+            condition, a, b = self.value(tree[1]), self.value(tree[2]), self.value(tree[3])
+            return self.temp(self.ctype_of(tree[2]), f"({condition} ? {a} : {b})", tree)
         if kind == "op":
             prim, dtype, args = tree[1], tree[2], [self.value(a) for a in tree[3:]]
-            return _unary(prim, dtype, args[0]) if len(args) == 1 else _binary(prim, dtype, args[0], args[1])
+            expression = _unary(prim, dtype, args[0]) if len(args) == 1 else _binary(prim, dtype, args[0], args[1])
+            return self.temp(self.ctype_of(tree), expression, tree)
         if kind == "reduce":
             return self.reduction(tree)
         raise ValueError(f"not a value tree: {kind}")
+
+    def hoist(self, tree: Tree, inner: set[str]) -> None:
+        """Emit every maximal value subtree that does not depend on the `inner` loop variables, so the
+        loops below reuse it (per-row statistics such as 1/sqrt(var + eps) are computed once per row)."""
+        if not isinstance(tree, tuple) or tree in self.memo:
+            return
+        if tree[0] in ("load", "op", "cast") and not (_free_vars(tree) & inner):
+            self.value(tree)
+            return
+        if tree[0] in ("op", "cast"):
+            for child in tree[1:]:
+                self.hoist(child, inner)
+        elif tree[0] == "where" and tree[1][0] not in ("<", ">=", "==", "&&"):
+            for child in tree[1:]:
+                self.hoist(child, inner)
+
+    def guarded_select(self, tree: Tree) -> str:
+        """An index condition (pad borders, concat pieces): each side may only be evaluated where its
+        indices are valid, so the sides go in branches, each with its own temporaries."""
+        self.counter[0] += 1
+        name = f"v{self.counter[0]}"
+        self.lines.append(f"{self.ctype_of(tree[2])} {name};")
+        self.lines.append(f"if ({self.cond(tree[1])}) {{")
+        for branch, opener in ((tree[2], None), (tree[3], "} else {")):
+            if opener:
+                self.lines.append(opener)
+            outer_memo = self.memo
+            self.memo = dict(outer_memo)
+            self.lines.append(f"{name} = {self.value(branch)};")
+            self.memo = outer_memo
+        self.lines.append("}")
+        self.memo[tree] = name
+        return name
 
     def reduction(self, tree: Tree) -> str:
         """Emit the loop nest into `self.lines` and return the accumulator's name."""
@@ -152,23 +224,44 @@ class _Emitter:
                                                      {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype])
             update = "{acc} = KO_MAX({acc}, {x});" if prim == "reduce_max" else "{acc} = KO_MIN({acc}, {x});"
         self.lines.append(f"{acc_type} {acc} = {init};")
-        for var, size in loops:
-            self.lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
         guard = None
         if body[0] == "guard":
             guard, body = body[1], body[2]
-        x = self.value(body)  # may emit nested reduction loops first
-        statement = update.format(acc=acc, x=x)
+        for position, (var, size) in enumerate(loops):
+            if position == len(loops) - 1 and prim in ("reduce_sum", "reduce_prod") and guard is None:
+                # allow the sum to be reassociated across SIMD lanes (it accumulates in double)
+                self.lines.append(f"#pragma omp simd reduction({'+' if prim == 'reduce_sum' else '*'}:{acc})")
+            self.lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
+        outer_memo = self.memo
+        self.memo = dict(outer_memo)  # temporaries made inside the loop die with it
         if guard is not None:
-            statement = f"if ({self.cond(guard)}) {{ {statement} }}"
-        self.lines.append(statement)
+            # the guarded body may read out of bounds: evaluate it only inside the guard
+            self.lines.append(f"if ({self.cond(guard)}) {{")
+        x = self.value(body)
+        self.lines.append(update.format(acc=acc, x=x))
+        if guard is not None:
+            self.lines.append("}")
+        self.memo = outer_memo
         self.lines.extend("}" for _ in loops)
-        return f"(({C_TYPES[dtype]}){acc})"
+        return self.temp(C_TYPES[dtype], f"({C_TYPES[dtype]}){acc}", tree)
 
     def store(self, phase: Phase, index: str) -> None:
         target_type = C_TYPES[self.types[phase.target]]
         value = self.value(phase.expr)
         self.lines.append(f"{phase.target}[{index}] = ({target_type})({value});")
+
+
+def _free_vars(tree: Tree) -> set[str]:
+    if not isinstance(tree, tuple):
+        return set()
+    if tree[0] == "var":
+        return {tree[1]}
+    if tree[0] == "reduce":
+        return _free_vars(tree[4]) - {var for var, _ in tree[3]}
+    found: set[str] = set()
+    for child in tree[1:]:
+        found |= _free_vars(child)
+    return found
 
 
 def _flat(vars_: tuple[str, ...], shape: tuple[int, ...]) -> str:
@@ -204,15 +297,19 @@ def render_kernel(name: str, loops: KernelLoops) -> str:
     return "\n".join(out)
 
 
-def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], parallel: bool, inner: list[str]) -> list[str]:
+PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
+
+
+def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], parallel: bool, inner: list[str],
+               parallel_inner: int = 1) -> list[str]:  # fmt: skip
+    """Loops over `vars_`; with `parallel`, all of them are collapsed into one OpenMP loop when the work
+    (their iterations times `parallel_inner` elements each) is large enough to pay for the threads."""
     lines: list[str] = []
     if not vars_:
         return inner
-    outer = len(vars_) - 1
-    if parallel and outer >= 1 and int(np.prod(shape[:outer], dtype=np.int64)) > 1:
-        lines.append(f"#pragma omp parallel for collapse({outer}) reduction(|:err) schedule(static)")
-    elif parallel and outer == 0 and shape[0] > 1:
-        lines.append("#pragma omp parallel for reduction(|:err) schedule(static)")
+    iterations = int(np.prod(shape, dtype=np.int64))
+    if parallel and iterations > 1 and iterations * parallel_inner >= PARALLEL_MIN_ELEMENTS:
+        lines.append(f"#pragma omp parallel for collapse({len(vars_)}) reduction(|:err) schedule(static)")
     for var, size in zip(vars_, shape, strict=True):
         lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
     lines.extend(inner)
@@ -226,9 +323,18 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
     if loops.schedule == "phased":
         for phase in loops.phases:
             emitter = _Emitter(loops, prefix, counter)
+            if not phase.loop_vars:
+                emitter.store(phase, "0")
+                lines.extend(["{", *emitter.lines, "}"])
+                continue
+            # what does not depend on the innermost loop is computed once before it
+            emitter.hoist(phase.expr, {phase.loop_vars[-1]})
+            hoisted, emitter.lines = emitter.lines, []
             emitter.store(phase, _flat(phase.loop_vars, phase.shape))
-            nest = _loop_nest(phase.loop_vars, phase.shape, True, emitter.lines)
-            lines.extend(nest if phase.loop_vars else ["{", *nest, "}"])
+            innermost = [f"for (int64_t {phase.loop_vars[-1]} = 0; {phase.loop_vars[-1]} < {phase.shape[-1]}; "
+                         f"{phase.loop_vars[-1]}++) {{", *emitter.lines, "}"]  # fmt: skip
+            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.shape[:-1], True, [*hoisted, *innermost],
+                                    parallel_inner=phase.shape[-1]))  # fmt: skip
         return "\n".join("    " + line for line in lines)
 
     # Row schedule: a parallel loop over rows (the non-reduced axes); per row, reductions into scalars,
@@ -242,6 +348,9 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             body.extend(emitter.lines)
             body.append(f"const double {phase.target} = {value};")
         elif phase.loop_vars:  # full-shape output: inner loops over the reduced axes
+            emitter.hoist(phase.expr, set(phase.loop_vars))
+            body.extend(emitter.lines)
+            emitter.lines = []
             full_vars = tuple(f"i{a}" if f"i{a}" in phase.loop_vars else v for a, v in enumerate(row_vars))
             emitter.store(phase, _flat(full_vars, phase.shape))
             sizes = tuple(phase.shape[int(v[1:])] for v in phase.loop_vars)
@@ -250,7 +359,9 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             emitter.store(phase, _flat(row_vars, phase.shape))
             body.extend(emitter.lines)
     outer = [(v, loops.row_shape[a]) for a, v in enumerate(row_vars) if loops.row_shape[a] != 1]
-    if outer and int(np.prod([size for _, size in outer])) > 1:
+    rows = int(np.prod([size for _, size in outer]))
+    row_elements = max((int(np.prod(p.shape)) // max(rows, 1) for p in loops.phases if p.loop_vars), default=1)
+    if outer and rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS:
         lines.append(f"#pragma omp parallel for collapse({len(outer)}) reduction(|:err) schedule(static)")
     for var, size in outer:
         lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
