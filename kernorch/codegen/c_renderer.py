@@ -29,6 +29,48 @@ static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     return i;
 }
 static inline int64_t ko_idiv(int64_t a, int64_t b) { return b ? a / b : 0; }
+/* float32 exp/tanh/erf/sigmoid without libm calls, so loops using them vectorize (glibc's vector math
+   needs -ffast-math, which would break NaN semantics). exp: Cody-Waite reduction + degree-6 polynomial
+   (Cephes coefficients, ~1 ulp); tanh: Cephes polynomial below 0.625, else via exp; erf: Taylor series
+   below 0.5, else Abramowitz-Stegun 7.1.26 (absolute error < 1.5e-7). */
+static inline float ko_expf(float x) {
+    float c = x < -87.3f ? -87.3f : (x > 88.7228f ? 88.7228f : x); /* ln(FLT_MAX) = 88.72284 */
+    float n = __builtin_floorf(c * 1.44269504088896341f + 0.5f);
+    float r = c - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 126) << 23; /* 2^(n-1), then *2: n = 128 would not fit the exponent field */
+    y = y * scale.f * 2.0f;
+    y = x > 88.72284f ? INFINITY : y;
+    return x < -87.33f ? 0.0f : y;
+}
+static inline float ko_sigmoidf(float x) { return 1.0f / (1.0f + ko_expf(-x)); }
+static inline float ko_tanhf(float x) {
+    float a = __builtin_fabsf(x);
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                    + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    float big = 1.0f - 2.0f / (ko_expf(2.0f * a) + 1.0f);
+    big = x < 0 ? -big : big;
+    return a < 0.625f ? small : big;
+}
+static inline float ko_erff(float x) {
+    float a = __builtin_fabsf(x);
+    float z = x * x;
+    float small = x * 1.1283791670955126f * (1.0f - z * (1.0f / 3 - z * (1.0f / 10 - z * (1.0f / 42 - z / 216))));
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    float big = 1.0f - poly * ko_expf(-z);
+    big = x < 0 ? -big : big;
+    return a < 0.5f ? small : (a != a ? x : big);
+}
 """
 
 
@@ -54,11 +96,12 @@ def _unary(prim: str, dtype: str, a: str) -> str:
     ctype = C_TYPES[dtype]
     table = {
         "neg": f"(-{a})", "abs": f"{_math('fabs', dtype)}({a})" if dtype in _FLOAT_SUFFIX else f"llabs({a})",
-        "exp": f"{_math('exp', dtype)}({a})", "log": f"{_math('log', dtype)}({a})",
+        "exp": f"ko_expf({a})" if dtype == "float32" else f"exp({a})", "log": f"{_math('log', dtype)}({a})",
         "sqrt": f"{_math('sqrt', dtype)}({a})", "reciprocal": f"(({ctype})1 / {a})",
         "sin": f"{_math('sin', dtype)}({a})", "cos": f"{_math('cos', dtype)}({a})",
-        "tanh": f"{_math('tanh', dtype)}({a})", "erf": f"{_math('erf', dtype)}({a})",
-        "sigmoid": f"(({ctype})1 / (({ctype})1 + {_math('exp', dtype)}(-{a})))",
+        "tanh": f"ko_tanhf({a})" if dtype == "float32" else f"tanh({a})",
+        "erf": f"ko_erff({a})" if dtype == "float32" else f"erf({a})",
+        "sigmoid": f"ko_sigmoidf({a})" if dtype == "float32" else f"(1.0 / (1.0 + exp(-{a})))",
         "relu": f"(((({a}) > 0) | (({a}) != ({a}))) ? ({a}) : ({ctype})0)",
         "floor": f"{_math('floor', dtype)}({a})", "ceil": f"{_math('ceil', dtype)}({a})",
         "round": f"{_math('nearbyint', dtype)}({a})",
@@ -117,6 +160,9 @@ class _Emitter:
             return f"ko_index((int64_t)({self.value(tree[1])}), {tree[2]}, &err)"
         if kind == "table":
             return f"{self.prefix}_{tree[1]}[{self.index(tree[2])}]"
+        if kind == "part":  # a merged variable's coordinate that did not collapse back
+            stride = int(np.prod(tree[2][tree[3] + 1:]))
+            return f"(({tree[1]} / {stride}) % {tree[2][tree[3]]})"
         raise ValueError(f"not an index tree: {kind}")
 
     def ctype_of(self, tree: Tree) -> str:
@@ -245,10 +291,10 @@ class _Emitter:
         self.lines.extend("}" for _ in loops)
         return self.temp(C_TYPES[dtype], f"({C_TYPES[dtype]}){acc}", tree)
 
-    def store(self, phase: Phase, index: str) -> None:
+    def store(self, phase: Phase) -> None:
         target_type = C_TYPES[self.types[phase.target]]
         value = self.value(phase.expr)
-        self.lines.append(f"{phase.target}[{index}] = ({target_type})({value});")
+        self.lines.append(f"{phase.target}[{self.index(phase.store_index)}] = ({target_type})({value});")
 
 
 def _free_vars(tree: Tree) -> set[str]:
@@ -262,13 +308,6 @@ def _free_vars(tree: Tree) -> set[str]:
     for child in tree[1:]:
         found |= _free_vars(child)
     return found
-
-
-def _flat(vars_: tuple[str, ...], shape: tuple[int, ...]) -> str:
-    flat = "0"
-    for var, size in zip(vars_, shape, strict=True):
-        flat = f"({flat} * {size} + {var})"
-    return flat
 
 
 def render_kernel(name: str, loops: KernelLoops) -> str:
@@ -324,17 +363,19 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
         for phase in loops.phases:
             emitter = _Emitter(loops, prefix, counter)
             if not phase.loop_vars:
-                emitter.store(phase, "0")
+                emitter.store(phase)
                 lines.extend(["{", *emitter.lines, "}"])
                 continue
             # what does not depend on the innermost loop is computed once before it
             emitter.hoist(phase.expr, {phase.loop_vars[-1]})
             hoisted, emitter.lines = emitter.lines, []
-            emitter.store(phase, _flat(phase.loop_vars, phase.shape))
-            innermost = [f"for (int64_t {phase.loop_vars[-1]} = 0; {phase.loop_vars[-1]} < {phase.shape[-1]}; "
-                         f"{phase.loop_vars[-1]}++) {{", *emitter.lines, "}"]  # fmt: skip
-            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.shape[:-1], True, [*hoisted, *innermost],
-                                    parallel_inner=phase.shape[-1]))  # fmt: skip
+            emitter.store(phase)
+            var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
+            innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
+            if len(phase.loop_vars) == 1 and size >= PARALLEL_MIN_ELEMENTS:
+                innermost.insert(0, "#pragma omp parallel for simd reduction(|:err) schedule(static)")
+            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], True, [*hoisted, *innermost],
+                                    parallel_inner=size))  # fmt: skip
         return "\n".join("    " + line for line in lines)
 
     # Row schedule: a parallel loop over rows (the non-reduced axes); per row, reductions into scalars,
@@ -351,16 +392,14 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             emitter.hoist(phase.expr, set(phase.loop_vars))
             body.extend(emitter.lines)
             emitter.lines = []
-            full_vars = tuple(f"i{a}" if f"i{a}" in phase.loop_vars else v for a, v in enumerate(row_vars))
-            emitter.store(phase, _flat(full_vars, phase.shape))
-            sizes = tuple(phase.shape[int(v[1:])] for v in phase.loop_vars)
-            body.extend(_loop_nest(phase.loop_vars, sizes, False, emitter.lines))
+            emitter.store(phase)
+            body.extend(_loop_nest(phase.loop_vars, phase.loop_sizes, False, emitter.lines))
         else:  # reduced-shape output: one value per row
-            emitter.store(phase, _flat(row_vars, phase.shape))
+            emitter.store(phase)
             body.extend(emitter.lines)
     outer = [(v, loops.row_shape[a]) for a, v in enumerate(row_vars) if loops.row_shape[a] != 1]
     rows = int(np.prod([size for _, size in outer]))
-    row_elements = max((int(np.prod(p.shape)) // max(rows, 1) for p in loops.phases if p.loop_vars), default=1)
+    row_elements = max((int(np.prod(p.loop_sizes)) for p in loops.phases if p.loop_vars), default=1)
     if outer and rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS:
         lines.append(f"#pragma omp parallel for collapse({len(outer)}) reduction(|:err) schedule(static)")
     for var, size in outer:

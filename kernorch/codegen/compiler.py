@@ -17,7 +17,8 @@ from pathlib import Path
 
 from kernorch.errors import KernorchError
 
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno")
+# -fno-math-errno and -fno-trapping-math let floor/sqrt vectorize; unlike -ffast-math they keep NaN/inf semantics.
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math")
 
 
 class CompileError(KernorchError):

@@ -48,11 +48,15 @@ class Buffer:
 
 @dataclass
 class Phase:
-    target: str  # buffer name, or scalar slot in row schedule
-    shape: tuple[int, ...]
+    """Loops `loop_vars` over `loop_sizes` (outermost first), storing `expr` at `target[store_index]`.
+    In the row schedule these loops run inside the row loop; a scalar phase has no loops and no store."""
+
+    target: str  # buffer name, or scalar slot in the row schedule
     loop_vars: tuple[str, ...]
+    loop_sizes: tuple[int, ...]
     expr: Tree
-    scalar: bool = False  # row schedule: a per-row scalar (reduction), not a stored buffer
+    store_index: Tree = ("lit", 0)
+    scalar: bool = False
 
 
 @dataclass
@@ -121,11 +125,33 @@ def mod(a: Tree, n: int) -> Tree:
     return ("%", a, lit(n))
 
 
+def part(var: str, sizes: tuple[int, ...], k: int) -> Tree:
+    """Coordinate k of a loop variable that runs over the merged (flattened) axes `sizes`."""
+    return ("part", var, sizes, k)
+
+
 def flatten(index: list[Tree], shape: tuple[int, ...]) -> Tree:
+    """Row-major flat offset; a complete run of a merged variable's parts collapses back to the variable."""
     flat = lit(0)
-    for i, size in zip(index, shape, strict=True):
-        flat = add(mul(flat, lit(size)), i)
+    j = 0
+    while j < len(index):
+        i = index[j]
+        if i[0] == "part" and i[3] == 0:
+            sizes = i[2]
+            run = index[j: j + len(sizes)]
+            if tuple(shape[j: j + len(sizes)]) == sizes and run == [part(i[1], sizes, k) for k in range(len(sizes))]:
+                flat = add(mul(flat, lit(int(np.prod(sizes)))), ("var", i[1]))
+                j += len(sizes)
+                continue
+        flat = add(mul(flat, lit(shape[j])), i)
+        j += 1
     return flat
+
+
+def has_parts(tree: Any) -> bool:
+    if not isinstance(tree, tuple):
+        return False
+    return tree[:1] == ("part",) or any(has_parts(t) for t in tree)
 
 
 def unflatten(flat: Tree, shape: tuple[int, ...]) -> list[Tree]:
@@ -404,27 +430,67 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
             d.materialized[n.outputs[0]] = slot
         for value in kernel.outputs:
             shape = graph.types[value].shape
-            inner_vars = tuple(f"i{a}" for a in axes) if shape == full_shape else ()
-            index = [("var", f"i{a}") if (a in axes and inner_vars) else outer_index[a] for a in range(len(shape))]
-            phases.append(Phase(d.buffer_of[value], shape, inner_vars, d.value(value, index)))
+            if shape != full_shape:  # one value per row
+                phases.append(Phase(d.buffer_of[value], (), (), d.value(value, outer_index),
+                                    flatten(outer_index, shape)))  # fmt: skip
+                continue
+            phases.append(_inner_row_phase(d, d.buffer_of[value], full_shape, axes, outer_index,
+                                           lambda index, value=value: d.value(value, index)))  # fmt: skip
         loops = KernelLoops(d.buffers, phases, "row", row_shape, row_vars, d.tables)
     else:
         for n in reductions:
             scratch = Buffer(f"scr{len(d.materialized)}", graph.types[n.outputs[0]].dtype,
                              graph.types[n.outputs[0]].shape, "scratch")  # fmt: skip
             d.buffers.append(scratch)
-            shape = scratch.shape
-            loop_vars = tuple(f"l{j}" for j in range(len(shape)))
-            phases.append(Phase(scratch.name, shape, loop_vars, d.node_expr(n, 0, [("var", v) for v in loop_vars])))
+            phases.append(_merged_phase(d, scratch.name, scratch.shape, lambda index, n=n: d.node_expr(n, 0, index)))
             d.materialized[n.outputs[0]] = scratch.name
         for value in kernel.outputs:
-            shape = graph.types[value].shape
-            loop_vars = tuple(f"l{j}" for j in range(len(shape)))
-            phases.append(Phase(d.buffer_of[value], shape, loop_vars, d.value(value, [("var", v) for v in loop_vars])))
+            phases.append(_merged_phase(d, d.buffer_of[value], graph.types[value].shape,
+                                        lambda index, value=value: d.value(value, index)))  # fmt: skip
         loops = KernelLoops(d.buffers, phases, "phased", tables=d.tables)
     if sum(tree_size(p.expr) for p in phases) > MAX_TREE_NODES:
         raise NotGeneratable("inlined expression too large")
     return loops
+
+
+def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any) -> Phase:
+    """A phase over `shape`, with trailing axes merged into one loop where every access stays affine
+    in the merged variable (long contiguous loops vectorize; 14-wide ones mostly do not)."""
+    rank = len(shape)
+    for merged in range(rank, 1, -1):
+        sizes = tuple(shape[rank - merged:])
+        loop_vars = tuple(f"l{j}" for j in range(rank - merged)) + ("m",)
+        index = [("var", v) for v in loop_vars[:-1]] + [part("m", sizes, k) for k in range(merged)]
+        counter = d.var_counter
+        expr = build(index)
+        if not has_parts(expr):
+            loop_sizes = (*shape[: rank - merged], int(np.prod(sizes)))
+            return Phase(target, loop_vars, loop_sizes, expr, flatten(index, shape))
+        d.var_counter = counter
+    loop_vars = tuple(f"l{j}" for j in range(rank))
+    index = [("var", v) for v in loop_vars]
+    return Phase(target, loop_vars, shape, build(index), flatten(index, shape))
+
+
+def _inner_row_phase(d: _Describer, target: str, shape: tuple[int, ...], axes: tuple[int, ...],
+                     outer_index: list[Tree], build: Any) -> Phase:  # fmt: skip
+    """The per-row loops over the reduced axes; contiguous reduced axes become one merged loop."""
+    contiguous = list(axes) == list(range(axes[0], axes[0] + len(axes)))
+    if contiguous and len(axes) > 1:
+        sizes = tuple(shape[a] for a in axes)
+        index = list(outer_index)
+        for k, a in enumerate(axes):
+            index[a] = part("ir", sizes, k)
+        counter = d.var_counter
+        expr = build(index)
+        if not has_parts(expr):
+            return Phase(target, ("ir",), (int(np.prod(sizes)),), expr, flatten(index, shape))
+        d.var_counter = counter
+    index = list(outer_index)
+    for a in axes:
+        index[a] = ("var", f"i{a}")
+    return Phase(target, tuple(f"i{a}" for a in axes), tuple(shape[a] for a in axes), build(index),
+                 flatten(index, shape))  # fmt: skip
 
 
 def _row_schedule(graph: Graph, nodes: list[Node], reductions: list[Node],
