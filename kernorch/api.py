@@ -21,6 +21,7 @@ import onnx
 from kernorch.codegen.backends import GeneratableCost
 from kernorch.codegen.compiler import CFLAGS, compile_source, compiler_identity
 from kernorch.cost.analytic import AnalyticCostModel, device_by_name
+from kernorch.cost.model import CostModel
 from kernorch.errors import InputMismatch, KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -168,12 +169,17 @@ def _graph_from_json(data: dict[str, Any], weights: Path) -> Graph:
 def compile(  # noqa: A001 - the public name the docs promise
     model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    cost: str = "profile",
     device: str = "cpu",
     threads: int = 2,
     limits: OrchestrationLimits | None = None,
 ) -> CompiledModel:
-    """Import, fission, orchestrate (analytic roofline for `device`) and compile an ONNX model."""
-    result = plan_model(model, input_shapes, device, limits)
+    """Import, fission, orchestrate and compile an ONNX model.
+
+    cost="profile" (default) times candidate kernels on this machine (cached in SQLite);
+    cost="analytic" uses the roofline model of `device` ("cpu" = this machine calibrated, or a preset).
+    """
+    result = plan_model(model, input_shapes, device, limits, cost=cost, threads=threads)
     return compile_plan(result, threads)
 
 
@@ -183,12 +189,26 @@ def plan_model(
     device: str = "cpu",
     limits: OrchestrationLimits | None = None,
     progress: Any = None,
+    cost: str = "analytic",
+    threads: int = 2,
+    tuning_progress: Any = None,
 ) -> OrchestrationResult:
     """Import, fission and orchestrate; only kernels some backend can generate are candidates."""
     shapes = {name: tuple(shape) for name, shape in (input_shapes or {}).items()}
     graph = fission(import_model(model, shapes))
-    cost_model = GeneratableCost(AnalyticCostModel(device_by_name(device)))
-    return orchestrate(graph, cost_model, limits, progress)
+    return orchestrate(graph, make_cost_model(cost, device, threads, tuning_progress), limits, progress)
+
+
+def make_cost_model(cost: str, device: str = "cpu", threads: int = 2, tuning_progress: Any = None) -> CostModel:
+    if cost == "analytic":
+        return GeneratableCost(AnalyticCostModel(device_by_name(device)))
+    if cost == "profile":
+        if device != "cpu":
+            raise KernorchError(f"--cost profile measures this machine; --device {device} needs --cost analytic")
+        from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel, default_database_path
+
+        return ProfiledCostModel(ProfileDatabase(default_database_path()), threads, tuning_progress)
+    raise KernorchError(f"unknown cost model '{cost}' (choose profile or analytic)")
 
 
 def compile_plan(result: OrchestrationResult, threads: int = 2) -> CompiledModel:

@@ -29,7 +29,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from kernorch.tools.check import check_model
 
     report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
-                            compiled=args.compiled)  # fmt: skip
+                            compiled=args.compiled, cost=args.cost)  # fmt: skip
     print("\n".join(report.lines()))
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
@@ -38,8 +38,9 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     from kernorch.orchestrate import OrchestrationLimits
 
     defaults = OrchestrationLimits()
-    parser.add_argument("--cost", choices=["analytic"], default="analytic",
-                        help="cost model: analytic roofline (measured profiling arrives with codegen)")
+    parser.add_argument("--cost", choices=["profile", "analytic"], default="profile",
+                        help="profile (default): compile and time candidate kernels on this machine, cached in "
+                        "~/.cache/kernorch/profiles.sqlite; analytic: roofline model of --device")
     parser.add_argument("--device", default="cpu", choices=["cpu", "v100", "a100", "h100"],
                         help="roofline parameters: 'cpu' calibrates this machine (cached); others are presets")
     parser.add_argument("--max-kernel-size", type=int, default=defaults.max_kernel_size,
@@ -48,6 +49,7 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
                         help=f"max primitives per subgraph before partitioning (default {defaults.max_subgraph_size})")
     parser.add_argument("--time-limit", type=float, default=defaults.solver_time_limit,
                         help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
+    parser.add_argument("--threads", type=int, default=2, help="threads for measuring and running (default 2)")
 
 
 def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
@@ -62,7 +64,11 @@ def _orchestrate(args: argparse.Namespace, show_progress: bool) -> Orchestration
                                  solver_time_limit=args.time_limit)  # fmt: skip
     return plan_model(args.model, parse_input_shapes(args.input_shape), args.device, limits,
                       progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
-                                                  leave=False, disable=not show_progress or None))  # fmt: skip
+                                                  leave=False, disable=not show_progress or None),
+                      cost=args.cost, threads=getattr(args, "threads", 2),
+                      tuning_progress=lambda items, total: iter(tqdm(
+                          items, total=total, desc="measuring kernels", unit="kernel", file=sys.stderr,
+                          leave=False, disable=not show_progress or None)))  # fmt: skip
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -191,9 +197,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"primitive graph: {report.lines()[0].split(': ', 1)[1]}")
         print("reference interpreter vs onnxruntime:")
         print("\n".join(report.lines()[1:]))
-        compiled = compile(proto, threads=args.threads)
+        compiled = compile(proto, threads=args.threads, cost=args.cost)
         print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
-              f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us on the analytic model):")  # fmt: skip
+              f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
             print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(graph.nodes[n].prim for n in kernel.nodes)}")
         feeds = random_inputs(import_model(proto))
@@ -229,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--rtol", type=float, default=1e-4, help="relative error tolerance (default 1e-4)")
     check.add_argument("--compiled", action="store_true",
                        help="run the optimized, compiled plan instead of the reference interpreter")
+    check.add_argument("--cost", choices=["profile", "analytic"], default="profile",
+                       help="with --compiled: the cost model that picks the plan (default profile)")
     check.set_defaults(handler=cmd_check)
 
     conformance = commands.add_parser(
@@ -256,7 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
                           help="one JSON object: subgraphs, plan_cost, greedy_cost, kernels")  # fmt: skip
     optimize.add_argument("-o", "--output", metavar="PLAN_DIR",
                           help="compile the plan and save it (plan.json, weights.npz, kernels.c/.so) here")
-    optimize.add_argument("--threads", type=int, default=2, help="threads of the compiled plan (default 2)")
     optimize.set_defaults(handler=cmd_optimize)
 
     run = commands.add_parser(
@@ -290,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     demo.add_argument("--threads", type=int, default=2, help="threads for kernorch and onnxruntime (default 2)")
     demo.add_argument("--runs", type=int, default=50, help="timed runs per contender (default 50)")
+    demo.add_argument("--cost", choices=["profile", "analytic"], default="profile",
+                      help="cost model for the plan (default profile: measured on this machine)")
     demo.set_defaults(handler=cmd_demo)
     return parser
 

@@ -18,7 +18,7 @@ from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
 
 @pytest.fixture(scope="module")
 def attention() -> kernorch.CompiledModel:
-    return kernorch.compile(self_attention_block(), device="a100")
+    return kernorch.compile(self_attention_block(), cost="analytic", device="a100")
 
 
 def test_compiled_model_matches_onnxruntime_numpy_and_torch(attention: kernorch.CompiledModel) -> None:
@@ -80,7 +80,7 @@ def test_cli_optimize_output_then_run(tmp_path: Path, capsys: pytest.CaptureFixt
     model = tmp_path / "block.onnx"
     model.write_bytes(conv_norm_act_block(channels=8, size=16).SerializeToString())
     plan_dir = tmp_path / "plan"
-    assert main(["optimize", str(model), "-o", str(plan_dir), "--device", "v100"]) == 0
+    assert main(["optimize", str(model), "-o", str(plan_dir), "--cost", "analytic", "--device", "v100"]) == 0
     assert "saved to" in capsys.readouterr().out
     x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -96,5 +96,5 @@ def test_cli_optimize_output_then_run(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_check_compiled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "attention.onnx"
     model.write_bytes(self_attention_block(seq=16, hidden=32, heads=2).SerializeToString())
-    assert main(["check", str(model), "--compiled"]) == 0
+    assert main(["check", str(model), "--compiled", "--cost", "analytic"]) == 0
     assert "compiled run" in capsys.readouterr().out

@@ -53,6 +53,8 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
 
     path = tmp_path / "attention.onnx"
     path.write_bytes(self_attention_block().SerializeToString())
+    assert main(["optimize", str(path), "--device", "a100"]) == 2  # profile measures this machine only
+    assert "--cost analytic" in capsys.readouterr().err
     assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"subgraphs", "plan_cost", "greedy_cost", "kernels"} <= set(report)
@@ -63,11 +65,11 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     covered = {n for k in report["kernels"] for n in k["nodes"]}
     assert covered == set(range(34))
 
-    assert main(["optimize", str(path), "--device", "h100"]) == 0
+    assert main(["optimize", str(path), "--cost", "analytic", "--device", "h100"]) == 0
     text = capsys.readouterr().out
     assert "plan cost" in text and "greedy fusion" in text and "optimal" in text
 
-    assert main(["explain", str(path), "--device", "v100", "--rejected", "3"]) == 0
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--rejected", "3"]) == 0
     text = capsys.readouterr().out
     assert "kernel 0:" in text and "rejected candidates by rule" in text and "library call" in text
 

@@ -120,6 +120,9 @@ def orchestrate(
                 index[kernel.key] = len(kernels)
                 kernels.append(kernel)
             greedy_ids.append(index[kernel.key])
+        prepare = getattr(cost_model, "prepare", None)
+        if prepare is not None:  # a measuring cost model times the whole batch at once
+            prepare(kernels)
         costs = [cost_model.cost(k) for k in kernels]
         enumerate_seconds = time.perf_counter() - enumerate_started
         result = solve_blp(kernels, costs, sub.required_outputs, available, limits.solver_time_limit, greedy_ids)

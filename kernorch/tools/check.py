@@ -159,6 +159,7 @@ def check_model(
     seed: int = 0,
     rtol: float = DEFAULT_RTOL,
     compiled: bool = False,
+    cost: str = "profile",
 ) -> tuple[CheckReport, Graph]:
     """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter, or with
     `compiled=True` the optimized plan as generated code."""
@@ -170,7 +171,7 @@ def check_model(
     if compiled:
         from kernorch.api import compile_plan, plan_model
 
-        program = compile_plan(plan_model(model.proto, input_shapes))
+        program = compile_plan(plan_model(model.proto, input_shapes, cost=cost))
         graph = program.graph
         fissioned = time.perf_counter()
         actual = program.run(feeds)
