@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kernorch.codegen.c_opaque import lstm_supported, render_lstm
+from kernorch.codegen.c_renderer import render_kernel
 from kernorch.codegen.loops import NotGeneratable, describe
 from kernorch.cost.model import CostModel
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -28,6 +30,8 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
         if kernel.graph.types[linear.outputs[0]].dtype in LIBRARY_DTYPES:
             return "library", f"{linear.prim} via PyTorch"
         return (None, "library calls need float32/float64") if len(prims) > 1 else ("reference", "fallback")
+    if lstm_supported(kernel):
+        return "c", "LSTM scan C template"
     try:
         describe(kernel)
         return "c", "generated C"
@@ -35,6 +39,13 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
         if len(prims) == 1:
             return "reference", f"reference implementation ({error})"
         return None, str(error)
+
+
+def render_c(name: str, kernel: CandidateKernel) -> str:
+    """The C function for a kernel whose backend is "c"."""
+    if lstm_supported(kernel):
+        return render_lstm(name, kernel)
+    return render_kernel(name, describe(kernel))
 
 
 @dataclass
@@ -52,4 +63,4 @@ class GeneratableCost:
         return math.inf if backend is None else self.base.cost(candidate)
 
 
-__all__ = ["GeneratableCost", "NotGeneratable", "choose_backend"]
+__all__ = ["GeneratableCost", "NotGeneratable", "choose_backend", "render_c"]

@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend
-from kernorch.codegen.c_renderer import PRELUDE, render_kernel
+from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.compiler import CFLAGS, compile_source, load_library
-from kernorch.codegen.loops import describe
 from kernorch.cost.analytic import _fingerprint
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
@@ -60,7 +59,7 @@ def signature(kernel: CandidateKernel) -> tuple[str, str]:
     """(backend, sha256 of what determines the kernel's run time)."""
     backend, _ = choose_backend(kernel)
     if backend == "c":
-        text = render_kernel("k", describe(kernel))
+        text = render_c("k", kernel)
     else:
         graph = kernel.graph
         text = json.dumps({
@@ -183,7 +182,7 @@ class ProfiledCostModel:
             c_kernels = [(key, kernel) for key, kind, kernel in batch if kind == "c"]
             library = None
             if c_kernels:
-                bodies = [render_kernel(f"k_{key[:16]}", describe(kernel)) for key, kernel in c_kernels]
+                bodies = [render_c(f"k_{key[:16]}", kernel) for key, kernel in c_kernels]
                 source = PRELUDE + "\n".join(bodies)
                 library = load_library(compile_source(source))
             for key, kind, kernel in batch:

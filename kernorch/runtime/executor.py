@@ -12,10 +12,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kernorch.codegen.backends import choose_backend
-from kernorch.codegen.c_renderer import PRELUDE, render_kernel
+from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.compiler import compile_source, load_library
-from kernorch.codegen.loops import describe
 from kernorch.errors import KernorchError
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph
@@ -43,7 +42,7 @@ def generate_source(kernels: list[CandidateKernel]) -> tuple[str, dict[int, str]
     for i, kernel in enumerate(kernels):
         if choose_backend(kernel)[0] == "c":
             symbols[i] = f"kernel_{i}"
-            parts.append(render_kernel(symbols[i], describe(kernel)))
+            parts.append(render_c(symbols[i], kernel))
     return "\n".join(parts), symbols
 
 

@@ -185,3 +185,27 @@ def test_gather_and_concat_and_out_of_range_index() -> None:
     feeds = {"a": np.ones((2, 3), np.float32), "b": np.arange(10, dtype=np.float32).reshape(2, 5)}
     out = PlanExecutor(graph, [make_kernel(graph, (0,), ("y",))])(feeds)
     np.testing.assert_array_equal(out["y"], np.concatenate([feeds["a"], feeds["b"]], axis=1))
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_scan_template_matches_onnxruntime(direction: str) -> None:
+    from kernorch.api import compile
+    from kernorch.testing import random_array, single_op_model
+    from kernorch.tools.check import run_onnxruntime
+
+    seq, batch, features, hidden = 5, 2, 3, 4
+    dirs = 2 if direction == "bidirectional" else 1
+    x = random_array((seq, batch, features))
+    constants = {"w": random_array((dirs, 4 * hidden, features), seed=1),
+                 "r": random_array((dirs, 4 * hidden, hidden), seed=2), "b": random_array((dirs, 8 * hidden), seed=3),
+                 "h0": random_array((dirs, batch, hidden), seed=4), "c0": random_array((dirs, batch, hidden), seed=5),
+                 "p": random_array((dirs, 3 * hidden), seed=6)}  # fmt: skip
+    model = single_op_model("LSTM", {"x": x}, {"hidden_size": hidden, "direction": direction}, constants,
+                            input_order=["x", "w", "r", "b", "", "h0", "c0", "p"], outputs=3)  # fmt: skip
+    compiled = compile(model, cost="analytic")
+    scan = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+            if k.primitives[0].prim == "lstm_recurrence"]  # fmt: skip
+    assert scan == ["c"]
+    got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
