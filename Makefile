@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck clean
+STAMP_BENCH := $(VENV)/.installed-bench
+
+.PHONY: demo test bench lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +21,15 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 $(STAMP_DEV): pyproject.toml $(STAMP_RUN)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+
+$(STAMP_BENCH): pyproject.toml $(STAMP_RUN)
+	$(BIN)/pip install -q -e '.[bench]'
+	touch $@
+
+# Every model in ../shared/models (override: make bench MODELS=dir); writes bench/results/DATE.{md,png,json}
+MODELS ?= ../shared/models
+bench: $(STAMP_BENCH)
+	$(BIN)/python bench/run_all.py --models $(MODELS)
 
 demo: $(STAMP_RUN)
 	$(BIN)/kernorch demo

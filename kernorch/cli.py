@@ -136,6 +136,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from kernorch.tools.bench import bench_model, format_report
+
+    report = bench_model(args.model, runs=args.runs, threads=args.threads, cost=args.cost,
+                         progress=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels",
+                                                                 unit="kernel", file=sys.stderr, leave=False,
+                                                                 disable=args.json or None)))  # fmt: skip
+    print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
+    return EXIT_OK
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     result = _orchestrate(args, show_progress=True)
     graph = result.plan.graph
@@ -288,6 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_orchestration_args(explain)
     explain.add_argument("--rejected", type=int, default=0, metavar="N", help="list N rejected candidates")
     explain.set_defaults(handler=cmd_explain)
+
+    bench = commands.add_parser(
+        "bench", help="time kernorch against onnxruntime (and its own greedy / unfused plans) side by side",
+        description="Measure, in one run, onnxruntime (all graph optimizations, and none) and kernorch (optimal, "
+        "greedy-fusion and no-fusion plans on the same code generator), each in its own worker process, "
+        "interleaved round by round, with the same inputs and thread count. Outputs are checked against "
+        "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
+    )  # fmt: skip
+    bench.add_argument("model", help="path to an ONNX model")
+    bench.add_argument("--runs", type=int, default=20, help="timed runs per contender (default 20)")
+    bench.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
+    bench.add_argument("--cost", choices=["profile", "analytic"], default="profile",
+                       help="cost model of kernorch's plans (default profile)")
+    bench.add_argument("--json", action="store_true",
+                       help="one JSON object: model, contenders {name: {median_ms, min_ms, max_ms}}, "
+                       "speedup_vs_best_peer, plus kernels and roofline")  # fmt: skip
+    bench.set_defaults(handler=cmd_bench)
 
     demo = commands.add_parser(
         "demo", help="fission and check the built-in models (self-attention, conv-norm-act)",

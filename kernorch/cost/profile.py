@@ -153,6 +153,8 @@ class ProfiledCostModel:
     machine: str = field(default_factory=lambda: _fingerprint())
     measured: int = 0  # kernels timed in this session (the rest came from the database)
     _known: dict[str, float] = field(default_factory=dict)
+    _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
+    _graph: Graph | None = None
 
     def __post_init__(self) -> None:
         self.machine = f"{self.machine}|threads={self.threads}"
@@ -164,11 +166,17 @@ class ProfiledCostModel:
         torch.set_num_threads(self.threads)
         pending: dict[str, tuple[str, CandidateKernel]] = {}
         for candidate in candidates:
+            if candidate.graph is not self._graph:  # candidate keys are node indices: per graph
+                self._graph, self._signature_of = candidate.graph, {}
+            if candidate.key in self._signature_of:
+                continue
             backend, _ = choose_backend(candidate)
             if backend is None:
+                self._signature_of[candidate.key] = None
                 continue
             isolated = isolate(candidate)
             kind, key = signature(isolated)
+            self._signature_of[candidate.key] = key
             if key not in self._known and key not in pending:
                 pending[key] = (kind, isolated)
         self._known.update(self.database.lookup(pending, self.machine))
@@ -214,10 +222,7 @@ class ProfiledCostModel:
         return _time(launch)
 
     def cost(self, candidate: CandidateKernel) -> float:
-        backend, _ = choose_backend(candidate)
-        if backend is None:
-            return math.inf
-        key = signature(isolate(candidate))[1]
-        if key not in self._known:
+        if candidate.graph is not self._graph or candidate.key not in self._signature_of:
             self.prepare([candidate])
-        return self._known[key]
+        key = self._signature_of[candidate.key]
+        return math.inf if key is None else self._known[key]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import random
 from typing import Any
 
@@ -209,3 +210,21 @@ def test_lstm_scan_template_matches_onnxruntime(direction: str) -> None:
     got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
+
+
+def test_one_openmp_runtime_per_process() -> None:
+    """The generated library binds to torch's libgomp instead of loading a second OpenMP runtime."""
+    import subprocess
+    import sys
+
+    script = (
+        "import kernorch, numpy as np, torch\n"
+        "from kernorch.tools.demo_models import conv_norm_act_block\n"
+        "m = kernorch.compile(conv_norm_act_block(channels=4, size=8), cost='analytic')\n"
+        "m(np.zeros((1, 4, 8, 8), np.float32)); torch.matmul(torch.ones(64, 64), torch.ones(64, 64))\n"
+        "maps = open('/proc/self/maps').read().splitlines()\n"
+        "print(sorted({l.split()[-1] for l in maps if 'omp' in l.split('/')[-1]}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    runtimes = ast.literal_eval(out.strip().splitlines()[-1])
+    assert len(runtimes) == 1 and "torch" in runtimes[0], runtimes

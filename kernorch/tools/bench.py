@@ -1,0 +1,186 @@
+"""`kernorch bench`: kernorch side by side with onnxruntime, each contender in its own worker process.
+
+Contenders: onnxruntime with all graph optimizations and with none; kernorch's optimal plan; kernorch's
+greedy-fusion plan and a no-fusion plan (one kernel per primitive) on the same code generator. Workers
+are spawned fresh (no OpenMP or thread pool shared with another contender) with the same thread count,
+receive the same inputs, and run round by round, interleaved, so machine drift hits all alike. Every
+contender's outputs are checked against onnxruntime before any timing.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import tempfile
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernorch.errors import KernorchError
+
+PEERS = ("onnxruntime", "onnxruntime-noopt")
+KERNORCH = ("kernorch", "kernorch-greedy", "kernorch-unfused")
+
+
+class BenchMismatch(KernorchError):
+    """A contender's outputs differ from onnxruntime: nothing is timed (exit 1)."""
+
+    exit_code = 1
+
+
+def _worker(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    feeds: dict[str, np.ndarray] = connection.recv()
+    if contender.startswith("onnxruntime"):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        if contender == "onnxruntime-noopt":
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+
+        def run() -> dict[str, np.ndarray]:
+            return dict(zip(names, session.run(names, feeds), strict=True))
+    else:
+        import kernorch
+
+        compiled = kernorch.load(plan_dir, threads=threads)
+
+        def run() -> dict[str, np.ndarray]:
+            return compiled.run(feeds)
+
+    import time
+
+    connection.send(run())
+    while True:
+        command, count = connection.recv()
+        if command == "stop":
+            return
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        connection.send(times)
+
+
+@dataclass
+class ContenderResult:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+
+
+def unfused_plan(result: Any) -> Any:
+    """One kernel per primitive, on the same graph and code generator."""
+    from kernorch.orchestrate.kernel import make_kernel
+    from kernorch.orchestrate.plan import Plan, validate_plan
+
+    graph = result.plan.graph
+    needed = set(graph.outputs) | {v for n in graph.nodes for v in n.inputs}
+    kernels = [make_kernel(graph, (i,), tuple(o for o in node.outputs if o in needed))
+               for i, node in enumerate(graph.nodes)]  # fmt: skip
+    validate_plan(graph, kernels)
+    return Plan(graph, kernels, [math.nan] * len(kernels))
+
+
+def roofline_bound(graph: Any) -> dict[str, float]:
+    """Compute floor (linear flops at the measured fp32 peak) + memory floor (inputs, weights and outputs
+    moved once at the measured bandwidth)."""
+    from kernorch.cost.analytic import calibrate_this_machine, primitive_flops
+    from kernorch.ir.primitives import PRIMITIVES, Kind
+
+    device = calibrate_this_machine()
+    flops = sum(primitive_flops(graph, n) for n in graph.nodes if PRIMITIVES[n.prim].kind == Kind.LINEAR)
+    used = {v for n in graph.nodes for v in n.inputs}
+    moved = sum(graph.types[v].nbytes for v in [*graph.inputs, *graph.constants] if v in used)
+    moved += sum(graph.types[v].nbytes for v in graph.outputs)
+    compute_ms, memory_ms = flops / device.peak_flops * 1e3, moved / device.bandwidth * 1e3
+    return {"compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms, "bound_ms": compute_ms + memory_ms,
+            "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
+
+
+def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "profile",
+                rounds: int = 5, progress: Any = None) -> dict[str, Any]:  # fmt: skip
+    from kernorch.api import compile_plan, plan_model
+    from kernorch.frontend import import_model
+    from kernorch.orchestrate.plan import Plan
+    from kernorch.tools.check import compare, random_inputs
+
+    result = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress)
+    feeds = random_inputs(import_model(model_path))
+    plans: dict[str, Plan] = {"kernorch": result.plan, "kernorch-greedy": result.greedy_plan,
+                              "kernorch-unfused": unfused_plan(result)}  # fmt: skip
+    context = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as work:
+        plan_dirs: dict[str, str] = {}
+        for name, plan in plans.items():
+            result.plan = plan
+            plan_dirs[name] = str(compile_plan(result, threads).save(Path(work) / name))
+        workers: dict[str, tuple[Any, Connection]] = {}
+        try:
+            for name in (*PEERS, *KERNORCH):
+                parent, child = context.Pipe()
+                process = context.Process(target=_worker, args=(child, name, model_path, plan_dirs.get(name, ""),
+                                                                threads), daemon=True)  # fmt: skip
+                process.start()
+                parent.send(feeds)
+                workers[name] = (process, parent)
+            outputs = {name: connection.recv() for name, (_, connection) in workers.items()}
+            reference = outputs["onnxruntime"]
+            for name, got in outputs.items():
+                worst = max(e.relative for e in compare(got, reference))
+                if not worst <= 1e-4:
+                    raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}); nothing timed")
+            times: dict[str, list[float]] = {name: [] for name in workers}
+            per_round = max(1, runs // rounds)
+            for _ in range(rounds):
+                for name, (_, connection) in workers.items():  # interleaved: one slice of each per round
+                    connection.send(("run", per_round))
+                    times[name].extend(connection.recv())
+        finally:
+            for process, connection in workers.values():
+                try:
+                    connection.send(("stop", 0))
+                except (BrokenPipeError, OSError):
+                    pass
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.kill()
+    contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
+                  for name, t in times.items()}  # fmt: skip
+    best_peer = min(contenders[p].median_ms for p in PEERS)
+    bound = roofline_bound(plans["kernorch"].graph)
+    return {
+        "model": Path(model_path).name,
+        "threads": threads,
+        "runs": len(times["kernorch"]),
+        "contenders": {name: vars(r) for name, r in contenders.items()},
+        "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
+        "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
+        "kernels": {name: len(plan.kernels) for name, plan in plans.items()},
+        "roofline": {**bound, "kernorch_over_bound": contenders["kernorch"].median_ms / bound["bound_ms"]},
+    }
+
+
+def format_report(report: dict[str, Any]) -> list[str]:
+    lines = [f"{report['model']}: {report['runs']} runs per contender, {report['threads']} threads, interleaved"]
+    header = f"  {'contender':<18} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
+    lines.append(header)
+    for name, r in report["contenders"].items():
+        kernels = report["kernels"].get(name, "")
+        lines.append(f"  {name:<18} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
+                     f"{report['speedups'][name]:>12.2f}x {kernels!s:>8}")  # fmt: skip
+    roof = report["roofline"]
+    lines.append(f"  roofline bound {roof['bound_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
+                 f"{roof['peak_gflops']:.0f} GFLOP/s + memory {roof['memory_floor_ms']:.3f} ms at "
+                 f"{roof['bandwidth_gbs']:.1f} GB/s); "
+                 f"kernorch is {roof['kernorch_over_bound']:.1f}x the bound")  # fmt: skip
+    return lines

@@ -1,0 +1,37 @@
+"""The benchmark harness on a small built-in model: every contender runs in its own process, outputs are
+checked before timing, the JSON has the documented keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernorch.cli import main
+from kernorch.tools.bench import unfused_plan
+from kernorch.tools.demo_models import conv_norm_act_block
+
+
+def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "block.onnx"
+    model.write_bytes(conv_norm_act_block(channels=8, size=16).SerializeToString())
+    assert main(["bench", str(model), "--runs", "4", "--cost", "analytic", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"model", "contenders", "speedup_vs_best_peer"} <= set(report)
+    assert set(report["contenders"]) == {"onnxruntime", "onnxruntime-noopt", "kernorch", "kernorch-greedy",
+                                         "kernorch-unfused"}  # fmt: skip
+    for result in report["contenders"].values():
+        assert 0 < result["min_ms"] <= result["median_ms"] <= result["max_ms"]
+    best_peer = min(report["contenders"][p]["median_ms"] for p in ("onnxruntime", "onnxruntime-noopt"))
+    assert report["speedup_vs_best_peer"] == pytest.approx(best_peer / report["contenders"]["kernorch"]["median_ms"])
+    assert report["kernels"]["kernorch-unfused"] == 25  # one kernel per primitive
+    assert report["roofline"]["bound_ms"] > 0
+
+
+def test_unfused_plan_is_one_kernel_per_primitive() -> None:
+    from kernorch.api import plan_model
+
+    result = plan_model(conv_norm_act_block(channels=4, size=8), cost="analytic")
+    plan = unfused_plan(result)
+    assert [k.nodes for k in plan.kernels] == [(i,) for i in range(len(result.plan.graph.nodes))]
