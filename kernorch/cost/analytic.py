@@ -8,7 +8,6 @@ for. Compute and memory overlap within a kernel, hence the max (the roofline), n
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import time
@@ -162,7 +161,3 @@ def device_by_name(name: str) -> DeviceSpec:
     if name not in DEVICE_PRESETS:
         raise ValueError(f"unknown device '{name}' (choose cpu, {', '.join(DEVICE_PRESETS)})")
     return DEVICE_PRESETS[name]
-
-
-def finite(value: float) -> bool:
-    return math.isfinite(value) and value >= 0

@@ -71,11 +71,6 @@ class Subgraph:
             masks[i] = mask
         return masks
 
-    @cached_property
-    def consumers_outside(self) -> dict[str, bool]:
-        """Value produced here -> whether something outside the subgraph needs it."""
-        return {value: value in self.required_outputs for value in self.producer}
-
 
 def iter_bits(mask: int) -> list[int]:
     bits = []

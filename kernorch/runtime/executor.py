@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +26,6 @@ Launcher = Callable[[], None]
 
 class KernelFailed(KernorchError):
     """A generated kernel reported an out-of-range gather index at run time."""
-
-
-@dataclass
-class LaunchInfo:
-    backend: str
-    kernel: CandidateKernel
 
 
 def generate_source(kernels: list[CandidateKernel]) -> tuple[str, dict[int, str]]:
@@ -99,7 +92,6 @@ class PlanExecutor:
         return torch.from_numpy(self.buffers[name])
 
     def _library_launcher(self, kernel: CandidateKernel) -> Launcher:
-        graph = self.graph
         nodes = kernel.primitives
         linear = next(n for n in nodes if n.prim in ("matmul", "conv", "conv_transpose"))
         producers = {n.outputs[0]: n for n in nodes}
@@ -150,7 +142,6 @@ class PlanExecutor:
                 result = result + bias.numpy()
             np.copyto(self.buffers[out_name], result)
 
-        del graph
         return run_conv_transpose
 
     def _reference_launcher(self, kernel: CandidateKernel) -> Launcher:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import ImportedModel, import_model
 from kernorch.ir.graph import Graph
+from kernorch.ir.types import TensorType
 from kernorch.runtime import run_reference
 
 DEFAULT_RTOL = 1e-4
@@ -33,19 +35,24 @@ def index_ranges(model: ImportedModel) -> dict[str, int]:
     return bounds
 
 
-def random_inputs(model: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs: normal floats, integer token ids drawn inside the table they index, random bools."""
+def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[str, int],
+                 seed: int = 0) -> dict[str, np.ndarray]:  # fmt: skip
+    """Normal floats, integers drawn in [0, bound) (token ids inside the table they index), random bools."""
     rng = np.random.default_rng(seed)
-    bounds = index_ranges(model)
     feeds: dict[str, np.ndarray] = {}
-    for name, value_type in model.input_types.items():
+    for name, value_type in input_types.items():
         if value_type.is_float:
             feeds[name] = rng.standard_normal(value_type.shape).astype(value_type.dtype)
         elif value_type.dtype == "bool":
             feeds[name] = rng.random(value_type.shape) < 0.5
         else:
-            feeds[name] = rng.integers(0, bounds.get(name, 10), value_type.shape).astype(value_type.dtype)
+            feeds[name] = rng.integers(0, index_bounds.get(name, 10), value_type.shape).astype(value_type.dtype)
     return feeds
+
+
+def random_inputs(model: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for an imported ONNX model."""
+    return seeded_feeds(model.input_types, index_ranges(model), seed)
 
 
 def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
@@ -79,23 +86,13 @@ def timed_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], thre
 
 
 def random_feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for a primitive graph (integer inputs drawn within the tables they gather from)."""
-    rng = np.random.default_rng(seed)
+    """Seeded inputs for a primitive graph (a saved plan has no ONNX model to look at)."""
     bounds: dict[str, int] = {}
     for node in graph.nodes:
         if node.prim == "gather" and node.inputs[1] in graph.inputs:
             size = graph.types[node.inputs[0]].shape[node.attr("axis")]
             bounds[node.inputs[1]] = min(bounds.get(node.inputs[1], size), size)
-    feeds: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        value_type = graph.types[name]
-        if value_type.is_float:
-            feeds[name] = rng.standard_normal(value_type.shape).astype(value_type.dtype)
-        elif value_type.dtype == "bool":
-            feeds[name] = rng.random(value_type.shape) < 0.5
-        else:
-            feeds[name] = rng.integers(0, bounds.get(name, 10), value_type.shape).astype(value_type.dtype)
-    return feeds
+    return seeded_feeds({name: graph.types[name] for name in graph.inputs}, bounds, seed)
 
 
 @dataclass
