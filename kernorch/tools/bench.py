@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 from kernorch.errors import KernorchError
 
 PEERS = ("onnxruntime", "onnxruntime-noopt")
+COOL_DOWN_SECONDS = 0.2
 KERNORCH = ("kernorch", "kernorch-greedy", "kernorch-unfused")
 
 
@@ -55,8 +57,6 @@ def _worker(connection: Connection, contender: str, model_path: str, plan_dir: s
 
         def run() -> dict[str, np.ndarray]:
             return compiled.run(feeds)
-
-    import time
 
     connection.send(run())
     while True:
@@ -141,8 +141,15 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
                     raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}); nothing timed")
             times: dict[str, list[float]] = {name: [] for name in workers}
             per_round = max(1, runs // rounds)
-            for _ in range(rounds):
-                for name, (_, connection) in workers.items():  # interleaved: one slice of each per round
+            order = list(workers)
+            for round_index in range(rounds):
+                # Interleaved: one slice of each contender per round, in an order rotated every round so no
+                # contender always follows the same one; a pause between slices lets the previous worker's
+                # spinning pool threads (onnxruntime spins after a run) go idle before the next is timed.
+                rotation = round_index % len(order)
+                for name in order[rotation:] + order[:rotation]:
+                    time.sleep(COOL_DOWN_SECONDS)
+                    connection = workers[name][1]
                     connection.send(("run", per_round))
                     times[name].extend(connection.recv())
         finally:
