@@ -110,6 +110,17 @@ class PlanExecutor:
 
         if linear.prim == "matmul":
             a, b = operand(linear.inputs[0]), operand(linear.inputs[1])
+            if bias is not None and b.dim() == 2 and a.dim() >= 2 and a.is_contiguous():
+                # [..., M, K] @ [K, N] + bias[N] as one addmm on the flattened rows: the bias is part of the call
+                a_rows = a.reshape(-1, a.shape[-1])
+                out_rows = out.view(-1, out.shape[-1])
+                bias_row = bias.reshape(-1)
+
+                def run_addmm() -> None:
+                    torch.addmm(bias_row, a_rows, b, out=out_rows)
+
+                return run_addmm
+
             def run_matmul() -> None:
                 torch.matmul(a, b, out=out)
                 if bias is not None:

@@ -95,7 +95,9 @@ def random_plan(graph: Graph, rng: random.Random) -> list[CandidateKernel]:
     return plan
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI sees the same examples every run. rtol 1e-4: the generated float32 exp is within ~1e-7 of
+# libm, but chains such as exp(exp(x)) amplify that (1.2e-5 relative seen at 2.6e18); wrong code is off by O(1).
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), size=st.integers(2, 7))
 def test_random_plans_match_reference(seed: int, size: int) -> None:
     rng = random.Random(seed)
@@ -105,7 +107,7 @@ def test_random_plans_match_reference(seed: int, size: int) -> None:
     expected = run_reference(graph, {"x": x})
     actual = PlanExecutor(graph, plan)({"x": x})
     for name, value in expected.items():
-        np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)
 
 
 def _single(prim: str, input_types: dict[str, TensorType], attrs: dict, out: TensorType,
@@ -228,3 +230,23 @@ def test_one_openmp_runtime_per_process() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     runtimes = ast.literal_eval(out.strip().splitlines()[-1])
     assert len(runtimes) == 1 and "torch" in runtimes[0], runtimes
+
+
+def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    a, b, c = random_array((2, 3, 5)), random_array((5, 6), seed=1), random_array((6,), seed=2)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])], "mm_bias",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, (2, 3, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 3, 6))],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic")
+    assert [launch.__name__ for launch in compiled.executor.launchers] == ["run_addmm"]
+    np.testing.assert_allclose(compiled.run({"a": a})["y"], run_onnxruntime(model, {"a": a})["y"], rtol=1e-6, atol=1e-6)
