@@ -27,7 +27,7 @@ from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph, Node, freeze_attrs, verify
 from kernorch.ir.types import TensorType
-from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult, orchestrate, validate_plan
+from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult, Plan, orchestrate, validate_plan
 from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
 from kernorch.runtime.executor import PlanExecutor
 
@@ -211,7 +211,9 @@ def make_cost_model(cost: str, device: str = "cpu", threads: int = 2, tuning_pro
     raise KernorchError(f"unknown cost model '{cost}' (choose profile or analytic)")
 
 
-def compile_plan(result: OrchestrationResult, threads: int = 2) -> CompiledModel:
-    metadata = {"cost_model": result.cost_model, "plan_cost": result.plan.cost,
+def compile_plan(result: OrchestrationResult, threads: int = 2, plan: Plan | None = None) -> CompiledModel:
+    """Compile the result's optimal plan, or another plan of the same graph (e.g. greedy, for comparison)."""
+    chosen = plan or result.plan
+    metadata = {"cost_model": result.cost_model, "plan_cost": chosen.cost,
                 "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal}  # fmt: skip
-    return CompiledModel(result.plan.graph, result.plan.kernels, result.plan.costs, threads, metadata)
+    return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, threads, metadata)

@@ -51,10 +51,9 @@ def fission(model: ImportedModel) -> Graph:
         unread = context.unread_attributes()
         if unread:
             context.refuse("attribute not supported by kernorch's rule", unread[0])
-        present = [o for o in node.output]
-        if len(outputs) < len([o for o in present if o]):
+        if len(outputs) < len([o for o in node.output if o]):
             context.refuse(f"only the first {len(outputs)} output(s) are supported")
-        for onnx_name, value in zip(present, outputs, strict=False):
+        for onnx_name, value in zip(node.output, outputs, strict=False):
             if onnx_name:
                 alias[onnx_name] = value
 

@@ -122,8 +122,7 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
         for name, plan in plans.items():
-            result.plan = plan
-            plan_dirs[name] = str(compile_plan(result, threads).save(Path(work) / name))
+            plan_dirs[name] = str(compile_plan(result, threads, plan).save(Path(work) / name))
         workers: dict[str, tuple[Any, Connection]] = {}
         try:
             for name in (*PEERS, *KERNORCH):
