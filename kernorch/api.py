@@ -29,10 +29,12 @@ from kernorch.ir.graph import Graph, Node, freeze_attrs, verify
 from kernorch.ir.types import TensorType
 from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult, Plan, orchestrate, validate_plan
 from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
+from kernorch.rewrite import rewrite as rewrite_graph
 from kernorch.runtime.executor import PlanExecutor
 
 FORMAT = "kernorch-plan"
 FORMAT_VERSION = 1
+DEFAULT_REWRITE_BUDGET = 60.0  # seconds of cost-guided rewrite search per model
 
 
 class ArtifactError(KernorchError):
@@ -173,13 +175,18 @@ def compile(  # noqa: A001 - the public name the docs promise
     device: str = "cpu",
     threads: int = 2,
     limits: OrchestrationLimits | None = None,
+    rewrite: bool = True,
+    rewrite_budget: float = DEFAULT_REWRITE_BUDGET,
 ) -> CompiledModel:
-    """Import, fission, orchestrate and compile an ONNX model.
+    """Import, fission, rewrite, orchestrate and compile an ONNX model.
 
     cost="profile" (default) times candidate kernels on this machine (cached in SQLite);
     cost="analytic" uses the roofline model of `device` ("cpu" = this machine calibrated, or a preset).
+    rewrite=False skips the primitive-graph rewrites; `rewrite_budget` bounds (in seconds) the
+    cost-guided part of them.
     """
-    result = plan_model(model, input_shapes, device, limits, cost=cost, threads=threads)
+    result = plan_model(model, input_shapes, device, limits, cost=cost, threads=threads, rewrite=rewrite,
+                        rewrite_budget=rewrite_budget)  # fmt: skip
     return compile_plan(result, threads)
 
 
@@ -192,11 +199,25 @@ def plan_model(
     cost: str = "analytic",
     threads: int = 2,
     tuning_progress: Any = None,
+    rewrite: bool = True,
+    rewrite_budget: float = DEFAULT_REWRITE_BUDGET,
+    rewrite_progress: Any = None,
 ) -> OrchestrationResult:
-    """Import, fission and orchestrate; only kernels some backend can generate are candidates."""
+    """Import, fission, rewrite and orchestrate; only kernels some backend can generate are candidates."""
     shapes = {name: tuple(shape) for name, shape in (input_shapes or {}).items()}
     graph = fission(import_model(model, shapes))
-    return orchestrate(graph, make_cost_model(cost, device, threads, tuning_progress), limits, progress)
+    cost_model = make_cost_model(cost, device, threads, tuning_progress)
+    report = None
+    if rewrite:
+        local_limits = limits or OrchestrationLimits()
+
+        def plan_cost(window: Graph) -> float:
+            return orchestrate(window, cost_model, local_limits).plan.cost
+
+        graph, report = rewrite_graph(graph, plan_cost, rewrite_budget, rewrite_progress)
+    result = orchestrate(graph, cost_model, limits, progress)
+    result.rewrite_report = report
+    return result
 
 
 def make_cost_model(cost: str, device: str = "cpu", threads: int = 2, tuning_progress: Any = None) -> CostModel:
@@ -215,5 +236,6 @@ def compile_plan(result: OrchestrationResult, threads: int = 2, plan: Plan | Non
     """Compile the result's optimal plan, or another plan of the same graph (e.g. greedy, for comparison)."""
     chosen = plan or result.plan
     metadata = {"cost_model": result.cost_model, "plan_cost": chosen.cost,
-                "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal}  # fmt: skip
+                "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal,
+                "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None}  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, threads, metadata)

@@ -13,6 +13,7 @@ from kernorch.frontend import parse_input_shapes
 
 if TYPE_CHECKING:
     from kernorch.orchestrate import OrchestrationResult
+    from kernorch.rewrite import RewriteReport
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -29,7 +30,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from kernorch.tools.check import check_model
 
     report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
-                            compiled=args.compiled, cost=args.cost)  # fmt: skip
+                            compiled=args.compiled, cost=args.cost, rewrite=args.rewrite,
+                            rewrite_budget=args.rewrite_budget)  # fmt: skip
     print("\n".join(report.lines()))
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
@@ -50,6 +52,17 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=defaults.solver_time_limit,
                         help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
     parser.add_argument("--threads", type=int, default=2, help="threads for measuring and running (default 2)")
+    _add_rewrite_args(parser)
+
+
+def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
+    from kernorch.api import DEFAULT_REWRITE_BUDGET
+
+    parser.add_argument("--no-rewrite", dest="rewrite", action="store_false",
+                        help="skip the primitive-graph rewrites (CSE, simplification, TASO-style substitutions)")
+    parser.add_argument("--rewrite-budget", type=float, default=DEFAULT_REWRITE_BUDGET, metavar="SECONDS",
+                        help="time for trying the cost-guided rewrites, each judged by orchestrating its "
+                        f"neighbourhood before and after (default {DEFAULT_REWRITE_BUDGET:g})")
 
 
 def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
@@ -58,14 +71,16 @@ def _orchestrate(args: argparse.Namespace, show_progress: bool) -> Orchestration
     from kernorch.api import plan_model
     from kernorch.orchestrate import OrchestrationLimits
 
-    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0:
-        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive")
+    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0 or args.rewrite_budget < 0:
+        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive, "
+                            "--rewrite-budget not negative")
     limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                  solver_time_limit=args.time_limit)  # fmt: skip
     return plan_model(args.model, parse_input_shapes(args.input_shape), args.device, limits,
                       progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
                                                   leave=False, disable=not show_progress or None),
-                      cost=args.cost, threads=getattr(args, "threads", 2),
+                      cost=args.cost, threads=getattr(args, "threads", 2), rewrite=args.rewrite,
+                      rewrite_budget=args.rewrite_budget,
                       tuning_progress=lambda items, total: iter(tqdm(
                           items, total=total, desc="measuring kernels", unit="kernel", file=sys.stderr,
                           leave=False, disable=not show_progress or None)))  # fmt: skip
@@ -92,6 +107,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; "
           f"greedy fusion {greedy.cost * 1e3:.3f} ms in {len(greedy.kernels)} kernels "
           f"({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; {result.seconds:.1f} s")
+    if result.rewrite_report is not None:
+        print(result.rewrite_report.summary())
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
     return EXIT_OK
@@ -158,6 +175,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"    from: {', '.join(origins)}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
+    if result.rewrite_report is not None:
+        _explain_rewrites(result.rewrite_report)
     if args.rejected:
         counts: dict[str, int] = {}
         for report in result.subgraphs:
@@ -168,6 +187,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
             prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
             print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
     return EXIT_OK
+
+
+def _explain_rewrites(report: RewriteReport) -> None:
+    from kernorch.rewrite import REWRITE_RULES
+
+    print(report.summary())
+    places: dict[str, list[str]] = {}
+    for firing in report.fired:
+        places.setdefault(firing.rule, []).append(firing.origin)
+    for rule, origins in places.items():
+        shown = ", ".join(list(dict.fromkeys(origins))[:6]) + (", …" if len(set(origins)) > 6 else "")
+        print(f"  {rule} ×{len(origins)}: {REWRITE_RULES[rule].doc}")
+        print(f"      at {shown}")
+    for trial in report.trials:
+        verdict = "kept" if trial.kept else "rejected"
+        follow = f" (+ {', '.join(trial.follow_ups)})" if trial.follow_ups else ""
+        print(f"  tried {trial.rule}{follow} at {trial.origin}: neighbourhood plan {trial.cost_before * 1e6:.1f} → "
+              f"{trial.cost_after * 1e6:.1f} us, {verdict}")
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
@@ -250,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the optimized, compiled plan instead of the reference interpreter")
     check.add_argument("--cost", choices=["profile", "analytic"], default="profile",
                        help="with --compiled: the cost model that picks the plan (default profile)")
+    _add_rewrite_args(check)
     check.set_defaults(handler=cmd_check)
 
     conformance = commands.add_parser(

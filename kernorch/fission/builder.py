@@ -24,8 +24,12 @@ class PrimitiveBuilder:
         self.origin = ""
 
     def fresh_name(self, hint: str) -> str:
-        self._counter += 1
-        return f"{self.origin or 'v'}/{hint}_{self._counter}"
+        # A rewrite builds on a graph that already has names: skip any that are taken.
+        while True:
+            self._counter += 1
+            name = f"{self.origin or 'v'}/{hint}_{self._counter}"
+            if name not in self.graph.types:
+                return name
 
     def type_of(self, value: str) -> TensorType:
         return self.graph.types[value]

@@ -8,7 +8,7 @@ from kernorch.errors import UnsupportedOperator
 from kernorch.fission.builder import PrimitiveBuilder
 from kernorch.fission.registry import FISSION_RULES, RuleContext
 from kernorch.frontend.onnx_import import ImportedModel
-from kernorch.ir.graph import Graph, Node, verify
+from kernorch.ir.graph import Graph, Node, eliminate_dead_nodes, verify
 from kernorch.ir.types import TensorType
 
 
@@ -89,17 +89,3 @@ def _name_outputs(graph: Graph, values: list[str], names: list[str]) -> list[str
             graph.nodes.append(Node("identity", (value,), (name,), (), "output"))
     return list(names)
 
-
-def eliminate_dead_nodes(graph: Graph) -> Graph:
-    """Drop nodes and constants no graph output depends on (e.g. leftovers of folded shape arithmetic)."""
-    live = set(graph.outputs)
-    kept: list[Node] = []
-    for node in reversed(graph.nodes):
-        if any(o in live for o in node.outputs):
-            kept.append(node)
-            live.update(node.inputs)
-    graph.nodes = kept[::-1]
-    graph.constants = {k: v for k, v in graph.constants.items() if k in live}
-    keep_types = live | set(graph.inputs) | {o for n in graph.nodes for o in n.outputs}
-    graph.types = {k: v for k, v in graph.types.items() if k in keep_types}
-    return graph

@@ -82,6 +82,26 @@ class Graph:
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)
 
+    def copy(self) -> Graph:
+        """A graph a pass may edit without touching this one (constant arrays are shared, never mutated)."""
+        return Graph(list(self.inputs), list(self.outputs), dict(self.types), dict(self.constants),
+                     list(self.nodes), self.name)  # fmt: skip
+
+
+def eliminate_dead_nodes(graph: Graph) -> Graph:
+    """Drop nodes, constants and types no graph output depends on (e.g. leftovers of folded shape arithmetic)."""
+    live = set(graph.outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    graph.nodes = kept[::-1]
+    graph.constants = {k: v for k, v in graph.constants.items() if k in live}
+    keep_types = live | set(graph.inputs) | {o for n in graph.nodes for o in n.outputs}
+    graph.types = {k: v for k, v in graph.types.items() if k in keep_types}
+    return graph
+
 
 class GraphVerificationError(AssertionError):
     """A stage produced an ill-formed graph: a kernorch bug, not a user error."""

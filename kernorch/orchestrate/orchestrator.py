@@ -47,6 +47,7 @@ class OrchestrationResult:
     limits: OrchestrationLimits
     cost_model: str
     seconds: float
+    rewrite_report: Any = None  # kernorch.rewrite.RewriteReport when the graph was rewritten first
 
     @property
     def all_optimal(self) -> bool:
@@ -67,6 +68,7 @@ class OrchestrationResult:
             "greedy_cost": self.greedy_plan.cost,
             "all_optimal": self.all_optimal,
             "seconds": round(self.seconds, 3),
+            "rewrites": self.rewrite_report.to_json() if self.rewrite_report is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}

@@ -16,6 +16,7 @@ from kernorch.fission import fission
 from kernorch.frontend import ImportedModel, import_model
 from kernorch.ir.graph import Graph
 from kernorch.ir.types import TensorType
+from kernorch.rewrite import rewrite as rewrite_graph
 from kernorch.runtime import run_reference
 
 DEFAULT_RTOL = 1e-4
@@ -157,18 +158,24 @@ def check_model(
     rtol: float = DEFAULT_RTOL,
     compiled: bool = False,
     cost: str = "profile",
+    rewrite: bool = True,
+    rewrite_budget: float = 60.0,
 ) -> tuple[CheckReport, Graph]:
-    """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter, or with
-    `compiled=True` the optimized plan as generated code."""
+    """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter on the fissioned
+    graph (with the cost-independent rewrites unless rewrite=False), or with `compiled=True` the
+    optimized plan as generated code."""
     started = time.perf_counter()
     model = import_model(source, input_shapes)
     graph = fission(model)
+    if rewrite and not compiled:
+        graph, _ = rewrite_graph(graph)
     fissioned = time.perf_counter()
     feeds = random_inputs(model, seed)
     if compiled:
         from kernorch.api import compile_plan, plan_model
 
-        program = compile_plan(plan_model(model.proto, input_shapes, cost=cost))
+        program = compile_plan(plan_model(model.proto, input_shapes, cost=cost, rewrite=rewrite,
+                                          rewrite_budget=rewrite_budget))  # fmt: skip
         graph = program.graph
         fissioned = time.perf_counter()
         actual = program.run(feeds)
@@ -183,7 +190,8 @@ def check_model(
         primitive_counts=graph.count_by_kind(),
         primitives=len(graph.nodes),
         errors=compare(actual, expected),
-        seconds={("optimize+compile" if compiled else "import+fission"): fissioned - started,
+        seconds={("optimize+compile" if compiled else "import+fission+rewrite" if rewrite else "import+fission"):
+                 fissioned - started,
                  ("compiled run" if compiled else "reference"): interpreted - fissioned,
                  "onnxruntime": finished - interpreted},  # fmt: skip
         rtol=rtol,

@@ -1,0 +1,114 @@
+"""Algebraic simplification (MindSpore graph-kernel style): fewer or cheaper elementwise operations.
+
+Each rule only fires where it removes work or moves a constant next to another constant, so the
+fixed point terminates; the float results differ at most by reassociation.
+"""
+
+from __future__ import annotations
+
+from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
+
+
+def _float(ctx: RewriteContext, value: str) -> bool:
+    return ctx.type(value).is_float
+
+
+@rewrite_rule("neg-neg", roots=["neg"])
+def double_negation(ctx: RewriteContext) -> Replacement | None:
+    """neg(neg(x)) is x."""
+    inner = ctx.producer(ctx.node.inputs[0])
+    if inner is None or inner.prim != "neg":
+        return None
+    return {ctx.node.outputs[0]: inner.inputs[0]}
+
+
+@rewrite_rule("exp-pow", roots=["pow"])
+def power_of_exponential(ctx: RewriteContext) -> Replacement | None:
+    """exp(a)^b is exp(a·b): one transcendental instead of two."""
+    base, exponent = ctx.node.inputs
+    inner = ctx.producer(base)
+    if inner is None or inner.prim != "exp" or not _float(ctx, base):
+        return None
+    return {ctx.node.outputs[0]: ctx.emit("exp", ctx.emit("mul", inner.inputs[0], exponent))}
+
+
+@rewrite_rule("reduce-reduce", roots=["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])
+def nested_reduction(ctx: RewriteContext) -> Replacement | None:
+    """reduce(reduce(x, A), B) with A, B disjoint and the same reducer is one reduce over A ∪ B."""
+    node = ctx.node
+    inner = ctx.producer(node.inputs[0])
+    if inner is None or inner.prim != node.prim or not ctx.single_use(node.inputs[0]):
+        return None
+    outer_axes, inner_axes = set(node.attr("axes")), set(inner.attr("axes"))
+    if outer_axes & inner_axes:
+        return None
+    return {node.outputs[0]: ctx.emit(node.prim, inner.inputs[0], axes=tuple(sorted(outer_axes | inner_axes)))}
+
+
+@rewrite_rule("div-by-constant", roots=["div"])
+def division_by_constant(ctx: RewriteContext) -> Replacement | None:
+    """x / c with a float constant c is x · (1/c): a multiply is cheaper and folds with other constants."""
+    numerator, denominator = ctx.node.inputs
+    if ctx.const(denominator) is None or not _float(ctx, numerator):
+        return None
+    return {ctx.node.outputs[0]: ctx.emit("mul", numerator, ctx.emit("reciprocal", denominator))}
+
+
+@rewrite_rule("sub-constant", roots=["sub"])
+def subtraction_of_constant(ctx: RewriteContext) -> Replacement | None:
+    """x − c with a float constant c is x + (−c), so it can merge with neighbouring additions."""
+    left, right = ctx.node.inputs
+    if ctx.const(right) is None or ctx.const(left) is not None or not _float(ctx, left):
+        return None
+    return {ctx.node.outputs[0]: ctx.emit("add", left, ctx.emit("neg", right))}
+
+
+def _split_constant(ctx: RewriteContext, inputs: tuple[str, ...]) -> tuple[str, str] | None:
+    """(variable, constant) operands of a binary node with exactly one constant operand."""
+    a, b = inputs
+    if ctx.const(b) is not None and ctx.const(a) is None:
+        return a, b
+    if ctx.const(a) is not None and ctx.const(b) is None:
+        return b, a
+    return None
+
+
+@rewrite_rule("merge-constants", roots=["add", "mul"])
+def merge_constants(ctx: RewriteContext) -> Replacement | None:
+    """(x + c1) + c2 is x + (c1 + c2); (x · c1) · c2 is x · (c1 · c2): the constants fold."""
+    node = ctx.node
+    outer = _split_constant(ctx, node.inputs)
+    if outer is None or not _float(ctx, node.outputs[0]):
+        return None
+    value, c2 = outer
+    inner = ctx.producer(value)
+    if inner is None or inner.prim != node.prim or not ctx.single_use(value):
+        return None
+    inner_split = _split_constant(ctx, inner.inputs)
+    if inner_split is None:
+        return None
+    x, c1 = inner_split
+    return {node.outputs[0]: ctx.emit(node.prim, x, ctx.emit(node.prim, c1, c2))}
+
+
+@rewrite_rule("mul-over-add", roots=["mul"])
+def distribute_scale(ctx: RewriteContext) -> Replacement | None:
+    """(y + c1) · c2 is y · c2 + c1 · c2 when y comes from a linear primitive: the scale moves next to
+    the linear primitive (where `scale-into-weight` can fold it) and the bias stays an addition."""
+    node = ctx.node
+    outer = _split_constant(ctx, node.inputs)
+    if outer is None or not _float(ctx, node.outputs[0]):
+        return None
+    value, scale = outer
+    add = ctx.producer(value)
+    if add is None or add.prim != "add" or not ctx.single_use(value):
+        return None
+    inner = _split_constant(ctx, add.inputs)
+    if inner is None:
+        return None
+    y, bias = inner
+    producer = ctx.producer(y)
+    if producer is None or PRIMITIVES[producer.prim].kind != Kind.LINEAR:
+        return None
+    return {node.outputs[0]: ctx.emit("add", ctx.emit("mul", y, scale), ctx.emit("mul", bias, scale))}

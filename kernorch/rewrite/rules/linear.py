@@ -1,0 +1,226 @@
+"""Rules around linear primitives (MatMul, Conv): TASO-style substitutions of Korch Fig. 2b.
+
+`scale-into-weight` folds per-channel scales (BatchNorm's, a Gemm's alpha) into a constant weight;
+`transpose-of-matmul` and `split-split` only remove copies. The cost-guided ones change what runs:
+`reduce-to-matmul` turns a row sum into a product with a ones vector, `scale-across-matmul` moves a
+row scale behind the product (Softmax's division), `merge-matmuls` computes two products sharing
+an operand as one, and `transpose-into-matmul` leaves the last-two-axes swap of an operand to the
+library call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
+from kernorch.rewrite.rules.common import channel_vector, swap_last_two
+
+
+@rewrite_rule("scale-into-weight", roots=["mul"])
+def scale_into_weight(ctx: RewriteContext) -> Replacement | None:
+    """linear(x, W) · s with constant W and a constant per-output-channel s is linear(x, W·s); likewise a
+    per-input-channel scale of a matmul's left operand. Folds BatchNorm into a preceding Conv/MatMul."""
+    for value, scale in (ctx.node.inputs, ctx.node.inputs[::-1]):
+        if ctx.const(value) is None and ctx.type(value) == ctx.type(ctx.node.outputs[0]):
+            replacement = _scale_output(ctx, value, scale) or _scale_input(ctx, value, scale)
+            if replacement:
+                return replacement
+    return None
+
+
+def _scale_output(ctx: RewriteContext, value: str, scale: str) -> Replacement | None:
+    producer = ctx.producer(value)
+    if producer is None or producer.prim not in ("matmul", "conv") or not ctx.single_use(value):
+        return None
+    weight = producer.inputs[1]
+    w = ctx.const(weight)
+    out_axis = ctx.type(value).rank - 1 if producer.prim == "matmul" else 1
+    vector = channel_vector(ctx, scale, value, out_axis)
+    if w is None or w.ndim < 2 or vector is None:
+        return None
+    # matmul weights are [..., K, N]: scale the last axis; conv weights are [C_out, ...]: the first.
+    shape = (-1,) if producer.prim == "matmul" else (-1, *([1] * (w.ndim - 1)))
+    factor = ctx.constant(vector.reshape(shape) if vector.size > 1 else vector[0])
+    scaled = ctx.emit("mul", weight, factor)
+    return {ctx.node.outputs[0]: ctx.emit(producer.prim, producer.inputs[0], scaled, **producer.attr_dict)}
+
+
+def _scale_input(ctx: RewriteContext, value: str, scale: str) -> Replacement | None:
+    """(x · s) @ W = x @ (s[:, None] · W) for a constant s along x's last axis (K)."""
+    scaled_x = ctx.node.outputs[0]
+    consumers = ctx.consumers(scaled_x)
+    if len(consumers) != 1 or consumers[0].prim != "matmul" or consumers[0].inputs[0] != scaled_x \
+            or consumers[0].inputs[1] == scaled_x or ctx.is_output(scaled_x):  # fmt: skip
+        return None
+    matmul = consumers[0]
+    w = ctx.const(matmul.inputs[1])
+    vector = channel_vector(ctx, scale, scaled_x, ctx.type(scaled_x).rank - 1)
+    if w is None or w.ndim < 2 or vector is None:
+        return None
+    factor = ctx.constant(vector.reshape(-1, 1) if vector.size > 1 else vector[0])
+    return {matmul.outputs[0]: ctx.emit("matmul", value, ctx.emit("mul", matmul.inputs[1], factor))}
+
+
+@rewrite_rule("transpose-of-matmul", roots=["transpose"])
+def transpose_of_matmul(ctx: RewriteContext) -> Replacement | None:
+    """(A @ B)ᵀ is Bᵀ @ Aᵀ (last two axes): the operand swaps are strides of the library call, no copy."""
+    node = ctx.node
+    rank = ctx.type(node.outputs[0]).rank
+    product = ctx.producer(node.inputs[0])
+    if rank < 2 or tuple(node.attr("perm")) != swap_last_two(rank) or product is None \
+            or product.prim != "matmul" or not ctx.single_use(node.inputs[0]):  # fmt: skip
+        return None
+    a, b = product.inputs
+    if ctx.type(a).rank < 2 or ctx.type(b).rank < 2:
+        return None
+    swapped_b = ctx.emit("transpose", b, perm=swap_last_two(ctx.type(b).rank))
+    swapped_a = ctx.emit("transpose", a, perm=swap_last_two(ctx.type(a).rank))
+    return {node.outputs[0]: ctx.emit("matmul", swapped_b, swapped_a)}
+
+
+@rewrite_rule("split-split", roots=["split"])
+def split_of_split(ctx: RewriteContext) -> Replacement | None:
+    """A piece of a split, split again along the same axis, is one split into all the pieces."""
+    node = ctx.node
+    outer = ctx.producer(node.inputs[0])
+    if outer is None or outer.prim != "split" or outer.attr("axis") != node.attr("axis") \
+            or not ctx.single_use(node.inputs[0]):  # fmt: skip
+        return None
+    piece = outer.outputs.index(node.inputs[0])
+    outer_sizes, inner_sizes = list(outer.attr("sizes")), list(node.attr("sizes"))
+    sizes = (*outer_sizes[:piece], *inner_sizes, *outer_sizes[piece + 1 :])
+    pieces = ctx.emit_all("split", outer.inputs, axis=node.attr("axis"), sizes=sizes)
+    replacement = dict(zip(node.outputs, pieces[piece : piece + len(inner_sizes)], strict=True))
+    others = [i for i in range(len(outer_sizes)) if i != piece]
+    kept = [*pieces[:piece], *pieces[piece + len(inner_sizes) :]]
+    replacement.update({outer.outputs[i]: new for i, new in zip(others, kept, strict=True)})
+    return replacement
+
+
+# ------------------------------------------------------------------------------------------ cost-guided
+
+
+@rewrite_rule("reduce-to-matmul", roots=["reduce_sum"], cost_guided=True)
+def reduce_to_matmul(ctx: RewriteContext) -> Replacement | None:
+    """Σ over the last axis is a product with a ones vector: x[..., K] @ 1[K, 1] (Korch Fig. 2b)."""
+    node = ctx.node
+    x_type = ctx.type(node.inputs[0])
+    if not x_type.is_float or x_type.rank < 2 or tuple(node.attr("axes")) != (x_type.rank - 1,) \
+            or x_type.shape[-1] < 2:  # fmt: skip
+        return None
+    ones = ctx.constant(np.ones((x_type.shape[-1], 1), dtype=x_type.dtype))
+    return {node.outputs[0]: ctx.emit("matmul", node.inputs[0], ones)}
+
+
+@rewrite_rule("scale-across-matmul", roots=["matmul"], cost_guided=True)
+def scale_across_matmul(ctx: RewriteContext) -> Replacement | None:
+    """(A ⊘ s) @ B = (A @ B) ⊘ s for a row scale s of A (⊘ = · or /), and A @ (B ⊘ c) = (A @ B) ⊘ c for a
+    column scale c of B: the elementwise op moves behind the product (Softmax's division, Fig. 2b)."""
+    node = ctx.node
+    out = node.outputs[0]
+    # a row scale of A is constant along A's last axis, a column scale of B along B's second-to-last
+    for side, fixed_axis in ((0, -1), (1, -2)):
+        operand = node.inputs[side]
+        scaled = ctx.producer(operand)
+        if scaled is None or scaled.prim not in ("mul", "div") or not ctx.single_use(operand):
+            continue
+        candidates = [(0, 1), (1, 0)] if scaled.prim == "mul" else [(0, 1)]
+        for keep, scale_index in candidates:
+            base, scale = scaled.inputs[keep], scaled.inputs[scale_index]
+            base_type, scale_type = ctx.type(base), ctx.type(scale)
+            if base_type != ctx.type(operand) or base_type.rank < 2 or scale_type.rank > base_type.rank:
+                continue
+            if scale_type.rank >= -fixed_axis and scale_type.shape[fixed_axis] != 1:
+                continue
+            out_shape = ctx.type(out).shape
+            if tuple(np.broadcast_shapes(out_shape, scale_type.shape)) != out_shape:
+                continue
+            inputs = [base, node.inputs[1]] if side == 0 else [node.inputs[0], base]
+            product = ctx.emit("matmul", *inputs)
+            return {out: ctx.emit(scaled.prim, product, scale)}
+    return None
+
+
+@rewrite_rule("merge-matmuls", roots=["matmul"], cost_guided=True)
+def merge_matmuls(ctx: RewriteContext) -> Replacement | None:
+    """A @ B1 and A @ B2 are one A @ [B1 | B2] split in two (with their bias additions, when both have
+    one): one larger product instead of two (Korch Fig. 2b merges A @ V and A @ ones this way)."""
+    node = ctx.node
+    shared, right = node.inputs
+    for position in ctx.consumer_positions(shared):
+        partner = ctx.graph.nodes[position]
+        if position >= ctx.position or partner.prim != "matmul" or partner.inputs[0] != shared \
+                or partner.inputs[1] == right:  # fmt: skip
+            continue
+        operands = _same_batch(ctx, partner.inputs[1], right)
+        if operands is None:
+            continue
+        left, right = operands
+        sizes = (ctx.type(left).shape[-1], ctx.type(right).shape[-1])
+        weights = ctx.emit("concat", left, right, axis=ctx.type(left).rank - 1)
+        product = ctx.emit("matmul", shared, weights)
+        out_axis = ctx.type(product).rank - 1
+        biases = [_bias_add(ctx, partner.outputs[0]), _bias_add(ctx, node.outputs[0])]
+        if all(biases):
+            bias = ctx.emit("concat", *(ctx.constant(vector) for _, vector in biases), axis=0)  # type: ignore[misc]
+            pieces = ctx.emit_all("split", [ctx.emit("add", product, bias)], axis=out_axis, sizes=sizes)
+            return {biases[0][0]: pieces[0], biases[1][0]: pieces[1]}  # type: ignore[index]
+        pieces = ctx.emit_all("split", [product], axis=out_axis, sizes=sizes)
+        return {partner.outputs[0]: pieces[0], node.outputs[0]: pieces[1]}
+    return None
+
+
+def _same_batch(ctx: RewriteContext, left: str, right: str) -> tuple[str, str] | None:
+    """Two right-hand operands [..., K, N1] and [..., K, N2] with equal leading axes, so they concatenate
+    along the last; a constant one with fewer leading axes is broadcast to the other's (a ones vector)."""
+    left_type, right_type = ctx.type(left), ctx.type(right)
+    if min(left_type.rank, right_type.rank) < 2 or left_type.dtype != right_type.dtype \
+            or left_type.shape[-2] != right_type.shape[-2]:  # fmt: skip
+        return None
+    if left_type.shape[:-1] == right_type.shape[:-1]:
+        return left, right
+    for small, large in ((left, right), (right, left)):
+        array = ctx.const(small)
+        lead = ctx.type(large).shape[:-2]
+        if array is not None and ctx.type(small).rank <= ctx.type(large).rank \
+                and np.broadcast_shapes(array.shape[:-2], lead) == lead:  # fmt: skip
+            grown = ctx.constant(np.ascontiguousarray(np.broadcast_to(array, (*lead, *array.shape[-2:]))))
+            return (grown, right) if small == left else (left, grown)
+    return None
+
+
+def _bias_add(ctx: RewriteContext, product: str) -> tuple[str, np.ndarray] | None:
+    """The only use of `product` is + a constant along its last axis: (that sum, the bias vector)."""
+    users = ctx.consumers(product)
+    if len(users) != 1 or users[0].prim != "add" or ctx.is_output(product):
+        return None
+    add = users[0]
+    other = add.inputs[1] if add.inputs[0] == product else add.inputs[0]
+    vector = channel_vector(ctx, other, product, ctx.type(product).rank - 1)
+    if vector is None or ctx.type(add.outputs[0]) != ctx.type(product):
+        return None
+    size = ctx.type(product).shape[-1]
+    return add.outputs[0], np.broadcast_to(vector, (size,)).astype(ctx.type(product).dtype)
+
+
+@rewrite_rule("transpose-into-matmul", roots=["matmul"], cost_guided=True)
+def transpose_into_matmul(ctx: RewriteContext) -> Replacement | None:
+    """A matmul operand transpose(x, p) whose p moves x's last axis is transpose(x, p') followed by a swap
+    of the last two axes, where p' keeps the last axis in place: the swap is free (the library reads
+    the operand through strides) and p' copies contiguous rows instead of single elements."""
+    node = ctx.node
+    for side in (0, 1):
+        operand = node.inputs[side]
+        transpose = ctx.producer(operand)
+        rank = ctx.type(operand).rank
+        if transpose is None or transpose.prim != "transpose" or rank < 3:
+            continue
+        perm = tuple(transpose.attr("perm"))
+        rows_first = perm[:-2] + (perm[-1], perm[-2])  # perm = rows_first then swap the last two axes
+        if rows_first[-1] != rank - 1 or rows_first == tuple(range(rank)):
+            continue  # the last axis stays put (no gain), or perm is the swap alone (already free)
+        inner = ctx.emit("transpose", transpose.inputs[0], perm=rows_first)
+        swapped = ctx.emit("transpose", inner, perm=swap_last_two(rank))
+        inputs = [swapped, node.inputs[1]] if side == 0 else [node.inputs[0], swapped]
+        return {node.outputs[0]: ctx.emit("matmul", *inputs)}
+    return None
