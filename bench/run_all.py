@@ -42,7 +42,7 @@ def main() -> int:
         "rounds interleaved; medians in ms. Speedup = best peer median / kernorch median "
         "(best peer: the faster onnxruntime configuration).",
         "",
-        "| model | " + " | ".join(names) + " | kernorch speedup vs best peer | kernels (opt/greedy/unfused) "
+        "| model | " + " | ".join(names) + " | kernorch speedup vs best peer | kernels (opt/norewrite/greedy/unfused) "
         "| roofline bound ms | kernorch / bound |",
         "|---|" + "---|" * (len(names) + 4),
     ]
@@ -60,10 +60,11 @@ def main() -> int:
         import matplotlib.pyplot as plt
 
         figure, axis = plt.subplots(figsize=(11, 4.5))
-        width = 0.27
+        width = 0.8 / len(KERNORCH)
         for k, name in enumerate(KERNORCH):
             values = [r["speedups"][name] for r in reports]
-            axis.bar([i + (k - 1) * width for i in range(len(reports))], values, width, label=name)
+            offset = (k - (len(KERNORCH) - 1) / 2) * width
+            axis.bar([i + offset for i in range(len(reports))], values, width, label=name)
         axis.axhline(1.0, color="black", linewidth=0.8)
         axis.set_xticks(range(len(reports)), [r["model"].removesuffix(".onnx") for r in reports], rotation=30)
         axis.set_ylabel("speedup vs best onnxruntime")

@@ -159,6 +159,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kernorch.tools.bench import bench_model, format_report
 
     report = bench_model(args.model, runs=args.runs, threads=args.threads, cost=args.cost,
+                         rewrite_budget=args.rewrite_budget,
                          progress=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels",
                                                                  unit="kernel", file=sys.stderr, leave=False,
                                                                  disable=args.json or None)))  # fmt: skip
@@ -342,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench", help="time kernorch against onnxruntime (and its own greedy / unfused plans) side by side",
-        description="Measure, in one run, onnxruntime (all graph optimizations, and none) and kernorch (optimal, "
-        "greedy-fusion and no-fusion plans on the same code generator), each in its own worker process, "
+        description="Measure, in one run, onnxruntime (all graph optimizations, and none) and kernorch (optimal "
+        "plan with and without primitive-graph rewrites, greedy-fusion and no-fusion plans on the same code "
+        "generator), each in its own worker process, "
         "interleaved round by round, with the same inputs and thread count. Outputs are checked against "
         "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
     )  # fmt: skip
@@ -352,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     bench.add_argument("--cost", choices=["profile", "analytic"], default="profile",
                        help="cost model of kernorch's plans (default profile)")
+    bench.add_argument("--rewrite-budget", type=float, default=None, metavar="SECONDS",
+                       help="time for trying the cost-guided rewrites (default: as optimize)")
     bench.add_argument("--json", action="store_true",
                        help="one JSON object: model, contenders {name: {median_ms, min_ms, max_ms}}, "
                        "speedup_vs_best_peer, plus kernels and roofline")  # fmt: skip

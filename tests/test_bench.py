@@ -19,13 +19,15 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(model), "--runs", "4", "--cost", "analytic", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"model", "contenders", "speedup_vs_best_peer"} <= set(report)
-    assert set(report["contenders"]) == {"onnxruntime", "onnxruntime-noopt", "kernorch", "kernorch-greedy",
-                                         "kernorch-unfused"}  # fmt: skip
+    assert set(report["contenders"]) == {"onnxruntime", "onnxruntime-noopt", "kernorch", "kernorch-norewrite",
+                                         "kernorch-greedy", "kernorch-unfused"}  # fmt: skip
     for result in report["contenders"].values():
         assert 0 < result["min_ms"] <= result["median_ms"] <= result["max_ms"]
     best_peer = min(report["contenders"][p]["median_ms"] for p in ("onnxruntime", "onnxruntime-noopt"))
     assert report["speedup_vs_best_peer"] == pytest.approx(best_peer / report["contenders"]["kernorch"]["median_ms"])
-    assert report["kernels"]["kernorch-unfused"] == 25  # one kernel per primitive
+    assert report["primitives"]["fissioned"] == 25
+    assert report["kernels"]["kernorch-unfused"] == report["primitives"]["rewritten"]  # one kernel per primitive
+    assert report["rewrites"]["fired"] and report["primitives"]["rewritten"] < 25
     assert report["roofline"]["bound_ms"] > 0
 
 

@@ -1,6 +1,7 @@
-"""Every shared model orchestrates to proven optimality, never worse than greedy; its plan — run kernel
-by kernel with the reference primitives — computes what the primitive graph computes; and the compiled
-plan (generated C + library calls) matches onnxruntime."""
+"""Every shared model, rewritten with every rule (cost-guided ones included, unconditionally), matches
+onnxruntime in the reference interpreter; it orchestrates to proven optimality, never worse than greedy;
+its plan — run kernel by kernel with the reference primitives — computes what the primitive graph
+computes; and the compiled plan (generated C + library calls) matches onnxruntime."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.orchestrate import orchestrate, validate_plan
+from kernorch.rewrite import REWRITE_RULES, apply_rules
 from kernorch.runtime import run_plan_reference, run_reference
 from kernorch.tools.check import compare, random_inputs, run_onnxruntime
 
@@ -30,21 +32,23 @@ COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["v100"]))
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
 def test_model_orchestrates_optimally(path: Path) -> None:
     model = import_model(path)
-    graph = fission(model)
+    graph, _ = apply_rules(fission(model), list(REWRITE_RULES.values()))
+    feeds = random_inputs(model)
+    expected_onnx = run_onnxruntime(model.proto, feeds)
+    assert max(e.relative for e in compare(run_reference(graph, feeds), expected_onnx)) <= 1e-4
     result = orchestrate(graph, COST)
     assert result.all_optimal, [s.status for s in result.subgraphs]
     assert result.plan.cost <= result.greedy_plan.cost * (1 + 1e-9)
     for report in result.subgraphs:
         assert report.cost <= report.greedy_cost * (1 + 1e-9)
     validate_plan(graph, result.plan.kernels)
-    feeds = random_inputs(model)
     expected = run_reference(graph, feeds)
     for plan in (result.plan, result.greedy_plan):
         actual = run_plan_reference(graph, plan.kernels, feeds)
         for name, value in expected.items():
             np.testing.assert_array_equal(actual[name], value)
     compiled = compile_plan(result)
-    errors = compare(compiled.run(feeds), run_onnxruntime(model.proto, feeds))
+    errors = compare(compiled.run(feeds), expected_onnx)
     assert max(e.relative for e in errors) <= 1e-4, errors
 
 
@@ -55,8 +59,9 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_bytes(self_attention_block().SerializeToString())
     assert main(["optimize", str(path), "--device", "a100"]) == 2  # profile measures this machine only
     assert "--cost analytic" in capsys.readouterr().err
-    assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0
+    assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json", "--no-rewrite"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["rewrites"] is None
     assert {"subgraphs", "plan_cost", "greedy_cost", "kernels"} <= set(report)
     assert set(report["subgraphs"][0]) >= {"primitives", "states", "candidates", "solve_seconds", "status"}
     assert all(s["status"] == "optimal" for s in report["subgraphs"])
@@ -72,6 +77,12 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--rejected", "3"]) == 0
     text = capsys.readouterr().out
     assert "kernel 0:" in text and "rejected candidates by rule" in text and "library call" in text
+    assert "rewrites:" in text and "tried reduce-to-matmul" in text and "neighbourhood plan" in text
+
+    assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0
+    rewritten = json.loads(capsys.readouterr().out)
+    assert rewritten["rewrites"]["trials"] and rewritten["rewrites"]["nodes_before"] == 34
+    assert rewritten["plan_cost"] <= report["plan_cost"] * (1 + 1e-9)  # rewrites never worsen the plan here
 
 
 def test_optimize_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

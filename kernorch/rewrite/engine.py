@@ -157,11 +157,18 @@ def topological_order(nodes: list[Node], available: Iterable[str]) -> list[Node]
     return order if len(order) == len(nodes) else None
 
 
+def _unused_name(graph: Graph, name: str) -> str:
+    suffix = 0
+    while f"{name}{suffix or ''}" in graph.types:
+        suffix += 1
+    return f"{name}{suffix or ''}"
+
+
 def apply_replacement(graph: Graph, position: int, new_nodes: list[Node], replacement: Replacement) -> bool:
     """Insert `new_nodes` before `position`, redirect uses of replaced values, drop dead nodes.
 
-    Returns False (graph untouched) when the replacement would create a cycle or would rename a graph
-    output to a value that already exists.
+    Returns False (graph untouched) when the replacement would create a cycle or would give a graph
+    output's name to a value that already exists.
     """
     fresh = {value for node in new_nodes for value in node.outputs}
     for old, new in replacement.items():
@@ -174,15 +181,19 @@ def apply_replacement(graph: Graph, position: int, new_nodes: list[Node], replac
             if new not in fresh or new in take_name:
                 return False
             take_name[new] = old
-    renamed_producers = {i for i, node in enumerate(graph.nodes) if set(node.outputs) & set(take_name.values())}
-    if any(not set(graph.nodes[i].outputs) <= set(replacement) for i in renamed_producers):
-        return False  # the old producer still defines other live values under the same name
+    # The old producer of such an output keeps computing its other outputs; the replaced one becomes a
+    # dead value under a new name (dropped with the producer if nothing else of it is used).
+    retired = {old: _unused_name(graph, f"{old}#replaced") for old in take_name.values()}
+
+    def resolve(value: str) -> str:
+        new = replacement.get(value, value)
+        return take_name.get(new, new)
 
     def redirect(node: Node) -> Node:
-        if not any(v in replacement for v in node.inputs):
+        if not any(v in replacement for v in node.inputs) and not any(v in retired for v in node.outputs):
             return node
-        return Node(node.prim, tuple(replacement.get(v, v) for v in node.inputs), node.outputs, node.attrs,
-                    node.origin)  # fmt: skip
+        return Node(node.prim, tuple(resolve(v) for v in node.inputs),
+                    tuple(retired.get(v, v) for v in node.outputs), node.attrs, node.origin)  # fmt: skip
 
     def rename(node: Node) -> Node:
         if not take_name:
@@ -190,12 +201,13 @@ def apply_replacement(graph: Graph, position: int, new_nodes: list[Node], replac
         return Node(node.prim, tuple(take_name.get(v, v) for v in node.inputs),
                     tuple(take_name.get(v, v) for v in node.outputs), node.attrs, node.origin)  # fmt: skip
 
-    old_nodes = [redirect(n) for i, n in enumerate(graph.nodes) if i not in renamed_producers]
-    cut = position - sum(1 for i in renamed_producers if i < position)
-    nodes = [*old_nodes[:cut], *(rename(n) for n in new_nodes), *old_nodes[cut:]]
+    old_nodes = [redirect(n) for n in graph.nodes]
+    nodes = [*old_nodes[:position], *(rename(n) for n in new_nodes), *old_nodes[position:]]
     ordered = topological_order(nodes, [*graph.inputs, *graph.constants])
     if ordered is None:
         return False
+    for old, dead in retired.items():
+        graph.types[dead] = graph.types[old]
     for new, old in take_name.items():
         graph.types[old] = graph.types[new]
     graph.nodes = ordered

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from kernorch.ir.graph import Graph, verify
 from kernorch.rewrite import rules as _rules  # noqa: F401  (registers every rule)
 from kernorch.rewrite.engine import (
@@ -159,15 +161,18 @@ def neighbourhood(graph: Graph, position: int, radius: int = WINDOW_RADIUS,
 
 
 def window_signature(window: Graph, root: str) -> str:
-    """Equal for neighbourhoods that differ only in value names and large constants' contents (repeated
-    layers), so one orchestration judges them all."""
+    """Equal for neighbourhoods that differ only in value names and weights' values (repeated layers), so
+    one pair of orchestrations judges them all."""
     names: dict[str, str] = {}
 
     def canonical(value: str) -> str:
         constant = window.constants.get(value)
-        if constant is not None:  # small constants by value (a rule may test them), large ones by range
-            content = constant.tobytes().hex() if constant.size <= 64 else \
-                f"{constant.min() if constant.size else 0}..{constant.max() if constant.size else 0}"  # fmt: skip
+        if constant is not None:
+            # Small constants by value (rules test scalars); large ones (weights) only as "uniform c" or not:
+            # the most any rule asks of a weight is whether it is all ones or zeros.
+            flat = constant.reshape(-1)
+            content = flat.tobytes().hex() if flat.size <= 64 else \
+                f"uniform {flat[0]}" if np.all(flat == flat[0]) else "varied"  # fmt: skip
             return f"const {constant.dtype}{constant.shape} {content}"
         return names.setdefault(value, f"%{len(names)}")
 

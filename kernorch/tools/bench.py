@@ -1,7 +1,8 @@
 """`kernorch bench`: kernorch side by side with onnxruntime, each contender in its own worker process.
 
-Contenders: onnxruntime with all graph optimizations and with none; kernorch's optimal plan; kernorch's
-greedy-fusion plan and a no-fusion plan (one kernel per primitive) on the same code generator. Workers
+Contenders: onnxruntime with all graph optimizations and with none; kernorch's optimal plan; its optimal
+plan without primitive-graph rewrites (`--no-rewrite`); its greedy-fusion plan and a no-fusion plan (one
+kernel per primitive) of the rewritten graph, on the same code generator. Workers
 are spawned fresh (no OpenMP or thread pool shared with another contender) with the same thread count,
 receive the same inputs, and run round by round, interleaved, so machine drift hits all alike. Every
 contender's outputs are checked against onnxruntime before any timing.
@@ -25,7 +26,7 @@ from kernorch.errors import KernorchError
 
 PEERS = ("onnxruntime", "onnxruntime-noopt")
 COOL_DOWN_SECONDS = 0.2
-KERNORCH = ("kernorch", "kernorch-greedy", "kernorch-unfused")
+KERNORCH = ("kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused")
 
 
 class BenchMismatch(KernorchError):
@@ -107,22 +108,28 @@ def roofline_bound(graph: Any) -> dict[str, float]:
             "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
 
 
-def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "profile",
-                rounds: int = 5, progress: Any = None) -> dict[str, Any]:  # fmt: skip
-    from kernorch.api import compile_plan, plan_model
+def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "profile", rounds: int = 5,
+                progress: Any = None, rewrite_budget: float | None = None) -> dict[str, Any]:  # fmt: skip
+    from kernorch.api import DEFAULT_REWRITE_BUDGET, compile_plan, plan_model
     from kernorch.frontend import import_model
+    from kernorch.orchestrate import OrchestrationResult
     from kernorch.orchestrate.plan import Plan
     from kernorch.tools.check import compare, random_inputs
 
-    result = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress)
+    budget = DEFAULT_REWRITE_BUDGET if rewrite_budget is None else rewrite_budget
+    result = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress, rewrite_budget=budget)
+    plain = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress, rewrite=False)
     feeds = random_inputs(import_model(model_path))
-    plans: dict[str, Plan] = {"kernorch": result.plan, "kernorch-greedy": result.greedy_plan,
-                              "kernorch-unfused": unfused_plan(result)}  # fmt: skip
+    # contender -> (the orchestration it comes from, the plan it runs)
+    plans: dict[str, tuple[OrchestrationResult, Plan]] = {
+        "kernorch": (result, result.plan), "kernorch-norewrite": (plain, plain.plan),
+        "kernorch-greedy": (result, result.greedy_plan), "kernorch-unfused": (result, unfused_plan(result)),
+    }  # fmt: skip
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
-        for name, plan in plans.items():
-            plan_dirs[name] = str(compile_plan(result, threads, plan).save(Path(work) / name))
+        for name, (origin, plan) in plans.items():
+            plan_dirs[name] = str(compile_plan(origin, threads, plan).save(Path(work) / name))
         workers: dict[str, tuple[Any, Connection]] = {}
         try:
             for name in (*PEERS, *KERNORCH):
@@ -163,7 +170,7 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
     contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
                   for name, t in times.items()}  # fmt: skip
     best_peer = min(contenders[p].median_ms for p in PEERS)
-    bound = roofline_bound(plans["kernorch"].graph)
+    bound = roofline_bound(result.plan.graph)
     return {
         "model": Path(model_path).name,
         "threads": threads,
@@ -171,7 +178,9 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
         "contenders": {name: vars(r) for name, r in contenders.items()},
         "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
         "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
-        "kernels": {name: len(plan.kernels) for name, plan in plans.items()},
+        "kernels": {name: len(plan.kernels) for name, (_, plan) in plans.items()},
+        "primitives": {"rewritten": len(result.plan.graph.nodes), "fissioned": len(plain.plan.graph.nodes)},
+        "rewrites": result.rewrite_report.to_json() if result.rewrite_report is not None else None,
         "roofline": {**bound, "kernorch_over_bound": contenders["kernorch"].median_ms / bound["bound_ms"]},
     }
 
@@ -189,4 +198,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
                  f"{roof['peak_gflops']:.0f} GFLOP/s + memory {roof['memory_floor_ms']:.3f} ms at "
                  f"{roof['bandwidth_gbs']:.1f} GB/s); "
                  f"kernorch is {roof['kernorch_over_bound']:.1f}x the bound")  # fmt: skip
+    if report.get("rewrites"):
+        fired = ", ".join(f"{rule} ×{n}" for rule, n in report["rewrites"]["fired"].items()) or "none"
+        primitives = report["primitives"]
+        lines.append(f"  rewrites: {primitives['fissioned']} → {primitives['rewritten']} primitives; fired: {fired}")
     return lines

@@ -1,0 +1,188 @@
+"""Rules around linear primitives (Korch Fig. 2b): primitives left and numerical equality."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
+
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
+dims = st.integers(1, 6)
+batches = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
+
+
+@SETTINGS
+@given(batch=batches, m=dims, k=dims, n=dims, per_channel=st.booleans())
+def test_output_scale_folds_into_a_matmul_weight(batch: tuple[int, ...], m: int, k: int, n: int,
+                                                 per_channel: bool) -> None:  # fmt: skip
+    rng = np.random.default_rng(k)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        y = emit(b, "matmul", "x", const(b, rng.standard_normal((k, n))))
+        return emit(b, "mul", const(b, rng.uniform(0.5, 2, (n,) if per_channel else ())), y)
+
+    graph = build({"x": (*batch, m, k)}, body)
+    rewritten, _ = rewrite_with(graph, "scale-into-weight")
+    assert prims(rewritten) == ["matmul"]
+    assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(m=dims, k=dims, n=dims)
+def test_input_scale_folds_into_a_matmul_weight(m: int, k: int, n: int) -> None:
+    rng = np.random.default_rng(n)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        scaled = emit(b, "mul", "x", const(b, rng.uniform(0.5, 2, (k,))))
+        return emit(b, "matmul", scaled, const(b, rng.standard_normal((k, n))))
+
+    graph = build({"x": (m, k)}, body)
+    rewritten, _ = rewrite_with(graph, "scale-into-weight")
+    assert prims(rewritten) == ["matmul"]
+    assert_equivalent(graph, rewritten)
+
+
+def test_a_scale_along_another_axis_or_of_a_shared_product_stays() -> None:
+    rng = np.random.default_rng(0)
+
+    def row_scaled(b):  # type: ignore[no-untyped-def]
+        product = emit(b, "matmul", "x", const(b, rng.standard_normal((3, 4))))
+        return emit(b, "mul", product, const(b, np.ones((2, 1)) * 2))
+
+    assert not rewrite_with(build({"x": (2, 3)}, row_scaled), "scale-into-weight")[1]
+
+    def shared(b):  # type: ignore[no-untyped-def]
+        y = emit(b, "matmul", "x", const(b, rng.standard_normal((3, 4))))
+        return [emit(b, "mul", y, const(b, 2.0)), y]
+
+    assert not rewrite_with(build({"x": (2, 3)}, shared), "scale-into-weight")[1]
+
+
+@SETTINGS
+@given(batch=batches, m=dims, k=dims, n=dims)
+def test_transpose_of_a_product_swaps_the_operands(batch: tuple[int, ...], m: int, k: int, n: int) -> None:
+    graph = build({"a": (*batch, m, k), "b": (*batch, k, n)},
+                  lambda b: emit(b, "transpose", emit(b, "matmul", "a", "b"),
+                                 perm=(*range(len(batch)), len(batch) + 1, len(batch))))  # fmt: skip
+    rewritten, _ = rewrite_with(graph, "transpose-of-matmul")
+    assert sorted(prims(rewritten)) == ["matmul", "transpose", "transpose"]
+    assert_equivalent(graph, rewritten)
+
+
+def test_split_of_a_split_piece_is_one_split() -> None:
+    def body(b):  # type: ignore[no-untyped-def]
+        first, second = b.emit("split", ["x"], {"axis": 1, "sizes": (5, 3)})
+        inner = b.emit("split", [first], {"axis": 1, "sizes": (2, 3)})
+        return [emit(b, "exp", v) for v in (*inner, second)]
+
+    graph = build({"x": (2, 8)}, body)
+    rewritten, _ = rewrite_with(graph, "split-split")
+    assert prims(rewritten) == ["split", "exp", "exp", "exp"]
+    assert rewritten.nodes[0].attr("sizes") == (2, 3, 3)
+    assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), k=st.integers(2, 9))
+def test_row_sum_becomes_a_product_with_ones(shape: tuple[int, ...], k: int) -> None:
+    graph = build({"x": (*shape, k)}, lambda b: emit(b, "reduce_sum", "x", axes=(len(shape),)))
+    rewritten, _ = rewrite_with(graph, "reduce-to-matmul")
+    assert prims(rewritten) == ["matmul"]
+    ones = rewritten.constants[rewritten.nodes[0].inputs[1]]
+    assert ones.shape == (k, 1) and np.all(ones == 1)
+    assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(batch=batches, m=dims, k=dims, n=dims, prim=st.sampled_from(["mul", "div"]), side=st.sampled_from([0, 1]))
+def test_row_and_column_scales_move_behind_the_product(batch: tuple[int, ...], m: int, k: int, n: int, prim: str,
+                                                       side: int) -> None:  # fmt: skip
+    scale_shape = (*batch, m, 1) if side == 0 else (1, n)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        if side == 0:
+            return emit(b, "matmul", emit(b, prim, "a", "s"), "b")
+        return emit(b, "matmul", "a", emit(b, prim, "b", "s"))
+
+    graph = build({"a": (*batch, m, k), "b": (k, n), "s": scale_shape}, body)
+    rewritten, _ = rewrite_with(graph, "scale-across-matmul")
+    assert prims(rewritten) == ["matmul", prim]
+    if prim == "div":
+        return  # the reference draws the scale from a normal distribution: dividing by ~0 is ill-conditioned
+    assert_equivalent(graph, rewritten)
+
+
+def test_softmax_then_matmul_becomes_korch_figure_2b() -> None:
+    """exp(s) / Σ exp(s) @ V: reduce→ones-matmul, division moved behind the product, the two products on
+    exp(s) merged into one over [V | ones] and split (Korch Fig. 2b)."""
+
+    def body(b):  # type: ignore[no-untyped-def]
+        e = emit(b, "exp", "s")
+        return emit(b, "matmul", emit(b, "div", e, emit(b, "reduce_sum", e, axes=(2,))), "v")
+
+    graph = build({"s": (2, 5, 7), "v": (2, 7, 3)}, body)
+    rewritten, fired = rewrite_with(graph, "reduce-to-matmul", "scale-across-matmul", "merge-matmuls")
+    assert fired == ["reduce-to-matmul", "scale-across-matmul", "merge-matmuls"]
+    assert prims(rewritten) == ["exp", "concat", "matmul", "split", "div"]
+    assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(batch=batches, m=dims, k=dims, n1=dims, n2=dims, with_bias=st.booleans())
+def test_two_products_sharing_an_operand_merge(batch: tuple[int, ...], m: int, k: int, n1: int, n2: int,
+                                               with_bias: bool) -> None:  # fmt: skip
+    rng = np.random.default_rng(m + k)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        outputs = []
+        for n in (n1, n2):
+            y = emit(b, "matmul", "a", const(b, rng.standard_normal((k, n))))
+            outputs.append(emit(b, "add", y, const(b, rng.standard_normal(n))) if with_bias else y)
+        return outputs
+
+    graph = build({"a": (*batch, m, k)}, body)
+    rewritten, _ = rewrite_with(graph, "merge-matmuls")
+    assert prims(rewritten) == (["matmul", "add", "split"] if with_bias else ["matmul", "split"])
+    assert_equivalent(graph, rewritten)
+
+
+def test_three_projections_merge_into_one_product() -> None:
+    rng = np.random.default_rng(3)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        products = [emit(b, "matmul", "a", const(b, rng.standard_normal((4, 4)))) for _ in range(3)]
+        return [emit(b, "add", y, const(b, rng.standard_normal(4))) for y in products]
+
+    graph = build({"a": (2, 5, 4)}, body)
+    rewritten, _ = rewrite_with(graph, "merge-matmuls", "split-split")
+    assert prims(rewritten) == ["matmul", "add", "split"]
+    assert rewritten.nodes[-1].attr("sizes") == (4, 4, 4)
+    assert_equivalent(graph, rewritten)
+
+
+def test_merging_products_that_depend_on_each_other_is_refused() -> None:
+    """A @ B1 feeds B2: one product over [B1 | B2] would need its own output (a cycle)."""
+    graph = build({"a": (3, 3)}, lambda b: emit(b, "matmul", "a", emit(b, "exp", emit(b, "matmul", "a", "a"))))
+    _, fired = rewrite_with(graph, "merge-matmuls")
+    assert not fired
+
+
+@SETTINGS
+@given(perm=st.sampled_from([(0, 2, 3, 1), (2, 0, 3, 1), (1, 2, 3, 0)]), side=st.sampled_from([0, 1]))
+def test_a_matmul_operand_transpose_is_split_into_a_row_copy_and_a_free_swap(perm: tuple[int, ...], side: int) -> None:
+    x_shape = (2, 3, 4, 5)
+    operand_shape = tuple(x_shape[p] for p in perm)
+    other_shape = (*operand_shape[:2], operand_shape[3], 3) if side == 0 else (*operand_shape[:2], 3, operand_shape[2])
+
+    def body(b):  # type: ignore[no-untyped-def]
+        t = emit(b, "transpose", "x", perm=perm)
+        return emit(b, "matmul", t, "y") if side == 0 else emit(b, "matmul", "y", t)
+
+    graph = build({"x": x_shape, "y": other_shape}, body)
+    rewritten, _ = rewrite_with(graph, "transpose-into-matmul", "transpose-noop")
+    first, swap, _ = rewritten.nodes
+    assert prims(rewritten) == ["transpose", "transpose", "matmul"]
+    assert first.attr("perm")[-1] == 3 and swap.attr("perm") == (0, 1, 3, 2)
+    assert_equivalent(graph, rewritten)
