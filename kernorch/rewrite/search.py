@@ -35,8 +35,10 @@ from kernorch.rewrite.engine import (
 # A cost-guided rewrite must make its neighbourhood's plan at least this much cheaper (measurement noise;
 # kernels the rewrite leaves alone have the same cached cost before and after).
 MIN_RELATIVE_GAIN = 0.005
-WINDOW_RADIUS = 3  # data-flow hops around a site that are orchestrated to judge it
-WINDOW_MAX_NODES = 48
+# Data-flow hops around a site's nodes that are orchestrated to judge it: two reach the producers and
+# consumers a fused kernel could share with it; every further hop multiplies the candidate kernels.
+WINDOW_RADIUS = 2
+WINDOW_MAX_NODES = 32
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,27 @@ def cost_guided_rules() -> list[RewriteRule]:
     return [rule for rule in REWRITE_RULES.values() if rule.cost_guided]
 
 
-def find_sites(graph: Graph, rules: Iterable[RewriteRule]) -> list[tuple[RewriteRule, int]]:
-    """Every (rule, node position) where the rule matches, found by dry runs that leave the graph alone."""
+@dataclass(frozen=True)
+class Site:
+    """Where a rule matches: its root, and the nodes whose values it replaces (the neighbourhood's centres)."""
+
+    rule: RewriteRule
+    position: int
+    centres: tuple[int, ...]
+
+
+def find_sites(graph: Graph, rules: Iterable[RewriteRule]) -> list[Site]:
+    """Every place one of `rules` matches, found by dry runs that leave the graph alone."""
     candidates = rules_by_root(rules)
     index = GraphIndex(graph)
-    return [(rule, position) for position, node in enumerate(graph.nodes) for rule in candidates(node.prim)
-            if rule.fn(RewriteContext(graph, index, position, scratch=True))]  # fmt: skip
+    sites = []
+    for position, node in enumerate(graph.nodes):
+        for rule in candidates(node.prim):
+            replacement = rule.fn(RewriteContext(graph, index, position, scratch=True))
+            if replacement:
+                centres = {position, *(index.producer[v] for v in replacement if v in index.producer)}
+                sites.append(Site(rule, position, tuple(sorted(centres))))
+    return sites
 
 
 def apply_at(graph: Graph, rule: RewriteRule, root: str, log: list[Firing]) -> Graph | None:
@@ -130,13 +147,14 @@ def apply_at(graph: Graph, rule: RewriteRule, root: str, log: list[Firing]) -> G
     return result
 
 
-def neighbourhood(graph: Graph, position: int, radius: int = WINDOW_RADIUS,
+def neighbourhood(graph: Graph, centres: Iterable[int], radius: int = WINDOW_RADIUS,
                   max_nodes: int = WINDOW_MAX_NODES) -> Graph:  # fmt: skip
-    """The nodes within `radius` data-flow hops of node `position` as a graph of their own: values from
+    """The nodes within `radius` data-flow hops of the `centres` as a graph of their own: values from
     outside are its inputs, values used outside (or graph outputs) its outputs."""
     index = GraphIndex(graph)
-    chosen = {position}
-    frontier = [position]
+    frontier = list(centres)
+    chosen = set(frontier)
+    position = frontier[0]
     for _ in range(radius):
         reached: list[int] = []
         for p in frontier:
@@ -208,16 +226,17 @@ def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadl
     judged: dict[tuple[str, str], Trial] = {}
     sites = find_sites(graph, cost_guided_rules())
     while sites:
-        rule, position = sites.pop(0)
-        node = graph.nodes[position]
+        site = sites.pop(0)
+        rule, node = site.rule, graph.nodes[site.position]
         key = (rule.name, node.outputs[0])
         if key in tried:
             continue
         if time.perf_counter() > deadline:
-            report.untried_sites = 1 + sum(1 for r, p in sites if (r.name, graph.nodes[p].outputs[0]) not in tried)
+            report.untried_sites = 1 + sum(1 for s in sites if (s.rule.name, graph.nodes[s.position].outputs[0])
+                                           not in tried)  # fmt: skip
             break
         tried.add(key)
-        window = neighbourhood(graph, position)
+        window = neighbourhood(graph, site.centres)
         signature = (rule.name, window_signature(window, node.outputs[0]))
         if signature in judged:
             trial = replace(judged[signature], origin=node.origin, root=node.outputs[0], reused=True)
@@ -231,14 +250,13 @@ def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadl
                           after < before * (1 - MIN_RELATIVE_GAIN), tuple(f.rule for f in follow_ups[1:]))
             judged[signature] = trial
         report.trials.append(trial)
-        kept, before, after = trial.kept, trial.cost_before, trial.cost_after
         if progress is not None:
-            progress(f"{rule.name} at {node.origin}: {before * 1e6:.1f} → {after * 1e6:.1f} us "
-                     f"{'kept' if kept else 'rejected'}")  # fmt: skip
-        if kept:
+            progress(f"{rule.name} at {node.origin}: {trial.cost_before * 1e6:.1f} → {trial.cost_after * 1e6:.1f} us "
+                     f"{'kept' if trial.kept else 'rejected'}")  # fmt: skip
+        if trial.kept:
             applied = apply_at(graph, rule, node.outputs[0], report.fired)
             if applied is not None:
                 graph = applied
                 sites = [s for s in find_sites(graph, cost_guided_rules())
-                         if (s[0].name, graph.nodes[s[1]].outputs[0]) not in tried]  # fmt: skip
+                         if (s.rule.name, graph.nodes[s.position].outputs[0]) not in tried]  # fmt: skip
     return graph

@@ -72,10 +72,10 @@ def test_the_neighbourhood_is_a_graph_of_its_own() -> None:
         return y
 
     graph = build({"x": (3, 9)}, body)
-    window = neighbourhood(graph, 5, radius=2)
+    window = neighbourhood(graph, [5], radius=2)
     assert prims(window) == ["exp", "matmul", "exp", "matmul", "exp"]
     assert len(window.inputs) == 1 and len(window.outputs) == 1 and len(window.constants) == 2
-    same_shape = neighbourhood(graph, 7, radius=2)
+    same_shape = neighbourhood(graph, [7], radius=2)
     assert window_signature(window, graph.nodes[5].outputs[0]) == \
         window_signature(same_shape, graph.nodes[7].outputs[0])  # fmt: skip
 
