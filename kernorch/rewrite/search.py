@@ -220,13 +220,21 @@ def rewrite(
     return graph, report
 
 
+def _promise(kept: list[bool]) -> float:
+    """Estimated chance that the next site of a rule is kept (Laplace's rule of succession)."""
+    return (sum(kept) + 1) / (len(kept) + 2)
+
+
 def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadline: float,
                         report: RewriteReport, progress: Callable[[str], None] | None) -> Graph:  # fmt: skip
     tried: set[tuple[str, str]] = set()
     judged: dict[tuple[str, str], Trial] = {}
     sites = find_sites(graph, cost_guided_rules())
+    outcomes: dict[str, list[bool]] = {}  # rule -> kept? per judged site
     while sites:
-        site = sites.pop(0)
+        # Rules that keep paying off are tried first, so a tight budget is spent where it helps most.
+        site = min(sites, key=lambda s: (-_promise(outcomes.get(s.rule.name, [])), s.position))
+        sites.remove(site)
         rule, node = site.rule, graph.nodes[site.position]
         key = (rule.name, node.outputs[0])
         if key in tried:
@@ -250,6 +258,7 @@ def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadl
                           after < before * (1 - MIN_RELATIVE_GAIN), tuple(f.rule for f in follow_ups[1:]))
             judged[signature] = trial
         report.trials.append(trial)
+        outcomes.setdefault(rule.name, []).append(trial.kept)
         if progress is not None:
             progress(f"{rule.name} at {node.origin}: {trial.cost_before * 1e6:.1f} → {trial.cost_after * 1e6:.1f} us "
                      f"{'kept' if trial.kept else 'rejected'}")  # fmt: skip
