@@ -39,4 +39,7 @@ def test_check_cli_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     smallest = min(MODELS, key=lambda p: p.stat().st_size)
     assert main(["check", str(smallest)]) == 0
     out = capsys.readouterr().out
-    assert "PASS" in out and "rel err" in out
+    assert "PASS" in out and "rel err" in out and "import+fission+rewrite" in out
+    assert main(["check", str(smallest), "--no-rewrite"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "import+fission " in out
