@@ -12,7 +12,7 @@ from kernorch.errors import KernorchError
 from kernorch.frontend import parse_input_shapes
 
 if TYPE_CHECKING:
-    from kernorch.orchestrate import OrchestrationResult
+    from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult
     from kernorch.rewrite import RewriteReport
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
@@ -68,7 +68,6 @@ def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
 def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
     from tqdm import tqdm
 
-    from kernorch.api import plan_model
     from kernorch.orchestrate import OrchestrationLimits
 
     if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0 or args.rewrite_budget < 0:
@@ -76,11 +75,30 @@ def _orchestrate(args: argparse.Namespace, show_progress: bool) -> Orchestration
                             "--rewrite-budget not negative")
     limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                  solver_time_limit=args.time_limit)  # fmt: skip
+    sites = tqdm(desc="cost-guided rewrites", unit="site", file=sys.stderr, leave=False,
+                 disable=not show_progress or None)  # fmt: skip
+
+    def site_judged(message: str) -> None:
+        sites.update(1)
+        sites.set_postfix_str(message[-70:])
+
+    try:
+        return _plan(args, limits, show_progress, site_judged)
+    finally:
+        sites.close()
+
+
+def _plan(args: argparse.Namespace, limits: OrchestrationLimits, show_progress: bool,
+          rewrite_progress: Callable[[str], None]) -> OrchestrationResult:  # fmt: skip
+    from tqdm import tqdm
+
+    from kernorch.api import plan_model
+
     return plan_model(args.model, parse_input_shapes(args.input_shape), args.device, limits,
                       progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
                                                   leave=False, disable=not show_progress or None),
                       cost=args.cost, threads=getattr(args, "threads", 2), rewrite=args.rewrite,
-                      rewrite_budget=args.rewrite_budget,
+                      rewrite_budget=args.rewrite_budget, rewrite_progress=rewrite_progress,
                       tuning_progress=lambda items, total: iter(tqdm(
                           items, total=total, desc="measuring kernels", unit="kernel", file=sys.stderr,
                           leave=False, disable=not show_progress or None)))  # fmt: skip
