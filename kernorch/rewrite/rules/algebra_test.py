@@ -80,9 +80,13 @@ def test_chained_constants_fold_into_one(shape: tuple[int, ...], prim: str) -> N
     assert_equivalent(graph, rewritten)
 
 
-def test_subtraction_of_a_constant_merges_with_an_addition() -> None:
-    graph = build({"x": (4, 3)},
-                  lambda b: emit(b, "add", emit(b, "sub", "x", const(b, [1.0, 2.0, 3.0])), const(b, 0.5)))  # fmt: skip
+@SETTINGS
+@given(shape=shapes)
+def test_subtraction_of_a_constant_merges_with_an_addition(shape: tuple[int, ...]) -> None:
+    def body(b):  # type: ignore[no-untyped-def]
+        return emit(b, "add", emit(b, "sub", "x", const(b, np.linspace(-1, 2, shape[-1]))), const(b, 0.5))
+
+    graph = build({"x": shape}, body)
     rewritten, fired = rewrite_with(graph, "sub-constant", "merge-constants")
     assert prims(rewritten) == ["add"] and fired == ["sub-constant", "merge-constants"]
     assert_equivalent(graph, rewritten)

@@ -33,19 +33,27 @@ def test_cse_keeps_nodes_that_differ_in_attributes() -> None:
     assert not fired and prims(rewritten) == prims(graph)
 
 
-def test_constant_fold_evaluates_nodes_with_only_constant_inputs() -> None:
-    graph = build({"x": (2, 3)}, lambda b: emit(b, "add", "x", const(b, np.ones(3))))
+@SETTINGS
+@given(shape=shapes)
+def test_constant_fold_evaluates_nodes_with_only_constant_inputs(shape: tuple[int, ...]) -> None:
+    graph = build({"x": shape}, lambda b: emit(b, "add", "x", const(b, np.ones(shape[-1]))))
     # the builder folds as it goes; append an all-constant chain by hand, as another rewrite could leave it
     c1, c2 = next(iter(graph.constants)), "two"
-    graph.constants[c2] = np.full(3, 2.0, np.float32)
-    graph.types[c2] = graph.types[c1]
-    graph.types["sum"] = graph.types[c1]
-    graph.types["scaled"] = graph.types[c1]
+    graph.constants[c2] = np.full(shape[-1], 2.0, np.float32)
+    graph.types[c2] = graph.types["sum"] = graph.types["scaled"] = graph.types[c1]
     graph.nodes[0:0] = [Node("add", (c1, c2), ("sum",)), Node("exp", ("sum",), ("scaled",))]
     graph.nodes[-1] = Node("add", ("x", "scaled"), graph.nodes[-1].outputs)
     rewritten, fired = rewrite_with(graph, "constant-fold")
     assert prims(rewritten) == ["add"] and fired == ["constant-fold", "constant-fold"]
     assert_equivalent(graph, rewritten)
+
+
+def test_constant_fold_leaves_a_large_expansion_alone() -> None:
+    graph = build({"x": (1024, 512)}, lambda b: emit(b, "add", "x", const(b, 1.0)))
+    graph.types["big"] = graph.types["x"]
+    graph.nodes[0:0] = [Node("expand", (next(iter(graph.constants)),), ("big",), (("shape", (1024, 512)),))]
+    graph.nodes[-1] = Node("add", ("x", "big"), graph.nodes[-1].outputs)
+    assert not rewrite_with(graph, "constant-fold")[1]
 
 
 @SETTINGS
@@ -93,15 +101,17 @@ def test_a_free_swap_into_a_matmul_is_not_merged_into_the_copy_before_it() -> No
     assert not fired and prims(rewritten) == ["transpose", "transpose", "matmul"]
 
 
-def test_layout_noops() -> None:
+@SETTINGS
+@given(rows=st.integers(1, 4), columns=st.integers(1, 4))
+def test_layout_noops(rows: int, columns: int) -> None:
     def body(b):  # type: ignore[no-untyped-def]
         y = emit(b, "pad", "x", pads=(0, 0, 0, 0), mode="constant", value=0.0)
-        y = emit(b, "slice", y, ranges=((0, 2, 1), (0, 3, 1)))
+        y = emit(b, "slice", y, ranges=((0, rows, 1), (0, columns, 1)))
         y = emit(b, "concat", y, axis=0)
-        (y,) = b.emit("split", [y], {"axis": 1, "sizes": (3,)})
+        (y,) = b.emit("split", [y], {"axis": 1, "sizes": (columns,)})
         return emit(b, "reduce_sum", emit(b, "exp", y), axes=(0,))
 
-    graph = build({"x": (2, 3)}, body)
+    graph = build({"x": (rows, columns)}, body)
     rewritten, _ = rewrite_with(graph, "layout-noop")
     assert prims(rewritten) == ["exp", "reduce_sum"]
     assert_equivalent(graph, rewritten)
@@ -114,8 +124,11 @@ def test_partial_slice_and_real_pad_stay() -> None:
     assert not fired
 
 
-def test_reduction_over_unit_axes_is_the_input() -> None:
-    graph = build({"x": (3, 1, 4)}, lambda b: emit(b, "exp", emit(b, "reduce_max", "x", axes=(1,))))
+@SETTINGS
+@given(shape=shapes, reducer=st.sampled_from(["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"]))
+def test_reduction_over_unit_axes_is_the_input(shape: tuple[int, ...], reducer: str) -> None:
+    full = (*shape, 1)
+    graph = build({"x": full}, lambda b: emit(b, "exp", emit(b, reducer, "x", axes=(len(shape),))))
     rewritten, _ = rewrite_with(graph, "reduce-noop")
     assert prims(rewritten) == ["exp"]
     assert_equivalent(graph, rewritten)

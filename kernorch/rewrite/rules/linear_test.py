@@ -71,16 +71,22 @@ def test_transpose_of_a_product_swaps_the_operands(batch: tuple[int, ...], m: in
     assert_equivalent(graph, rewritten)
 
 
-def test_split_of_a_split_piece_is_one_split() -> None:
-    def body(b):  # type: ignore[no-untyped-def]
-        first, second = b.emit("split", ["x"], {"axis": 1, "sizes": (5, 3)})
-        inner = b.emit("split", [first], {"axis": 1, "sizes": (2, 3)})
-        return [emit(b, "exp", v) for v in (*inner, second)]
+@SETTINGS
+@given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4), piece=st.integers(0, 3), cut=st.integers(1, 3))
+def test_split_of_a_split_piece_is_one_split(sizes: list[int], piece: int, cut: int) -> None:
+    piece %= len(sizes)
+    sizes[piece] += cut  # the piece split again has at least cut + 1 columns
+    inner_sizes = (cut, sizes[piece] - cut)
 
-    graph = build({"x": (2, 8)}, body)
+    def body(b):  # type: ignore[no-untyped-def]
+        pieces = b.emit("split", ["x"], {"axis": 1, "sizes": tuple(sizes)})
+        inner = b.emit("split", [pieces[piece]], {"axis": 1, "sizes": inner_sizes})
+        return [emit(b, "exp", v) for v in (*inner, *pieces[:piece], *pieces[piece + 1 :])]
+
+    graph = build({"x": (2, sum(sizes))}, body)
     rewritten, _ = rewrite_with(graph, "split-split")
-    assert prims(rewritten) == ["split", "exp", "exp", "exp"]
-    assert rewritten.nodes[0].attr("sizes") == (2, 3, 3)
+    assert prims(rewritten) == ["split"] + ["exp"] * (len(sizes) + 1)
+    assert rewritten.nodes[0].attr("sizes") == (*sizes[:piece], *inner_sizes, *sizes[piece + 1 :])
     assert_equivalent(graph, rewritten)
 
 
