@@ -271,4 +271,5 @@ def apply_rules(
             index = GraphIndex(graph)  # re-examine this position: the replacement's nodes sit here now
         if swept_clean:
             break
-    return graph, changed
+    # a refused replacement (a cycle) may have left folded constants behind
+    return eliminate_dead_nodes(graph), changed

@@ -104,3 +104,16 @@ def test_every_rule_has_a_description_and_a_colocated_test() -> None:
     for name, rule in REWRITE_RULES.items():
         assert rule.doc, name
         assert f'"{name}"' in tests, f"rule {name} has no test"
+
+
+def test_constants_of_a_refused_replacement_are_dropped() -> None:
+    """Merging A @ ones with A @ exp(A @ ones) broadcasts the ones into a new constant, then is refused
+    (a cycle): that constant must not stay in the graph (it would be saved with the plan)."""
+
+    def body(b):  # type: ignore[no-untyped-def]
+        first = emit(b, "matmul", "a", const(b, np.ones((3, 1))))
+        return emit(b, "matmul", "a", emit(b, "exp", first))
+
+    graph = build({"a": (2, 3, 3)}, body)
+    rewritten, fired = rewrite_with(graph, "merge-matmuls")
+    assert not fired and set(rewritten.constants) == set(graph.constants)
