@@ -55,12 +55,23 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     _add_rewrite_args(parser)
 
 
+def _seconds(text: str) -> float:
+    """argparse type: a non-negative number of seconds (bad values exit 2 with argparse's one-line error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} seconds: must not be negative")
+    return value
+
+
 def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
     from kernorch.api import DEFAULT_REWRITE_BUDGET
 
     parser.add_argument("--no-rewrite", dest="rewrite", action="store_false",
                         help="skip the primitive-graph rewrites (CSE, simplification, TASO-style substitutions)")
-    parser.add_argument("--rewrite-budget", type=float, default=DEFAULT_REWRITE_BUDGET, metavar="SECONDS",
+    parser.add_argument("--rewrite-budget", type=_seconds, default=DEFAULT_REWRITE_BUDGET, metavar="SECONDS",
                         help="time for trying the cost-guided rewrites, each judged by orchestrating its "
                         f"neighbourhood before and after (default {DEFAULT_REWRITE_BUDGET:g})")
 
@@ -70,9 +81,8 @@ def _orchestrate(args: argparse.Namespace, show_progress: bool) -> Orchestration
 
     from kernorch.orchestrate import OrchestrationLimits
 
-    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0 or args.rewrite_budget < 0:
-        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive, "
-                            "--rewrite-budget not negative")
+    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0:
+        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive")
     limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                  solver_time_limit=args.time_limit)  # fmt: skip
     sites = tqdm(desc="cost-guided rewrites", unit="site", file=sys.stderr, leave=False,
@@ -372,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     bench.add_argument("--cost", choices=["profile", "analytic"], default="profile",
                        help="cost model of kernorch's plans (default profile)")
-    bench.add_argument("--rewrite-budget", type=float, default=None, metavar="SECONDS",
+    bench.add_argument("--rewrite-budget", type=_seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")
     bench.add_argument("--json", action="store_true",
                        help="one JSON object: model, contenders {name: {median_ms, min_ms, max_ms}}, "

@@ -113,3 +113,11 @@ def test_failed_check_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     # A tolerance no float computation meets: the comparison must report failure, not pass.
     assert main(["check", path, "--rtol", "0"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_negative_rewrite_budget_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("optimize", "check", "explain", "bench"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "model.onnx", "--rewrite-budget", "-1"])
+        assert exit_info.value.code == 2
+        assert "--rewrite-budget: -1 seconds: must not be negative" in capsys.readouterr().err

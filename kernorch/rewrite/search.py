@@ -72,8 +72,9 @@ class RewriteReport:
         if self.cost_guided:
             kept = sum(t.kept for t in self.trials)
             reused = sum(t.reused for t in self.trials)
-            text += f"; cost-guided: {len(self.trials)} site(s) tried ({reused} judged like an identical one), " \
-                f"{kept} kept"  # fmt: skip
+            text += f"; cost-guided: {len(self.trials)} site(s) tried"
+            text += f" ({reused} judged like an identical one)" if reused else ""
+            text += f", {kept} kept"
             if self.untried_sites:
                 text += f", {self.untried_sites} untried (time budget spent)"
         return text + f"; {self.seconds:.1f} s"
