@@ -98,3 +98,13 @@ def test_check_compiled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     model.write_bytes(self_attention_block(seq=16, hidden=32, heads=2).SerializeToString())
     assert main(["check", str(model), "--compiled", "--cost", "analytic"]) == 0
     assert "compiled run" in capsys.readouterr().out
+
+
+def test_compile_with_and_without_rewrites(attention: kernorch.CompiledModel) -> None:
+    plain = kernorch.compile(self_attention_block(), cost="analytic", device="a100", rewrite=False)
+    assert plain.metadata["rewrites"] is None and attention.metadata["rewrites"]
+    assert len(attention.graph.nodes) < len(plain.graph.nodes)
+    x = np.random.default_rng(5).standard_normal((1, 64, 128)).astype(np.float32)
+    expected = run_onnxruntime(self_attention_block(), {"x": x})["y"]
+    for model in (attention, plain):
+        np.testing.assert_allclose(model(x), expected, rtol=1e-4, atol=1e-5)
