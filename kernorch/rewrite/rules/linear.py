@@ -97,6 +97,42 @@ def split_of_split(ctx: RewriteContext) -> Replacement | None:
     return replacement
 
 
+@rewrite_rule("reshape-through-matmul", roots=["matmul"])
+def reshape_through_matmul(ctx: RewriteContext) -> Replacement | None:
+    """reshape(x, [..., K]) @ W = reshape(x @ W, [..., N]) for a 2-D W when the reshape keeps the last axis
+    (GPT-2's flatten-project-unflatten): the reshape moves to the product's side, where it meets the one
+    that undoes it."""
+    node = ctx.node
+    reshaped, weight = node.inputs
+    reshape = ctx.producer(reshaped)
+    if reshape is None or reshape.prim != "reshape" or not ctx.single_use(reshaped) or ctx.type(weight).rank != 2:
+        return None
+    source = reshape.inputs[0]
+    if ctx.type(source).rank < 2 or ctx.type(source).shape[-1] != ctx.type(reshaped).shape[-1]:
+        return None
+    product = ctx.emit("matmul", source, weight)
+    return {node.outputs[0]: ctx.emit("reshape", product, shape=ctx.type(node.outputs[0]).shape)}
+
+
+@rewrite_rule("reshape-through-bias", roots=["add", "mul"])
+def reshape_through_bias(ctx: RewriteContext) -> Replacement | None:
+    """reshape(y) + b = reshape(y + b) for a constant b along the last axis, when the reshape keeps that
+    axis: the reshape moves on towards its consumers (and the reshape that undoes it)."""
+    node = ctx.node
+    for reshaped, bias in (node.inputs, node.inputs[::-1]):
+        reshape = ctx.producer(reshaped)
+        if reshape is None or reshape.prim != "reshape" or not ctx.single_use(reshaped):
+            continue
+        source = reshape.inputs[0]
+        out_type = ctx.type(node.outputs[0])
+        vector = channel_vector(ctx, bias, node.outputs[0], out_type.rank - 1)
+        if vector is None or out_type != ctx.type(reshaped) or ctx.type(source).shape[-1] != out_type.shape[-1]:
+            continue
+        constant = ctx.constant(vector if vector.size > 1 else vector.reshape(()))
+        return {node.outputs[0]: ctx.emit("reshape", ctx.emit(node.prim, source, constant), shape=out_type.shape)}
+    return None
+
+
 # ------------------------------------------------------------------------------------------ cost-guided
 
 

@@ -192,3 +192,28 @@ def test_a_matmul_operand_transpose_is_split_into_a_row_copy_and_a_free_swap(per
     assert prims(rewritten) == ["transpose", "transpose", "matmul"]
     assert first.attr("perm")[-1] == 3 and swap.attr("perm") == (0, 1, 3, 2)
     assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(lead=st.lists(st.integers(1, 3), min_size=2, max_size=3).map(tuple), k=dims, n=dims, with_bias=st.booleans())
+def test_flatten_project_unflatten_loses_both_reshapes(lead: tuple[int, ...], k: int, n: int, with_bias: bool) -> None:
+    rng = np.random.default_rng(k * n)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        rows = emit(b, "reshape", "x", shape=(int(np.prod(lead)), k))
+        y = emit(b, "matmul", rows, const(b, rng.standard_normal((k, n))))
+        if with_bias:
+            y = emit(b, "add", y, const(b, rng.standard_normal(n)))
+        return emit(b, "exp", emit(b, "reshape", y, shape=(*lead, n)))
+
+    graph = build({"x": (*lead, k)}, body)
+    rewritten, fired = rewrite_with(graph, "reshape-through-matmul", "reshape-through-bias", "reshape-noop")
+    assert prims(rewritten) == (["matmul", "add", "exp"] if with_bias else ["matmul", "exp"]), fired
+    assert_equivalent(graph, rewritten)
+
+
+def test_a_reshape_that_changes_the_last_axis_stays_before_the_matmul() -> None:
+    rng = np.random.default_rng(0)
+    graph = build({"x": (2, 3, 4)}, lambda b: emit(b, "matmul", emit(b, "reshape", "x", shape=(2, 12)),
+                                                   const(b, rng.standard_normal((12, 5)))))  # fmt: skip
+    assert not rewrite_with(graph, "reshape-through-matmul")[1]
