@@ -21,13 +21,14 @@ from kernorch.ir.graph import Graph, GraphVerificationError, Node, eliminate_dea
 from kernorch.ir.types import TensorType
 
 Replacement = Mapping[str, str]
+RuleFunction = Callable[["RewriteContext"], Replacement | None]
 
 
 @dataclass(frozen=True)
 class RewriteRule:
     name: str
     roots: frozenset[str] | None  # primitives a root may be; None: any
-    fn: Callable[[RewriteContext], Replacement | None]
+    fn: RuleFunction
     cost_guided: bool  # may make the plan slower: kept only where the orchestrated plan gets cheaper
     doc: str
 
@@ -35,12 +36,11 @@ class RewriteRule:
 REWRITE_RULES: dict[str, RewriteRule] = {}
 
 
-def rewrite_rule(name: str, roots: Iterable[str] | None = None, cost_guided: bool = False
-                 ) -> Callable[[Callable[[RewriteContext], Replacement | None]],
-                               Callable[[RewriteContext], Replacement | None]]:  # fmt: skip
+def rewrite_rule(name: str, roots: Iterable[str] | None = None,
+                 cost_guided: bool = False) -> Callable[[RuleFunction], RuleFunction]:  # fmt: skip
     """Register `fn` as rule `name`; its docstring is what `kernorch explain` prints for it."""
 
-    def register(fn: Callable[[RewriteContext], Replacement | None]) -> Callable[[RewriteContext], Replacement | None]:
+    def register(fn: RuleFunction) -> RuleFunction:
         if name in REWRITE_RULES:
             raise ValueError(f"rewrite rule {name} registered twice")
         doc = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())  # the first paragraph
