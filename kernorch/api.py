@@ -30,11 +30,12 @@ from kernorch.ir.types import TensorType
 from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult, Plan, orchestrate, validate_plan
 from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
 from kernorch.rewrite import rewrite as rewrite_graph
+from kernorch.rewrite.search import DEFAULT_BUDGET_SECONDS
 from kernorch.runtime.executor import PlanExecutor
 
 FORMAT = "kernorch-plan"
 FORMAT_VERSION = 1
-DEFAULT_REWRITE_BUDGET = 60.0  # seconds of cost-guided rewrite search per model
+DEFAULT_REWRITE_BUDGET = DEFAULT_BUDGET_SECONDS  # seconds of cost-guided rewrite search per model
 
 
 class ArtifactError(KernorchError):

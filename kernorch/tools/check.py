@@ -17,6 +17,7 @@ from kernorch.frontend import ImportedModel, import_model
 from kernorch.ir.graph import Graph
 from kernorch.ir.types import TensorType
 from kernorch.rewrite import rewrite as rewrite_graph
+from kernorch.rewrite.search import DEFAULT_BUDGET_SECONDS
 from kernorch.runtime import run_reference
 
 DEFAULT_RTOL = 1e-4
@@ -159,7 +160,7 @@ def check_model(
     compiled: bool = False,
     cost: str = "profile",
     rewrite: bool = True,
-    rewrite_budget: float = 60.0,
+    rewrite_budget: float = DEFAULT_BUDGET_SECONDS,
 ) -> tuple[CheckReport, Graph]:
     """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter on the fissioned
     graph (with the cost-independent rewrites unless rewrite=False), or with `compiled=True` the
