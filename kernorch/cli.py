@@ -272,7 +272,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for name, build in DEMO_MODELS.items():
         proto = build()
         print(f"== built-in model: {name}")
-        report, graph = check_model(proto)
+        report, _ = check_model(proto)
         print(f"primitive graph: {report.lines()[0].split(': ', 1)[1]}")
         print("reference interpreter vs onnxruntime:")
         print("\n".join(report.lines()[1:]))
@@ -280,7 +280,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
               f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
-            print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(graph.nodes[n].prim for n in kernel.nodes)}")
+            # the compiled graph is the rewritten one: its node indices are not check's
+            print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(compiled.graph.nodes[n].prim for n in kernel.nodes)}")
         feeds = random_inputs(import_model(proto))
         errors = compare(compiled.run(feeds), run_onnxruntime(proto, feeds, args.threads))
         worst = max(e.relative for e in errors)
