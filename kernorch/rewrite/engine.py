@@ -105,9 +105,6 @@ class RewriteContext:
         position = self._index.producer.get(value)
         return None if position is None else self.graph.nodes[position]
 
-    def producer_position(self, value: str) -> int | None:
-        return self._index.producer.get(value)
-
     def consumers(self, value: str) -> list[Node]:
         return [self.graph.nodes[p] for p in self._index.consumers.get(value, [])]
 

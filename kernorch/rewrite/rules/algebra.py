@@ -74,21 +74,29 @@ def _split_constant(ctx: RewriteContext, inputs: tuple[str, ...]) -> tuple[str, 
     return None
 
 
-@rewrite_rule("merge-constants", roots=["add", "mul"])
-def merge_constants(ctx: RewriteContext) -> Replacement | None:
-    """(x + c1) + c2 is x + (c1 + c2); (x · c1) · c2 is x · (c1 · c2): the constants fold."""
+def _constant_chain(ctx: RewriteContext, inner_prim: str) -> tuple[str, str, str] | None:
+    """The root is op(inner_prim(x, c1), c2) on floats, constants on either side and the inner result
+    used only here: (x, c1, c2)."""
     node = ctx.node
     outer = _split_constant(ctx, node.inputs)
     if outer is None or not _float(ctx, node.outputs[0]):
         return None
     value, c2 = outer
     inner = ctx.producer(value)
-    if inner is None or inner.prim != node.prim or not ctx.single_use(value):
+    if inner is None or inner.prim != inner_prim or not ctx.single_use(value):
         return None
     inner_split = _split_constant(ctx, inner.inputs)
-    if inner_split is None:
+    return None if inner_split is None else (*inner_split, c2)
+
+
+@rewrite_rule("merge-constants", roots=["add", "mul"])
+def merge_constants(ctx: RewriteContext) -> Replacement | None:
+    """(x + c1) + c2 is x + (c1 + c2); (x · c1) · c2 is x · (c1 · c2): the constants fold."""
+    node = ctx.node
+    chain = _constant_chain(ctx, node.prim)
+    if chain is None:
         return None
-    x, c1 = inner_split
+    x, c1, c2 = chain
     return {node.outputs[0]: ctx.emit(node.prim, x, ctx.emit(node.prim, c1, c2))}
 
 
@@ -96,19 +104,11 @@ def merge_constants(ctx: RewriteContext) -> Replacement | None:
 def distribute_scale(ctx: RewriteContext) -> Replacement | None:
     """(y + c1) · c2 is y · c2 + c1 · c2 when y comes from a linear primitive: the scale moves next to
     the linear primitive (where `scale-into-weight` can fold it) and the bias stays an addition."""
-    node = ctx.node
-    outer = _split_constant(ctx, node.inputs)
-    if outer is None or not _float(ctx, node.outputs[0]):
+    chain = _constant_chain(ctx, "add")
+    if chain is None:
         return None
-    value, scale = outer
-    add = ctx.producer(value)
-    if add is None or add.prim != "add" or not ctx.single_use(value):
-        return None
-    inner = _split_constant(ctx, add.inputs)
-    if inner is None:
-        return None
-    y, bias = inner
+    y, bias, scale = chain
     producer = ctx.producer(y)
     if producer is None or PRIMITIVES[producer.prim].kind != Kind.LINEAR:
         return None
-    return {node.outputs[0]: ctx.emit("add", ctx.emit("mul", y, scale), ctx.emit("mul", bias, scale))}
+    return {ctx.node.outputs[0]: ctx.emit("add", ctx.emit("mul", y, scale), ctx.emit("mul", bias, scale))}
