@@ -7,6 +7,7 @@ from kernorch.api import CompiledModel, compile, load
 from kernorch.errors import InputMismatch, InvalidModel, KernorchError, ShapeError, UnsupportedOperator
 from kernorch.fission import fission
 from kernorch.frontend import import_model
+from kernorch.options import Options, OrchestrationLimits
 from kernorch.runtime import run_reference
 
 __version__ = "0.1.0"
@@ -20,6 +21,8 @@ __all__ = [
     "KernorchError",
     "ShapeError",
     "UnsupportedOperator",
+    "Options",
+    "OrchestrationLimits",
     "fission",
     "import_model",
     "run_reference",

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernorch.errors import KernorchError
 from kernorch.frontend import parse_input_shapes
 
 if TYPE_CHECKING:
-    from kernorch.orchestrate import OrchestrationLimits, OrchestrationResult
+    from kernorch.options import Options
+    from kernorch.orchestrate import OrchestrationResult
+    from kernorch.pipeline import Progress
     from kernorch.rewrite import RewriteReport
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
@@ -30,44 +33,93 @@ def cmd_check(args: argparse.Namespace) -> int:
     from kernorch.tools.check import check_model
 
     report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
-                            compiled=args.compiled, cost=args.cost, rewrite=args.rewrite,
-                            rewrite_budget=args.rewrite_budget)  # fmt: skip
+                            compiled=args.compiled, options=_options(args))  # fmt: skip
     print("\n".join(report.lines()))
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
 
 def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
-    from kernorch.orchestrate import OrchestrationLimits
+    from kernorch.options import OrchestrationLimits
 
     defaults = OrchestrationLimits()
-    parser.add_argument("--cost", choices=["profile", "analytic"], default="profile",
-                        help="profile (default): compile and time candidate kernels on this machine, cached in "
-                        "~/.cache/kernorch/profiles.sqlite; analytic: roofline model of --device")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "v100", "a100", "h100"],
+    from kernorch.options import DEVICES
+
+    _add_cost_arg(parser, "the cost model the plan is optimized against")
+    parser.add_argument("--device", default="cpu", choices=DEVICES,
                         help="roofline parameters: 'cpu' calibrates this machine (cached); others are presets")
-    parser.add_argument("--max-kernel-size", type=int, default=defaults.max_kernel_size,
+    parser.add_argument("--max-kernel-size", type=_positive_int, default=defaults.max_kernel_size,
                         help=f"max primitives per kernel (default {defaults.max_kernel_size})")
-    parser.add_argument("--max-subgraph-size", type=int, default=defaults.max_subgraph_size,
+    parser.add_argument("--max-subgraph-size", type=_positive_int, default=defaults.max_subgraph_size,
                         help=f"max primitives per subgraph before partitioning (default {defaults.max_subgraph_size})")
-    parser.add_argument("--time-limit", type=float, default=defaults.solver_time_limit,
+    parser.add_argument("--time-limit", type=_positive_float, default=defaults.solver_time_limit,
                         help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
-    parser.add_argument("--threads", type=int, default=2, help="threads for measuring and running (default 2)")
+    _add_threads_arg(parser, "threads for measuring and running")
     _add_rewrite_args(parser)
 
 
-def _seconds(text: str) -> float:
-    """argparse type: a non-negative number of seconds (bad values exit 2 with argparse's one-line error)."""
+# argparse types: a bad value exits 2 with argparse's one-line error, never a traceback.
+def _number(text: str, kind: type, minimum: float, what: str, inclusive: bool = True) -> Any:
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} seconds: must not be negative")
+        raise argparse.ArgumentTypeError(f"'{text}' is not {what}") from None
+    if not (value >= minimum if inclusive else value > minimum) or value != value or value in (math.inf, -math.inf):
+        bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
+        raise argparse.ArgumentTypeError(f"{text}: must be {bound}")
     return value
 
 
+def _positive_int(text: str) -> int:
+    return int(_number(text, int, 1, "a whole number"))
+
+
+def _non_negative_int(text: str) -> int:
+    return int(_number(text, int, 0, "a whole number"))
+
+
+def _positive_float(text: str) -> float:
+    return float(_number(text, float, 0, "a number", inclusive=False))
+
+
+def _non_negative_float(text: str) -> float:
+    return float(_number(text, float, 0, "a number"))
+
+
+def _seconds(text: str) -> float:
+    return float(_number(text, float, 0, "a number of seconds"))
+
+
+def _add_threads_arg(parser: argparse.ArgumentParser, what: str, default: int | None = None) -> None:
+    from kernorch.options import DEFAULT_THREADS
+
+    default = DEFAULT_THREADS if default is None else default
+    parser.add_argument("--threads", type=_positive_int, default=default,
+                        help=f"{what} (default {default})")  # fmt: skip
+
+
+def _add_cost_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    from kernorch.options import COST_MODELS
+
+    parser.add_argument("--cost", choices=COST_MODELS, default="profile",
+                        help=f"{what}: profile (default) compiles and times candidate kernels on this machine, "
+                        "cached in the profile database; analytic uses a roofline model")  # fmt: skip
+
+
+def _options(args: argparse.Namespace) -> Options:
+    """The one place CLI arguments become compile options; absent arguments keep Options' defaults."""
+    from kernorch.options import Options, OrchestrationLimits
+
+    limits = OrchestrationLimits()
+    if hasattr(args, "max_kernel_size"):
+        limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
+                                     solver_time_limit=args.time_limit)  # fmt: skip
+    given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget")
+             if getattr(args, name, None) is not None}  # fmt: skip
+    return Options(limits=limits).with_(**given)
+
+
 def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
-    from kernorch.api import DEFAULT_REWRITE_BUDGET
+    from kernorch.options import DEFAULT_REWRITE_BUDGET_SECONDS as DEFAULT_REWRITE_BUDGET
 
     parser.add_argument("--no-rewrite", dest="rewrite", action="store_false",
                         help="skip the primitive-graph rewrites (CSE, simplification, TASO-style substitutions)")
@@ -76,15 +128,28 @@ def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
                         f"neighbourhood before and after (default {DEFAULT_REWRITE_BUDGET:g})")
 
 
+def _progress(show: bool, rewrite_site: Callable[[str], None] | None = None) -> Progress:
+    """Progress bars on stderr for the long stages (hidden when `show` is False or stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    from kernorch.pipeline import Progress
+
+    hidden = not show or None  # None: tqdm hides itself when stderr is not a terminal
+    return Progress(
+        subgraphs=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr, leave=False,
+                                     disable=hidden),
+        tuning=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels", unit="kernel",
+                                              file=sys.stderr, leave=False, disable=hidden)),
+        rewrite_site=rewrite_site,
+    )  # fmt: skip
+
+
 def _orchestrate(args: argparse.Namespace, show_progress: bool) -> OrchestrationResult:
     from tqdm import tqdm
 
-    from kernorch.orchestrate import OrchestrationLimits
+    from kernorch.pipeline import plan_model
 
-    if min(args.max_kernel_size, args.max_subgraph_size) < 1 or args.time_limit <= 0:
-        raise KernorchError("--max-kernel-size, --max-subgraph-size and --time-limit must be positive")
-    limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
-                                 solver_time_limit=args.time_limit)  # fmt: skip
+    options = _options(args)
     sites = tqdm(desc="cost-guided rewrites", unit="site", file=sys.stderr, leave=False,
                  disable=not show_progress or None)  # fmt: skip
 
@@ -93,33 +158,18 @@ def _orchestrate(args: argparse.Namespace, show_progress: bool) -> Orchestration
         sites.set_postfix_str(message[-70:])
 
     try:
-        return _plan(args, limits, show_progress, site_judged)
+        return plan_model(args.model, parse_input_shapes(args.input_shape), options,
+                          _progress(show_progress, site_judged))  # fmt: skip
     finally:
         sites.close()
-
-
-def _plan(args: argparse.Namespace, limits: OrchestrationLimits, show_progress: bool,
-          rewrite_progress: Callable[[str], None]) -> OrchestrationResult:  # fmt: skip
-    from tqdm import tqdm
-
-    from kernorch.api import plan_model
-
-    return plan_model(args.model, parse_input_shapes(args.input_shape), args.device, limits,
-                      progress=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr,
-                                                  leave=False, disable=not show_progress or None),
-                      cost=args.cost, threads=getattr(args, "threads", 2), rewrite=args.rewrite,
-                      rewrite_budget=args.rewrite_budget, rewrite_progress=rewrite_progress,
-                      tuning_progress=lambda items, total: iter(tqdm(
-                          items, total=total, desc="measuring kernels", unit="kernel", file=sys.stderr,
-                          leave=False, disable=not show_progress or None)))  # fmt: skip
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     result = _orchestrate(args, show_progress=not args.json)
     if args.output:
-        from kernorch.api import compile_plan
+        from kernorch.pipeline import compile_plan
 
-        saved = compile_plan(result, args.threads).save(args.output)
+        saved = compile_plan(result, _options(args)).save(args.output)
         if not args.json:
             print(f"compiled plan saved to {saved} (run it with: kernorch run {saved})")
     if args.json:
@@ -139,31 +189,27 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(result.rewrite_report.summary())
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
+    if result.contended_kernels:
+        print(f"WARNING: {result.contended_kernels} kernel(s) of the plan were costed by measurements taken while "
+              "other processes kept the CPU busy; the plan may not be optimal. Re-run on a quiet machine: those "
+              "kernels are measured again.")
     return EXIT_OK
 
 
 def _median_ms(function: Callable[[], object], runs: int) -> float:
-    import time
+    from kernorch.runtime.timing import time_call
 
-    import numpy as np
-
-    function()  # warm-up
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+    return time_call(function, runs=runs).median * 1e3
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from kernorch.api import load
-    from kernorch.tools.check import random_feeds_for
+    from kernorch.runtime.feeds import graph_feeds
 
     model = load(args.plan, threads=args.threads)
-    feeds = random_feeds_for(model.graph, seed=args.seed)
+    feeds = graph_feeds(model.graph, seed=args.seed)
     for spec in args.input or []:
         name, sep, path = spec.partition("=")
         if not sep:
@@ -182,15 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from kernorch.tools.bench import bench_model, format_report
 
-    report = bench_model(args.model, runs=args.runs, threads=args.threads, cost=args.cost,
-                         rewrite_budget=args.rewrite_budget,
-                         progress=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels",
-                                                                 unit="kernel", file=sys.stderr, leave=False,
-                                                                 disable=args.json or None)))  # fmt: skip
+    report = bench_model(args.model, runs=args.runs, options=_options(args), progress=_progress(not args.json))
     print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
     return EXIT_OK
 
@@ -264,25 +304,25 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from kernorch.api import compile
-    from kernorch.frontend import import_model
-    from kernorch.tools.check import check_model, compare, random_inputs, run_onnxruntime, timed_onnxruntime
+    from kernorch.runtime.feeds import graph_feeds
+    from kernorch.tools.check import check_model, compare, run_onnxruntime, timed_onnxruntime
     from kernorch.tools.demo_models import DEMO_MODELS
 
     status = EXIT_OK
     for name, build in DEMO_MODELS.items():
         proto = build()
         print(f"== built-in model: {name}")
-        report, _ = check_model(proto)
+        report, _ = check_model(proto, options=_options(args))
         print(f"primitive graph: {report.lines()[0].split(': ', 1)[1]}")
         print("reference interpreter vs onnxruntime:")
         print("\n".join(report.lines()[1:]))
-        compiled = compile(proto, threads=args.threads, cost=args.cost)
+        compiled = compile(proto, options=_options(args))
         print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
               f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
             # the compiled graph is the rewritten one: its node indices are not check's
             print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(compiled.graph.nodes[n].prim for n in kernel.nodes)}")
-        feeds = random_inputs(import_model(proto))
+        feeds = graph_feeds(compiled.graph)
         errors = compare(compiled.run(feeds), run_onnxruntime(proto, feeds, args.threads))
         worst = max(e.relative for e in errors)
         ours = _median_ms(lambda: compiled.run(feeds), args.runs)  # noqa: B023
@@ -311,12 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
         "magnitude). Exit 0 when the relative error is within --rtol, else 1.",
     )  # fmt: skip
     _add_model_args(check)
-    check.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    check.add_argument("--rtol", type=float, default=1e-4, help="relative error tolerance (default 1e-4)")
+    check.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random inputs (default 0)")
+    check.add_argument("--rtol", type=_non_negative_float, default=1e-4, help="relative error tolerance (default 1e-4)")
     check.add_argument("--compiled", action="store_true",
                        help="run the optimized, compiled plan instead of the reference interpreter")
-    check.add_argument("--cost", choices=["profile", "analytic"], default="profile",
-                       help="with --compiled: the cost model that picks the plan (default profile)")
+    _add_cost_arg(check, "with --compiled, the cost model that picks the plan")
     _add_rewrite_args(check)
     check.set_defaults(handler=cmd_check)
 
@@ -354,9 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument("plan", help="directory written by `kernorch optimize MODEL -o PLAN_DIR`")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
-    run.add_argument("--runs", type=int, default=20, help="timed runs (default 20)")
-    run.add_argument("--threads", type=int, default=None, help="threads (default: as saved)")
-    run.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
+    run.add_argument("--runs", type=_positive_int, default=20, help="timed runs (default 20)")
+    run.add_argument("--threads", type=_positive_int, default=None, help="threads (default: as saved)")
+    run.add_argument("--seed", type=_non_negative_int, default=0, help="seed of random inputs (default 0)")
     run.set_defaults(handler=cmd_run)
 
     explain = commands.add_parser(
@@ -367,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_model_args(explain)
     _add_orchestration_args(explain)
-    explain.add_argument("--rejected", type=int, default=0, metavar="N", help="list N rejected candidates")
+    explain.add_argument("--rejected", type=_non_negative_int, default=0, metavar="N",
+                         help="list N rejected candidates")  # fmt: skip
     explain.set_defaults(handler=cmd_explain)
 
     bench = commands.add_parser(
@@ -379,10 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
     )  # fmt: skip
     bench.add_argument("model", help="path to an ONNX model")
-    bench.add_argument("--runs", type=int, default=20, help="timed runs per contender (default 20)")
-    bench.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
-    bench.add_argument("--cost", choices=["profile", "analytic"], default="profile",
-                       help="cost model of kernorch's plans (default profile)")
+    bench.add_argument("--runs", type=_positive_int, default=20, help="timed runs per contender (default 20)")
+    _add_threads_arg(bench, "threads for every contender")
+    _add_cost_arg(bench, "the cost model of kernorch's plans")
     bench.add_argument("--rewrite-budget", type=_seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")
     bench.add_argument("--json", action="store_true",
@@ -396,10 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
         "check the primitive graph against onnxruntime, optimize and compile it, print the kernel plan, and "
         "compare the compiled plan's output and latency with onnxruntime (same inputs, same thread count).",
     )  # fmt: skip
-    demo.add_argument("--threads", type=int, default=2, help="threads for kernorch and onnxruntime (default 2)")
-    demo.add_argument("--runs", type=int, default=50, help="timed runs per contender (default 50)")
-    demo.add_argument("--cost", choices=["profile", "analytic"], default="profile",
-                      help="cost model for the plan (default profile: measured on this machine)")
+    _add_threads_arg(demo, "threads for kernorch and onnxruntime")
+    demo.add_argument("--runs", type=_positive_int, default=50, help="timed runs per contender (default 50)")
+    _add_cost_arg(demo, "the cost model of the plans")
     demo.set_defaults(handler=cmd_demo)
     return parser
 

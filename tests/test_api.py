@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,8 +14,17 @@ import kernorch
 from kernorch.api import ArtifactError
 from kernorch.cli import main
 from kernorch.errors import InputMismatch
+from kernorch.runtime.artifact import MANIFEST_HASH_KEY, manifest_digest
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
+
+
+def resign(directory: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    """Edit plan.json and recompute its manifest hash, as someone tampering on purpose would."""
+    plan = json.loads((directory / "plan.json").read_text())
+    edit(plan)
+    plan[MANIFEST_HASH_KEY] = manifest_digest(plan)
+    (directory / "plan.json").write_text(json.dumps(plan))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +52,7 @@ def test_compiled_model_matches_onnxruntime_numpy_and_torch(attention: kernorch.
 
 def test_save_load_roundtrip_without_retuning(attention: kernorch.CompiledModel, tmp_path: Path) -> None:
     directory = attention.save(tmp_path / "plan")
-    assert {p.name for p in directory.iterdir()} == {"plan.json", "weights.npz", "kernels.c", "kernels.so"}
+    assert {p.name for p in directory.iterdir()} == {"plan.json", "weights.npz", "kernels.c"}  # no binary shipped
     loaded = kernorch.load(directory)
     x = np.random.default_rng(4).standard_normal((1, 64, 128)).astype(np.float32)
     np.testing.assert_array_equal(loaded(x), attention(x))
@@ -70,6 +81,9 @@ def test_corrupted_artifacts_are_refused(attention: kernorch.CompiledModel, tmp_
     plan = json.loads((directory / "plan.json").read_text())
     plan["kernels"] = plan["kernels"][1:]  # a plan missing its first kernel cannot run
     (directory / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(ArtifactError, match="modified after it was written"):
+        kernorch.load(directory)
+    resign(directory, lambda plan: plan.update(kernels=plan["kernels"][1:]))  # as an attacker would
     with pytest.raises(ArtifactError, match="malformed"):
         kernorch.load(directory)
     with pytest.raises(ArtifactError, match="not a kernorch plan directory"):
@@ -108,3 +122,100 @@ def test_compile_with_and_without_rewrites(attention: kernorch.CompiledModel) ->
     expected = run_onnxruntime(self_attention_block(), {"x": x})["y"]
     for model in (attention, plain):
         np.testing.assert_allclose(model(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_shipped_library_is_never_loaded(attention: kernorch.CompiledModel, tmp_path: Path) -> None:
+    """A kernels.so dropped into a plan directory (with a constructor that runs on dlopen) is never loaded:
+    the library is always built here from the verified source."""
+    import subprocess
+
+    directory = attention.save(tmp_path / "plan")
+    marker = tmp_path / "constructor-ran"
+    evil = tmp_path / "evil.c"
+    evil.write_text('#include <stdio.h>\n__attribute__((constructor)) static void run(void) '
+                    f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')  # fmt: skip
+    subprocess.run(["cc", "-shared", "-fPIC", str(evil), "-o", str(directory / "kernels.so")], check=True)
+    loaded = kernorch.load(directory)
+    x = np.random.default_rng(5).standard_normal((1, 64, 128)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x), attention(x))
+    assert not marker.exists()
+    assert loaded.executor.library_path is None or loaded.executor.library_path.parent != directory
+
+
+def test_a_consistent_but_edited_plan_is_refused(attention: kernorch.CompiledModel, tmp_path: Path) -> None:
+    """Merging two kernels in plan.json (manifest re-signed, every listed checksum valid) used to bind
+    symbols by index and segfault; now the regenerated C differs from the shipped source."""
+    directory = attention.save(tmp_path / "plan")
+
+    def merge_first_two(plan: dict[str, Any]) -> None:
+        first, second = plan["kernels"][0], plan["kernels"][1]
+        produced_by_first = set(first["outputs"])
+        merged_nodes = sorted(set(first["nodes"]) | set(second["nodes"]))
+        plan["kernels"][0:2] = [{"nodes": merged_nodes, "outputs": sorted(produced_by_first | set(second["outputs"]))}]
+        plan["costs"] = plan["costs"][1:]
+
+    resign(directory, merge_first_two)
+    with pytest.raises(ArtifactError, match=r"kernels.c is not the code plan.json generates|malformed"):
+        kernorch.load(directory)
+    directory = attention.save(tmp_path / "plan2")
+    source = (directory / "kernels.c").read_text().replace("+", "-", 1)
+    (directory / "kernels.c").write_text(source)
+    import hashlib
+
+    resign(directory, lambda plan: plan["sha256"].update({"kernels.c": hashlib.sha256(source.encode()).hexdigest()}))
+    with pytest.raises(ArtifactError, match="kernels.c is not the code plan.json generates"):
+        kernorch.load(directory)
+
+
+def test_every_file_hash_is_required(attention: kernorch.CompiledModel, tmp_path: Path) -> None:
+    directory = attention.save(tmp_path / "plan")
+    resign(directory, lambda plan: plan["sha256"].pop("kernels.c"))
+    with pytest.raises(ArtifactError, match="lists no hash for kernels.c"):
+        kernorch.load(directory)
+    directory = attention.save(tmp_path / "plan2")
+    (directory / "weights.npz").unlink()
+    with pytest.raises(ArtifactError, match="weights.npz is missing"):
+        kernorch.load(directory)
+
+
+def test_a_plan_from_another_cpu_is_rebuilt_here(attention: kernorch.CompiledModel, tmp_path: Path) -> None:
+    directory = attention.save(tmp_path / "plan")
+    plan = json.loads((directory / "plan.json").read_text())
+    from kernorch.machine import isa_digest
+
+    assert plan["built_on"]["isa_digest"] == isa_digest() and plan["built_on"]["isa_flags"]
+    resign(directory, lambda plan: plan["built_on"].update(isa_digest="0" * 16, isa_flags=["sse2"]))
+    loaded = kernorch.load(directory)
+    assert loaded.metadata.get("rebuilt_for_this_cpu") is True
+    x = np.random.default_rng(6).standard_normal((1, 64, 128)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x), attention(x))
+
+
+def test_compile_cache_key_includes_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernorch.codegen import compiler
+
+    here = compiler.library_path("int f(void) { return 0; }")
+    monkeypatch.setattr(compiler, "isa_digest", lambda: "another-cpu")
+    assert compiler.library_path("int f(void) { return 0; }") != here
+
+
+def test_threads_are_per_model_and_restored(attention: kernorch.CompiledModel) -> None:
+    import torch
+
+    one = kernorch.compile(self_attention_block(), cost="analytic", device="a100", threads=1)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        x = np.random.default_rng(7).standard_normal((1, 64, 128)).astype(np.float32)
+        np.testing.assert_allclose(one(x), attention(x), rtol=1e-5, atol=1e-6)
+        assert torch.get_num_threads() == 3  # neither model left its count behind
+        assert (one.threads, attention.threads) == (1, 2)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_unknown_option_is_one_line() -> None:
+    with pytest.raises(kernorch.KernorchError, match="unknown option"):
+        kernorch.compile(self_attention_block(), thread=2)
+    with pytest.raises(kernorch.KernorchError, match="threads must be a positive integer"):
+        kernorch.compile(self_attention_block(), threads=0)

@@ -32,8 +32,9 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unfused_plan_is_one_kernel_per_primitive() -> None:
-    from kernorch.api import plan_model
+    from kernorch.options import Options
+    from kernorch.pipeline import plan_model
 
-    result = plan_model(conv_norm_act_block(channels=4, size=8), cost="analytic")
+    result = plan_model(conv_norm_act_block(channels=4, size=8), options=Options(cost="analytic"))
     plan = unfused_plan(result)
     assert [k.nodes for k in plan.kernels] == [(i,) for i in range(len(result.plan.graph.nodes))]

@@ -115,9 +115,53 @@ def test_failed_check_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "FAIL" in capsys.readouterr().out
 
 
-def test_negative_rewrite_budget_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in ("optimize", "check", "explain", "bench"):
+# (subcommand and its positional arguments, numeric option, values it must refuse)
+BAD_NUMBERS = [
+    (cmd, option, values)
+    for cmd in (["optimize", "m.onnx"], ["explain", "m.onnx"])
+    for option, values in [("--threads", ["0", "-3", "two", "1.5"]), ("--max-kernel-size", ["0", "-1", "x"]),
+                           ("--max-subgraph-size", ["0", "-2"]), ("--time-limit", ["0", "-1", "nan", "inf"]),
+                           ("--rewrite-budget", ["-1", "nan", "soon"])]
+] + [
+    (["explain", "m.onnx"], "--rejected", ["-2", "many"]),
+    (["check", "m.onnx"], "--seed", ["-1", "x"]),
+    (["check", "m.onnx"], "--rtol", ["-1e-4", "nan", "tight"]),
+    (["check", "m.onnx"], "--rewrite-budget", ["-1"]),
+    (["run", "plan_dir"], "--runs", ["0", "-5", "x"]),
+    (["run", "plan_dir"], "--threads", ["0", "-3"]),
+    (["run", "plan_dir"], "--seed", ["-1"]),
+    (["bench", "m.onnx"], "--runs", ["0", "-1"]),
+    (["bench", "m.onnx"], "--threads", ["0", "-3", "many"]),
+    (["bench", "m.onnx"], "--rewrite-budget", ["-1"]),
+    (["demo"], "--threads", ["0", "-3"]),
+    (["demo"], "--runs", ["0", "x"]),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "values"), BAD_NUMBERS,
+                         ids=[f"{c[0]}{o}" for c, o, _ in BAD_NUMBERS])  # fmt: skip
+def test_bad_numeric_arguments_exit_2_with_one_line(command: list[str], option: str, values: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    for value in values:
         with pytest.raises(SystemExit) as exit_info:
-            main([command, "model.onnx", "--rewrite-budget", "-1"])
-        assert exit_info.value.code == 2
-        assert "--rewrite-budget: -1 seconds: must not be negative" in capsys.readouterr().err
+            main([*command, f"{option}={value}"])
+        assert exit_info.value.code == 2, (option, value)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]  # argparse's usage lines, then the one line naming the cause
+        assert last.startswith(f"kernorch {command[0]}: error: argument {option}"), last
+        assert value in last, last
+
+
+def test_bad_arguments_in_a_fresh_process_print_no_traceback(tmp_path: Path) -> None:
+    """Through the installed entry point, as a user runs it: exit 2, one error line, no traceback."""
+    import subprocess
+    import sys
+
+    for argv in (["run", str(tmp_path), "--runs", "0"], ["optimize", "m.onnx", "--threads", "-3"],
+                 ["run", str(tmp_path / "missing")], ["check", str(tmp_path / "missing.onnx")]):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "kernorch.cli", *argv], capture_output=True, text=True,
+                              check=False, timeout=120)  # fmt: skip
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr

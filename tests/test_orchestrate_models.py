@@ -11,16 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernorch.api import compile_plan
 from kernorch.cli import main
-from kernorch.codegen.backends import GeneratableCost
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
+from kernorch.cost.model import GeneratableCost
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.orchestrate import orchestrate, validate_plan
+from kernorch.pipeline import compile_plan
 from kernorch.rewrite import REWRITE_RULES, apply_rules
 from kernorch.runtime import run_plan_reference, run_reference
-from kernorch.tools.check import compare, random_inputs, run_onnxruntime
+from kernorch.runtime.feeds import graph_feeds
+from kernorch.tools.check import compare, run_onnxruntime
 
 from .conftest import shared_models
 
@@ -32,8 +33,9 @@ COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["v100"]))
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
 def test_model_orchestrates_optimally(path: Path) -> None:
     model = import_model(path)
-    graph, _ = apply_rules(fission(model), list(REWRITE_RULES.values()))
-    feeds = random_inputs(model)
+    fissioned = fission(model)
+    graph, _ = apply_rules(fissioned, list(REWRITE_RULES.values()))
+    feeds = graph_feeds(fissioned)
     expected_onnx = run_onnxruntime(model.proto, feeds)
     assert max(e.relative for e in compare(run_reference(graph, feeds), expected_onnx)) <= 1e-4
     result = orchestrate(graph, COST)

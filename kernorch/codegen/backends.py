@@ -8,15 +8,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 from kernorch.codegen.c_opaque import lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel
 from kernorch.codegen.loops import NotGeneratable, describe
-from kernorch.cost.model import CostModel
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.orchestrate.kernel import CandidateKernel
 
 LIBRARY_DTYPES = {"float32", "float64"}
 
@@ -48,19 +44,4 @@ def render_c(name: str, kernel: CandidateKernel) -> str:
     return render_kernel(name, describe(kernel))
 
 
-@dataclass
-class GeneratableCost:
-    """Wrap a cost model: kernels no backend can run cost infinity and never enter the BLP."""
-
-    base: CostModel
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    def cost(self, candidate: CandidateKernel) -> float:
-        backend, _ = choose_backend(candidate)
-        return math.inf if backend is None else self.base.cost(candidate)
-
-
-__all__ = ["GeneratableCost", "NotGeneratable", "choose_backend", "render_c"]
+__all__ = ["NotGeneratable", "choose_backend", "render_c"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernorch.orchestrate.kernel import CandidateKernel
+from kernorch.ir.kernel import CandidateKernel
 
 
 def lstm_supported(kernel: CandidateKernel) -> bool:

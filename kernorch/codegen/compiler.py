@@ -1,7 +1,8 @@
 """Compile generated C with the system compiler into one shared library per plan, cached on disk.
 
-The cache key is a hash of the source, the flags and the compiler's version line, so a changed
-compiler or flag never reuses a stale library. Many kernels go into one translation unit.
+The cache key is a hash of the source, the flags, the compiler's version line and the CPU's ISA flags,
+so a changed compiler, flag or CPU (`-march=native`) never reuses a stale library. Many kernels go into
+one translation unit.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import cache
 from pathlib import Path
 
 from kernorch.errors import KernorchError
+from kernorch.machine import isa_digest
+from kernorch.options import cache_root, writable_dir
 
 # -fno-math-errno and -fno-trapping-math let floor/sqrt vectorize; unlike -ffast-math they keep NaN/inf semantics.
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math")
@@ -23,10 +26,6 @@ CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", 
 
 class CompileError(KernorchError):
     exit_code = 1
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("KERNORCH_CACHE") or Path.home() / ".cache" / "kernorch") / "kernels"
 
 
 @cache
@@ -38,19 +37,19 @@ def compiler_identity() -> tuple[str, str]:
     return compiler, version.splitlines()[0] if version else "unknown"
 
 
-def library_path(source: str) -> Path:
+def library_path(source: str, cache_dir: Path | None = None) -> Path:
     compiler, version = compiler_identity()
-    digest = hashlib.sha256("\0".join([source, " ".join(CFLAGS), version]).encode()).hexdigest()[:24]
-    return cache_root() / f"kernels_{digest}.so"
+    digest = hashlib.sha256("\0".join([source, " ".join(CFLAGS), version, isa_digest()]).encode()).hexdigest()[:24]
+    return cache_root(cache_dir) / "kernels" / f"kernels_{digest}.so"
 
 
-def compile_source(source: str) -> Path:
+def compile_source(source: str, cache_dir: Path | None = None) -> Path:
     """Compile (or find in the cache) `source`; returns the shared library path."""
-    target = library_path(source)
+    target = library_path(source, cache_dir)
     if target.is_file():
         return target
     compiler, _ = compiler_identity()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    writable_dir(target.parent, "compiled kernels")
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         c_file = Path(work) / "kernels.c"
         c_file.write_text(source)

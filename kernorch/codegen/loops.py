@@ -27,8 +27,8 @@ import numpy as np
 
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.orchestrate.kernel import CandidateKernel
 
 Tree = tuple[Any, ...]
 MAX_TREE_NODES = 4000

@@ -8,17 +8,18 @@ for. Compute and memory overlap within a kernel, hence the max (the roofline), n
 from __future__ import annotations
 
 import json
-import os
-import platform
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.orchestrate.kernel import CandidateKernel
+from kernorch.machine import cpu_model, fingerprint
+from kernorch.options import DEFAULT_THREADS, cache_root
+from kernorch.runtime.threads import thread_count
+from kernorch.runtime.timing import time_call
 
 
 @dataclass(frozen=True)
@@ -94,70 +95,44 @@ class AnalyticCostModel:
         return seconds + self.device.kernel_overhead
 
 
-def _fingerprint() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}|{os.cpu_count()}"
+def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:
+    """Measure memory bandwidth (large copy), fp32 peak (matmul with `threads` threads) and a tiny-op
+    dispatch cost; best of several runs, since these are the machine's peaks.
 
-
-def calibrate_this_machine(cache_dir: Path | None = None, threads: int = 2) -> DeviceSpec:
-    """Measure memory bandwidth (large copy), fp32 peak (torch matmul) and a tiny-op dispatch cost.
-
-    Takes about a second; the result is cached per machine fingerprint.
+    Takes about a second; the result is cached per machine fingerprint and thread count.
     """
-    root = cache_dir or Path(os.environ.get("KERNORCH_CACHE") or Path.home() / ".cache" / "kernorch")
-    fingerprint = _fingerprint()
-    path = root / "calibration.json"
+    path = cache_root(cache_dir) / "calibration.json"
+    machine = fingerprint()
     try:
         cached = json.loads(path.read_text())
-        if cached.get("fingerprint") == fingerprint and cached.get("threads") == threads:
+        if cached.get("fingerprint") == machine and cached.get("threads") == threads:
             return DeviceSpec(**cached["device"])
     except (OSError, ValueError, TypeError, KeyError):
         pass  # missing or corrupt: measure again
 
     import torch
 
-    torch.set_num_threads(threads)
     source = np.ones(16 * 1024 * 1024, dtype=np.float32)  # 64 MiB, far beyond the caches
     target = np.empty_like(source)
-    copies = []
-    for _ in range(5):
-        start = time.perf_counter()
-        np.copyto(target, source)
-        copies.append(time.perf_counter() - start)
-    bandwidth = 2 * source.nbytes / min(copies)
+    bandwidth = 2 * source.nbytes / time_call(lambda: np.copyto(target, source), runs=5).best
     a = torch.randn(1024, 1024)
     b = torch.randn(1024, 1024)
-    torch.matmul(a, b)
-    products = []
-    for _ in range(5):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        products.append(time.perf_counter() - start)
-    peak = 2 * 1024**3 / min(products)
+    with thread_count(threads):
+        peak = 2 * 1024**3 / time_call(lambda: torch.matmul(a, b), runs=5).best
     tiny_in, tiny_out = np.ones(16, np.float32), np.empty(16, np.float32)
-    start = time.perf_counter()
-    for _ in range(1000):
-        np.add(tiny_in, tiny_in, out=tiny_out)
-    overhead = max((time.perf_counter() - start) / 1000, 1e-6)
-    device = DeviceSpec(f"this machine ({fingerprint.split('|')[0]})", bandwidth, peak, overhead)
+    overhead = max(time_call(lambda: np.add(tiny_in, tiny_in, out=tiny_out), runs=1000).median, 1e-6)
+    device = DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": fingerprint, "threads": threads, "device": asdict(device)}))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"fingerprint": machine, "threads": threads, "device": asdict(device)}))
     except OSError:
-        pass
+        pass  # a cache: without a writable directory, calibrate again next time
     return device
 
 
-def device_by_name(name: str) -> DeviceSpec:
+def device_by_name(name: str, cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:
     if name == "cpu":
-        return calibrate_this_machine()
+        return calibrate_this_machine(cache_dir, threads)
     if name not in DEVICE_PRESETS:
         raise ValueError(f"unknown device '{name}' (choose cpu, {', '.join(DEVICE_PRESETS)})")
     return DEVICE_PRESETS[name]

@@ -1,10 +1,14 @@
-"""The cost-model interface the orchestrator optimizes against."""
+"""The cost-model interface the orchestrator optimizes against, and the wrapper that keeps kernels no
+backend can generate out of the BLP."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Protocol
 
-from kernorch.orchestrate.kernel import CandidateKernel
+from kernorch.codegen.backends import choose_backend
+from kernorch.ir.kernel import CandidateKernel
 
 
 class CostModel(Protocol):
@@ -14,3 +18,18 @@ class CostModel(Protocol):
     def cost(self, candidate: CandidateKernel) -> float:
         """Seconds to run `candidate` once; `math.inf` if it cannot be generated."""
         ...
+
+
+@dataclass
+class GeneratableCost:
+    """Wrap a cost model: kernels no backend can run cost infinity and never enter the BLP."""
+
+    base: CostModel
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        backend, _ = choose_backend(candidate)
+        return math.inf if backend is None else self.base.cost(candidate)

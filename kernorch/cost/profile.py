@@ -3,8 +3,15 @@
 Each candidate is isolated into a mini graph (its inputs become random buffers) and keyed by a
 structural signature: the generated C (or the library call with its shapes), never value names, so
 repeated blocks of a model, and other models with the same kernels, are measured once. Results are
-keyed by (signature, machine fingerprint) in a WAL-mode SQLite database and committed as they are
-measured, so a run killed midway resumes without re-measuring what was finished.
+keyed by (signature, machine fingerprint, threads) in the profile database (profile_db.py) and committed
+as they are measured, so a run killed midway resumes without re-measuring what was finished.
+
+Users' machines are busy, so a measurement is only trusted when it was quiet (contention.py):
+kernels are timed in slices of about `SLICE_SECONDS`, and a slice during which other processes used the
+CPU, a kernel whose repeats spread widely, or one far slower than its roofline estimate is measured again
+after waiting for the machine to calm down. A value that never got a quiet measurement is the fastest
+run seen (contention only ever adds time) and is stored marked as contended; it is re-measured by a later
+run on a quiet machine, and `contended` counts them so `optimize` can say so.
 """
 
 from __future__ import annotations
@@ -13,8 +20,6 @@ import ctypes
 import hashlib
 import json
 import math
-import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,16 +31,24 @@ import numpy as np
 from kernorch.codegen.backends import choose_backend, render_c
 from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.compiler import CFLAGS, compile_source, load_library
-from kernorch.cost.analytic import _fingerprint
-from kernorch.errors import KernorchError
+from kernorch.cost.contention import LoadWindow, wait_for_quiet
+from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
 from kernorch.ir.graph import Graph
-from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.machine import fingerprint
+from kernorch.runtime.feeds import seeded_feeds
+from kernorch.runtime.threads import thread_count
+from kernorch.runtime.timing import Timing, time_call
+
+__all__ = ["ProfileDatabase", "ProfileDatabaseError", "ProfiledCostModel", "isolate", "signature"]
 
 BATCH = 150  # C kernels compiled per translation unit
-
-
-class ProfileDatabaseError(KernorchError):
-    """The tuning database is corrupt or not a kernorch database."""
+SLICE_SECONDS = 0.15  # kernels are timed in slices at least this long, each judged quiet or contended
+MAX_SPREAD = 0.5  # interquartile range / median above this: the repeats disagree, measure again
+OUTLIER_FACTOR = 30.0  # slower than this many times the roofline estimate: measure again to be sure
+MAX_ATTEMPTS = 4  # measurements of one kernel before a contended value is kept (marked)
+QUIET_WAIT_SECONDS = 2.0  # per retry round, waiting for other processes to leave the CPU
+CONTENDED_REPEATS = 60  # under contention, more repeats: the fastest of them is the least disturbed
 
 
 def isolate(kernel: CandidateKernel) -> CandidateKernel:
@@ -70,76 +83,14 @@ def signature(kernel: CandidateKernel) -> tuple[str, str]:
     return str(backend), hashlib.sha256(f"{backend}\n{' '.join(CFLAGS)}\n{text}".encode()).hexdigest()
 
 
-class ProfileDatabase:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.connection = sqlite3.connect(str(path))
-            self.connection.execute("PRAGMA journal_mode=WAL")
-            check = self.connection.execute("PRAGMA quick_check").fetchone()
-            if not check or check[0] != "ok":
-                raise sqlite3.DatabaseError(str(check))
-            self.connection.execute(
-                "CREATE TABLE IF NOT EXISTS measurements (signature TEXT NOT NULL, machine TEXT NOT NULL, "
-                "seconds REAL NOT NULL, runs INTEGER NOT NULL, measured_at REAL NOT NULL, "
-                "PRIMARY KEY (signature, machine))"
-            )
-            self.connection.commit()
-        except sqlite3.DatabaseError as error:
-            raise ProfileDatabaseError(f"tuning database {path} is corrupt or not SQLite: {error}") from None
-
-    def lookup(self, signatures: Iterable[str], machine: str) -> dict[str, float]:
-        found: dict[str, float] = {}
-        wanted = list(signatures)
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start: start + 500]
-            rows = self.connection.execute(
-                f"SELECT signature, seconds FROM measurements WHERE machine = ? AND signature IN "
-                f"({','.join('?' * len(chunk))})", [machine, *chunk]).fetchall()  # fmt: skip
-            found.update({s: float(t) for s, t in rows})
-        return found
-
-    def store(self, signature_: str, machine: str, seconds: float, runs: int) -> None:
-        self.connection.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?, ?, ?)",
-                                (signature_, machine, seconds, runs, time.time()))  # fmt: skip
-        self.connection.commit()  # one row at a time: a killed run loses at most one measurement
-
-    def count(self, machine: str) -> int:
-        return int(self.connection.execute("SELECT COUNT(*) FROM measurements WHERE machine = ?",
-                                           (machine,)).fetchone()[0])  # fmt: skip
-
-
-def default_database_path() -> Path:
-    return Path(os.environ.get("KERNORCH_CACHE") or Path.home() / ".cache" / "kernorch") / "profiles.sqlite"
-
-
-def _random_buffers(kernel: CandidateKernel, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    graph = kernel.graph
-    buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
-    for name in graph.inputs:
-        t = graph.types[name]
-        # integers are zeros: always a valid gather index
-        buffers[name] = (rng.standard_normal(t.shape).astype(t.dtype) if t.is_float
-                         else np.zeros(t.shape, dtype=t.dtype))  # fmt: skip
-    for name in kernel.outputs:
-        t = graph.types[name]
-        buffers[name] = np.empty(t.shape, dtype=t.dtype)
-    return buffers
-
-
-def _time(launch: Callable[[], Any], budget: float = 0.02, max_runs: int = 25) -> tuple[float, int]:
-    """Median seconds of `launch` after one warm-up; at least 3 runs, more while within `budget`."""
-    launch()
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < 3 or (spent < budget and len(times) < max_runs):
-        start = time.perf_counter()
-        launch()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        spent += elapsed
-    return float(np.median(times)), len(times)
+@dataclass
+class _Pending:
+    key: str
+    kind: str
+    kernel: CandidateKernel
+    fallback: Measurement | None = None  # fastest contended run so far (or a contended value stored before)
+    quiet: Measurement | None = None  # fastest quiet measurement so far
+    attempts: int = 0
 
 
 @dataclass
@@ -149,9 +100,13 @@ class ProfiledCostModel:
     database: ProfileDatabase
     threads: int = 2
     progress: Callable[[Iterable[Any], int], Iterator[Any]] | None = None
+    kernel_cache: Path | None = None  # compile cache directory (None: the default cache root)
+    estimate: Callable[[CandidateKernel], float] | None = None  # roofline seconds, to catch implausible values
     name: str = "profile"
-    machine: str = field(default_factory=lambda: _fingerprint())
+    machine: str = field(default_factory=fingerprint)
     measured: int = 0  # kernels timed in this session (the rest came from the database)
+    remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
+    contended: set[str] = field(default_factory=set)  # signatures whose value never got a quiet measurement
     _known: dict[str, float] = field(default_factory=dict)
     _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
     _graph: Graph | None = None
@@ -161,9 +116,6 @@ class ProfiledCostModel:
 
     def prepare(self, candidates: list[CandidateKernel]) -> None:
         """Measure every candidate not yet in the database (batch-compiled), committing as it goes."""
-        import torch
-
-        torch.set_num_threads(self.threads)
         pending: dict[str, tuple[str, CandidateKernel]] = {}
         for candidate in candidates:
             if candidate.graph is not self._graph:  # candidate keys are node indices: per graph
@@ -179,50 +131,143 @@ class ProfiledCostModel:
             self._signature_of[candidate.key] = key
             if key not in self._known and key not in pending:
                 pending[key] = (kind, isolated)
-        self._known.update(self.database.lookup(pending, self.machine))
-        missing = [(key, kind, kernel) for key, (kind, kernel) in pending.items() if key not in self._known]
+        stored = self.database.lookup(pending, self.machine)
+        for key, measurement in stored.items():
+            self._known[key] = measurement.seconds
+        # contended rows are measured again (the stored value stays as the fallback)
+        missing = [_Pending(key, kind, kernel, fallback=stored.get(key)) for key, (kind, kernel) in pending.items()
+                   if key not in stored or stored[key].contended]  # fmt: skip
         if not missing:
             return
-        rng = np.random.default_rng(0)
         bar = self.progress(missing, len(missing)) if self.progress else None
-        for start in range(0, len(missing), BATCH):
-            batch = missing[start: start + BATCH]
-            c_kernels = [(key, kernel) for key, kind, kernel in batch if kind == "c"]
-            library = None
-            if c_kernels:
-                bodies = [render_c(f"k_{key[:16]}", kernel) for key, kernel in c_kernels]
-                source = PRELUDE + "\n".join(bodies)
-                library = load_library(compile_source(source))
-            for key, kind, kernel in batch:
-                seconds, runs = self._measure(kernel, kind, key, library, rng)
-                self.database.store(key, self.machine, seconds, runs)
-                self._known[key] = seconds
-                self.measured += 1
+        with thread_count(self.threads):
+            for start in range(0, len(missing), BATCH):
+                batch = missing[start: start + BATCH]
+                launchers = self._launchers(batch)
+                self._measure_batch(batch, launchers)
                 if bar is not None:
-                    next(bar, None)
+                    for _ in batch:
+                        next(bar, None)
 
-    def _measure(self, kernel: CandidateKernel, kind: str, key: str, library: ctypes.CDLL | None,
-                 rng: np.random.Generator) -> tuple[float, int]:  # fmt: skip
-        if kind == "c":
-            assert library is not None
-            function = getattr(library, f"k_{key[:16]}")
-            function.restype = ctypes.c_int
-            function.argtypes = [ctypes.c_void_p]
-            buffers = _random_buffers(kernel, rng)
-            args = (ctypes.c_void_p * max(len(kernel.inputs) + len(kernel.outputs), 1))(
-                *[buffers[v].ctypes.data for v in (*kernel.inputs, *kernel.outputs)])  # fmt: skip
-            return _time(lambda: function(args))
+    def _launchers(self, batch: list[_Pending]) -> dict[str, Callable[[], Any]]:
+        """One launcher per kernel: C kernels of the batch compiled into one library, others run alone."""
+        launchers: dict[str, Callable[[], Any]] = {}
+        c_items = [item for item in batch if item.kind == "c"]
+        if c_items:
+            source = PRELUDE + "\n".join(render_c(f"k_{item.key[:16]}", item.kernel) for item in c_items)
+            library = load_library(compile_source(source, self.kernel_cache))
+            for item in c_items:
+                launchers[item.key] = _c_launcher(library, f"k_{item.key[:16]}", item.kernel)
+        for item in batch:
+            if item.kind != "c":
+                launchers[item.key] = self._executor_launcher(item.kernel)
+        return launchers
+
+    def _executor_launcher(self, kernel: CandidateKernel) -> Callable[[], Any]:
         from kernorch.runtime.executor import PlanExecutor
 
-        executor = PlanExecutor(kernel.graph, [kernel], self.threads)
-        for name, array in _random_buffers(kernel, rng).items():
-            if name in kernel.graph.inputs:
-                np.copyto(executor.buffers[name], array)
+        executor = PlanExecutor(kernel.graph, [kernel], self.threads, self.kernel_cache)
+        for name, array in _random_inputs(kernel).items():
+            np.copyto(executor.buffers[name], array)
         (launch,) = executor.launchers
-        return _time(launch)
+        return launch
+
+    def _measure_batch(self, batch: list[_Pending], launchers: dict[str, Callable[[], Any]]) -> None:
+        todo = list(batch)
+        while todo:
+            retry: list[_Pending] = []
+            for piece in _slices(todo, launchers):
+                with LoadWindow() as window:
+                    # a kernel measured again gets more repeats: under contention the fastest is the least disturbed
+                    timings = [(item, time_call(launchers[item.key], max_runs=CONTENDED_REPEATS if item.attempts
+                                                else 25)) for item in piece]  # fmt: skip
+                for item, timing in timings:
+                    if self._settle(item, timing, window.contended):
+                        self._store(item)
+                    elif item.attempts >= MAX_ATTEMPTS:
+                        self._store(item)
+                    else:
+                        retry.append(item)
+            if retry:
+                self.remeasured += len(retry)
+                wait_for_quiet(QUIET_WAIT_SECONDS)
+            todo = retry
+
+    def _settle(self, item: _Pending, timing: Timing, contended: bool) -> bool:
+        """Record one measurement of `item`; True when it is trustworthy and the kernel is done."""
+        item.attempts += 1
+        if contended or timing.spread > MAX_SPREAD:
+            item.fallback = _faster(item.fallback, Measurement(timing.best, timing.runs, timing.spread, True))
+            return False
+        confirmed = item.quiet is not None  # a second quiet measurement confirms an implausible first one
+        item.quiet = _faster(item.quiet, Measurement(timing.median, timing.runs, timing.spread, False))
+        plausible = self.estimate is None or timing.median <= OUTLIER_FACTOR * self.estimate(item.kernel)
+        return plausible or confirmed
+
+    def _store(self, item: _Pending) -> None:
+        """Store the quiet value if there is one, else the fastest contended run (marked)."""
+        measurement = item.quiet or item.fallback
+        assert measurement is not None
+        self.database.store(item.key, self.machine, measurement)
+        self._known[item.key] = measurement.seconds
+        if measurement.contended:
+            self.contended.add(item.key)
+        else:
+            self.contended.discard(item.key)
+        self.measured += 1
+
+    def contended_in(self, kernels: Iterable[CandidateKernel]) -> int:
+        """How many of `kernels` are costed by a value that never got a quiet measurement."""
+        return sum(1 for k in kernels if self._signature_of.get(k.key) in self.contended)
 
     def cost(self, candidate: CandidateKernel) -> float:
         if candidate.graph is not self._graph or candidate.key not in self._signature_of:
             self.prepare([candidate])
         key = self._signature_of[candidate.key]
         return math.inf if key is None else self._known[key]
+
+
+def _faster(a: Measurement | None, b: Measurement) -> Measurement:
+    return b if a is None or b.seconds < a.seconds else a
+
+
+def _slices(items: list[_Pending], launchers: dict[str, Callable[[], Any]]) -> Iterator[list[_Pending]]:
+    """Consecutive groups whose measurement takes about SLICE_SECONDS (one quick run estimates each)."""
+    piece: list[_Pending] = []
+    expected = 0.0
+    for item in items:
+        started = time.perf_counter()
+        launchers[item.key]()
+        expected += min(25 * (time.perf_counter() - started), 0.03)  # time_call's budget caps a kernel
+        piece.append(item)
+        if expected >= SLICE_SECONDS:
+            yield piece
+            piece, expected = [], 0.0
+    if piece:
+        yield piece
+
+
+def _random_inputs(kernel: CandidateKernel) -> dict[str, np.ndarray]:
+    """Seeded inputs of an isolated kernel; integers are zeros, always a valid gather index."""
+    graph = kernel.graph
+    types = {name: graph.types[name] for name in graph.inputs}
+    return seeded_feeds(types, {name: 1 for name, t in types.items() if not t.is_float})
+
+
+def _c_launcher(library: ctypes.CDLL, symbol: str, kernel: CandidateKernel) -> Callable[[], Any]:
+    function = getattr(library, symbol)
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p]
+    graph = kernel.graph
+    buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
+    buffers.update(_random_inputs(kernel))
+    for name in kernel.outputs:
+        buffers[name] = np.empty(graph.types[name].shape, dtype=graph.types[name].dtype)
+    args = (ctypes.c_void_p * max(len(kernel.inputs) + len(kernel.outputs), 1))(
+        *[buffers[v].ctypes.data for v in (*kernel.inputs, *kernel.outputs)])  # fmt: skip
+
+    def launch() -> int:
+        return int(function(args))
+
+    launch.buffers = buffers  # type: ignore[attr-defined]  # keep the arrays alive as long as the launcher
+    return launch

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.cost.profile import ProfileDatabase, ProfileDatabaseError, ProfiledCostModel, isolate, signature
+from kernorch.cost.profile_db import Measurement
+from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.orchestrate import orchestrate
@@ -30,8 +35,9 @@ def test_measures_once_then_reads_back(tmp_path: Path) -> None:
 
 def test_interrupted_run_resumes(tmp_path: Path) -> None:
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    from kernorch.options import OrchestrationLimits
     from kernorch.orchestrate.candidates import enumerate_candidates
-    from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+    from kernorch.orchestrate.pruning import LinearEpilogues
     from kernorch.orchestrate.subgraph import build_subgraphs
 
     (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
@@ -49,15 +55,63 @@ def test_interrupted_run_resumes(tmp_path: Path) -> None:
 def test_repeated_blocks_share_measurements() -> None:
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
     matmuls = [i for i, n in enumerate(graph.nodes) if n.prim == "matmul"]
-    from kernorch.orchestrate.kernel import make_kernel
+    from kernorch.ir.kernel import make_kernel
 
     q = make_kernel(graph, (matmuls[0],), graph.nodes[matmuls[0]].outputs)
     k = make_kernel(graph, (matmuls[1],), graph.nodes[matmuls[1]].outputs)
     assert signature(isolate(q)) == signature(isolate(k))  # same shapes, different weights: one measurement
 
 
-def test_corrupt_database_is_refused(tmp_path: Path) -> None:
+def test_corrupt_database_is_moved_aside_and_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "profiles.sqlite"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ProfileDatabaseError, match="corrupt"):
-        ProfileDatabase(path)
+    with caplog.at_level(logging.WARNING, logger="kernorch.profile"):
+        database = ProfileDatabase(path)
+    assert "corrupt" in caplog.text and "rebuilding" in caplog.text
+    database.store("sig", "machine", Measurement(1e-3, 5, 0.01, False))
+    assert database.lookup(["sig"], "machine")["sig"].seconds == 1e-3
+    (aside,) = tmp_path.glob("profiles.sqlite.bad-*")
+    assert aside.read_bytes() == b"this is not sqlite" * 100  # kept for a post-mortem, never reused
+
+
+def test_old_or_foreign_schema_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "profiles.sqlite"
+    with sqlite3.connect(path) as old:  # the version-1 layout: no spread, no contended flag
+        old.execute("CREATE TABLE measurements (signature TEXT, machine TEXT, seconds REAL, runs INTEGER, "
+                    "measured_at REAL, PRIMARY KEY (signature, machine))")
+        old.execute("INSERT INTO measurements VALUES ('sig', 'machine', 1.0, 3, 0)")
+    with caplog.at_level(logging.WARNING, logger="kernorch.profile"):
+        database = ProfileDatabase(path)
+    assert "schema version 0" in caplog.text
+    assert database.lookup(["sig"], "machine") == {}  # nothing of the old layout is trusted
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as other:
+        other.execute("CREATE TABLE songs (title TEXT)")
+    ProfileDatabase(foreign).store("sig", "machine", Measurement(1.0, 3, 0.0, False))
+
+
+def test_locked_database_waits_then_fails_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "profiles.sqlite"
+    database = ProfileDatabase(path, busy_timeout=1.5)
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="kernorch.profile"), \
+                pytest.raises(ProfileDatabaseError, match="locked by another process for 1.5 s") as error:  # fmt: skip
+            database.store("sig", "machine", Measurement(1.0, 3, 0.0, False))
+        assert time.monotonic() - started >= 1.5
+        assert "waiting" in caplog.text  # said so while waiting
+        assert "\n" not in str(error.value)
+    finally:
+        holder.rollback()
+        holder.close()
+    database.store("sig", "machine", Measurement(1.0, 3, 0.0, False))  # free again: works
+
+
+def test_unwritable_cache_directory_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    with pytest.raises(KernorchError, match="cannot create the cache directory") as error:
+        ProfileDatabase(blocker / "cache" / "profiles.sqlite")
+    assert "\n" not in str(error.value)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from kernorch.errors import UnsupportedOperator
-from kernorch.fission.builder import PrimitiveBuilder
 from kernorch.fission.registry import FISSION_RULES, RuleContext
 from kernorch.frontend.onnx_import import ImportedModel
+from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, Node, eliminate_dead_nodes, verify
 from kernorch.ir.types import TensorType
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from kernorch.errors import UnsupportedOperator
-from kernorch.fission.builder import PrimitiveBuilder
+from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.types import TensorType
 
 

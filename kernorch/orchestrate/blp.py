@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from kernorch.orchestrate.kernel import CandidateKernel
-from kernorch.orchestrate.plan import executable_order
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.plan import executable_order
 
 
 class OrchestrationError(RuntimeError):

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.plan import PlanError, executable_order, validate_plan
 from kernorch.ir.types import TensorType
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.blp import solve_blp
 from kernorch.orchestrate.candidates import enumerate_candidates
-from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
-from kernorch.orchestrate.plan import PlanError, executable_order, validate_plan
-from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.subgraph import Subgraph, build_subgraphs
 
 T = TensorType((4,), "float32")

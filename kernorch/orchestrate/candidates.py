@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
-from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues, OrchestrationLimits
+from kernorch.options import OrchestrationLimits
+from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues
 from kernorch.orchestrate.subgraph import Subgraph, is_convex, iter_bits
 
 

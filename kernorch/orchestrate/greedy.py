@@ -8,9 +8,9 @@ and the kernel stays within the size limit. Linear and opaque primitives stay al
 
 from __future__ import annotations
 
+from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
-from kernorch.orchestrate.pruning import OrchestrationLimits
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.subgraph import Subgraph, iter_bits
 
 

@@ -9,12 +9,13 @@ from typing import Any
 
 from kernorch.cost.model import CostModel
 from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.plan import Plan, executable_order, validate_plan
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.blp import solve_blp
 from kernorch.orchestrate.candidates import Rejection, enumerate_candidates
 from kernorch.orchestrate.greedy import greedy_kernels
-from kernorch.orchestrate.kernel import CandidateKernel
-from kernorch.orchestrate.plan import Plan, executable_order, validate_plan
-from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.states import enumerate_states
 from kernorch.orchestrate.subgraph import Subgraph, build_subgraphs, partition, split_range
 
@@ -48,6 +49,7 @@ class OrchestrationResult:
     cost_model: str
     seconds: float
     rewrite_report: Any = None  # kernorch.rewrite.RewriteReport when the graph was rewritten first
+    contended_kernels: int = 0  # plan kernels whose measured cost never got a quiet measurement
 
     @property
     def all_optimal(self) -> bool:
@@ -69,6 +71,7 @@ class OrchestrationResult:
             "all_optimal": self.all_optimal,
             "seconds": round(self.seconds, 3),
             "rewrites": self.rewrite_report.to_json() if self.rewrite_report is not None else None,
+            "contended_kernels": self.contended_kernels,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}

@@ -16,17 +16,8 @@ from functools import cached_property
 
 from kernorch.ir.graph import Graph
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.subgraph import Subgraph, iter_bits
-
-
-@dataclass(frozen=True)
-class OrchestrationLimits:
-    max_kernel_size: int = 12  # primitives per kernel
-    max_subgraph_size: int = 32  # primitives per subgraph before partitioning
-    max_states: int = 4000  # execution states per subgraph before it is split
-    max_candidates: int = 30000  # candidate node sets per subgraph
-    max_optional_outputs: int = 3  # all subsets of optional outputs up to this many, else none/all
-    solver_time_limit: float = 60.0  # seconds per subgraph BLP
 
 
 class LinearEpilogues:

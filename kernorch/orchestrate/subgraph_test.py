@@ -6,8 +6,8 @@ from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.types import TensorType
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.orchestrator import plan_subgraphs
-from kernorch.orchestrate.pruning import OrchestrationLimits
 from kernorch.orchestrate.subgraph import cut_widths, partition
 from kernorch.tools.demo_models import self_attention_block
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernorch.fission.builder import PrimitiveBuilder
+from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, GraphVerificationError, Node, eliminate_dead_nodes
 from kernorch.ir.types import TensorType
 

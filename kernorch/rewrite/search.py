@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.ir.graph import Graph, verify
+from kernorch.options import DEFAULT_REWRITE_BUDGET_SECONDS
 from kernorch.rewrite import rules as _rules  # noqa: F401  (registers every rule)
 from kernorch.rewrite.engine import (
     REWRITE_RULES,
@@ -39,7 +40,6 @@ MIN_RELATIVE_GAIN = 0.005
 # consumers a fused kernel could share with it; every further hop multiplies the candidate kernels.
 WINDOW_RADIUS = 2
 WINDOW_MAX_NODES = 32
-DEFAULT_BUDGET_SECONDS = 60.0  # for the cost-guided search of one model
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ def window_signature(window: Graph, root: str) -> str:
 def rewrite(
     graph: Graph,
     plan_cost: Callable[[Graph], float] | None = None,
-    budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+    budget_seconds: float = DEFAULT_REWRITE_BUDGET_SECONDS,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Graph, RewriteReport]:
     """Optimize the primitive graph. Without `plan_cost` (graph -> cost of its orchestrated plan) the

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kernorch.codegen.backends import GeneratableCost
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
+from kernorch.cost.model import GeneratableCost
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate import orchestrate
 from kernorch.rewrite.search import neighbourhood, rewrite, window_signature

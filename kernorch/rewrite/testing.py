@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from kernorch.fission.builder import PrimitiveBuilder
+from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, verify
 from kernorch.ir.types import TensorType
 from kernorch.rewrite import rules as _rules  # noqa: F401  (registers every rule)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -17,9 +16,10 @@ from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.errors import KernorchError
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
-from kernorch.orchestrate.kernel import CandidateKernel
 from kernorch.runtime.reference import check_feeds
+from kernorch.runtime.threads import thread_count
 
 Launcher = Callable[[], None]
 
@@ -41,11 +41,10 @@ def generate_source(kernels: list[CandidateKernel]) -> tuple[str, dict[int, str]
 
 class PlanExecutor:
     def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2,
-                 library: Path | None = None) -> None:  # fmt: skip
+                 cache_dir: Path | None = None) -> None:  # fmt: skip
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
-        torch.set_num_threads(threads)
         # Constants are copied once: contiguous, writable (torch views need that), owned by the executor.
         self.buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
         for name in graph.inputs:
@@ -57,7 +56,7 @@ class PlanExecutor:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         self.source, symbols = generate_source(kernels)
-        self.library_path = (library or compile_source(self.source)) if symbols else None
+        self.library_path = compile_source(self.source, cache_dir) if symbols else None
         self.library = load_library(self.library_path) if self.library_path else None
         self.launchers: list[Launcher] = []
         self.backends: list[str] = []
@@ -172,24 +171,7 @@ class PlanExecutor:
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, array in check_feeds(self.graph, feeds).items():
             np.copyto(self.buffers[name], array)
-        for launch in self.launchers:
-            launch()
+        with thread_count(self.threads):
+            for launch in self.launchers:
+                launch()
         return {name: self.buffers[name].copy() for name in self.graph.outputs}
-
-    def dispatch_overhead(self, repeats: int = 2000) -> float:
-        """Seconds per kernel launch spent outside kernel work: an empty C kernel through the same path."""
-        library = load_library(compile_source(PRELUDE + "int kernel_empty(void **args) { return 0; }\n"))
-        function = library.kernel_empty
-        function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p]
-        args = (ctypes.c_void_p * 1)(0)
-
-        def launch() -> None:
-            if function(args):
-                raise KernelFailed("unreachable")
-
-        launchers = [launch] * repeats
-        start = time.perf_counter()
-        for launcher in launchers:
-            launcher()
-        return (time.perf_counter() - start) / repeats

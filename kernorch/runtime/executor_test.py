@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.ir.graph import Graph, Node, verify
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.plan import executable_order, validate_plan
 from kernorch.ir.primitives import PRIMITIVES
 from kernorch.ir.types import TensorType
+from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.candidates import enumerate_candidates
-from kernorch.orchestrate.kernel import CandidateKernel, make_kernel
-from kernorch.orchestrate.plan import executable_order, validate_plan
-from kernorch.orchestrate.pruning import LinearEpilogues, OrchestrationLimits
+from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.subgraph import build_subgraphs
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference

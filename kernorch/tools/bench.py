@@ -23,6 +23,14 @@ from typing import Any
 import numpy as np
 
 from kernorch.errors import KernorchError
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.plan import Plan, validate_plan
+from kernorch.options import Options
+from kernorch.orchestrate import OrchestrationResult
+from kernorch.pipeline import Progress
+from kernorch.runtime.feeds import graph_feeds
+from kernorch.runtime.timing import time_call
+from kernorch.tools.check import compare
 
 PEERS = ("onnxruntime", "onnxruntime-noopt")
 COOL_DOWN_SECONDS = 0.2
@@ -64,12 +72,7 @@ def _worker(connection: Connection, contender: str, model_path: str, plan_dir: s
         command, count = connection.recv()
         if command == "stop":
             return
-        times = []
-        for _ in range(count):
-            start = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - start)
-        connection.send(times)
+        connection.send(list(time_call(run, runs=count, warmup=0).samples))
 
 
 @dataclass
@@ -79,11 +82,8 @@ class ContenderResult:
     max_ms: float
 
 
-def unfused_plan(result: Any) -> Any:
+def unfused_plan(result: OrchestrationResult) -> Plan:
     """One kernel per primitive, on the same graph and code generator."""
-    from kernorch.orchestrate.kernel import make_kernel
-    from kernorch.orchestrate.plan import Plan, validate_plan
-
     graph = result.plan.graph
     needed = set(graph.outputs) | {v for n in graph.nodes for v in n.inputs}
     kernels = [make_kernel(graph, (i,), tuple(o for o in node.outputs if o in needed))
@@ -92,13 +92,13 @@ def unfused_plan(result: Any) -> Any:
     return Plan(graph, kernels, [math.nan] * len(kernels))
 
 
-def roofline_bound(graph: Any) -> dict[str, float]:
-    """Compute floor (linear flops at the measured fp32 peak) + memory floor (inputs, weights and outputs
-    moved once at the measured bandwidth)."""
+def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
+    """Compute floor (linear flops at the measured fp32 peak with the bench's threads) + memory floor
+    (inputs, weights and outputs moved once at the measured bandwidth)."""
     from kernorch.cost.analytic import calibrate_this_machine, primitive_flops
     from kernorch.ir.primitives import PRIMITIVES, Kind
 
-    device = calibrate_this_machine()
+    device = calibrate_this_machine(options.cache, options.threads)
     flops = sum(primitive_flops(graph, n) for n in graph.nodes if PRIMITIVES[n.prim].kind == Kind.LINEAR)
     used = {v for n in graph.nodes for v in n.inputs}
     moved = sum(graph.types[v].nbytes for v in [*graph.inputs, *graph.constants] if v in used)
@@ -108,18 +108,20 @@ def roofline_bound(graph: Any) -> dict[str, float]:
             "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
 
 
-def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "profile", rounds: int = 5,
-                progress: Any = None, rewrite_budget: float | None = None) -> dict[str, Any]:  # fmt: skip
-    from kernorch.api import DEFAULT_REWRITE_BUDGET, compile_plan, plan_model
-    from kernorch.frontend import import_model
-    from kernorch.orchestrate import OrchestrationResult
-    from kernorch.orchestrate.plan import Plan
-    from kernorch.tools.check import compare, random_inputs
+def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
+                progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """Plan the model once with and once without rewrites (one import, one cost model), then time every
+    contender side by side."""
+    from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
-    budget = DEFAULT_REWRITE_BUDGET if rewrite_budget is None else rewrite_budget
-    result = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress, rewrite_budget=budget)
-    plain = plan_model(model_path, cost=cost, threads=threads, tuning_progress=progress, rewrite=False)
-    feeds = random_inputs(import_model(model_path))
+    options = options or Options()
+    progress = progress or Progress()
+    threads = options.threads
+    fissioned = import_graph(model_path)
+    cost_model = make_cost_model(options, progress)
+    result = plan_graph(fissioned, options.with_(rewrite=True), progress, cost_model)
+    plain = plan_graph(fissioned, options.with_(rewrite=False), progress, cost_model)
+    feeds = graph_feeds(fissioned)
     # contender -> (the orchestration it comes from, the plan it runs)
     plans: dict[str, tuple[OrchestrationResult, Plan]] = {
         "kernorch": (result, result.plan), "kernorch-norewrite": (plain, plain.plan),
@@ -129,7 +131,7 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
         for name, (origin, plan) in plans.items():
-            plan_dirs[name] = str(compile_plan(origin, threads, plan).save(Path(work) / name))
+            plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
         workers: dict[str, tuple[Any, Connection]] = {}
         try:
             for name in (*PEERS, *KERNORCH):
@@ -170,7 +172,7 @@ def bench_model(model_path: str, runs: int = 20, threads: int = 2, cost: str = "
     contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
                   for name, t in times.items()}  # fmt: skip
     best_peer = min(contenders[p].median_ms for p in PEERS)
-    bound = roofline_bound(result.plan.graph)
+    bound = roofline_bound(result.plan.graph, options)
     return {
         "model": Path(model_path).name,
         "threads": threads,

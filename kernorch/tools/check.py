@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,48 +12,16 @@ import onnx
 
 from kernorch.errors import KernorchError
 from kernorch.fission import fission
-from kernorch.frontend import ImportedModel, import_model
+from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
-from kernorch.ir.types import TensorType
+from kernorch.options import Options
+from kernorch.pipeline import compile_plan, plan_graph
 from kernorch.rewrite import rewrite as rewrite_graph
-from kernorch.rewrite.search import DEFAULT_BUDGET_SECONDS
 from kernorch.runtime import run_reference
+from kernorch.runtime.feeds import graph_feeds
+from kernorch.runtime.timing import time_call
 
 DEFAULT_RTOL = 1e-4
-
-
-def index_ranges(model: ImportedModel) -> dict[str, int]:
-    """Upper bound for integer inputs used as Gather indices (token ids): the gathered axis' size."""
-    sizes = {name: array.shape for name, array in model.constants.items()}
-    bounds: dict[str, int] = {}
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in model.input_types:
-            data_shape = sizes.get(node.input[0])
-            if data_shape is not None:
-                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                bound = data_shape[axis]
-                bounds[node.input[1]] = min(bounds.get(node.input[1], bound), bound)
-    return bounds
-
-
-def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[str, int],
-                 seed: int = 0) -> dict[str, np.ndarray]:  # fmt: skip
-    """Normal floats, integers drawn in [0, bound) (token ids inside the table they index), random bools."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for name, value_type in input_types.items():
-        if value_type.is_float:
-            feeds[name] = rng.standard_normal(value_type.shape).astype(value_type.dtype)
-        elif value_type.dtype == "bool":
-            feeds[name] = rng.random(value_type.shape) < 0.5
-        else:
-            feeds[name] = rng.integers(0, index_bounds.get(name, 10), value_type.shape).astype(value_type.dtype)
-    return feeds
-
-
-def random_inputs(model: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for an imported ONNX model."""
-    return seeded_feeds(model.input_types, index_ranges(model), seed)
 
 
 def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
@@ -78,23 +45,7 @@ def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], thread
 def timed_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, runs: int) -> float:
     """Median milliseconds of onnxruntime (all graph optimizations) on `feeds`."""
     session = onnxruntime_session(proto, threads)
-    session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
-
-
-def random_feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for a primitive graph (a saved plan has no ONNX model to look at)."""
-    bounds: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.prim == "gather" and node.inputs[1] in graph.inputs:
-            size = graph.types[node.inputs[0]].shape[node.attr("axis")]
-            bounds[node.inputs[1]] = min(bounds.get(node.inputs[1], size), size)
-    return seeded_feeds({name: graph.types[name] for name in graph.inputs}, bounds, seed)
+    return time_call(lambda: session.run(None, feeds), runs=runs).median * 1e3
 
 
 @dataclass
@@ -158,42 +109,38 @@ def check_model(
     seed: int = 0,
     rtol: float = DEFAULT_RTOL,
     compiled: bool = False,
-    cost: str = "profile",
-    rewrite: bool = True,
-    rewrite_budget: float = DEFAULT_BUDGET_SECONDS,
+    options: Options | None = None,
 ) -> tuple[CheckReport, Graph]:
     """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter on the fissioned
-    graph (with the cost-independent rewrites unless rewrite=False), or with `compiled=True` the
+    graph (with the cost-independent rewrites unless options.rewrite is off), or with `compiled=True` the
     optimized plan as generated code."""
+    options = options or Options()
     started = time.perf_counter()
     model = import_model(source, input_shapes)
-    graph = fission(model)
-    if rewrite and not compiled:
-        graph, _ = rewrite_graph(graph)
-    fissioned = time.perf_counter()
-    feeds = random_inputs(model, seed)
+    fissioned_graph = fission(model)
+    feeds = graph_feeds(fissioned_graph, seed)
     if compiled:
-        from kernorch.api import compile_plan, plan_model
-
-        program = compile_plan(plan_model(model.proto, input_shapes, cost=cost, rewrite=rewrite,
-                                          rewrite_budget=rewrite_budget))  # fmt: skip
+        program = compile_plan(plan_graph(fissioned_graph, options), options)
         graph = program.graph
         fissioned = time.perf_counter()
         actual = program.run(feeds)
     else:
+        graph = fissioned_graph
+        if options.rewrite:
+            graph, _ = rewrite_graph(graph)  # the safe rules only: no cost model
+        fissioned = time.perf_counter()
         actual = run_reference(graph, feeds)
     interpreted = time.perf_counter()
-    expected = run_onnxruntime(model.proto, feeds)
+    expected = run_onnxruntime(model.proto, feeds, options.threads)
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
+    stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"
     report = CheckReport(
         model=name,
         primitive_counts=graph.count_by_kind(),
         primitives=len(graph.nodes),
         errors=compare(actual, expected),
-        seconds={("optimize+compile" if compiled else "import+fission+rewrite" if rewrite else "import+fission"):
-                 fissioned - started,
-                 ("compiled run" if compiled else "reference"): interpreted - fissioned,
+        seconds={stage: fissioned - started, ("compiled run" if compiled else "reference"): interpreted - fissioned,
                  "onnxruntime": finished - interpreted},  # fmt: skip
         rtol=rtol,
     )

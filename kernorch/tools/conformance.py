@@ -13,7 +13,6 @@ as a static-shape compiler receives them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import traceback
 import warnings
@@ -28,12 +27,12 @@ from onnx import numpy_helper
 from kernorch.errors import KernorchError
 from kernorch.fission import FISSION_RULES, fission
 from kernorch.frontend import import_model
+from kernorch.options import cache_root
 from kernorch.runtime import run_reference
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("KERNORCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kernorch")
-    return Path(root) / "onnx-node-tests" / onnx.__version__
+    return cache_root() / "onnx-node-tests" / onnx.__version__
 
 
 def generate_node_tests(cache_dir: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.ir.graph import Graph
-from kernorch.orchestrate.kernel import CandidateKernel
+from kernorch.ir.kernel import CandidateKernel
 
 
 class PlanError(AssertionError):

@@ -1,0 +1,48 @@
+"""What this machine is: CPU model, core count and ISA flags.
+
+Generated code is built with `-march=native`, so a compiled library is only valid on a CPU with the same
+ISA: the flags go into the compile-cache key and into saved plans. Measured kernel costs are only valid on
+the same CPU model and core count: the fingerprint keys the profile database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+
+@cache
+def _cpuinfo() -> dict[str, str]:
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() not in fields:
+                fields[key.strip()] = value.strip()
+            if not line.strip() and fields:
+                break  # the first processor is enough: all cores of a machine are alike here
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def isa_flags() -> tuple[str, ...]:
+    """The CPU's feature flags, sorted (what `-march=native` may use)."""
+    return tuple(sorted(set(_cpuinfo().get("flags", platform.machine()).split())))
+
+
+def isa_digest() -> str:
+    """A short hash of the ISA flags: equal digests mean a `-march=native` library runs here."""
+    return hashlib.sha256(" ".join(isa_flags()).encode()).hexdigest()[:16]
+
+
+def fingerprint() -> str:
+    """CPU model and core count: the key of measured costs (profiles, calibration)."""
+    return f"{cpu_model()}|{os.cpu_count()}"

@@ -1,0 +1,102 @@
+"""The one options object the CLI and `kernorch.compile` fill in, and the one place the cache lives.
+
+Stages never read this object: the pipeline driver (`kernorch.pipeline`) passes each stage the values it
+needs. This module imports nothing from the stages, so every stage may import it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kernorch.errors import KernorchError
+
+COST_MODELS = ("profile", "analytic")
+DEVICES = ("cpu", "v100", "a100", "h100")
+DEFAULT_THREADS = 2
+DEFAULT_REWRITE_BUDGET_SECONDS = 60.0
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where kernorch keeps what it can rebuild: compiled kernels, profiles, calibration, node tests.
+
+    `cache_dir` if given, else `$KERNORCH_CACHE`, else `~/.cache/kernorch`."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    return Path(os.environ.get("KERNORCH_CACHE") or Path.home() / ".cache" / "kernorch")
+
+
+def writable_dir(path: Path, purpose: str) -> Path:
+    """`path`, created if needed; a directory kernorch cannot write is one line naming it (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise KernorchError(f"cannot create the cache directory {path} for {purpose}: {error.strerror or error}"
+                            " (set KERNORCH_CACHE to a writable directory)") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise KernorchError(f"the cache directory {path} for {purpose} is not writable "
+                            "(set KERNORCH_CACHE to a writable directory)")
+    return path
+
+
+@dataclass(frozen=True)
+class OrchestrationLimits:
+    """Bounds on the orchestration search (Korch §4); see `kernorch optimize --help`."""
+
+    max_kernel_size: int = 12  # primitives per kernel
+    max_subgraph_size: int = 32  # primitives per subgraph before partitioning
+    max_states: int = 4000  # execution states per subgraph before it is split
+    max_candidates: int = 30000  # candidate node sets per subgraph
+    max_optional_outputs: int = 3  # all subsets of optional outputs up to this many, else none/all
+    solver_time_limit: float = 60.0  # seconds per subgraph BLP
+
+    def __post_init__(self) -> None:
+        for name in ("max_kernel_size", "max_subgraph_size", "max_states", "max_candidates"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise KernorchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (isinstance(self.max_optional_outputs, int) and self.max_optional_outputs >= 0):
+            raise KernorchError(f"max_optional_outputs must be a non-negative integer, "
+                                f"got {self.max_optional_outputs!r}")
+        if not self.solver_time_limit > 0:
+            raise KernorchError(f"solver_time_limit must be positive, got {self.solver_time_limit!r}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that shapes a compiled plan. Frozen: derive variants with `with_(...)`."""
+
+    threads: int = DEFAULT_THREADS  # threads for measuring and running the plan
+    cost: str = "profile"  # "profile": time candidate kernels here; "analytic": roofline of `device`
+    device: str = "cpu"  # roofline parameters: "cpu" calibrates this machine; the others are presets
+    limits: OrchestrationLimits = field(default_factory=OrchestrationLimits)
+    rewrite: bool = True  # primitive-graph rewrites before orchestration
+    rewrite_budget: float = DEFAULT_REWRITE_BUDGET_SECONDS  # seconds for the cost-guided rewrite search
+    cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise KernorchError(f"threads must be a positive integer, got {self.threads!r}")
+        if self.cost not in COST_MODELS:
+            raise KernorchError(f"unknown cost model '{self.cost}' (choose {' or '.join(COST_MODELS)})")
+        if self.device not in DEVICES:
+            raise KernorchError(f"unknown device '{self.device}' (choose {', '.join(DEVICES)})")
+        if self.cost == "profile" and self.device != "cpu":
+            raise KernorchError(f"cost 'profile' measures this machine; device '{self.device}' needs --cost analytic")
+        if not self.rewrite_budget >= 0:
+            raise KernorchError(f"rewrite_budget must be a non-negative number of seconds, got {self.rewrite_budget!r}")
+        if not isinstance(self.limits, OrchestrationLimits):
+            raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
+
+    @property
+    def cache(self) -> Path:
+        return cache_root(self.cache_dir)
+
+    def with_(self, **changes: Any) -> Options:
+        """A copy with some fields changed; an unknown field name is refused in one line."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise KernorchError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return replace(self, **changes)

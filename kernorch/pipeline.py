@@ -1,0 +1,102 @@
+"""The pipeline driver: the one path from a model to a compiled plan.
+
+frontend → fission → rewrite → orchestrate (with a cost model) → codegen + runtime. `kernorch.compile`,
+`kernorch check`, `kernorch bench`, `kernorch demo` and the CLI's `optimize`/`explain` all come through
+here, so a stage is wired in once and every entry point sees the same defaults (`kernorch.options`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from kernorch.cost.model import CostModel, GeneratableCost
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.ir.graph import Graph
+from kernorch.ir.plan import Plan
+from kernorch.options import Options
+from kernorch.orchestrate import OrchestrationResult, orchestrate
+from kernorch.rewrite import rewrite
+from kernorch.runtime.compiled import CompiledModel
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Hooks for long work; None means silent. The CLI fills them with progress bars."""
+
+    subgraphs: Callable[[Iterable[Any]], Iterator[Any]] | None = None  # wraps the subgraphs being orchestrated
+    tuning: Callable[[Iterable[Any], int], Iterator[Any]] | None = None  # wraps the kernels being measured
+    rewrite_site: Callable[[str], None] | None = None  # called once per cost-guided rewrite site judged
+
+
+SILENT = Progress()
+
+
+def import_graph(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Frontend and fission: the primitive graph of an ONNX model."""
+    shapes = {name: tuple(shape) for name, shape in (input_shapes or {}).items()}
+    return fission(import_model(model, shapes))
+
+
+def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
+    """The cost model `options` ask for; kernels no backend can generate cost infinity."""
+    from kernorch.cost.analytic import AnalyticCostModel, device_by_name
+
+    roofline = AnalyticCostModel(device_by_name(options.device, options.cache, options.threads))
+    if options.cost == "analytic":
+        return GeneratableCost(roofline)
+    from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel
+
+    # the roofline estimate flags implausible measurements, which are then measured again
+    return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
+                             kernel_cache=options.cache, estimate=roofline.cost)  # fmt: skip
+
+
+def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
+               cost_model: CostModel | None = None) -> OrchestrationResult:  # fmt: skip
+    """Rewrite (unless options.rewrite is off) and orchestrate a primitive graph."""
+    cost_model = cost_model or make_cost_model(options, progress)
+    report = None
+    if options.rewrite:
+
+        def plan_cost(window: Graph) -> float:
+            return orchestrate(window, cost_model, options.limits).plan.cost
+
+        graph, report = rewrite(graph, plan_cost, options.rewrite_budget, progress.rewrite_site)
+    result = orchestrate(graph, cost_model, options.limits, progress.subgraphs)
+    result.rewrite_report = report
+    contended_in = getattr(cost_model, "contended_in", None)
+    if contended_in is not None:
+        result.contended_kernels = contended_in(result.plan.kernels)
+    return result
+
+
+def plan_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               options: Options | None = None, progress: Progress = SILENT) -> OrchestrationResult:  # fmt: skip
+    """Import, fission, rewrite and orchestrate an ONNX model."""
+    return plan_graph(import_graph(model, input_shapes), options or Options(), progress)
+
+
+def compile_plan(result: OrchestrationResult, options: Options | None = None,
+                 plan: Plan | None = None) -> CompiledModel:  # fmt: skip
+    """Compile the result's optimal plan, or another plan of the same graph (e.g. greedy, for comparison)."""
+    options = options or Options()
+    chosen = plan or result.plan
+    metadata = {"cost_model": result.cost_model, "plan_cost": chosen.cost,
+                "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal,
+                "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None}  # fmt: skip
+    return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
+                         cache_dir=options.cache)  # fmt: skip
+
+
+def compile_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  options: Options | None = None, progress: Progress = SILENT) -> CompiledModel:  # fmt: skip
+    options = options or Options()
+    return compile_plan(plan_model(model, input_shapes, options, progress), options)

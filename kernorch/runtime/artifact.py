@@ -1,0 +1,173 @@
+"""Saved plans: a directory of data, loaded as if it were hostile.
+
+A plan directory holds `plan.json` (graph, kernels, costs, file hashes, the machine it was built on),
+`weights.npz` (constants; loaded with allow_pickle=False) and `kernels.c` (the generated source, for
+reading). No binary is shipped or ever loaded from it: at load the C source is regenerated from the plan
+and must equal the shipped `kernels.c`, and the library is built from that verified source on this
+machine (a hash-keyed compile cache makes that instant for a plan built here). A plan built on a CPU
+with other ISA flags is therefore rebuilt for this one, never executed blindly.
+
+`plan.json` carries the hash of its own canonical content, so an edited or truncated manifest is caught
+before anything in it is used. Every refusal is an `ArtifactError`: one line naming the file and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.compiler import CFLAGS, compiler_identity
+from kernorch.errors import KernorchError
+from kernorch.ir.graph import Graph, Node, freeze_attrs, verify
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.plan import validate_plan
+from kernorch.ir.types import TensorType
+from kernorch.machine import cpu_model, isa_digest, isa_flags
+from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.executor import generate_source
+
+FORMAT = "kernorch-plan"
+FORMAT_VERSION = 2
+REQUIRED_FILES = ("weights.npz", "kernels.c")
+MANIFEST_HASH_KEY = "manifest_sha256"
+
+
+class ArtifactError(KernorchError):
+    """A saved plan directory is missing, corrupted, tampered with, or from an incompatible version."""
+
+
+def _digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_digest(plan: dict[str, Any]) -> str:
+    body = {k: v for k, v in plan.items() if k != MANIFEST_HASH_KEY}
+    return _digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def save_model(model: CompiledModel, target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    graph = model.graph
+    constant_names = sorted(graph.constants)
+    arrays: dict[str, Any] = {f"c{i}": graph.constants[n] for i, n in enumerate(constant_names)}
+    np.savez(target / "weights.npz", **arrays)
+    (target / "kernels.c").write_text(model.executor.source)
+    stale = target / "kernels.so"  # written by older versions; never read, so never left behind to mislead
+    if stale.is_file():
+        stale.unlink()
+    plan: dict[str, Any] = {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "graph": {
+            "name": graph.name, "inputs": graph.inputs, "outputs": graph.outputs,
+            "types": {n: [list(t.shape), t.dtype] for n, t in graph.types.items()},
+            "constants": constant_names,
+            "nodes": [{"prim": n.prim, "inputs": list(n.inputs), "outputs": list(n.outputs),
+                       "attrs": dict(n.attrs), "origin": n.origin} for n in graph.nodes],
+        },
+        "kernels": [{"nodes": list(k.nodes), "outputs": list(k.outputs)} for k in model.kernels],
+        "costs": model.costs, "threads": model.threads, "metadata": model.metadata,
+        "built_on": {"cpu": cpu_model(), "isa_digest": isa_digest(), "isa_flags": list(isa_flags()),
+                     "compiler": compiler_identity()[1], "cflags": list(CFLAGS)},
+        "sha256": {name: _digest_bytes((target / name).read_bytes()) for name in REQUIRED_FILES},
+    }  # fmt: skip
+    plan[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(plan)))
+    (target / "plan.json").write_text(json.dumps(plan, indent=1))
+    return target
+
+
+def read_manifest(source: Path) -> dict[str, Any]:
+    """plan.json, checked: parseable, a kernorch plan of this version, its own hash intact."""
+    plan_file = source / "plan.json"
+    if not source.is_dir():
+        raise ArtifactError(f"{source} is not a kernorch plan directory (no such directory)")
+    if not plan_file.is_file():
+        raise ArtifactError(f"{source} is not a kernorch plan directory (no plan.json)")
+    try:
+        plan = json.loads(plan_file.read_bytes())
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ArtifactError(f"{plan_file} is corrupted: {str(error).splitlines()[0][:120]}") from None
+    except OSError as error:
+        raise ArtifactError(f"{plan_file} cannot be read: {error.strerror or error}") from None
+    if not isinstance(plan, dict) or plan.get("format") != FORMAT:
+        raise ArtifactError(f"{plan_file} is not a kernorch plan")
+    if plan.get("version") != FORMAT_VERSION:
+        raise ArtifactError(f"{plan_file} has format version {plan.get('version')!r}; this kernorch reads "
+                            f"version {FORMAT_VERSION} (re-run `kernorch optimize MODEL -o DIR`)")  # fmt: skip
+    if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):
+        raise ArtifactError(f"{plan_file} was modified after it was written (its manifest hash does not match)")
+    return plan
+
+
+def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
+    digests = plan.get("sha256")
+    if not isinstance(digests, dict) or not isinstance(digests.get(name), str):
+        raise ArtifactError(f"{source / 'plan.json'} lists no hash for {name}")
+    path = source / name
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing")
+    data = path.read_bytes()
+    if _digest_bytes(data) != digests[name]:
+        raise ArtifactError(f"{path} does not match its checksum (corrupted or modified)")
+    return data
+
+
+def load_model(directory: str | os.PathLike[str], threads: int | None = None,
+               cache_dir: Path | None = None) -> CompiledModel:  # fmt: skip
+    """Load a saved plan without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise KernorchError(f"threads must be a positive integer, got {threads!r}")
+    source = Path(directory)
+    plan = read_manifest(source)
+    weights = _verified_bytes(source, plan, "weights.npz")
+    shipped_source = _verified_bytes(source, plan, "kernels.c")
+    plan_file = source / "plan.json"
+    try:
+        graph = _graph_from_json(plan["graph"], weights)
+        verify(graph)
+        kernels = [make_kernel(graph, tuple(int(i) for i in k["nodes"]), tuple(str(o) for o in k["outputs"]))
+                   for k in plan["kernels"]]  # fmt: skip
+        for kernel in kernels:
+            if any(not 0 <= i < len(graph.nodes) for i in kernel.nodes) or len(set(kernel.nodes)) != len(kernel.nodes):
+                raise ValueError(f"kernel nodes {kernel.nodes} are not distinct nodes of the graph")
+        validate_plan(graph, kernels)
+        costs = [float(c) for c in plan["costs"]]
+        saved_threads = int(plan.get("threads", 2))
+        metadata = plan.get("metadata", {})
+        if len(costs) != len(kernels) or not isinstance(metadata, dict):
+            raise ValueError("costs or metadata do not fit the kernels")
+    except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
+        raise ArtifactError(f"{plan_file} is malformed: {str(error).splitlines()[0][:160]}") from None
+    regenerated, _ = generate_source(kernels)
+    if regenerated.encode() != shipped_source:
+        raise ArtifactError(f"{source / 'kernels.c'} is not the code plan.json generates (edited, or from "
+                            "another kernorch version); refusing to build it")  # fmt: skip
+    # The library is built here from the verified source (cached by source, flags, compiler and ISA).
+    model = CompiledModel(graph, kernels, costs, threads or saved_threads, metadata, cache_dir)
+    built_on = plan.get("built_on", {})
+    if isinstance(built_on, dict) and built_on.get("isa_digest") != isa_digest():
+        model.metadata = {**metadata, "rebuilt_for_this_cpu": True}
+    return model
+
+
+def _graph_from_json(data: dict[str, Any], weights: bytes) -> Graph:
+    import io
+
+    try:
+        with np.load(io.BytesIO(weights), allow_pickle=False) as archive:
+            constants = {str(name): archive[f"c{i}"] for i, name in enumerate(data["constants"])}
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise ValueError(f"weights.npz: {error}") from None
+    graph = Graph(name=str(data["name"]), inputs=[str(v) for v in data["inputs"]],
+                  outputs=[str(v) for v in data["outputs"]])  # fmt: skip
+    graph.types = {str(n): TensorType(tuple(int(d) for d in shape), str(dtype))
+                   for n, (shape, dtype) in data["types"].items()}  # fmt: skip
+    graph.constants = constants
+    graph.nodes = [Node(str(n["prim"]), tuple(str(v) for v in n["inputs"]), tuple(str(v) for v in n["outputs"]),
+                        freeze_attrs(n["attrs"]), str(n["origin"])) for n in data["nodes"]]  # fmt: skip
+    return graph

@@ -1,0 +1,64 @@
+"""CompiledModel: a plan with its executor, callable on numpy arrays or torch tensors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernorch.errors import InputMismatch
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.runtime.executor import PlanExecutor
+
+
+@dataclass
+class CompiledModel:
+    graph: Graph
+    kernels: list[CandidateKernel]
+    costs: list[float]
+    threads: int = 2
+    metadata: dict[str, Any] = field(default_factory=dict)
+    cache_dir: Path | None = None  # compile cache; None: kernorch.options.cache_root()
+
+    def __post_init__(self) -> None:
+        self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inputs positionally (graph order) or by name, as numpy arrays or torch tensors.
+        Returns one array (or tensor, matching the inputs) per output: a single value or a tuple."""
+        if len(args) > len(self.input_names):
+            raise InputMismatch(f"{len(args)} inputs given, the model takes {len(self.input_names)}")
+        feeds = dict(zip(self.input_names, args, strict=False))
+        feeds.update(kwargs)
+        as_torch = any(type(v).__module__.startswith("torch") for v in feeds.values())
+        arrays = {name: (value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value))
+                  for name, value in feeds.items()}  # fmt: skip
+        outputs = self.executor(arrays)
+        results: list[Any] = [outputs[name] for name in self.output_names]
+        if as_torch:
+            import torch
+
+            results = [torch.from_numpy(r) for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.executor(feeds)
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the plan as data (plan.json, weights.npz) plus its C source and library; see `kernorch.load`."""
+        from kernorch.runtime.artifact import save_model
+
+        return save_model(self, Path(directory))

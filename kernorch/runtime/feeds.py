@@ -1,0 +1,60 @@
+"""The one generator of seeded random inputs: for checks, benchmarks, saved plans and profiling.
+
+Floats are standard normal; integers are drawn in [0, bound) where a bound is known (token ids inside
+the table they index), else in [0, 10); bools are fair coin flips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernorch.ir.graph import Graph
+from kernorch.ir.types import TensorType
+
+DEFAULT_INTEGER_BOUND = 10
+
+
+def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[str, int] | None = None,
+                 seed: int = 0) -> dict[str, np.ndarray]:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    bounds = index_bounds or {}
+    feeds: dict[str, np.ndarray] = {}
+    for name, value_type in input_types.items():
+        if value_type.is_float:
+            feeds[name] = rng.standard_normal(value_type.shape).astype(value_type.dtype)
+        elif value_type.dtype == "bool":
+            feeds[name] = rng.random(value_type.shape) < 0.5
+        else:
+            bound = bounds.get(name, DEFAULT_INTEGER_BOUND)
+            feeds[name] = rng.integers(0, bound, value_type.shape).astype(value_type.dtype)
+    return feeds
+
+
+# Primitives that move index values without changing them: a gather index may reach its graph input through them.
+_INDEX_PRESERVING = {"reshape", "transpose", "expand", "slice", "identity"}
+
+
+def gather_index_bounds(graph: Graph) -> dict[str, int]:
+    """Graph inputs used as gather indices (possibly reshaped on the way), each bounded by the size of the
+    axis it indexes."""
+    producers = graph.producers()
+    bounds: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.prim != "gather":
+            continue
+        index = node.inputs[1]
+        while index in producers and producers[index].prim in _INDEX_PRESERVING:
+            index = producers[index].inputs[0]
+        if index in graph.inputs:
+            size = graph.types[node.inputs[0]].shape[node.attr("axis")]
+            bounds[index] = min(bounds.get(index, size), size)
+    return bounds
+
+
+def graph_feeds(graph: Graph, seed: int = 0, index_bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs for a primitive graph (a saved plan has no ONNX model to look at)."""
+    bounds = gather_index_bounds(graph)
+    bounds.update(index_bounds or {})
+    return seeded_feeds({name: graph.types[name] for name in graph.inputs}, bounds, seed)
