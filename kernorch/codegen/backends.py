@@ -1,7 +1,8 @@
 """Which backend runs a kernel — decided here, so orchestration never needs to know C or torch.
 
 - "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
-- "library": a linear primitive (with an absorbed operand transpose and/or bias) as a PyTorch call;
+- "library": a linear primitive with what it absorbs (operand transposes, bias, post-ops) as one oneDNN
+  call, generated as C (library.py / c_library.py);
 - "reference": a single primitive nothing else generates (e.g. the opaque LSTM scan), run by its
   reference implementation so every primitive stays executable.
 """
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 from kernorch.codegen.c_opaque import lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel
+from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-
-LIBRARY_DTYPES = {"float32", "float64"}
 
 
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
@@ -22,10 +22,11 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
     prims = kernel.primitives
     kinds = {PRIMITIVES[n.prim].kind for n in prims}
     if Kind.LINEAR in kinds:
-        linear = next(n for n in prims if PRIMITIVES[n.prim].kind == Kind.LINEAR)
-        if kernel.graph.types[linear.outputs[0]].dtype in LIBRARY_DTYPES:
-            return "library", f"{linear.prim} via PyTorch"
-        return (None, "library calls need float32/float64") if len(prims) > 1 else ("reference", "fallback")
+        try:
+            call = describe_library_call(kernel)
+        except NotGeneratable as error:
+            return (None, str(error)) if len(prims) > 1 else ("reference", f"reference implementation ({error})")
+        return "library", f"oneDNN {call.op}" + (f" + {call.epilogue.describe()}" if call.epilogue else "")
     if lstm_supported(kernel):
         return "c", "LSTM scan C template"
     try:

@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -37,10 +38,34 @@ def compiler_identity() -> tuple[str, str]:
     return compiler, version.splitlines()[0] if version else "unknown"
 
 
+ONEDNN_HEADER = "oneapi/dnnl/dnnl.h"
+
+
+@cache
+def onednn_paths() -> tuple[Path, Path]:
+    """(include dir, lib dir) of oneDNN: $KERNORCH_ONEDNN_ROOT, else the onednn-*-cpu-gomp wheels' prefix."""
+    roots = [Path(os.environ["KERNORCH_ONEDNN_ROOT"])] if os.environ.get("KERNORCH_ONEDNN_ROOT") else []
+    roots += [Path(sys.prefix), Path(sys.base_prefix), Path("/usr/local"), Path("/usr")]
+    for root in roots:
+        include, lib = root / "include", root / "lib"
+        if (include / ONEDNN_HEADER).is_file() and any(lib.glob("libdnnl.so*")):
+            return include, lib
+    raise CompileError("oneDNN is not installed (linear kernels need it): pip install onednn-cpu-gomp "
+                       "onednn-devel-cpu-gomp, or set KERNORCH_ONEDNN_ROOT")
+
+
+def link_flags(source: str) -> list[str]:
+    """Extra flags for a source that calls oneDNN (the library's rpath, so no LD_LIBRARY_PATH is needed)."""
+    if ONEDNN_HEADER not in source:
+        return []
+    include, lib = onednn_paths()
+    return [f"-I{include}", f"-L{lib}", "-ldnnl", f"-Wl,-rpath,{lib}"]
+
+
 def library_path(source: str, cache_dir: Path | None = None) -> Path:
     compiler, version = compiler_identity()
-    digest = hashlib.sha256("\0".join([source, " ".join(CFLAGS), version, isa_digest()]).encode()).hexdigest()[:24]
-    return cache_root(cache_dir) / "kernels" / f"kernels_{digest}.so"
+    key = "\0".join([source, " ".join([*CFLAGS, *link_flags(source)]), version, isa_digest()])
+    return cache_root(cache_dir) / "kernels" / f"kernels_{hashlib.sha256(key.encode()).hexdigest()[:24]}.so"
 
 
 def compile_source(source: str, cache_dir: Path | None = None) -> Path:
@@ -54,7 +79,7 @@ def compile_source(source: str, cache_dir: Path | None = None) -> Path:
         c_file = Path(work) / "kernels.c"
         c_file.write_text(source)
         so_file = Path(work) / "kernels.so"
-        result = subprocess.run([compiler, *CFLAGS, str(c_file), "-o", str(so_file), "-lm"],
+        result = subprocess.run([compiler, *CFLAGS, str(c_file), "-o", str(so_file), *link_flags(source), "-lm"],
                                 capture_output=True, text=True, check=False)  # fmt: skip
         if result.returncode != 0:
             first = (result.stderr.strip().splitlines() or ["?"])[0]
@@ -64,8 +89,6 @@ def compile_source(source: str, cache_dir: Path | None = None) -> Path:
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    # torch first: its bundled libgomp.so.1 is then the process's OpenMP runtime, and the generated code
-    # (linked against the same soname) binds to it instead of starting a second thread pool.
-    import torch  # noqa: F401
-
+    """dlopen a library this machine built. Its libgomp.so.1 is the process's one OpenMP runtime: if torch
+    was imported first, its bundled copy (same soname) is reused; torch imported later reuses ours."""
     return ctypes.CDLL(str(path))

@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.backends import choose_backend, render_c
-from kernorch.codegen.c_renderer import PRELUDE
-from kernorch.codegen.compiler import CFLAGS, compile_source, load_library
+from kernorch.codegen.c_library import render_library_call
+from kernorch.codegen.compiler import CFLAGS, compile_source
+from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
 from kernorch.ir.graph import Graph
@@ -52,16 +54,16 @@ CONTENDED_REPEATS = 60  # under contention, more repeats: the fastest of them is
 
 
 def isolate(kernel: CandidateKernel) -> CandidateKernel:
-    """The kernel on a graph of its own: its inputs become graph inputs (random data when timed)."""
+    """The kernel on a graph of its own: its inputs become graph inputs (random data when timed); constants
+    stay constants, since a library call packs constant weights once and runs differently without that."""
     graph = kernel.graph
     nodes = [graph.nodes[i] for i in kernel.nodes]
     mini = Graph(inputs=list(kernel.inputs), outputs=list(kernel.outputs), name="isolated")
     mini.types = {v: graph.types[v] for v in kernel.inputs}
     for node in nodes:
         mini.types.update({o: graph.types[o] for o in node.outputs})
-    # constants the library call relies on structurally (a bias) stay constants
     for value in kernel.inputs:
-        if value in graph.constants and graph.types[value].numel <= 4096:
+        if value in graph.constants:
             mini.constants[value] = graph.constants[value]
             mini.inputs.remove(value)
     mini.nodes = nodes
@@ -73,6 +75,8 @@ def signature(kernel: CandidateKernel) -> tuple[str, str]:
     backend, _ = choose_backend(kernel)
     if backend == "c":
         text = render_c("k", kernel)
+    elif backend == "library":
+        text = render_library_call("k", describe_library_call(kernel))
     else:
         graph = kernel.graph
         text = json.dumps({
@@ -150,16 +154,17 @@ class ProfiledCostModel:
                         next(bar, None)
 
     def _launchers(self, batch: list[_Pending]) -> dict[str, Callable[[], Any]]:
-        """One launcher per kernel: C kernels of the batch compiled into one library, others run alone."""
+        """One launcher per kernel: the native ones of the batch compiled into one library (each as a one-kernel
+        plan, created once like a loaded plan), reference kernels through the executor."""
         launchers: dict[str, Callable[[], Any]] = {}
-        c_items = [item for item in batch if item.kind == "c"]
-        if c_items:
-            source = PRELUDE + "\n".join(render_c(f"k_{item.key[:16]}", item.kernel) for item in c_items)
-            library = load_library(compile_source(source, self.kernel_cache))
-            for item in c_items:
-                launchers[item.key] = _c_launcher(library, f"k_{item.key[:16]}", item.kernel)
+        native = [item for item in batch if item.kind in NATIVE_BACKENDS]
+        if native:
+            plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.kind]) for item in native]
+            path = compile_source(translation_unit(plans), self.kernel_cache)
+            for item, plan in zip(native, plans, strict=True):
+                launchers[item.key] = _native_launcher(path, plan, item.kernel, self.threads)
         for item in batch:
-            if item.kind != "c":
+            if item.kind not in NATIVE_BACKENDS:
                 launchers[item.key] = self._executor_launcher(item.kernel)
         return launchers
 
@@ -169,7 +174,7 @@ class ProfiledCostModel:
         executor = PlanExecutor(kernel.graph, [kernel], self.threads, self.kernel_cache)
         for name, array in _random_inputs(kernel).items():
             np.copyto(executor.buffers[name], array)
-        (launch,) = executor.launchers
+        (launch,) = executor.steps
         return launch
 
     def _measure_batch(self, batch: list[_Pending], launchers: dict[str, Callable[[], Any]]) -> None:
@@ -254,20 +259,21 @@ def _random_inputs(kernel: CandidateKernel) -> dict[str, np.ndarray]:
     return seeded_feeds(types, {name: 1 for name, t in types.items() if not t.is_float})
 
 
-def _c_launcher(library: ctypes.CDLL, symbol: str, kernel: CandidateKernel) -> Callable[[], Any]:
-    function = getattr(library, symbol)
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p]
+def _native_launcher(path: Path, plan: NativePlan, kernel: CandidateKernel, threads: int) -> Callable[[], Any]:
+    from kernorch.runtime.executor import NativeLibrary
+
     graph = kernel.graph
     buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
     buffers.update(_random_inputs(kernel))
     for name in kernel.outputs:
         buffers[name] = np.empty(graph.types[name].shape, dtype=graph.types[name].dtype)
-    args = (ctypes.c_void_p * max(len(kernel.inputs) + len(kernel.outputs), 1))(
-        *[buffers[v].ctypes.data for v in (*kernel.inputs, *kernel.outputs)])  # fmt: skip
+    table = (ctypes.c_void_p * max(len(plan.slots), 1))()
+    for value, slot in plan.slots.items():
+        table[slot] = buffers[value].ctypes.data
+    library = NativeLibrary(path, plan.prefix, table, threads)
 
     def launch() -> int:
-        return int(function(args))
+        return library.run(0, 1)
 
-    launch.buffers = buffers  # type: ignore[attr-defined]  # keep the arrays alive as long as the launcher
+    launch.keep_alive = (buffers, library)  # type: ignore[attr-defined]  # buffers and state live with the launcher
     return launch

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.types import TensorType
@@ -73,9 +72,13 @@ def _broadcast(types: Sequence[TensorType]) -> tuple[int, ...]:
     return tuple(int(d) for d in np.broadcast_shapes(*(t.shape for t in types)))
 
 
-def _torch_unary(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], np.ndarray]:
+def _torch_unary(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """torch's implementation of `name` (imported on first use: generated plans run without torch)."""
+
     def apply(x: np.ndarray) -> np.ndarray:
-        return fn(K.to_torch(x)).numpy()  # type: ignore[no-any-return]
+        import torch
+
+        return getattr(torch, name)(K.to_torch(x)).numpy()  # type: ignore[no-any-return]
 
     return apply
 
@@ -102,8 +105,8 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
     "sin": (np.sin, "sin x"),
     "cos": (np.cos, "cos x"),
     "tanh": (np.tanh, "tanh x"),
-    "sigmoid": (_torch_unary(torch.sigmoid), "1/(1+e^-x)"),
-    "erf": (_torch_unary(torch.erf), "error function"),
+    "sigmoid": (_torch_unary("sigmoid"), "1/(1+e^-x)"),
+    "erf": (_torch_unary("erf"), "error function"),
     "relu": (lambda x: np.maximum(x, np.zeros((), x.dtype)), "max(x, 0)"),
     "floor": (np.floor, "⌊x⌋"),
     "ceil": (np.ceil, "⌈x⌉"),

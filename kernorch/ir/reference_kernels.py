@@ -7,16 +7,33 @@ These are the executable specification: plain, readable numpy/torch, not fast. E
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported on first use only: a loaded plan whose kernels are all generated code runs without it.
+
+
+def _torch() -> ModuleType:
+    import torch
+
+    return torch
+
+
+def _functional() -> ModuleType:
+    import torch.nn.functional
+
+    return torch.nn.functional
 
 
 def to_torch(array: np.ndarray) -> torch.Tensor:
     contiguous = np.ascontiguousarray(array)
     # torch refuses read-only buffers (e.g. broadcast views); those are copied.
-    return torch.from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
+    return _torch().from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
 
 
 def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
@@ -41,7 +58,7 @@ def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f" and a.dtype == b.dtype and a.dtype != np.float16:
-        return torch.matmul(to_torch(a), to_torch(b)).numpy()
+        return _torch().matmul(to_torch(a), to_torch(b)).numpy()  # type: ignore[no-any-return]
     return np.matmul(a, b)
 
 
@@ -61,8 +78,8 @@ def conv_output_shape(
     return tuple(out)
 
 
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_CONV = {1: "conv1d", 2: "conv2d", 3: "conv3d"}
+_CONV_T = {1: "conv_transpose1d", 2: "conv_transpose2d", 3: "conv_transpose3d"}
 
 
 def _torch_pad_spec(pads: Sequence[int], spatial: int) -> list[int]:
@@ -80,8 +97,9 @@ def conv(
     spatial = x.ndim - 2
     if spatial not in _CONV or x.dtype != np.float32 and x.dtype != np.float64:
         raise NotImplementedError(f"conv reference: {spatial}-d {x.dtype}")
+    F = _functional()  # noqa: N806 - torch's own name for it
     tx = F.pad(to_torch(x), _torch_pad_spec(pads, spatial)) if any(pads) else to_torch(x)
-    result = _CONV[spatial](tx, to_torch(w), None, tuple(strides), 0, tuple(dilations), group)
+    result = getattr(F, _CONV[spatial])(tx, to_torch(w), None, tuple(strides), 0, tuple(dilations), group)
     return result.numpy()  # type: ignore[no-any-return]
 
 
@@ -107,7 +125,7 @@ def conv_transpose(
     if spatial not in _CONV_T:
         raise NotImplementedError(f"conv_transpose reference: {spatial}-d")
     # Compute the unpadded ("full") result, then crop the pads: torch only pads symmetrically.
-    full = _CONV_T[spatial](
+    full = getattr(_functional(), _CONV_T[spatial])(
         to_torch(x), to_torch(w), None, tuple(strides), 0, tuple(output_padding), group, tuple(dilations)
     ).numpy()
     crop = tuple(

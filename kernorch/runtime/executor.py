@@ -1,4 +1,10 @@
-"""Execute a plan: buffers allocated once, one launcher per kernel, generated C called through ctypes."""
+"""Execute a plan: buffers allocated once, the native kernels in one generated library, created once.
+
+The plan's generated kernels (fused C and oneDNN library calls, codegen/plan.py) are compiled into one
+library. At construction its `create` builds every library primitive and packs weights; a call then runs
+each stretch of native kernels with one foreign call (ctypes releases the GIL) and any kernel that only the
+reference implementation can run (an op no backend generates) in between. No torch on this path.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +13,62 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from kernorch.codegen.backends import choose_backend, render_c
-from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import compile_source, load_library
+from kernorch.codegen.plan import NativePlan, render_plan
 from kernorch.errors import KernorchError
-from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
 from kernorch.runtime.reference import check_feeds
 from kernorch.runtime.threads import thread_count
 
+PLAN_PREFIX = "kernorch"
 Launcher = Callable[[], None]
 
 
 class KernelFailed(KernorchError):
-    """A generated kernel reported an out-of-range gather index at run time."""
+    """A kernel failed at run time: a gather index out of range, or a library call refused its data."""
 
 
-def generate_source(kernels: list[CandidateKernel]) -> tuple[str, dict[int, str]]:
-    """One translation unit holding every C kernel of the plan; returns (source, kernel index -> symbol)."""
-    parts = [PRELUDE]
-    symbols: dict[int, str] = {}
-    for i, kernel in enumerate(kernels):
-        if choose_backend(kernel)[0] == "c":
-            symbols[i] = f"kernel_{i}"
-            parts.append(render_c(symbols[i], kernel))
-    return "\n".join(parts), symbols
+def generate_source(kernels: list[CandidateKernel]) -> tuple[str, NativePlan]:
+    """The plan's translation unit (what `kernels.c` holds) and its description."""
+    plan = render_plan(PLAN_PREFIX, kernels)
+    return plan.source, plan
+
+
+class NativeLibrary:
+    """A compiled plan library with its created state; destroyed with this object."""
+
+    def __init__(self, path: Path, prefix: str, table: ctypes.Array[ctypes.c_void_p], threads: int) -> None:
+        self.path = path
+        self.cdll = load_library(path)
+        self._create = getattr(self.cdll, f"{prefix}_create")
+        self._create.restype = ctypes.c_void_p
+        self._create.argtypes = [ctypes.c_void_p]
+        self._run = getattr(self.cdll, f"{prefix}_run")
+        self._run.restype = ctypes.c_int
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._destroy = getattr(self.cdll, f"{prefix}_destroy")
+        self._destroy.restype = None
+        self._destroy.argtypes = [ctypes.c_void_p]
+        error = getattr(self.cdll, f"{prefix}_error")
+        error.restype = ctypes.c_char_p
+        self.error = lambda: (error() or b"").decode(errors="replace")
+        self.table = table
+        with thread_count(threads):  # oneDNN sizes some kernels by the thread count it sees at creation
+            self.state = self._create(table)
+        if not self.state:
+            raise KernorchError(f"cannot create the plan's library kernels: {self.error()}")
+
+    def run(self, first: int, last: int) -> int:
+        return int(self._run(self.state, self.table, first, last))
+
+    def __del__(self) -> None:
+        state, self.state = getattr(self, "state", None), None
+        if state:
+            self._destroy(state)
 
 
 class PlanExecutor:
@@ -45,7 +77,13 @@ class PlanExecutor:
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
-        # Constants are copied once: contiguous, writable (torch views need that), owned by the executor.
+        self.backends: list[str] = []
+        for i, kernel in enumerate(kernels):
+            backend, reason = choose_backend(kernel)
+            if backend is None:
+                raise KernorchError(f"no backend can run kernel {i} ({kernel.describe()}): {reason}")
+            self.backends.append(backend)
+        # Constants are copied once: contiguous, writable, owned by the executor (weights are packed from them).
         self.buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
         for name in graph.inputs:
             t = graph.types[name]
@@ -55,104 +93,47 @@ class PlanExecutor:
                 if name not in self.buffers:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
-        self.source, symbols = generate_source(kernels)
-        self.library_path = compile_source(self.source, cache_dir) if symbols else None
-        self.library = load_library(self.library_path) if self.library_path else None
-        self.launchers: list[Launcher] = []
-        self.backends: list[str] = []
-        for i, kernel in enumerate(kernels):
-            backend, reason = choose_backend(kernel)
-            if backend is None:
-                raise KernorchError(f"no backend can run kernel {i} ({kernel.describe()}): {reason}")
-            self.backends.append(backend)
-            if backend == "c":
-                self.launchers.append(self._c_launcher(symbols[i], kernel))
-            elif backend == "library":
-                self.launchers.append(self._library_launcher(kernel))
-            else:
-                self.launchers.append(self._reference_launcher(kernel))
+        self.plan = render_plan(PLAN_PREFIX, kernels, self.backends)
+        self.source = self.plan.source
+        self.library: NativeLibrary | None = None
+        self.library_path: Path | None = None
+        if any(self.plan.native):
+            self.library_path = compile_source(self.source, cache_dir)
+            table = (ctypes.c_void_p * max(len(self.plan.slots), 1))()
+            for value, slot in self.plan.slots.items():
+                table[slot] = self.buffers[value].ctypes.data
+            self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, threads)
+        self.steps = self._steps()
 
-    # ------------------------------------------------------------------------------------ launchers
-    def _c_launcher(self, symbol: str, kernel: CandidateKernel) -> Launcher:
-        assert self.library is not None
-        function = getattr(self.library, symbol)
-        function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p]
-        pointers = [self.buffers[v].ctypes.data for v in (*kernel.inputs, *kernel.outputs)]
-        args = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+    def _steps(self) -> list[Launcher]:
+        """Consecutive native kernels run as one foreign call; reference kernels run in between."""
+        steps: list[Launcher] = []
+        native = self.plan.native
+        k = 0
+        while k < len(self.kernels):
+            if native[k]:
+                end = k
+                while end < len(self.kernels) and native[end]:
+                    end += 1
+                steps.append(self._native_step(k, end))
+                k = end
+            else:
+                steps.append(self._reference_launcher(self.kernels[k]))
+                k += 1
+        return steps
+
+    def _native_step(self, first: int, last: int) -> Launcher:
+        library = self.library
+        assert library is not None
 
         def launch() -> None:
-            if function(args):
-                raise KernelFailed(f"kernel {symbol}: gather index out of range")
+            failed = library.run(first, last)
+            if failed:
+                kernel = failed - 1
+                reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
+                raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
 
         return launch
-
-    def _tensor(self, name: str) -> torch.Tensor:
-        return torch.from_numpy(self.buffers[name])
-
-    def _library_launcher(self, kernel: CandidateKernel) -> Launcher:
-        nodes = kernel.primitives
-        linear = next(n for n in nodes if n.prim in ("matmul", "conv", "conv_transpose"))
-        producers = {n.outputs[0]: n for n in nodes}
-        bias_node = next((n for n in nodes if n.prim == "add"), None)
-        out_name = bias_node.outputs[0] if bias_node else linear.outputs[0]
-        out = self._tensor(out_name)
-        bias = None
-        if bias_node is not None:
-            other = bias_node.inputs[1] if bias_node.inputs[0] == linear.outputs[0] else bias_node.inputs[0]
-            bias = self._tensor(other)
-
-        def operand(value: str) -> torch.Tensor:
-            if value in producers and producers[value].prim == "transpose":
-                return self._tensor(producers[value].inputs[0]).transpose(-1, -2)  # consumed through strides
-            return self._tensor(value)
-
-        if linear.prim == "matmul":
-            a, b = operand(linear.inputs[0]), operand(linear.inputs[1])
-            if bias is not None and b.dim() == 2 and a.dim() >= 2 and a.is_contiguous():
-                # [..., M, K] @ [K, N] + bias[N] as one addmm on the flattened rows: the bias is part of the call
-                a_rows = a.reshape(-1, a.shape[-1])
-                out_rows = out.view(-1, out.shape[-1])
-                bias_row = bias.reshape(-1)
-
-                def run_addmm() -> None:
-                    torch.addmm(bias_row, a_rows, b, out=out_rows)
-
-                return run_addmm
-
-            def run_matmul() -> None:
-                torch.matmul(a, b, out=out)
-                if bias is not None:
-                    out.add_(bias)
-
-            return run_matmul
-        x, w = operand(linear.inputs[0]), operand(linear.inputs[1])
-        attrs = linear.attr_dict
-        spatial = x.dim() - 2
-        if linear.prim == "conv":
-            pads = attrs["pads"]
-            symmetric = all(pads[i] == pads[spatial + i] for i in range(spatial))
-            conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
-            pad_spec = [p for i in reversed(range(spatial)) for p in (pads[i], pads[spatial + i])]
-            flat_bias = bias.reshape(-1) if bias is not None else None
-
-            def run_conv() -> None:
-                source = x if symmetric else F.pad(x, pad_spec)
-                result = conv(source, w, flat_bias, attrs["strides"], tuple(pads[:spatial]) if symmetric else 0,
-                              attrs["dilations"], attrs["group"])  # fmt: skip
-                out.copy_(result)
-
-            return run_conv
-        x_name, w_name = linear.inputs
-
-        def run_conv_transpose() -> None:
-            result = K.conv_transpose(self.buffers[x_name], self.buffers[w_name], attrs["strides"], attrs["pads"],
-                                      attrs["dilations"], attrs["group"], attrs["output_padding"])  # fmt: skip
-            if bias is not None:
-                result = result + bias.numpy()
-            np.copyto(self.buffers[out_name], result)
-
-        return run_conv_transpose
 
     def _reference_launcher(self, kernel: CandidateKernel) -> Launcher:
         (node,) = kernel.primitives
@@ -167,11 +148,10 @@ class PlanExecutor:
 
         return launch
 
-    # ------------------------------------------------------------------------------------ running
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, array in check_feeds(self.graph, feeds).items():
             np.copyto(self.buffers[name], array)
         with thread_count(self.threads):
-            for launch in self.launchers:
-                launch()
+            for step in self.steps:
+                step()
         return {name: self.buffers[name].copy() for name in self.graph.outputs}

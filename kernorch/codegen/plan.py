@@ -1,0 +1,143 @@
+"""Render a whole plan as one C translation unit with three entry points.
+
+- `<prefix>_create(buffers)`: once, when the plan is loaded: a oneDNN engine and stream, and every library
+  kernel's primitive with its weights packed (c_library.py). Returns the plan state, or NULL with the
+  reason in `<prefix>_error()`.
+- `<prefix>_run(state, buffers, first, last)`: runs kernels first..last-1 in plan order, each reading and
+  writing the buffers the table points to. Returns 0, or k+1 when kernel k failed. Python calls it once per
+  stretch of native kernels (a kernel only the reference interpreter runs splits the plan).
+- `<prefix>_destroy(state)`.
+
+`buffers` is a table of pointers, one per value the native kernels touch (`NativePlan.slots`). Symbols of
+kernels are derived from the prefix and the kernel's position, and the source is regenerated from the plan
+when a saved plan is loaded, so the two always agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
+from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.library import describe_library_call
+from kernorch.ir.kernel import CandidateKernel
+
+NATIVE_BACKENDS = ("c", "library")
+_ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
+#define KO_ERROR_DEFINED
+static char ko_error[512];
+#endif
+"""
+
+
+@dataclass(frozen=True)
+class NativePlan:
+    prefix: str
+    body: str  # the kernels and entry points, without the translation unit's prelude
+    slots: dict[str, int]  # value -> its position in the buffer table
+    backends: tuple[str, ...]  # per kernel: "c", "library" or "reference" (run by Python)
+    uses_onednn: bool
+
+    @property
+    def native(self) -> tuple[bool, ...]:
+        return tuple(b in NATIVE_BACKENDS for b in self.backends)
+
+    @property
+    def source(self) -> str:
+        return translation_unit([self])
+
+
+def translation_unit(plans: list[NativePlan]) -> str:
+    """One compilable source holding `plans` (the profiler batches many one-kernel plans)."""
+    onednn = any(p.uses_onednn for p in plans)
+    head = (ONEDNN_PRELUDE if onednn else "") + PRELUDE + _ERROR_BUFFER
+    return head + "\n".join(p.body for p in plans)
+
+
+def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str] | None = None) -> NativePlan:
+    """The plan's native code; `backends` (from choose_backend) may be passed when already known."""
+    chosen = backends or [_backend(k) for k in kernels]
+    slots: dict[str, int] = {}
+    for kernel, backend in zip(kernels, chosen, strict=True):
+        if backend in NATIVE_BACKENDS:
+            for value in (*kernel.inputs, *kernel.outputs):
+                slots.setdefault(value, len(slots))
+    parts: list[str] = []
+    calls: list[str] = []
+    creates: list[str] = []
+    destroys: list[str] = []
+    onednn = False
+    max_args = 1
+    for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
+        if backend not in NATIVE_BACKENDS:
+            continue
+        name = f"{prefix}_k{k}"
+        arguments = [slots[v] for v in (*kernel.inputs, *kernel.outputs)]
+        max_args = max(max_args, len(arguments))
+        parts.append(f"static const int {name}_slots[] = {{{', '.join(map(str, arguments))}}};")
+        gather = f"for (int i = 0; i < {len(arguments)}; i++) args[i] = buffers[{name}_slots[i]];"
+        if backend == "c":
+            parts.append(render_c(name, kernel))
+            calls.append(f"        case {k}: {gather} if ({name}(args)) return {k + 1}; break;")
+        else:
+            onednn = True
+            parts.append(render_library_call(name, describe_library_call(kernel)))
+            creates.append(f"    {gather}\n    p->state[{k}] = {name}_create(p->engine, p->stream, args);\n"
+                           f"    if (!p->state[{k}]) goto fail;")  # fmt: skip
+            destroys.append(f"    if (p->state[{k}]) {name}_destroy(p->state[{k}]);")
+            calls.append(f"        case {k}: {gather} if ({name}_run(p->state[{k}], p->stream, args)) "
+                         f"{{ snprintf(ko_error, sizeof ko_error, \"kernel {k}: oneDNN execution failed\"); "
+                         f"return {k + 1}; }} break;")  # fmt: skip
+    count = max(len(kernels), 1)
+    engine = "dnnl_engine_t engine; dnnl_stream_t stream;" if onednn else "void *engine; void *stream;"
+    setup = ["    if (dnnl_engine_create(&p->engine, dnnl_cpu, 0) != dnnl_success ||",
+             "        dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags) != dnnl_success) {",
+             '        snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN CPU engine"); goto fail; }'] \
+        if onednn else []  # fmt: skip
+    teardown = ["    if (p->stream) dnnl_stream_destroy(p->stream);",
+                "    if (p->engine) dnnl_engine_destroy(p->engine);"] if onednn else []  # fmt: skip
+    parts += [
+        f"typedef struct {{ {engine} void *state[{count}]; }} {prefix}_plan;",
+        f"void {prefix}_destroy(void *plan) {{",
+        f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
+        "    if (!p) return;",
+        *destroys,
+        *teardown,
+        "    free(p);",
+        "}",
+        f"void *{prefix}_create(void **buffers) {{",
+        f"    {prefix}_plan *p = ({prefix}_plan *)calloc(1, sizeof({prefix}_plan));",
+        f"    void *args[{max_args}];",
+        "    (void)args; (void)buffers;",
+        '    if (!p) { snprintf(ko_error, sizeof ko_error, "out of memory"); return NULL; }',
+        *setup,
+        *creates,
+        "    return p;",
+        "fail:" if (creates or setup) else "",
+        f"    {prefix}_destroy(p);" if (creates or setup) else "",
+        "    return NULL;" if (creates or setup) else "",
+        "}",
+        f"int {prefix}_run(void *plan, void **buffers, int first, int last) {{",
+        f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
+        f"    void *args[{max_args}];",
+        "    (void)p;",
+        "    for (int k = first; k < last; k++) {",
+        "        switch (k) {",
+        *calls,
+        "        default: return k + 1;",
+        "        }",
+        "    }",
+        "    return 0;",
+        "}",
+        f"const char *{prefix}_error(void) {{ return ko_error; }}",
+        "",
+    ]
+    return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn)
+
+
+def _backend(kernel: CandidateKernel) -> str:
+    backend, reason = choose_backend(kernel)
+    if backend is None:
+        raise ValueError(f"no backend can run {kernel.describe()}: {reason}")
+    return backend
