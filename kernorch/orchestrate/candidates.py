@@ -50,7 +50,6 @@ def output_sets(sub: Subgraph, mask: int, epilogues: LinearEpilogues,
     """The output sets of a node set, or a reason why it can have none."""
     graph = sub.graph
     members = [sub.node_ids[i] for i in iter_bits(mask)]
-    member_set = set(members)
     consumed_inside: set[str] = set()
     for node in members:
         consumed_inside.update(graph.nodes[node].inputs)
@@ -63,11 +62,10 @@ def output_sets(sub: Subgraph, mask: int, epilogues: LinearEpilogues,
     mandatory = [v for v in boundary if v not in consumed_inside]
     optional = [v for v in boundary if v in consumed_inside]
     linear = [n for n in members if PRIMITIVES[graph.nodes[n].prim].kind == Kind.LINEAR]
-    if linear:
-        virtual = epilogues.virtual_values(linear[0], member_set)
-        trapped = [v for v in mandatory + optional if v in virtual]
-        if trapped:
-            return [], f"{trapped[0]} is needed outside but exists only inside the library call"
+    if linear and (len(mandatory) > 1 or optional):
+        # a library call writes only its final value: everything else exists only inside the call
+        trapped = (optional or mandatory[:-1])[0]
+        return [], f"{trapped} is needed outside but exists only inside the library call"
     if not mandatory:
         return [], "computes nothing that is needed outside it"
     if len(optional) <= limits.max_optional_outputs:

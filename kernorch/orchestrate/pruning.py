@@ -21,10 +21,19 @@ from kernorch.orchestrate.subgraph import Subgraph, iter_bits
 
 
 class LinearEpilogues:
-    """Which primitives each linear primitive may absorb: operand transposes and a bias add."""
+    """What each linear primitive may absorb into its library call (Korch §5: compute-intensive kernels go to
+    vendor libraries with what they can fuse):
+
+    - matmul operand transposes of the last two axes: consumed through strides, no copy;
+    - an epilogue: elementwise primitives downstream of the linear output that keep its shape (bias,
+      per-channel scale and shift, activations, a residual add), which become post-ops of the call.
+      Whether a particular set compiles to post-ops is the backend's decision (codegen/epilogue.py); a set
+      it cannot express costs infinity and never enters the BLP.
+    """
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        self._companions: dict[int, frozenset[int]] = {}
 
     @cached_property
     def _consumers(self) -> dict[str, list[int]]:
@@ -55,38 +64,28 @@ class LinearEpilogues:
                 found.add(producer)
         return found
 
-    def bias_add(self, linear: int) -> int | None:
-        """An `add` of a constant broadcast along the output channel (last axis for matmul, axis 1 for conv)."""
-        node = self.graph.nodes[linear]
-        out = node.outputs[0]
-        out_type = self.graph.types[out]
-        for user in self._consumers.get(out, []):
-            add = self.graph.nodes[user]
-            if add.prim != "add" or self.graph.types[add.outputs[0]] != out_type:
-                continue
-            other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
-            if other not in self.graph.constants or other == out:
-                continue
-            shape = self.graph.types[other].shape
-            if node.prim == "matmul":
-                channel_axis, channels = out_type.rank - 1, out_type.shape[-1]
-            else:
-                channel_axis, channels = 1, out_type.shape[1]
-            offset = out_type.rank - len(shape)
-            if all(d == (channels if i + offset == channel_axis else 1) for i, d in enumerate(shape)):
-                return user
-        return None
+    def epilogue_reach(self, linear: int) -> set[int]:
+        """Elementwise primitives reachable from the linear output through elementwise primitives that keep
+        its shape: every epilogue the call could absorb lies in this set."""
+        out_shape = self.graph.types[self.graph.nodes[linear].outputs[0]].shape
+        reach: set[int] = set()
+        frontier = [self.graph.nodes[linear].outputs[0]]
+        while frontier:
+            value = frontier.pop()
+            for user in self._consumers.get(value, []):
+                node = self.graph.nodes[user]
+                if user in reach or PRIMITIVES[node.prim].kind != Kind.ELEMENTWISE or len(node.outputs) != 1:
+                    continue
+                if self.graph.types[node.outputs[0]].shape != out_shape:
+                    continue
+                reach.add(user)
+                frontier.append(node.outputs[0])
+        return reach
 
-    def companions(self, linear: int) -> set[int]:
-        bias = self.bias_add(linear)
-        return self.transposed_operands(linear) | ({bias} if bias is not None else set())
-
-    def virtual_values(self, linear: int, members: set[int]) -> set[str]:
-        """Values that exist only inside the library call when `members` are fused with `linear`."""
-        virtual = {self.graph.nodes[t].outputs[0] for t in self.transposed_operands(linear) & members}
-        if self.bias_add(linear) in members:
-            virtual.add(self.graph.nodes[linear].outputs[0])
-        return virtual
+    def companions(self, linear: int) -> frozenset[int]:
+        if linear not in self._companions:
+            self._companions[linear] = frozenset(self.transposed_operands(linear) | self.epilogue_reach(linear))
+        return self._companions[linear]
 
 
 @dataclass(frozen=True)
@@ -128,8 +127,8 @@ def _linear_epilogue(sub: Subgraph, mask: int, limits: OrchestrationLimits, epil
     for node, _kind in kinds:
         if node not in allowed:
             name = sub.graph.nodes[linear[0]].prim
-            return (f"{name} fused with {sub.graph.nodes[node].prim}: the library call absorbs only a "
-                    "transposed operand and a bias")  # fmt: skip
+            return (f"{name} fused with {sub.graph.nodes[node].prim}: a library call absorbs only operand "
+                    "transposes and elementwise primitives after it that keep its output shape")  # fmt: skip
     return None
 
 
