@@ -55,6 +55,7 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
                         help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
     _add_threads_arg(parser, "threads for measuring and running")
     _add_rewrite_args(parser)
+    _add_layout_arg(parser)
 
 
 # argparse types: a bad value exits 2 with argparse's one-line error, never a traceback.
@@ -113,9 +114,18 @@ def _options(args: argparse.Namespace) -> Options:
     if hasattr(args, "max_kernel_size"):
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
-    given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget")
+    given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout")
              if getattr(args, name, None) is not None}  # fmt: skip
     return Options(limits=limits).with_(**given)
+
+
+def _add_layout_arg(parser: argparse.ArgumentParser) -> None:
+    from kernorch.options import LAYOUT_POLICIES
+
+    parser.add_argument("--layout", choices=LAYOUT_POLICIES, default="auto",
+                        help="which values are stored channels-last: auto (default) decides for the whole graph "
+                        "with a 0-1 program over measured conv and transpose costs; channels-last makes every "
+                        "convolution channels-last (torch.compile's rule); nchw keeps every value row-major")
 
 
 def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
@@ -187,6 +197,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
           f"({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; {result.seconds:.1f} s")
     if result.rewrite_report is not None:
         print(result.rewrite_report.summary())
+    if result.layout_report is not None:
+        print(result.layout_report.summary())
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
     if result.contended_kernels:
@@ -357,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the optimized, compiled plan instead of the reference interpreter")
     _add_cost_arg(check, "with --compiled, the cost model that picks the plan")
     _add_rewrite_args(check)
+    _add_layout_arg(check)
     check.set_defaults(handler=cmd_check)
 
     conformance = commands.add_parser(

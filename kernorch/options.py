@@ -14,6 +14,7 @@ from typing import Any
 from kernorch.errors import KernorchError
 
 COST_MODELS = ("profile", "analytic")
+LAYOUT_POLICIES = ("auto", "channels-last", "nchw")
 DEVICES = ("cpu", "v100", "a100", "h100")
 DEFAULT_THREADS = 2
 DEFAULT_REWRITE_BUDGET_SECONDS = 60.0
@@ -73,6 +74,8 @@ class Options:
     limits: OrchestrationLimits = field(default_factory=OrchestrationLimits)
     rewrite: bool = True  # primitive-graph rewrites before orchestration
     rewrite_budget: float = DEFAULT_REWRITE_BUDGET_SECONDS  # seconds for the cost-guided rewrite search
+    layout: str = "auto"  # which values are channels-last: "auto" (whole-graph 0-1 program), "channels-last"
+    # (every conv channels-last, torch.compile's rule), "nchw" (everything row-major)
     cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch
 
     def __post_init__(self) -> None:
@@ -86,6 +89,8 @@ class Options:
             raise KernorchError(f"cost 'profile' measures this machine; device '{self.device}' needs --cost analytic")
         if not self.rewrite_budget >= 0:
             raise KernorchError(f"rewrite_budget must be a non-negative number of seconds, got {self.rewrite_budget!r}")
+        if self.layout not in LAYOUT_POLICIES:
+            raise KernorchError(f"unknown layout policy '{self.layout}' (choose {', '.join(LAYOUT_POLICIES)})")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

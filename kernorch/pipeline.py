@@ -1,6 +1,6 @@
 """The pipeline driver: the one path from a model to a compiled plan.
 
-frontend → fission → rewrite → orchestrate (with a cost model) → codegen + runtime. `kernorch.compile`,
+frontend → fission → rewrite → layout → orchestrate (with a cost model) → codegen + runtime. `kernorch.compile`,
 `kernorch check`, `kernorch bench`, `kernorch demo` and the CLI's `optimize`/`explain` all come through
 here, so a stage is wired in once and every entry point sees the same defaults (`kernorch.options`).
 """
@@ -19,6 +19,7 @@ from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
+from kernorch.layout import choose_layouts
 from kernorch.options import Options
 from kernorch.orchestrate import OrchestrationResult, orchestrate
 from kernorch.rewrite import rewrite
@@ -61,7 +62,7 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                cost_model: CostModel | None = None) -> OrchestrationResult:  # fmt: skip
-    """Rewrite (unless options.rewrite is off) and orchestrate a primitive graph."""
+    """Rewrite (unless options.rewrite is off), choose layouts and orchestrate a primitive graph."""
     cost_model = cost_model or make_cost_model(options, progress)
     report = None
     if options.rewrite:
@@ -70,8 +71,12 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
             return orchestrate(window, cost_model, options.limits).plan.cost
 
         graph, report = rewrite(graph, plan_cost, options.rewrite_budget, progress.rewrite_site)
+    graph, layout_report = choose_layouts(graph, cost_model, options.layout)
+    if options.rewrite and layout_report.channels_last_convs:
+        graph, _ = rewrite(graph)  # the safe rules tidy what the layout left (transpose pairs, no-op reshapes)
     result = orchestrate(graph, cost_model, options.limits, progress.subgraphs)
     result.rewrite_report = report
+    result.layout_report = layout_report
     contended_in = getattr(cost_model, "contended_in", None)
     if contended_in is not None:
         result.contended_kernels = contended_in(result.plan.kernels)
@@ -91,7 +96,8 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
     chosen = plan or result.plan
     metadata = {"cost_model": result.cost_model, "plan_cost": chosen.cost,
                 "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal,
-                "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None}  # fmt: skip
+                "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
+                "layout": result.layout_report.to_json() if result.layout_report else None}  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
                          cache_dir=options.cache)  # fmt: skip
 

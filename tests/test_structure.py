@@ -23,8 +23,9 @@ ALLOWED = {
     "codegen": {"ir"},
     "runtime": {"ir", "codegen"},
     "cost": {"ir", "codegen", "runtime"},
+    "layout": {"ir", "cost"},  # cost: the cost-model interface its decisions are measured with
     "orchestrate": {"ir", "cost"},
-    "pipeline": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "runtime"},
+    "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "orchestrate", "cost", "runtime"},
     "api": {"pipeline", "runtime"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "runtime", "pipeline", "api"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},

@@ -416,31 +416,44 @@ _register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(
           "batched matrix product with numpy broadcasting")  # fmt: skip
 
 
-def _conv_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    x, w = types
-    shape = K.conv_output_shape(x.shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"],
-                                attrs["group"])  # fmt: skip
-    return [TensorType(shape, _same_dtype(types))]
+def _channels_first(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[-1], *shape[1:-1])
 
 
-_register("conv", Kind.LINEAR, _conv_infer,
-          lambda inputs, attrs: [K.conv(inputs[0], inputs[1], attrs["strides"], attrs["pads"],
-                                        attrs["dilations"], attrs["group"])],
-          "N-d cross-correlation (grouped, dilated, strided, padded), no bias")  # fmt: skip
+def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], *shape[2:], shape[1])
 
 
-def _conv_transpose_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    x, w = types
-    shape = K.conv_transpose_output_shape(x.shape, w.shape, attrs["strides"], attrs["pads"],
-                                          attrs["dilations"], attrs["group"], attrs["output_padding"])
-    return [TensorType(shape, _same_dtype(types))]
+def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..., np.ndarray],
+               extra: tuple[str, ...]) -> tuple[Infer, Reference]:  # fmt: skip
+    """infer/reference of a conv-like primitive; with `channels_last` its activations are [N, *spatial, C]
+    (the layout stage's choice), the weights keep their ONNX layout."""
+
+    def infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+        x, w = types
+        last = bool(attrs.get("channels_last", False))
+        x_shape = _channels_first(x.shape) if last else x.shape
+        shape = infer_shape(x_shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
+                            *(attrs[name] for name in extra))  # fmt: skip
+        return [TensorType(_channels_last(shape) if last else shape, _same_dtype(types))]
+
+    def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+        x, w = inputs
+        last = bool(attrs.get("channels_last", False))
+        x_first = np.moveaxis(x, -1, 1) if last else x
+        y = compute(x_first, w, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
+                    *(attrs[name] for name in extra))  # fmt: skip
+        return [np.ascontiguousarray(np.moveaxis(y, 1, -1)) if last else y]
+
+    return infer, reference
 
 
-_register("conv_transpose", Kind.LINEAR, _conv_transpose_infer,
-          lambda inputs, attrs: [K.conv_transpose(inputs[0], inputs[1], attrs["strides"], attrs["pads"],
-                                                  attrs["dilations"], attrs["group"],
-                                                  attrs["output_padding"])],
-          "transposed convolution, no bias")  # fmt: skip
+_register("conv", Kind.LINEAR, *_conv_like(K.conv_output_shape, K.conv, ()),
+          "N-d cross-correlation (grouped, dilated, strided, padded), no bias; "
+          "channels_last: activations [N, *spatial, C]")  # fmt: skip
+_register("conv_transpose", Kind.LINEAR,
+          *_conv_like(K.conv_transpose_output_shape, K.conv_transpose, ("output_padding",)),
+          "transposed convolution, no bias; channels_last: activations [N, *spatial, C]")  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------- opaque

@@ -50,6 +50,7 @@ class OrchestrationResult:
     seconds: float
     rewrite_report: Any = None  # kernorch.rewrite.RewriteReport when the graph was rewritten first
     contended_kernels: int = 0  # plan kernels whose measured cost never got a quiet measurement
+    layout_report: Any = None  # kernorch.layout.LayoutReport when layouts were chosen
 
     @property
     def all_optimal(self) -> bool:
@@ -72,6 +73,7 @@ class OrchestrationResult:
             "seconds": round(self.seconds, 3),
             "rewrites": self.rewrite_report.to_json() if self.rewrite_report is not None else None,
             "contended_kernels": self.contended_kernels,
+            "layout": self.layout_report.to_json() if self.layout_report is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}

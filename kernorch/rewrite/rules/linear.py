@@ -34,7 +34,8 @@ def _scale_output(ctx: RewriteContext, value: str, scale: str) -> Replacement | 
         return None
     weight = producer.inputs[1]
     w = ctx.const(weight)
-    out_axis = ctx.type(value).rank - 1 if producer.prim == "matmul" else 1
+    channels_last = producer.prim == "matmul" or producer.attr("channels_last", False)
+    out_axis = ctx.type(value).rank - 1 if channels_last else 1
     vector = channel_vector(ctx, scale, value, out_axis)
     if w is None or w.ndim < 2 or vector is None:
         return None
