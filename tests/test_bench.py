@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernorch.cli import main
-from kernorch.tools.bench import unfused_plan
+from kernorch.tools.bench import openvino_available, unfused_plan
 from kernorch.tools.demo_models import conv_norm_act_block
 
 
@@ -19,11 +19,13 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(model), "--runs", "4", "--cost", "analytic", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"model", "contenders", "speedup_vs_best_peer"} <= set(report)
-    assert set(report["contenders"]) == {"onnxruntime", "onnxruntime-noopt", "kernorch", "kernorch-norewrite",
-                                         "kernorch-greedy", "kernorch-unfused"}  # fmt: skip
+    peers = {"onnxruntime", "openvino"} if openvino_available() else {"onnxruntime"}
+    assert set(report["contenders"]) == peers | {"onnxruntime-noopt", "kernorch", "kernorch-norewrite",
+                                                 "kernorch-greedy", "kernorch-unfused"}  # fmt: skip
     for result in report["contenders"].values():
         assert 0 < result["min_ms"] <= result["median_ms"] <= result["max_ms"]
-    best_peer = min(report["contenders"][p]["median_ms"] for p in ("onnxruntime", "onnxruntime-noopt"))
+    best_peer = min(report["contenders"][p]["median_ms"] for p in peers)  # onnxruntime-noopt is not a peer
+    assert report["best_peer"] in peers
     assert report["speedup_vs_best_peer"] == pytest.approx(best_peer / report["contenders"]["kernorch"]["median_ms"])
     assert report["primitives"]["fissioned"] == 25
     assert report["kernels"]["kernorch-unfused"] == report["primitives"]["rewritten"]  # one kernel per primitive

@@ -27,7 +27,7 @@ ALLOWED = {
     "orchestrate": {"ir", "cost"},
     "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "orchestrate", "cost", "runtime"},
     "api": {"pipeline", "runtime"},
-    "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "runtime", "pipeline", "api"},
+    "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},
     "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "runtime", "tools"},
     "__init__": {"api", "fission", "frontend", "runtime"},  # plus BASE (Options)

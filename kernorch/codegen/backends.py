@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from kernorch.codegen.c_opaque import lstm_supported, render_lstm
-from kernorch.codegen.c_renderer import render_kernel
+from kernorch.codegen.c_renderer import render_kernel, scratch_bytes
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe
 from kernorch.ir.kernel import CandidateKernel
@@ -38,6 +38,13 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
         return None, str(error)
 
 
+def c_scratch_bytes(kernel: CandidateKernel) -> list[int]:
+    """Scratch buffers a "c" kernel takes after its outputs (the plan allocates them once)."""
+    if lstm_supported(kernel):
+        return []
+    return scratch_bytes(describe(kernel))
+
+
 def render_c(name: str, kernel: CandidateKernel) -> str:
     """The C function for a kernel whose backend is "c"."""
     if lstm_supported(kernel):
@@ -45,4 +52,4 @@ def render_c(name: str, kernel: CandidateKernel) -> str:
     return render_kernel(name, describe(kernel))
 
 
-__all__ = ["NotGeneratable", "choose_backend", "render_c"]
+__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c"]

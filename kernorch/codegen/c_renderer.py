@@ -318,22 +318,21 @@ def render_kernel(name: str, loops: KernelLoops) -> str:
         out.append(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
     out.append(f"int {name}(void **args) {{")
     out.append("    int err = 0;")
-    position = 0
-    for buffer in loops.buffers:
+    # arguments: inputs, outputs, then scratch (allocated once when the plan is created: none per call)
+    ordered = [b for role in ("input", "output", "scratch") for b in loops.buffers if b.role == role]
+    for position, buffer in enumerate(ordered):
         ctype = C_TYPES[buffer.dtype]
-        if buffer.role == "scratch":
-            count = int(np.prod(buffer.shape, dtype=np.int64))
-            out.append(f"    {ctype} *{buffer.name} = ({ctype} *)malloc(sizeof({ctype}) * {max(count, 1)});")
-            continue
         qualifier = "const " if buffer.role == "input" else ""
         out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
-        position += 1
     out.append(_render_phases(loops, name))
-    for buffer in loops.buffers:
-        if buffer.role == "scratch":
-            out.append(f"    free({buffer.name});")
     out.append("    return err;\n}\n")
     return "\n".join(out)
+
+
+def scratch_bytes(loops: KernelLoops) -> list[int]:
+    """Bytes of each scratch buffer, in argument order (after the inputs and outputs)."""
+    return [max(int(np.prod(b.shape, dtype=np.int64)), 1) * np.dtype(b.dtype).itemsize
+            for b in loops.buffers if b.role == "scratch"]  # fmt: skip
 
 
 PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
@@ -356,12 +355,76 @@ def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], parallel: bool, i
     return lines
 
 
+INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
+
+
+def _bare_reduction(tree: Tree, dtype: str) -> Tree | None:
+    if tree[0] == "cast" and tree[1] == dtype:
+        tree = tree[2]
+    return tree if tree[0] == "reduce" and tree[2] == dtype else None
+
+
+def _reduce_volume(tree: Tree) -> int:
+    reduction = tree[2] if tree[0] == "cast" else tree
+    return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
+
+
+def _interchanged_reduction(emitter: _Emitter, phase: Phase) -> list[str] | None:
+    """A phase storing a reduction (pooling, a reduction over outer axes), emitted with the reduction loops
+    outside and the output's innermost axis inside, accumulating in the target buffer: the inner loop is
+    unit-stride on channels-last data and vectorizes, and a padding check that does not depend on it is
+    evaluated once per tap instead of once per element. None when the phase does not fit."""
+    if not phase.loop_vars or phase.scalar:
+        return None
+    dtype = emitter.types[phase.target]
+    reduction = _bare_reduction(phase.expr, dtype)
+    var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
+    if reduction is None or size < INTERCHANGE_MIN_INNER or var not in _free_vars(reduction):
+        return None
+    _, prim, _, loops, body = reduction
+    guard = None
+    if body[0] == "guard":
+        guard, body = body[1], body[2]
+    if guard is not None and var in _free_vars(guard):
+        return None
+    is_float = dtype in _FLOAT_SUFFIX
+    if prim == "reduce_sum":
+        init, update = "0", "{t} += {x};"
+    elif prim == "reduce_prod":
+        init, update = "1", "{t} *= {x};"
+    elif prim == "reduce_max":
+        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]
+        update = "{t} = KO_MAX({t}, {x});"
+    else:
+        init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "bool": "1"}[dtype]
+        update = "{t} = KO_MIN({t}, {x});"
+    target = f"{phase.target}[{emitter.index(phase.store_index)}]"
+    lines = ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {target} = {init};"]
+    lines += [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in loops]
+    if guard is not None:
+        lines.append(f"if ({emitter.cond(guard)}) {{")
+    emitter.lines = []
+    x = emitter.value(body)
+    lines += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines,
+              update.format(t=target, x=x), "}"]  # fmt: skip
+    if guard is not None:
+        lines.append("}")
+    lines += ["}" for _ in loops]
+    return lines
+
+
 def _render_phases(loops: KernelLoops, prefix: str) -> str:
     lines: list[str] = []
     counter = [0]
     if loops.schedule == "phased":
         for phase in loops.phases:
             emitter = _Emitter(loops, prefix, counter)
+            interchanged = _interchanged_reduction(emitter, phase)
+            if interchanged is not None:
+                var_size = phase.loop_sizes[-1]
+                lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], True, interchanged,
+                                        parallel_inner=var_size * _reduce_volume(phase.expr)))  # fmt: skip
+                continue
             if not phase.loop_vars:
                 emitter.store(phase)
                 lines.extend(["{", *emitter.lines, "}"])

@@ -208,3 +208,21 @@ def _matmul(graph: Graph, node: Node, swaps: dict[str, str], slots: dict[str, in
 
     return LibraryCall("matmul", operand(a, a_shape), operand(b, b_shape), None,
                        Tensor(slots[epilogue.output], dst_dims, row_major(dst_dims)), epilogue=epilogue)  # fmt: skip
+
+
+def absorbed_summary(kernel: CandidateKernel) -> str | None:
+    """What a library kernel absorbed, by kind ("conv ← bias, mul tensor, swish"); None if it is not one."""
+    if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
+        return None
+    try:
+        call = describe_library_call(kernel)
+    except NotGeneratable:
+        return None
+    _, node = linear_node(kernel)
+    epilogue = call.epilogue
+    assert epilogue is not None
+    parts = ["transposed operand"] * (len(kernel.nodes) - 1 - len(epilogue.absorbed))
+    parts += ["bias"] if epilogue.bias else []
+    parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
+    layout = " (channels-last)" if node.attr("channels_last", False) else ""
+    return f"{node.prim}{layout}" + (f" ← {', '.join(parts)}" if parts else "")

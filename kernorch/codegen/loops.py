@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.codegen.indexing import simplify, simplify_indices
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
@@ -397,10 +398,14 @@ class _Describer:
             start = add(mul(index[lead + j], lit(strides[j])), lit(-pads[j]))
             position = add(start, mul(("var", var), lit(dilations[j])))
             in_index.append(position)
+            out_size = self.graph.types[node.outputs[0]].shape[lead + j]
+            if pads[j] == 0 and (out_size - 1) * strides[j] + (kernel[j] - 1) * dilations[j] < in_shape[lead + j]:
+                continue  # never outside the input (e.g. the channel axis of channels-last pooling): no check
             cond = ("&&", (">=", position, lit(0)), ("<", position, lit(in_shape[lead + j])))
             conds = cond if conds is None else ("&&", conds, cond)
         reducer = "reduce_max" if prim == "window_max" else "reduce_sum"
-        return ("reduce", reducer, dtype, tuple(loops), ("guard", conds, self.value(x, in_index)))
+        body = self.value(x, in_index)
+        return ("reduce", reducer, dtype, tuple(loops), body if conds is None else ("guard", conds, body))
 
 
 def describe(kernel: CandidateKernel) -> KernelLoops:
@@ -438,19 +443,37 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
                                            lambda index, value=value: d.value(value, index)))  # fmt: skip
         loops = KernelLoops(d.buffers, phases, "row", row_shape, row_vars, d.tables)
     else:
+        written: set[str] = set()
         for n in reductions:
-            scratch = Buffer(f"scr{len(d.materialized)}", graph.types[n.outputs[0]].dtype,
-                             graph.types[n.outputs[0]].shape, "scratch")  # fmt: skip
-            d.buffers.append(scratch)
-            phases.append(_merged_phase(d, scratch.name, scratch.shape, lambda index, n=n: d.node_expr(n, 0, index)))
-            d.materialized[n.outputs[0]] = scratch.name
+            value = n.outputs[0]
+            if value in kernel.outputs:  # computed straight into the output buffer, read from there if needed
+                target = d.buffer_of[value]
+                written.add(value)
+            else:
+                target = f"scr{sum(b.role == 'scratch' for b in d.buffers)}"
+                d.buffers.append(Buffer(target, graph.types[value].dtype, graph.types[value].shape, "scratch"))
+            phases.append(_merged_phase(d, target, graph.types[value].shape,
+                                        lambda index, n=n: d.node_expr(n, 0, index)))  # fmt: skip
+            d.materialized[value] = target
         for value in kernel.outputs:
+            if value in written:
+                continue
             phases.append(_merged_phase(d, d.buffer_of[value], graph.types[value].shape,
                                         lambda index, value=value: d.value(value, index)))  # fmt: skip
         loops = KernelLoops(d.buffers, phases, "phased", tables=d.tables)
     if sum(tree_size(p.expr) for p in phases) > MAX_TREE_NODES:
         raise NotGeneratable("inlined expression too large")
+    loops.phases = [_simplified(phase, loops) for phase in loops.phases]
     return loops
+
+
+def _simplified(phase: Phase, loops: KernelLoops) -> Phase:
+    """The phase with every index simplified against the extents of the loops around it."""
+    ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
+    if loops.schedule == "row":
+        ranges.update({v: size for v, size in zip(loops.row_vars, loops.row_shape, strict=True)})
+    return Phase(phase.target, phase.loop_vars, phase.loop_sizes, simplify_indices(phase.expr, ranges),
+                 simplify(phase.store_index, ranges), phase.scalar)  # fmt: skip
 
 
 def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any) -> Phase:

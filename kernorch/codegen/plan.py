@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.backends import c_scratch_bytes, choose_backend, render_c
 from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
 from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.library import describe_library_call
@@ -69,14 +69,21 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
     destroys: list[str] = []
     onednn = False
     max_args = 1
+    scratch: list[int] = []  # bytes of every scratch buffer of the plan, allocated in create
     for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
         if backend not in NATIVE_BACKENDS:
             continue
         name = f"{prefix}_k{k}"
         arguments = [slots[v] for v in (*kernel.inputs, *kernel.outputs)]
-        max_args = max(max_args, len(arguments))
         parts.append(f"static const int {name}_slots[] = {{{', '.join(map(str, arguments))}}};")
         gather = f"for (int i = 0; i < {len(arguments)}; i++) args[i] = buffers[{name}_slots[i]];"
+        if backend == "c":
+            sizes = c_scratch_bytes(kernel)
+            for j in range(len(sizes)):
+                gather += f" args[{len(arguments) + j}] = p->scratch[{len(scratch) + j}];"
+            scratch += sizes
+            arguments += [-1] * len(sizes)
+        max_args = max(max_args, len(arguments))
         if backend == "c":
             parts.append(render_c(name, kernel))
             calls.append(f"        case {k}: {gather} if ({name}(args)) return {k + 1}; break;")
@@ -91,6 +98,12 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
                          f"return {k + 1}; }} break;")  # fmt: skip
     count = max(len(kernels), 1)
     engine = "dnnl_engine_t engine; dnnl_stream_t stream;" if onednn else "void *engine; void *stream;"
+    allocate = [f"    static const size_t scratch_bytes[] = {{{', '.join(map(str, scratch))}}};",
+                f"    for (int i = 0; i < {len(scratch)}; i++) {{",
+                "        p->scratch[i] = aligned_alloc(64, (scratch_bytes[i] + 63) / 64 * 64);",
+                '        if (!p->scratch[i]) { snprintf(ko_error, sizeof ko_error, "out of memory for scratch"); '
+                "goto fail; }",
+                "    }"] if scratch else []  # fmt: skip
     setup = ["    if (dnnl_engine_create(&p->engine, dnnl_cpu, 0) != dnnl_success ||",
              "        dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags) != dnnl_success) {",
              '        snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN CPU engine"); goto fail; }'] \
@@ -98,11 +111,12 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
     teardown = ["    if (p->stream) dnnl_stream_destroy(p->stream);",
                 "    if (p->engine) dnnl_engine_destroy(p->engine);"] if onednn else []  # fmt: skip
     parts += [
-        f"typedef struct {{ {engine} void *state[{count}]; }} {prefix}_plan;",
+        f"typedef struct {{ {engine} void *state[{count}]; void *scratch[{max(len(scratch), 1)}]; }} {prefix}_plan;",
         f"void {prefix}_destroy(void *plan) {{",
         f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
         "    if (!p) return;",
         *destroys,
+        *([f"    for (int i = 0; i < {len(scratch)}; i++) free(p->scratch[i]);"] if scratch else []),
         *teardown,
         "    free(p);",
         "}",
@@ -111,12 +125,13 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         f"    void *args[{max_args}];",
         "    (void)args; (void)buffers;",
         '    if (!p) { snprintf(ko_error, sizeof ko_error, "out of memory"); return NULL; }',
+        *allocate,
         *setup,
         *creates,
         "    return p;",
-        "fail:" if (creates or setup) else "",
-        f"    {prefix}_destroy(p);" if (creates or setup) else "",
-        "    return NULL;" if (creates or setup) else "",
+        "fail:" if (creates or setup or allocate) else "",
+        f"    {prefix}_destroy(p);" if (creates or setup or allocate) else "",
+        "    return NULL;" if (creates or setup or allocate) else "",
         "}",
         f"int {prefix}_run(void *plan, void **buffers, int first, int last) {{",
         f"    {prefix}_plan *p = ({prefix}_plan *)plan;",

@@ -1,8 +1,12 @@
-"""`kernorch bench`: kernorch side by side with onnxruntime, each contender in its own worker process.
+"""`kernorch bench`: kernorch side by side with its peers, each contender in its own worker process.
 
-Contenders: onnxruntime with all graph optimizations and with none; kernorch's optimal plan; its optimal
-plan without primitive-graph rewrites (`--no-rewrite`); its greedy-fusion plan and a no-fusion plan (one
-kernel per primitive) of the rewritten graph, on the same code generator. Workers
+Peers: onnxruntime with all graph optimizations (and with none, for reference), and OpenVINO (fp32: the
+inference precision hint is set to f32, since it would compute in bf16 on this CPU; latency hint, one
+stream, the same thread count), when the `openvino` package is installed. The *best peer* is the faster of
+onnxruntime and OpenVINO. kernorch: its optimal plan; its optimal plan without primitive-graph rewrites
+(`--no-rewrite`); its greedy-fusion plan and a no-fusion plan (one kernel per primitive) of the rewritten
+graph, on the same code generator; with `--compare-layouts`, also its optimal plans under the other layout
+policies (every conv channels-last, torch.compile's rule; and all NCHW). Workers
 are spawned fresh (no OpenMP or thread pool shared with another contender) with the same thread count,
 receive the same inputs, and run round by round, interleaved, so machine drift hits all alike. Every
 contender's outputs are checked against onnxruntime before any timing.
@@ -32,9 +36,19 @@ from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
 from kernorch.tools.check import compare
 
-PEERS = ("onnxruntime", "onnxruntime-noopt")
+PEERS = ("onnxruntime", "openvino", "onnxruntime-noopt")
+BEST_PEERS = ("onnxruntime", "openvino")  # "best peer" is the faster of these
 COOL_DOWN_SECONDS = 0.2
 KERNORCH = ("kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused")
+LAYOUT_CONTENDERS = {"kernorch-channels-last": "channels-last", "kernorch-nchw": "nchw"}
+
+
+def openvino_available() -> bool:
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class BenchMismatch(KernorchError):
@@ -59,6 +73,19 @@ def _worker(connection: Connection, contender: str, model_path: str, plan_dir: s
 
         def run() -> dict[str, np.ndarray]:
             return dict(zip(names, session.run(names, feeds), strict=True))
+    elif contender == "openvino":
+        import openvino as ov
+
+        core = ov.Core()
+        network = core.compile_model(core.read_model(model_path), "CPU", {
+            "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+            "INFERENCE_NUM_THREADS": threads})  # fmt: skip
+        request = network.create_infer_request()
+        outputs = [(port.get_any_name(), port) for port in network.outputs]
+
+        def run() -> dict[str, np.ndarray]:
+            request.infer(feeds)
+            return {name: np.array(request.get_tensor(port).data) for name, port in outputs}  # copied, like ours
     else:
         import kernorch
 
@@ -109,9 +136,9 @@ def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
 
 
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
-                progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
-    """Plan the model once with and once without rewrites (one import, one cost model), then time every
-    contender side by side."""
+                progress: Progress | None = None, compare_layouts: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Plan the model with and without rewrites (and, with `compare_layouts`, under the other layout
+    policies) from one import and one cost model, then time every contender side by side."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
     options = options or Options()
@@ -127,6 +154,13 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         "kernorch": (result, result.plan), "kernorch-norewrite": (plain, plain.plan),
         "kernorch-greedy": (result, result.greedy_plan), "kernorch-unfused": (result, unfused_plan(result)),
     }  # fmt: skip
+    layouts = {"kernorch": result.layout_report}
+    if compare_layouts:
+        for name, policy in LAYOUT_CONTENDERS.items():
+            other = plan_graph(fissioned, options.with_(layout=policy), progress, cost_model)
+            plans[name] = (other, other.plan)
+            layouts[name] = other.layout_report
+    peers = [p for p in PEERS if p != "openvino" or openvino_available()]
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
@@ -134,7 +168,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
             plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
         workers: dict[str, tuple[Any, Connection]] = {}
         try:
-            for name in (*PEERS, *KERNORCH):
+            for name in (*peers, *plans):
                 parent, child = context.Pipe()
                 process = context.Process(target=_worker, args=(child, name, model_path, plan_dirs.get(name, ""),
                                                                 threads), daemon=True)  # fmt: skip
@@ -171,29 +205,46 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
                     process.kill()
     contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
                   for name, t in times.items()}  # fmt: skip
-    best_peer = min(contenders[p].median_ms for p in PEERS)
+    best_name = min((p for p in BEST_PEERS if p in contenders), key=lambda p: contenders[p].median_ms)
+    best_peer = contenders[best_name].median_ms
     bound = roofline_bound(result.plan.graph, options)
     return {
         "model": Path(model_path).name,
         "threads": threads,
         "runs": len(times["kernorch"]),
         "contenders": {name: vars(r) for name, r in contenders.items()},
+        "best_peer": best_name,
         "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
         "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
         "kernels": {name: len(plan.kernels) for name, (_, plan) in plans.items()},
         "primitives": {"rewritten": len(result.plan.graph.nodes), "fissioned": len(plain.plan.graph.nodes)},
         "rewrites": result.rewrite_report.to_json() if result.rewrite_report is not None else None,
+        "layouts": {name: report.to_json() for name, report in layouts.items() if report is not None},
+        "epilogues": absorbed_epilogues(result.plan),
         "roofline": {**bound, "kernorch_over_bound": contenders["kernorch"].median_ms / bound["bound_ms"]},
     }
 
 
+def absorbed_epilogues(plan: Plan) -> dict[str, int]:
+    """What the plan's library calls absorbed, counted by kind (e.g. "conv ← bias, relu": 12)."""
+    from kernorch.codegen.library import absorbed_summary
+
+    counts: dict[str, int] = {}
+    for kernel in plan.kernels:
+        summary = absorbed_summary(kernel)
+        if summary is not None and "←" in summary:
+            counts[summary] = counts.get(summary, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def format_report(report: dict[str, Any]) -> list[str]:
-    lines = [f"{report['model']}: {report['runs']} runs per contender, {report['threads']} threads, interleaved"]
-    header = f"  {'contender':<18} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
+    lines = [f"{report['model']}: {report['runs']} runs per contender, {report['threads']} threads, interleaved; "
+             f"best peer {report['best_peer']}"]
+    header = f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
     lines.append(header)
     for name, r in report["contenders"].items():
         kernels = report["kernels"].get(name, "")
-        lines.append(f"  {name:<18} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
+        lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
                      f"{report['speedups'][name]:>12.2f}x {kernels!s:>8}")  # fmt: skip
     roof = report["roofline"]
     lines.append(f"  roofline bound {roof['bound_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
@@ -204,4 +255,9 @@ def format_report(report: dict[str, Any]) -> list[str]:
         fired = ", ".join(f"{rule} ×{n}" for rule, n in report["rewrites"]["fired"].items()) or "none"
         primitives = report["primitives"]
         lines.append(f"  rewrites: {primitives['fissioned']} → {primitives['rewritten']} primitives; fired: {fired}")
+    for name, layout in report.get("layouts", {}).items():
+        lines.append(f"  layout of {name}: {layout['channels_last_convs']} of {layout['convs']} convs channels-last, "
+                     f"{layout['transposes']} layout change(s)")  # fmt: skip
+    if report.get("epilogues"):
+        lines.append("  library calls absorbed: " + "; ".join(f"{k} ×{n}" for k, n in report["epilogues"].items()))
     return lines

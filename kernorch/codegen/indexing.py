@@ -1,0 +1,204 @@
+"""Range-aware simplification of index trees, so composed reshapes and transposes become plain strides.
+
+Layout primitives only transform indices, so a reshape → transpose → reshape chain inlines into nested
+`/` and `%` of flattened coordinates, which no compiler simplifies and which stop vectorization. Here an
+index is rewritten as a linear combination of *digits* — `(v / d) % n` of a loop variable v with a known
+extent — plus opaque terms:
+
+- `(Σ cᵢ·tᵢ + k) / n` and `% n` split off the terms whose coefficient n divides; if what remains provably
+  lies in [0, n) the division and the remainder are exact (`E / n` = the divided terms, `E % n` = the rest);
+- a digit divided or reduced by a divisor of its radix is another digit;
+- adjacent digits of one variable recombine: `((v/d) % a)·c + ((v/(d·a)) % b)·(c·a)` = `((v/d) % (a·b))·c`,
+  and a digit spanning the variable's whole extent is the variable itself.
+
+So the identity reshape chain collapses back to the loop variable (a unit-stride, vectorizable access), and a
+channel shuffle becomes a few divisions by constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Tree = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Digit:
+    var: str
+    divisor: int
+    radix: int | None  # None: no modulo ((v / divisor) over the variable's whole extent)
+
+
+Term = Digit | Tree  # a digit, or an opaque index subtree
+Linear = tuple[dict[Term, int], int]  # coefficients per term, constant
+
+
+def _extent(term: Term, ranges: dict[str, int]) -> int | None:
+    """Exclusive upper bound of a non-negative term, None if unknown (its lower bound is 0)."""
+    if isinstance(term, Digit):
+        if term.var not in ranges:
+            return None
+        whole = -(-ranges[term.var] // term.divisor)
+        return whole if term.radix is None else min(term.radix, whole)
+    if term[0] == "index":
+        return int(term[2])
+    return None
+
+
+def _bounds(linear: Linear, ranges: dict[str, int]) -> tuple[int, int] | None:
+    terms, constant = linear
+    low = high = constant
+    for term, coefficient in terms.items():
+        extent = _extent(term, ranges)
+        if extent is None:
+            return None
+        span = coefficient * (extent - 1)
+        low, high = (low + span, high) if span < 0 else (low, high + span)
+    return low, high
+
+
+def _add(a: Linear, b: Linear, scale: int = 1) -> Linear:
+    terms = dict(a[0])
+    for term, coefficient in b[0].items():
+        terms[term] = terms.get(term, 0) + scale * coefficient
+    return {t: c for t, c in terms.items() if c}, a[1] + scale * b[1]
+
+
+def _atom(term: Term) -> Linear:
+    return {term: 1}, 0
+
+
+def linearize(tree: Tree, ranges: dict[str, int]) -> Linear:
+    kind = tree[0]
+    if kind == "lit":
+        return {}, int(tree[1])
+    if kind == "var":
+        return _atom(Digit(tree[1], 1, None))
+    if kind == "part":  # coordinate k of a merged variable over `sizes`
+        _, var, sizes, k = tree
+        stride = 1
+        for size in sizes[k + 1:]:
+            stride *= size
+        return _atom(Digit(var, stride, None if k == 0 else sizes[k]))
+    if kind == "+":
+        return _add(linearize(tree[1], ranges), linearize(tree[2], ranges))
+    if kind == "-":
+        return _add(linearize(tree[1], ranges), linearize(tree[2], ranges), -1)
+    if kind == "*":
+        a, b = linearize(tree[1], ranges), linearize(tree[2], ranges)
+        if not a[0]:
+            a, b = b, a
+        if not b[0]:  # times a constant
+            return {t: c * b[1] for t, c in a[0].items() if c * b[1]}, a[1] * b[1]
+        return _atom(("*", simplify(tree[1], ranges), simplify(tree[2], ranges)))
+    if kind in ("/", "%") and tree[2][0] == "lit" and tree[2][1] > 0:
+        return _divide(linearize(tree[1], ranges), int(tree[2][1]), kind, ranges)
+    # opaque: simplify inside, keep as one term
+    return _atom(tuple(simplify(c, ranges) if isinstance(c, tuple) and c and isinstance(c[0], str) and c[0] in
+                       _INDEX_KINDS else c for c in tree))  # fmt: skip
+
+
+_INDEX_KINDS = {"var", "lit", "+", "-", "*", "/", "%", "min", "max", "sel", "part", "table"}
+
+
+def _divide(linear: Linear, n: int, op: str, ranges: dict[str, int]) -> Linear:
+    terms, constant = linear
+    whole = _bounds(linear, ranges)
+    if whole is None or whole[0] < 0:  # C truncates negative quotients: only non-negative indices are folded
+        return _atom((op, to_tree(linear, ranges), ("lit", n)))
+    divided = {t: c // n for t, c in terms.items() if c % n == 0}
+    rest: Linear = ({t: c for t, c in terms.items() if c % n}, constant % n)
+    whole_constant = constant - constant % n
+    bounds = _bounds(rest, ranges)
+    if bounds is not None and bounds[0] >= 0 and bounds[1] < n:
+        if op == "/":
+            return {t: c for t, c in divided.items() if c}, whole_constant // n
+        return rest
+    # a single digit with coefficient 1 and no constant: divide or reduce the digit itself
+    if len(terms) == 1 and constant == 0:
+        ((term, coefficient),) = terms.items()
+        if coefficient == 1 and isinstance(term, Digit):
+            if op == "/" and (term.radix is None or term.radix % n == 0):
+                return _atom(Digit(term.var, term.divisor * n, None if term.radix is None else term.radix // n))
+            if op == "%" and (term.radix is None or term.radix % n == 0):
+                return _atom(Digit(term.var, term.divisor, n))
+    return _atom((op, to_tree(linear, ranges), ("lit", n)))
+
+
+def _merge_digits(terms: dict[Term, int], ranges: dict[str, int]) -> dict[Term, int]:
+    """Recombine adjacent digits of one variable; drop a modulo that cannot bite."""
+    changed = True
+    while changed:
+        changed = False
+        digits = [t for t in terms if isinstance(t, Digit)]
+        for low in digits:
+            if low.radix is None:
+                continue
+            for high in digits:
+                if high is low or high.var != low.var or high.divisor != low.divisor * low.radix:
+                    continue
+                if terms[high] != terms[low] * low.radix:
+                    continue
+                merged = Digit(low.var, low.divisor, None if high.radix is None else low.radix * high.radix)
+                coefficient = terms.pop(low)
+                terms.pop(high)
+                terms[merged] = terms.get(merged, 0) + coefficient
+                changed = True
+                break
+            if changed:
+                break
+    normalized: dict[Term, int] = {}
+    for term, coefficient in terms.items():
+        if isinstance(term, Digit) and term.radix is not None and term.var in ranges and \
+                term.divisor * term.radix >= ranges[term.var]:  # fmt: skip
+            term = Digit(term.var, term.divisor, None)
+        normalized[term] = normalized.get(term, 0) + coefficient
+    return normalized
+
+
+def _digit_tree(digit: Digit) -> Tree:
+    tree: Tree = ("var", digit.var)
+    if digit.divisor != 1:
+        tree = ("/", tree, ("lit", digit.divisor))
+    if digit.radix is not None:
+        tree = ("%", tree, ("lit", digit.radix))
+    return tree
+
+
+def to_tree(linear: Linear, ranges: dict[str, int]) -> Tree:
+    terms, constant = linear
+    terms = _merge_digits(dict(terms), ranges)
+    result: Tree | None = None
+    # larger strides first: the order a reader expects (outer coordinates first)
+    for term, coefficient in sorted(terms.items(), key=lambda item: -abs(item[1])):
+        tree = _digit_tree(term) if isinstance(term, Digit) else term
+        if coefficient != 1:
+            tree = ("*", tree, ("lit", coefficient))
+        result = tree if result is None else ("+", result, tree)
+    if result is None:
+        return ("lit", constant)
+    return result if constant == 0 else ("+", result, ("lit", constant))
+
+
+def simplify(tree: Tree, ranges: dict[str, int]) -> Tree:
+    """An equivalent index tree with exact divisions, remainders and recombinable digits folded away."""
+    if tree[0] in ("var", "lit"):
+        return tree
+    return to_tree(linearize(tree, ranges), ranges)
+
+
+def simplify_indices(tree: Any, ranges: dict[str, int]) -> Any:
+    """Simplify every index inside a value tree (loads, table lookups), with reduction loops' extents known
+    inside their bodies."""
+    if not isinstance(tree, tuple) or not tree or not isinstance(tree[0], str):
+        return tree
+    kind = tree[0]
+    if kind == "load":
+        return ("load", tree[1], simplify(simplify_indices(tree[2], ranges), ranges))
+    if kind == "table":
+        return ("table", tree[1], simplify(simplify_indices(tree[2], ranges), ranges))
+    if kind == "reduce":
+        inner = {**ranges, **{var: size for var, size in tree[3]}}
+        return (*tree[:4], simplify_indices(tree[4], inner))
+    return tuple(simplify_indices(child, ranges) if isinstance(child, tuple) else child for child in tree)

@@ -1,0 +1,123 @@
+"""Layout stage: permutation algebra, the 0-1 program's decisions under given costs, and that the rewritten
+graph computes exactly what the original did (reference interpreter, then compiled against onnxruntime)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.types import TensorType
+from kernorch.layout import choose_layouts
+from kernorch.layout.assign import assign_layouts
+from kernorch.layout.layouts import between, canonical, channels_last, inverse, reshape_groups, reshape_layout
+from kernorch.layout.materialize import materialize
+from kernorch.runtime import run_reference
+from kernorch.runtime.feeds import graph_feeds
+
+
+def test_canonical_ignores_size_one_axes() -> None:
+    assert canonical((0, 2, 3, 1), (1, 32, 1, 1)) == (0, 1, 2, 3)  # a per-channel vector: same memory
+    assert canonical((0, 2, 3, 1), (1, 32, 7, 7)) == (0, 2, 3, 1)
+    assert canonical((0, 2, 3, 1), (1, 1, 7, 7)) == (0, 1, 2, 3)  # one channel: NHWC is NCHW
+
+
+def test_between_and_inverse() -> None:
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    source, target = channels_last(4), (0, 3, 1, 2)
+    stored = np.transpose(x, source)
+    np.testing.assert_array_equal(np.transpose(stored, between(source, target)), np.transpose(x, target))
+    assert inverse(inverse((2, 0, 1))) == (2, 0, 1)
+
+
+def test_reshape_through_a_layout() -> None:
+    # channel shuffle: [N, C, H, W] channels-last, split C into (2, C/2): free, output stored [N, H, W, 2, C/2]
+    assert reshape_groups((1, 116, 28, 28), (1, 2, 58, 28, 28)) == [([1], [1, 2]), ([2], [3]), ([3], [4])]
+    assert reshape_layout((1, 116, 28, 28), (1, 2, 58, 28, 28), channels_last(4)) == (0, 3, 4, 1, 2)
+    # merging C with H is not possible when C is stored last
+    assert reshape_layout((1, 8, 4, 4), (1, 32, 4), channels_last(4)) is None
+    # flattening [N, C, 1, 1] is free in any layout
+    assert reshape_layout((1, 8, 1, 1), (1, 8), canonical(channels_last(4), (1, 8, 1, 1))) == (0, 1)
+
+
+def conv_chain(channels: int = 8, size: int = 6) -> Graph:
+    """x → conv → relu → conv → + bias → y, all 4-D: either every value NCHW, or channels-last throughout."""
+    rng = np.random.default_rng(0)
+    graph = Graph(inputs=["x"], outputs=["y"], name="conv_chain")
+    shape = (1, channels, size, size)
+    attrs = (("dilations", (1, 1)), ("group", 1), ("pads", (1, 1, 1, 1)), ("strides", (1, 1)))
+    graph.constants = {"w1": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32),
+                       "w2": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32),
+                       "b": rng.standard_normal((1, channels, 1, 1)).astype(np.float32)}  # fmt: skip
+    graph.types = {name: TensorType.of(a) for name, a in graph.constants.items()}
+    graph.types.update({v: TensorType(shape, "float32") for v in ("x", "c1", "r", "c2", "y")})
+    graph.nodes = [Node("conv", ("x", "w1"), ("c1",), attrs), Node("relu", ("c1",), ("r",)),
+                   Node("conv", ("r", "w2"), ("c2",), attrs), Node("add", ("c2", "b"), ("y",))]  # fmt: skip
+    return graph
+
+
+def test_cheaper_channels_last_convs_pay_for_the_two_transposes() -> None:
+    graph = conv_chain()
+    transposes = lambda value, source, target: 1.0  # noqa: E731
+    cheap = assign_layouts(graph, lambda node, last: 2.0 if last else 5.0, transposes)
+    # both convs channels-last (4 instead of 10) at the price of the input's and the output's transposes
+    assert all(cheap.modes[i].channels_last for i in (0, 2)) and cheap.transposes == 2
+    assert cheap.cost == pytest.approx(2 * 2.0 + 2 * 1.0, abs=1e-6)
+    dear = assign_layouts(graph, lambda node, last: 4.5 if last else 5.0, transposes)
+    assert not any(m.channels_last for m in dear.modes.values()) and dear.transposes == 0  # 2·0.5 < 2
+    forced = assign_layouts(graph, lambda node, last: 4.5 if last else 5.0, transposes, policy="channels-last")
+    assert all(forced.modes[i].channels_last for i in (0, 2))  # torch.compile's rule, whatever it costs
+    nchw = assign_layouts(graph, lambda node, last: 2.0 if last else 5.0, transposes, policy="nchw")
+    assert not any(m.channels_last for m in nchw.modes.values())
+
+
+def test_materialized_graph_computes_the_same() -> None:
+    graph = conv_chain()
+    assignment = assign_layouts(graph, lambda node, last: 1.0 if last else 5.0, lambda v, s, t: 1.0)
+    rewritten = materialize(graph, assignment)
+    # (the bias add may run before or after the way back: equal cost, the tie goes to fewer permuted values)
+    assert sorted(n.prim for n in rewritten.nodes) == ["add", "conv", "conv", "relu", "transpose", "transpose"]
+    assert all(n.attr("channels_last") for n in rewritten.nodes if n.prim == "conv")
+    assert rewritten.types["c1"].shape == (1, 6, 6, 8) and rewritten.types["y"].shape == (1, 8, 6, 6)
+    feeds = graph_feeds(graph)
+    np.testing.assert_allclose(run_reference(rewritten, feeds)["y"], run_reference(graph, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+
+
+def test_a_transpose_pair_around_channels_last_cancels() -> None:
+    """NCHW → transpose to NHWC → relu → transpose back → conv: with the conv channels-last the two explicit
+    transposes disappear into the layout (one change of layout stays, at the graph input)."""
+    graph = conv_chain()
+    graph.types.update({"t": TensorType((1, 6, 6, 8), "float32"), "rt": TensorType((1, 6, 6, 8), "float32"),
+                        "back": TensorType((1, 8, 6, 6), "float32")})  # fmt: skip
+    graph.nodes = [Node("transpose", ("x",), ("t",), (("perm", (0, 2, 3, 1)),)), Node("relu", ("t",), ("rt",)),
+                   Node("transpose", ("rt",), ("back",), (("perm", (0, 3, 1, 2)),)),
+                   Node("conv", ("back", "w1"), ("y",), graph.nodes[0].attrs)]  # fmt: skip
+    graph.outputs = ["y"]
+    assignment = assign_layouts(graph, lambda node, last: 1.0 if last else 5.0, lambda v, s, t: 2.0)
+    rewritten = materialize(graph, assignment)
+    assert [n.prim for n in rewritten.nodes] == ["transpose", "relu", "conv", "transpose"]
+    feeds = graph_feeds(graph)
+    np.testing.assert_allclose(run_reference(rewritten, feeds)["y"], run_reference(graph, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["shufflenet_v2", "efficientvit_b0", "efficientnet_b0", "candy", "segformer_b0"])
+def test_channels_last_rewrites_of_shared_models_compute_the_same(model: str) -> None:
+    from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
+    from kernorch.cost.model import GeneratableCost
+    from kernorch.pipeline import import_graph
+    from tests.conftest import SHARED_MODELS
+
+    path = SHARED_MODELS / f"{model}.onnx"
+    if not path.is_file():
+        pytest.skip("shared models not present")
+    graph = import_graph(path)
+    rewritten, report = choose_layouts(graph, GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["v100"])),
+                                       "channels-last")  # fmt: skip
+    assert report.channels_last_convs == report.convs > 0
+    feeds = graph_feeds(graph)
+    expected, actual = run_reference(graph, feeds), run_reference(rewritten, feeds)
+    for name, value in expected.items():
+        scale = float(np.abs(value).max()) or 1.0
+        assert float(np.abs(actual[name] - value).max()) / scale <= 1e-5, name
