@@ -249,14 +249,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from kernorch.codegen.library import absorbed_summary
+
     result = _orchestrate(args, show_progress=True)
     graph = result.plan.graph
     for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
         origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
         print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
         print(f"    from: {', '.join(origins)}")
+        absorbed = absorbed_summary(kernel)
+        if absorbed is not None:
+            print(f"    library call: {absorbed}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
+    if result.layout_report is not None:
+        print(result.layout_report.summary())
     if result.rewrite_report is not None:
         _explain_rewrites(result.rewrite_report)
     if args.rejected:
@@ -301,7 +308,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     generate_node_tests(cache)
     results = run_conformance(cache, args.filter,
                               progress=lambda it: tqdm(it, desc="cases", unit="case", disable=args.quiet,
-                                                       file=sys.stderr, leave=False))  # fmt: skip
+                                                       file=sys.stderr, leave=False),
+                              compiled=args.compiled)  # fmt: skip
     per_op = summarize(results)
     width = max((len(op) for op in per_op), default=2)
     print(f"{'operator':<{width}}  passed  failed  unsupported")
@@ -376,13 +384,17 @@ def build_parser() -> argparse.ArgumentParser:
     conformance = commands.add_parser(
         "conformance", help="run the ONNX backend node tests through import, fission and reference execution",
         description="Regenerate the ONNX backend node tests from the installed onnx package into a cache "
-        "directory (once), run each case and print a per-operator summary; the last line is "
+        "directory (once), run each case (through the reference interpreter, or with --compiled through the "
+        "optimized, compiled plan) and print a per-operator summary; the last line is "
         "'N passed, N failed, N unsupported'. Exit 1 if any case failed.",
     )  # fmt: skip
     conformance.add_argument("--cache-dir", help="where the generated tests live (default ~/.cache/kernorch/...)")
     conformance.add_argument("-k", "--filter", default="", help="only cases whose name contains this text")
     conformance.add_argument("-v", "--verbose", action="store_true", help="also list every unsupported case")
     conformance.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    conformance.add_argument("--compiled", action="store_true",
+                             help="run every case through the compiled path (optimized plan: generated C and oneDNN "
+                             "library calls) instead of the reference interpreter")
     conformance.set_defaults(handler=cmd_conformance)
 
     optimize = commands.add_parser(

@@ -219,3 +219,27 @@ def test_unknown_option_is_one_line() -> None:
         kernorch.compile(self_attention_block(), thread=2)
     with pytest.raises(kernorch.KernorchError, match="threads must be a positive integer"):
         kernorch.compile(self_attention_block(), threads=0)
+
+
+def test_a_loaded_plan_runs_without_torch(tmp_path: Path) -> None:
+    """The hot path is generated C and oneDNN: load and run a conv model with torch made unimportable."""
+    import subprocess
+    import sys
+
+    proto = conv_norm_act_block(channels=8, size=16)
+    model = kernorch.compile(proto, cost="analytic", device="a100")
+    assert "library" in model.executor.backends and "c" in model.executor.backends
+    plan = model.save(tmp_path / "plan")
+    x = np.random.default_rng(8).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any `import torch` now raises ImportError\n"
+        "import numpy as np, kernorch\n"
+        f"m = kernorch.load({str(plan)!r})\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, m.run({{'x': np.load({str(tmp_path / 'x.npy')!r})}})['y'])\n"
+        "assert 'torch' not in {name.split('.')[0] for name, mod in sys.modules.items() if mod is not None}\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    expected = run_onnxruntime(proto, {"x": x})["y"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-4)

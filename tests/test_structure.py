@@ -29,7 +29,7 @@ ALLOWED = {
     "api": {"pipeline", "runtime"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},
-    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "runtime", "tools"},
+    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools"},
     "__init__": {"api", "fission", "frontend", "runtime"},  # plus BASE (Options)
 }
 

@@ -191,7 +191,8 @@ class _Describer:
         for i in self.kernel.nodes:
             node = self.graph.nodes[i]
             kind = PRIMITIVES[node.prim].kind
-            if kind in (Kind.LINEAR, Kind.OPAQUE) or node.prim in UNSUPPORTED_PRIMS:
+            if (kind in (Kind.LINEAR, Kind.OPAQUE) and not is_depthwise(self.graph, node)) \
+                    or node.prim in UNSUPPORTED_PRIMS:  # fmt: skip
                 raise NotGeneratable(f"{node.prim} is not a memory-intensive primitive")
             for value in (*node.inputs, *node.outputs):
                 if self.graph.types[value].dtype not in SUPPORTED_DTYPES:
@@ -275,6 +276,8 @@ class _Describer:
             return self.resize_expr(node, index)
         if prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "window_max", "window_sum"):
             return self.reduction_tree(node, index)
+        if is_depthwise(self.graph, node):
+            return self.depthwise_tree(node, index)
         raise NotGeneratable(f"no code generation for {prim}")
 
     def concat_expr(self, node: Node, index: list[Tree]) -> Tree:
@@ -407,6 +410,48 @@ class _Describer:
         body = self.value(x, in_index)
         return ("reduce", reducer, dtype, tuple(loops), body if conds is None else ("guard", conds, body))
 
+    def depthwise_tree(self, node: Node, index: list[Tree]) -> Tree:
+        """Σ over the taps of x[n, tap position, c] · w[c, 0, taps] (channels-last, or the NCHW equivalent)."""
+        x, w = node.inputs
+        attrs = node.attr_dict
+        in_shape = self.graph.types[x].shape
+        kernel = self.graph.types[w].shape[2:]
+        spatial = len(kernel)
+        last = bool(attrs.get("channels_last", False))
+        channel = index[-1] if last else index[1]
+        first = 1 if last else 2  # first spatial axis
+        loops, conds = [], None
+        in_index = list(index)
+        taps: list[Tree] = []
+        for j in range(spatial):
+            var = self.fresh_var()
+            loops.append((var, kernel[j]))
+            taps.append(("var", var))
+            position = add(add(mul(index[first + j], lit(attrs["strides"][j])), lit(-attrs["pads"][j])),
+                           mul(("var", var), lit(attrs["dilations"][j])))  # fmt: skip
+            in_index[first + j] = position
+            if attrs["pads"][j] or attrs["pads"][spatial + j]:
+                cond = ("&&", (">=", position, lit(0)), ("<", position, lit(in_shape[first + j])))
+                conds = cond if conds is None else ("&&", conds, cond)
+        if w in self.graph.constants:
+            # the constant filters re-laid [taps..., C]: the inner loop over channels reads them unit-stride
+            name = f"dw{len(self.tables)}"
+            self.tables[name] = np.moveaxis(self.graph.constants[w][:, 0], 0, -1).reshape(-1).astype(np.float32)
+            weight: Tree = ("table", name, flatten([*taps, channel], (*kernel, in_shape[-1] if last else in_shape[1])))
+        else:
+            weight = self.value(w, [channel, lit(0), *taps])
+        body = ("op", "mul", "float32", self.value(x, in_index), weight)
+        return ("reduce", "reduce_sum", "float32", tuple(loops), body if conds is None else ("guard", conds, body))
+
+
+def is_depthwise(graph: Graph, node: Node) -> bool:
+    """A float32 conv with one filter per channel: a per-channel window reduction, generated like pooling."""
+    if node.prim != "conv" or graph.types[node.outputs[0]].dtype != "float32":
+        return False
+    x, w = (graph.types[v] for v in node.inputs)
+    channels = x.shape[-1] if node.attr("channels_last", False) else x.shape[1]
+    return node.attr("group") == channels == w.shape[0] and w.shape[1] == 1
+
 
 def describe(kernel: CandidateKernel) -> KernelLoops:
     """Build the loop description of a memory-intensive kernel, or raise NotGeneratable."""
@@ -420,7 +465,8 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
     for value in kernel.outputs:
         d.add_buffer(value, "output")
     nodes = [graph.nodes[i] for i in kernel.nodes]
-    reductions = [n for n in nodes if PRIMITIVES[n.prim].kind == Kind.REDUCE and n.prim != "expand"]
+    reductions = [n for n in nodes if (PRIMITIVES[n.prim].kind == Kind.REDUCE and n.prim != "expand")
+                  or is_depthwise(graph, n)]  # fmt: skip
     row = _row_schedule(graph, nodes, reductions, kernel.outputs)
     phases: list[Phase] = []
     if row is not None:

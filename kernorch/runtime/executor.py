@@ -9,6 +9,7 @@ reference implementation can run (an op no backend generates) in between. No tor
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -147,6 +148,24 @@ class PlanExecutor:
                     np.copyto(target, result)
 
         return launch
+
+    def kernel_times(self, feeds: Mapping[str, np.ndarray], repeats: int = 20) -> list[float]:
+        """Median seconds of each kernel measured in place: whole inferences, every kernel timed on its own
+        (native kernels one foreign call each), so caches hold what a real inference leaves in them."""
+        for name, array in check_feeds(self.graph, feeds).items():
+            np.copyto(self.buffers[name], array)
+        kernels = enumerate(zip(self.kernels, self.plan.native, strict=True))
+        launchers = [self._native_step(k, k + 1) if native else self._reference_launcher(kernel)
+                     for k, (kernel, native) in kernels]  # fmt: skip
+        samples: list[list[float]] = [[] for _ in launchers]
+        with thread_count(self.threads):
+            for repeat in range(repeats + 1):
+                for k, launch in enumerate(launchers):
+                    started = time.perf_counter()
+                    launch()
+                    if repeat:  # the first inference warms up
+                        samples[k].append(time.perf_counter() - started)
+        return [float(np.median(s)) for s in samples]
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, array in check_feeds(self.graph, feeds).items():

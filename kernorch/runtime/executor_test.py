@@ -260,3 +260,29 @@ def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
     assert compiled.executor.backends == ["library"]  # one oneDNN matmul with the bias argument
     assert "DNNL_ARG_BIAS" in compiled.executor.source
     np.testing.assert_allclose(compiled.run({"a": a})["y"], run_onnxruntime(model, {"a": a})["y"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
+    """Depthwise convs: generated C (a per-channel window reduction) on NCHW buffers, oneDNN channels-last."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    x, w, b = random_array((1, 24, 15, 15)), random_array((24, 1, 5, 5), seed=1), random_array((24,), seed=2)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=24, pads=[2, 1, 2, 1], strides=[2, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "depthwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 24, 15, 15))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 24, 8, 15))],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic", device="a100", layout=layout)
+    conv_kernels = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+                    if any(compiled.graph.nodes[i].prim == "conv" for i in k.nodes)]  # fmt: skip
+    assert conv_kernels == (["c"] if layout == "nchw" else ["library"])
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip

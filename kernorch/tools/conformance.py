@@ -27,7 +27,8 @@ from onnx import numpy_helper
 from kernorch.errors import KernorchError
 from kernorch.fission import FISSION_RULES, fission
 from kernorch.frontend import import_model
-from kernorch.options import cache_root
+from kernorch.options import Options, cache_root
+from kernorch.pipeline import compile_plan, plan_graph
 from kernorch.runtime import run_reference
 
 
@@ -129,7 +130,14 @@ def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -
     return f"{mismatches} elements differ" if mismatches else ""
 
 
-def run_case(case_dir: Path, op: str, rtol: float, atol: float) -> CaseResult:
+# The compiled path plans with the analytic cost model of a fixed preset: no measuring, and the same plan on
+# every machine (which kernels fuse differs from a profiled plan, but every kernel runs as generated code).
+COMPILED_OPTIONS = Options(cost="analytic", device="a100", rewrite_budget=5.0)
+
+
+def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool = False) -> CaseResult:
+    """One node test: fission + reference interpreter, or with `compiled` the optimized plan as generated C
+    and library calls."""
     name = case_dir.name
     try:
         model_proto = onnx.load(str(case_dir / "model.onnx"))
@@ -146,7 +154,12 @@ def run_case(case_dir: Path, op: str, rtol: float, atol: float) -> CaseResult:
             bound = _static_inputs(model_proto, feeds)
             model = import_model(model_proto, {n: tuple(a.shape) for n, a in feeds.items() if n not in bound}, bound)
             graph = fission(model)
-            outputs = run_reference(graph, {n: a for n, a in feeds.items() if n not in bound})
+            runtime_feeds = {n: a for n, a in feeds.items() if n not in bound}
+            if compiled:
+                program = compile_plan(plan_graph(graph, COMPILED_OPTIONS), COMPILED_OPTIONS)
+                outputs = program.run(runtime_feeds)
+            else:
+                outputs = run_reference(graph, runtime_feeds)
             for j, output_name in enumerate(model.output_names):
                 path = data_dir / f"output_{j}.pb"
                 if not path.is_file():
@@ -163,7 +176,8 @@ def run_case(case_dir: Path, op: str, rtol: float, atol: float) -> CaseResult:
 
 
 def run_conformance(cache_dir: Path | None = None, pattern: str = "",
-                    progress: Callable[[Iterator[str]], Iterator[str]] | None = None) -> list[CaseResult]:  # fmt: skip
+                    progress: Callable[[Iterator[str]], Iterator[str]] | None = None,
+                    compiled: bool = False) -> list[CaseResult]:  # fmt: skip
     directory = generate_node_tests(cache_dir or default_cache_dir())
     index: dict[str, dict[str, object]] = json.loads((directory / "cases.json").read_text())
     names = sorted(n for n in index if pattern in n)
@@ -172,7 +186,7 @@ def run_conformance(cache_dir: Path | None = None, pattern: str = "",
     for name in iterator:
         entry = index[name]
         results.append(run_case(directory / name, str(entry["op"]), float(entry["rtol"]),  # type: ignore[arg-type]
-                                float(entry["atol"])))  # type: ignore[arg-type]
+                                float(entry["atol"]), compiled))  # type: ignore[arg-type]
     return results
 
 
