@@ -148,6 +148,12 @@ _CANDIDATES: tuple[Callable[[Callable[[float], float]], tuple[Eltwise, Callable[
     _fixed("mish", lambda x: x * np.tanh(np.logaddexp(0.0, x))),
 )  # fmt: skip
 
+def _snap(value: float) -> float:
+    """The float32 value, with round-off around a whole number removed."""
+    nearest = round(value)
+    return float(nearest) if abs(value - nearest) <= 1e-9 * max(1.0, abs(value)) else float(np.float32(value))
+
+
 SAMPLES = np.concatenate([np.linspace(-12.0, 12.0, 481), [-1e-3, 1e-3, 2e-3, 0.5, -0.5, 3.0, -3.0, 6.0]])
 
 
@@ -176,8 +182,9 @@ def fit_scalar_function(f_samples: np.ndarray, f: Callable[[float], float]) -> l
         # a·g(x) + b: least squares, then the same strict check
         design = np.stack([g_samples, np.ones_like(g_samples)], axis=1)
         (a, b), *_ = np.linalg.lstsq(design, f_samples, rcond=None)
+        a, b = _snap(float(a)), _snap(float(b))  # least squares leaves ~1e-16 where the answer is 0 or 1
         if abs(a) > 1e-12 and close(a * g_samples + b):
-            return [eltwise, Eltwise("linear", float(a), float(b))]
+            return [eltwise] if (a, b) == (1.0, 0.0) else [eltwise, Eltwise("linear", a, b)]
     raise EpilogueError("an elementwise function oneDNN has no eltwise algorithm for")
 
 
