@@ -105,7 +105,16 @@ def test_wrong_runtime_input_dtype_and_shape() -> None:
         run_reference(graph, {"x": good[..., :7]})
     with pytest.raises(InputMismatch, match="missing"):
         run_reference(graph, {})
-    assert InputMismatch("x").exit_code == 2
+
+
+def test_wrong_input_to_a_saved_plan_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import kernorch
+
+    plan = kernorch.compile(conv_norm_act_block(channels=4, size=8), cost="analytic", device="a100")
+    directory = plan.save(tmp_path / "plan")
+    np.save(tmp_path / "x.npy", random_array((1, 4, 8, 7)))
+    code, err = run_cli(["run", str(directory), "--input", f"x={tmp_path / 'x.npy'}"], capsys)
+    assert code == 2 and "shape (1, 4, 8, 7)" in err and len(err.splitlines()) == 1
 
 
 def test_failed_check_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,3 +44,18 @@ def test_cli_last_line(capsys: pytest.CaptureFixture[str]) -> None:
     passed, failed, unsupported = (int(part.split()[0]) for part in last.split(", "))
     assert passed > 10 and failed == 0
     assert Path(default_cache_dir() / "cases.json").is_file()
+
+
+# Linear primitives (oneDNN calls) and the memory-bound kinds most worth covering; the whole suite compiled
+# is `kernorch conformance --compiled` (about 3 minutes).
+COMPILED_SUBSET = ("test_conv", "test_basic_conv", "test_convtranspose", "test_matmul", "test_gemm", "pool",
+                   "test_softmax", "test_transpose", "test_resize")
+
+
+@pytest.mark.parametrize("pattern", COMPILED_SUBSET)
+def test_compiled_path_passes_what_the_reference_passes(pattern: str, results: list) -> None:
+    compiled = run_conformance(default_cache_dir(), pattern, compiled=True)
+    failed = [f"{r.name}: {r.detail}" for r in compiled if r.status == "failed"]
+    assert not failed, "\n".join(failed)
+    reference_passed = {r.name for r in results if r.status == "passed" and pattern in r.name}
+    assert reference_passed and {r.name for r in compiled if r.status == "passed"} == reference_passed

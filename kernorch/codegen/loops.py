@@ -569,6 +569,10 @@ def _row_schedule(graph: Graph, nodes: list[Node], reductions: list[Node],
         return None
     full = graph.types[reductions[0].inputs[0]].shape
     axes = tuple(reductions[0].attr("axes"))
+    if axes[-1] != len(full) - 1 and any(full[a] != 1 for a in range(axes[-1] + 1, len(full))):
+        # the innermost axis is not reduced (e.g. a channels-last instance norm): per row, the reduction would
+        # stride through memory; the phased schedule sums across rows with the innermost axis vectorized
+        return None
     if any(graph.types[n.inputs[0]].shape != full or tuple(n.attr("axes")) != axes for n in reductions):
         return None
     reduced = tuple(1 if a in axes else s for a, s in enumerate(full))

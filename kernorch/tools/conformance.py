@@ -27,7 +27,7 @@ from onnx import numpy_helper
 from kernorch.errors import KernorchError
 from kernorch.fission import FISSION_RULES, fission
 from kernorch.frontend import import_model
-from kernorch.options import Options, cache_root
+from kernorch.options import Options, OrchestrationLimits, cache_root
 from kernorch.pipeline import compile_plan, plan_graph
 from kernorch.runtime import run_reference
 
@@ -132,7 +132,9 @@ def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -
 
 # The compiled path plans with the analytic cost model of a fixed preset: no measuring, and the same plan on
 # every machine (which kernels fuse differs from a profiled plan, but every kernel runs as generated code).
-COMPILED_OPTIONS = Options(cost="analytic", device="a100", rewrite_budget=5.0)
+# Node tests check numbers, not plan optimality: short solver and rewrite budgets keep large expanded cases quick.
+COMPILED_OPTIONS = Options(cost="analytic", device="a100", rewrite_budget=1.0,
+                           limits=OrchestrationLimits(solver_time_limit=2.0))
 
 
 def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool = False) -> CaseResult:

@@ -115,9 +115,7 @@ def test_row_and_column_scales_move_behind_the_product(batch: tuple[int, ...], m
     graph = build({"a": (*batch, m, k), "b": (k, n), "s": scale_shape}, body)
     rewritten, _ = rewrite_with(graph, "scale-across-matmul")
     assert prims(rewritten) == ["matmul", prim]
-    if prim == "div":
-        return  # the reference draws the scale from a normal distribution: dividing by ~0 is ill-conditioned
-    assert_equivalent(graph, rewritten)
+    assert_equivalent(graph, rewritten, away_from_zero=("s",))  # divisors drawn away from 0
 
 
 def test_softmax_then_matmul_becomes_korch_figure_2b() -> None:
