@@ -29,7 +29,7 @@ $(STAMP_BENCH): pyproject.toml $(STAMP_RUN)
 # Every model in ../shared/models (override: make bench MODELS=dir); writes bench/results/DATE.{md,png,json}
 MODELS ?= ../shared/models
 bench: $(STAMP_BENCH)
-	$(BIN)/python bench/run_all.py --models $(MODELS)
+	$(BIN)/python bench/run_all.py --models $(MODELS) --compare-layouts
 
 demo: $(STAMP_RUN)
 	$(BIN)/kernorch demo

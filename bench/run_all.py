@@ -10,7 +10,8 @@ import math
 import sys
 from pathlib import Path
 
-from kernorch.tools.bench import KERNORCH, PEERS, bench_model
+from kernorch.options import Options
+from kernorch.tools.bench import KERNORCH, LAYOUT_CONTENDERS, PEERS, bench_model
 
 
 def main() -> int:
@@ -20,6 +21,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--compare-layouts", action="store_true",
+                        help="also time kernorch with every conv channels-last and with everything NCHW "
+                        "(models with convolutions)")  # fmt: skip
     args = parser.parse_args()
     models = sorted(Path(args.models).glob("*.onnx"))
     if not models:
@@ -28,30 +32,38 @@ def main() -> int:
     reports = []
     for path in models:
         print(f"benchmarking {path.name} ...", file=sys.stderr, flush=True)
-        reports.append(bench_model(str(path), runs=args.runs, threads=args.threads))
+        reports.append(bench_model(str(path), runs=args.runs, options=Options(threads=args.threads),
+                                   compare_layouts=args.compare_layouts))  # fmt: skip
     stamp = datetime.date.today().isoformat()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stamp}.json").write_text(json.dumps(reports, indent=1))
     geomean = math.exp(sum(math.log(r["speedup_vs_best_peer"]) for r in reports) / len(reports))
-    names = [*PEERS, *KERNORCH]
+    names = [n for n in (*PEERS, *KERNORCH, *LAYOUT_CONTENDERS) if any(n in r["contenders"] for r in reports)]
     lines = [
         f"# kernorch benchmark, {stamp}",
         "",
         f"{args.threads} threads, {reports[0]['runs']} runs per contender, each contender in its own process, "
         "rounds interleaved; medians in ms. Speedup = best peer median / kernorch median "
-        "(best peer: the faster onnxruntime configuration).",
+        "(best peer: the faster of onnxruntime, all optimizations, and OpenVINO, fp32).",
         "",
-        "| model | " + " | ".join(names) + " | kernorch speedup vs best peer | kernels (opt/norewrite/greedy/unfused) "
-        "| roofline bound ms | kernorch / bound |",
-        "|---|" + "---|" * (len(names) + 4),
+        "| model | " + " | ".join(names) + " | best peer | kernorch speedup vs best peer "
+        "| kernels (opt/norewrite/greedy/unfused) | roofline bound ms | kernorch / bound |",
+        "|---|" + "---|" * (len(names) + 5),
     ]
     for r in reports:
-        medians = " | ".join(f"{r['contenders'][n]['median_ms']:.2f}" for n in names)
+        medians = " | ".join(f"{r['contenders'][n]['median_ms']:.2f}" if n in r["contenders"] else "-"
+                             for n in names)  # fmt: skip
         kernels = "/".join(str(r["kernels"][n]) for n in KERNORCH)
-        lines.append(f"| {r['model']} | {medians} | {r['speedup_vs_best_peer']:.2f}x | {kernels} | "
+        lines.append(f"| {r['model']} | {medians} | {r['best_peer']} | {r['speedup_vs_best_peer']:.2f}x | {kernels} | "
                      f"{r['roofline']['bound_ms']:.2f} | {r['roofline']['kernorch_over_bound']:.1f}x |")  # fmt: skip
     lines += ["", f"Geometric mean speedup of kernorch over the best peer: **{geomean:.2f}x**", ""]
+    for r in reports:
+        layouts = "; ".join(f"{name}: {v['channels_last_convs']}/{v['convs']} convs channels-last, "
+                            f"{v['transposes']} layout changes" for name, v in r.get("layouts", {}).items())
+        absorbed = "; ".join(f"{kind} ×{n}" for kind, n in r.get("epilogues", {}).items()) or "nothing"
+        lines.append(f"- {r['model']}: {layouts or 'no convolutions'}. Library calls absorbed: {absorbed}.")
+    lines.append("")
     (out / f"{stamp}.md").write_text("\n".join(lines))
     try:
         import matplotlib
@@ -67,8 +79,9 @@ def main() -> int:
             axis.bar([i + offset for i in range(len(reports))], values, width, label=name)
         axis.axhline(1.0, color="black", linewidth=0.8)
         axis.set_xticks(range(len(reports)), [r["model"].removesuffix(".onnx") for r in reports], rotation=30)
-        axis.set_ylabel("speedup vs best onnxruntime")
-        axis.set_title(f"kernorch vs onnxruntime ({stamp}, {args.threads} threads); geomean {geomean:.2f}x")
+        axis.set_ylabel("speedup vs best peer")
+        axis.set_title(f"kernorch vs best of onnxruntime/OpenVINO ({stamp}, {args.threads} threads); "
+                       f"geomean {geomean:.2f}x")
         axis.legend()
         figure.tight_layout()
         figure.savefig(out / f"{stamp}.png", dpi=110)

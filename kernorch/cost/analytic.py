@@ -8,14 +8,17 @@ for. Compute and memory overlap within a kernel, hence the max (the roofline), n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kernorch.ir.graph import Graph, Node
-from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.types import TensorType
 from kernorch.machine import cpu_model, fingerprint
 from kernorch.options import DEFAULT_THREADS, cache_root
 from kernorch.runtime.threads import thread_count
@@ -95,9 +98,13 @@ class AnalyticCostModel:
         return seconds + self.device.kernel_overhead
 
 
+CALIBRATION_VERSION = 2  # 2: peak and dispatch measured with kernorch's own generated code (oneDNN, C)
+
+
 def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:
-    """Measure memory bandwidth (large copy), fp32 peak (matmul with `threads` threads) and a tiny-op
-    dispatch cost; best of several runs, since these are the machine's peaks.
+    """Measure memory bandwidth (large copy), fp32 peak (a 1024³ oneDNN matmul with packed weights and
+    `threads` threads, the library kernels' own path) and the dispatch cost of one tiny generated kernel;
+    best of several runs, since these are the machine's peaks.
 
     Takes about a second; the result is cached per machine fingerprint and thread count.
     """
@@ -105,29 +112,50 @@ def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT
     machine = fingerprint()
     try:
         cached = json.loads(path.read_text())
-        if cached.get("fingerprint") == machine and cached.get("threads") == threads:
+        if cached.get("fingerprint") == machine and cached.get("threads") == threads and \
+                cached.get("version") == CALIBRATION_VERSION:  # fmt: skip
             return DeviceSpec(**cached["device"])
     except (OSError, ValueError, TypeError, KeyError):
         pass  # missing or corrupt: measure again
 
-    import torch
-
     source = np.ones(16 * 1024 * 1024, dtype=np.float32)  # 64 MiB, far beyond the caches
     target = np.empty_like(source)
     bandwidth = 2 * source.nbytes / time_call(lambda: np.copyto(target, source), runs=5).best
-    a = torch.randn(1024, 1024)
-    b = torch.randn(1024, 1024)
+    size = 1024
+    matmul = _single_kernel("matmul", (size, size), constant_b=True, cache_dir=cache_dir, threads=threads)
     with thread_count(threads):
-        peak = 2 * 1024**3 / time_call(lambda: torch.matmul(a, b), runs=5).best
-    tiny_in, tiny_out = np.ones(16, np.float32), np.empty(16, np.float32)
-    overhead = max(time_call(lambda: np.add(tiny_in, tiny_in, out=tiny_out), runs=1000).median, 1e-6)
+        peak = 2 * size**3 / time_call(matmul, runs=10, warmup=2).best
+        overhead = max(time_call(_single_kernel("relu", (16,), cache_dir=cache_dir, threads=threads),
+                                 runs=1000).median, 1e-7)  # fmt: skip
     device = DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": machine, "threads": threads, "device": asdict(device)}))
+        path.write_text(json.dumps({"fingerprint": machine, "threads": threads, "version": CALIBRATION_VERSION,
+                                    "device": asdict(device)}))  # fmt: skip
     except OSError:
         pass  # a cache: without a writable directory, calibrate again next time
     return device
+
+
+def _single_kernel(prim: str, shape: tuple[int, ...], constant_b: bool = False, cache_dir: Path | None = None,
+                   threads: int = DEFAULT_THREADS) -> Callable[[], Any]:  # fmt: skip
+    """A one-kernel plan of `prim` on random float32 data, compiled like any plan; returns its launcher."""
+    from kernorch.runtime.executor import PlanExecutor
+
+    rng = np.random.default_rng(0)
+    graph = Graph(inputs=["a"], outputs=["c"], name=f"calibrate-{prim}")
+    graph.types = {"a": TensorType(shape, "float32"), "c": TensorType(shape, "float32")}
+    inputs: tuple[str, ...] = ("a",)
+    if constant_b:
+        graph.constants["b"] = rng.standard_normal(shape).astype(np.float32)
+        graph.types["b"] = TensorType(shape, "float32")
+        inputs = ("a", "b")
+    graph.nodes = [Node(prim, inputs, ("c",))]
+    executor = PlanExecutor(graph, [make_kernel(graph, (0,), ("c",))], threads, cache_dir)
+    executor.buffers["a"][...] = rng.standard_normal(shape)
+    (launch,) = executor.steps
+    launch.keep_alive = executor  # type: ignore[attr-defined]
+    return launch
 
 
 def device_by_name(name: str, cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:

@@ -155,7 +155,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         "kernorch-greedy": (result, result.greedy_plan), "kernorch-unfused": (result, unfused_plan(result)),
     }  # fmt: skip
     layouts = {"kernorch": result.layout_report}
-    if compare_layouts:
+    if compare_layouts and any(n.prim in ("conv", "conv_transpose") for n in fissioned.nodes):
         for name, policy in LAYOUT_CONTENDERS.items():
             other = plan_graph(fissioned, options.with_(layout=policy), progress, cost_model)
             plans[name] = (other, other.plan)
