@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test bench lint typecheck clean mutate fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ bench: $(STAMP_BENCH)
 
 demo: $(STAMP_RUN)
 	$(BIN)/kernorch demo
+
+# On demand: does the suite catch broken code? (a fixed list of mutants; prints which survive)
+mutate: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.devtools.mutate
+
+# On demand: 10 000 malformed ONNX inputs through `kernorch check`; prints the exit-code histogram
+fuzz: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.devtools.fuzz --count 10000
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

@@ -30,14 +30,14 @@ def main() -> int:
         print(f"no .onnx models in {args.models}", file=sys.stderr)
         return 2
     reports = []
+    stamp = datetime.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for path in models:
         print(f"benchmarking {path.name} ...", file=sys.stderr, flush=True)
         reports.append(bench_model(str(path), runs=args.runs, options=Options(threads=args.threads),
                                    compare_layouts=args.compare_layouts))  # fmt: skip
-    stamp = datetime.date.today().isoformat()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stamp}.json").write_text(json.dumps(reports, indent=1))
+        (out / f"{stamp}.json").write_text(json.dumps(reports, indent=1))  # kept as each model finishes
     geomean = math.exp(sum(math.log(r["speedup_vs_best_peer"]) for r in reports) / len(reports))
     names = [n for n in (*PEERS, *KERNORCH, *LAYOUT_CONTENDERS) if any(n in r["contenders"] for r in reports)]
     lines = [

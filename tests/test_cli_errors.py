@@ -174,3 +174,45 @@ def test_bad_arguments_in_a_fresh_process_print_no_traceback(tmp_path: Path) -> 
         assert done.returncode == 2, (argv, done.stderr)
         assert "Traceback" not in done.stderr
         assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr
+
+
+HOSTILE_NAMES = ["int", "return", "x\"); system(\"touch pwned", "a\nb", "ü-名前", "$(touch pwned)", "*/ int k;",
+                 "--help", "../../etc/passwd", " ", "a b"]  # fmt: skip
+
+
+def test_hostile_value_and_node_names_compile_and_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names are data: C keywords, quotes, newlines, non-ASCII and shell syntax never reach generated code."""
+    import kernorch
+    from kernorch.tools.check import run_onnxruntime
+
+    monkeypatch.chdir(tmp_path)
+    names = HOSTILE_NAMES
+    w = random_array((4, 4, 3, 3), seed=1)
+    nodes = [helper.make_node("Conv", [names[0], names[1]], [names[2]], name=names[3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [names[2]], [names[4]], name=names[5]),
+             helper.make_node("Add", [names[4], names[0]], [names[6]], name=names[7]),
+             helper.make_node("Sigmoid", [names[6]], [names[8]], name=names[9])]  # fmt: skip
+    graph = helper.make_graph(nodes, names[10],
+                              [helper.make_tensor_value_info(names[0], TensorProto.FLOAT, (1, 4, 5, 5))],
+                              [helper.make_tensor_value_info(names[8], TensorProto.FLOAT, (1, 4, 5, 5))],
+                              [onnx.numpy_helper.from_array(w, names[1])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    x = random_array((1, 4, 5, 5))
+    for layout in ("nchw", "channels-last"):
+        compiled = kernorch.compile(model, cost="analytic", device="a100", layout=layout)
+        np.testing.assert_allclose(compiled(x), run_onnxruntime(model, {names[0]: x})[names[8]], rtol=1e-5,
+                                   atol=1e-5)  # fmt: skip
+        loaded = kernorch.load(compiled.save(tmp_path / f"plan-{layout}"))
+        np.testing.assert_allclose(loaded(x), compiled(x), rtol=0, atol=0)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_names_that_are_not_utf8_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the fuzzer: protobuf strings must be UTF-8; a model breaking that is refused in one line."""
+    x = random_array((2, 3))
+    data = single_op_model("Relu", {"qq": x}).SerializeToString().replace(b"qq", b"\xd9\xd9")
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data)
+    code, err = run_cli(["check", str(path)], capsys)
+    assert code == 2 and "not valid UTF-8" in err and len(err.splitlines()) == 1

@@ -30,6 +30,7 @@ ALLOWED = {
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},
     "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools"},
+    "devtools": {"api", "cli", "testing", "tools", "ir", "runtime"},  # on-demand tools driving the CLI and tests
     "__init__": {"api", "fission", "frontend", "runtime"},  # plus BASE (Options)
 }
 

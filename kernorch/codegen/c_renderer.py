@@ -126,8 +126,10 @@ def _literal(value: Any, dtype: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, loops: KernelLoops, prefix: str, counter: list[int]) -> None:
+    def __init__(self, loops: KernelLoops, prefix: str, counter: list[int],
+                 scalar_types: dict[str, str] | None = None) -> None:  # fmt: skip
         self.loops = loops
+        self.scalar_types = scalar_types if scalar_types is not None else {}  # row statistics: slot -> C type
         self.prefix = prefix
         self.types = {b.name: b.dtype for b in loops.buffers}
         self.lines: list[str] = []
@@ -181,7 +183,7 @@ class _Emitter:
         if kind == "reduce":
             return C_TYPES[tree[2]]
         if kind == "scalar":
-            return "double"
+            return self.scalar_types[tree[1]]
         if kind == "table":
             return "float"
         raise ValueError(kind)
@@ -259,7 +261,9 @@ class _Emitter:
         self.counter[0] += 1
         acc = f"t{self.counter[0]}"
         is_float = dtype in _FLOAT_SUFFIX
-        acc_type = "double" if is_float and prim in ("reduce_sum", "reduce_prod") else C_TYPES[dtype]
+        # float sums accumulate in float: the SIMD reduction keeps one partial sum per lane, which bounds the
+        # error like a pairwise sum, and double would halve the vector width and convert every element
+        acc_type = C_TYPES[dtype]
         if prim == "reduce_sum":
             init, update = "0", "{acc} += {x};"
         elif prim == "reduce_prod":
@@ -275,7 +279,7 @@ class _Emitter:
             guard, body = body[1], body[2]
         for position, (var, size) in enumerate(loops):
             if position == len(loops) - 1 and prim in ("reduce_sum", "reduce_prod") and guard is None:
-                # allow the sum to be reassociated across SIMD lanes (it accumulates in double)
+                # allow the sum to be reassociated across SIMD lanes (one partial sum per lane)
                 self.lines.append(f"#pragma omp simd reduction({'+' if prim == 'reduce_sum' else '*'}:{acc})")
             self.lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
         outer_memo = self.memo
@@ -445,12 +449,14 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
     # then the outputs. Reduced axes have a row variable fixed at 0.
     row_vars = loops.row_vars
     body: list[str] = [f"const int64_t {v} = 0;" for a, v in enumerate(row_vars) if loops.row_shape[a] == 1]
+    scalar_types: dict[str, str] = {}
     for phase in loops.phases:
-        emitter = _Emitter(loops, prefix, counter)
+        emitter = _Emitter(loops, prefix, counter, scalar_types)
         if phase.scalar:
             value = emitter.value(phase.expr)
             body.extend(emitter.lines)
-            body.append(f"const double {phase.target} = {value};")
+            scalar_types[phase.target] = emitter.ctype_of(phase.expr)
+            body.append(f"const {scalar_types[phase.target]} {phase.target} = {value};")
         elif phase.loop_vars:  # full-shape output: inner loops over the reduced axes
             emitter.hoist(phase.expr, set(phase.loop_vars))
             body.extend(emitter.lines)

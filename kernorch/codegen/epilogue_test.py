@@ -94,6 +94,18 @@ def test_scale_shift_and_residual_are_post_ops(layout: str) -> None:
     assert ("channels-last" in summary) == (layout == "channels-last")
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_reversed_subtraction_and_a_late_channel_add(layout: str) -> None:
+    """x − conv is a sub post-op then a negation; a per-channel add after the ReLU is a binary post-op in its
+    place, not the bias (which oneDNN adds before every post-op)."""
+    offset = random_array((1, CHANNELS, 1, 1), seed=4)
+    nodes = [helper.make_node("Sub", ["x", "c"], ["d"]), helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Add", ["r", "const_offset"], ["y"])]  # fmt: skip
+    model = conv_then(nodes, {"const_offset": offset})
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
+    assert summary.endswith("bias, sub tensor, linear(-1·x+0), relu, add tensor"), summary
+
+
 def test_matmul_with_bias_and_gelu() -> None:
     w = random_array((16, 24), seed=1)
     b = random_array((24,), seed=2)

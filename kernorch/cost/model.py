@@ -33,3 +33,12 @@ class GeneratableCost:
     def cost(self, candidate: CandidateKernel) -> float:
         backend, _ = choose_backend(candidate)
         return math.inf if backend is None else self.base.cost(candidate)
+
+    def rejection(self, candidate: CandidateKernel) -> str | None:
+        return rejection(candidate)
+
+
+def rejection(candidate: CandidateKernel) -> str | None:
+    """Why no backend can generate `candidate` (what `kernorch explain --rejected` prints), or None."""
+    backend, reason = choose_backend(candidate)
+    return reason if backend is None else None

@@ -34,6 +34,7 @@ from kernorch.codegen.compiler import CFLAGS, compile_source
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
+from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -187,10 +188,8 @@ class ProfiledCostModel:
                     timings = [(item, time_call(launchers[item.key], max_runs=CONTENDED_REPEATS if item.attempts
                                                 else 25)) for item in piece]  # fmt: skip
                 for item, timing in timings:
-                    if self._settle(item, timing, window.contended):
-                        self._store(item)
-                    elif item.attempts >= MAX_ATTEMPTS:
-                        self._store(item)
+                    if self._settle(item, timing, window.contended) or item.attempts >= MAX_ATTEMPTS:
+                        self._store(item)  # quiet, or out of attempts: the least disturbed value, marked
                     else:
                         retry.append(item)
             if retry:
@@ -220,6 +219,9 @@ class ProfiledCostModel:
         else:
             self.contended.discard(item.key)
         self.measured += 1
+
+    def rejection(self, candidate: CandidateKernel) -> str | None:
+        return rejection(candidate)
 
     def contended_in(self, kernels: Iterable[CandidateKernel]) -> int:
         """How many of `kernels` are costed by a value that never got a quiet measurement."""

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -61,6 +62,23 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _first_non_utf8(message: Any) -> str | None:
+    """The first string field of a protobuf message that did not decode as UTF-8 (protobuf then returns
+    bytes, which would reach dict keys, generated names and onnxruntime), as "field name", or None.
+    Found by the fuzzer."""
+    for descriptor, value in message.ListFields():
+        values = value if descriptor.is_repeated else [value]
+        if descriptor.type == descriptor.TYPE_STRING:
+            if any(not isinstance(v, str) for v in values):
+                return f"{descriptor.name} field"
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            for item in values:
+                found = _first_non_utf8(item)
+                if found is not None:
+                    return found
+    return None
+
+
 def load_proto(source: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(source, onnx.ModelProto):
         return source
@@ -79,6 +97,9 @@ def load_proto(source: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx
         raise InvalidModel(f"{where} is not a readable ONNX model (truncated or another format): {error}") from None
     if not proto.graph.node and not proto.graph.output:
         raise InvalidModel(f"{where} is not an ONNX model: no graph")
+    bad = _first_non_utf8(proto)
+    if bad is not None:
+        raise InvalidModel(f"{where} has a {bad} that is not valid UTF-8 (ONNX strings are UTF-8)")
     if not isinstance(source, bytes) and proto.graph.initializer:
         base = str(Path(source).parent)  # type: ignore[arg-type]
         try:
@@ -104,6 +125,8 @@ def import_model(
     except onnx.checker.ValidationError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else "invalid"
         raise InvalidModel(f"model fails the ONNX checker: {first_line}") from None
+    except UnicodeDecodeError:  # protobuf strings are UTF-8 by spec; found by the fuzzer
+        raise InvalidModel("model has a name or string that is not valid UTF-8") from None
 
     opset = 0
     for entry in proto.opset_import:

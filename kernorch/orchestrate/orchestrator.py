@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -131,6 +132,13 @@ def orchestrate(
         if prepare is not None:  # a measuring cost model times the whole batch at once
             prepare(kernels)
         costs = [cost_model.cost(k) for k in kernels]
+        why_not = getattr(cost_model, "rejection", None)  # a backend's reason for an infinite cost
+        if why_not is not None:
+            for kernel, cost in zip(kernels, costs, strict=True):
+                if cost == math.inf and (reason := why_not(kernel)) is not None:
+                    candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
+                    if candidates.rejected_counts["backend"] <= 200:
+                        rejected.append(Rejection(kernel.nodes, "backend", reason))
         enumerate_seconds = time.perf_counter() - enumerate_started
         result = solve_blp(kernels, costs, sub.required_outputs, available, limits.solver_time_limit, greedy_ids)
         greedy_order, stuck = executable_order(greedy, available)

@@ -72,3 +72,7 @@ def test_an_epilogue_oneDNN_cannot_express_is_never_chosen() -> None:
     graph.nodes = [Node("matmul", ("a", "w"), ("m",)), Node("sin", ("m",), ("y",))]
     result = orchestrate(graph, COST)
     assert [tuple(graph.nodes[n].prim for n in k.nodes) for k in result.plan.kernels] == [("matmul",), ("sin",)]
+    # and `explain --rejected` can say why the fused candidate was not an option
+    (refused,) = [r for r in result.rejected if r.rule == "backend"]
+    assert refused.nodes == (0, 1) and "no eltwise algorithm" in refused.reason
+    assert result.subgraphs[0].rejected_counts["backend"] == 1

@@ -51,6 +51,12 @@ def openvino_available() -> bool:
     return True
 
 
+class WorkerFailed(KernorchError):
+    """A contender's worker could not set up or run (its message names the contender and the cause)."""
+
+    exit_code = 1
+
+
 class BenchMismatch(KernorchError):
     """A contender's outputs differ from onnxruntime: nothing is timed (exit 1)."""
 
@@ -58,6 +64,13 @@ class BenchMismatch(KernorchError):
 
 
 def _worker(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
+    try:
+        _serve(connection, contender, model_path, plan_dir, threads)
+    except Exception as error:  # noqa: BLE001 - reported to the parent in one line, which stops the bench
+        connection.send(WorkerFailed(f"{contender}: {type(error).__name__}: {str(error).splitlines()[0][:300]}"))
+
+
+def _serve(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     feeds: dict[str, np.ndarray] = connection.recv()
     if contender.startswith("onnxruntime"):
@@ -176,6 +189,9 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
                 parent.send(feeds)
                 workers[name] = (process, parent)
             outputs = {name: connection.recv() for name, (_, connection) in workers.items()}
+            for failure in outputs.values():
+                if isinstance(failure, WorkerFailed):
+                    raise failure
             reference = outputs["onnxruntime"]
             for name, got in outputs.items():
                 worst = max(e.relative for e in compare(got, reference))

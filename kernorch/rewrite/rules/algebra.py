@@ -33,6 +33,25 @@ def power_of_exponential(ctx: RewriteContext) -> Replacement | None:
     return {ctx.node.outputs[0]: ctx.emit("exp", ctx.emit("mul", inner.inputs[0], exponent))}
 
 
+SMALL_POWERS = (2, 3, 4)
+
+
+@rewrite_rule("small-power", roots=["pow"])
+def small_integer_power(ctx: RewriteContext) -> Replacement | None:
+    """x^2, x^3, x^4 with a constant scalar exponent are products: multiplications instead of a `pow` call
+    (GELU-tanh's x³); IEEE powers of these exponents are the same products, signs and NaNs included."""
+    base, exponent = ctx.node.inputs
+    value = ctx.const(exponent)
+    if value is None or value.size != 1 or not _float(ctx, base) or ctx.type(ctx.node.outputs[0]) != ctx.type(base):
+        return None
+    power = float(value.reshape(()))
+    if power not in SMALL_POWERS:
+        return None
+    square = ctx.emit("mul", base, base)
+    result = {2: square, 3: ctx.emit("mul", square, base), 4: ctx.emit("mul", square, square)}[int(power)]
+    return {ctx.node.outputs[0]: result}
+
+
 @rewrite_rule("reduce-reduce", roots=["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])
 def nested_reduction(ctx: RewriteContext) -> Replacement | None:
     """reduce(reduce(x, A), B) with A, B disjoint and the same reducer is one reduce over A ∪ B."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,3 +115,12 @@ def test_batchnorm_folds_into_the_preceding_conv(batch: int, channels: int, size
 def test_distributing_a_scale_needs_a_linear_producer() -> None:
     graph = build({"x": (4, 3)}, lambda b: emit(b, "mul", emit(b, "add", "x", const(b, 1.0)), const(b, 2.0)))
     assert not rewrite_with(graph, "mul-over-add")[1]
+
+
+@pytest.mark.parametrize("power", [2.0, 3.0, 4.0])
+def test_small_integer_powers_become_products(power: float) -> None:
+    graph = build({"x": (3, 5)}, lambda b: emit(b, "pow", "x", const(b, power)))
+    rewritten, fired = rewrite_with(graph, "small-power")
+    assert fired == ["small-power"]
+    assert prims(rewritten) == ["mul"] * {2.0: 1, 3.0: 2, 4.0: 2}[power]
+    assert_equivalent(graph, rewritten)

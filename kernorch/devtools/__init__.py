@@ -1,0 +1,1 @@
+"""Developer tools run on demand (`make fuzz`, `make mutate`): they drive the CLI and the test suite."""

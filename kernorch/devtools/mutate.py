@@ -1,0 +1,164 @@
+"""Do the tests catch broken code? A fixed list of mutants, each a one-line change to the source that a
+real bug could make, and the tests that must then fail.
+
+For each mutant the source file is changed in place, the named tests run (pytest, `-x`), and the file is
+restored (also on Ctrl-C). A mutant is *killed* when the tests fail, *survived* when they pass. Run on
+demand (`make mutate`, a few minutes); the table lists every mutant, its verdict and the tests used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RANDOM_PLANS = "kernorch/runtime/executor_test.py::test_random_plans_match_reference"
+EXECUTOR = "kernorch/runtime/executor_test.py"
+COMPILED_NODE_TESTS = "tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes"
+BLP = "kernorch/orchestrate/blp_test.py"
+EPILOGUES = "kernorch/codegen/epilogue_test.py"
+LAYOUT = "kernorch/layout/layout_test.py"
+REWRITES = "kernorch/rewrite"
+API = "tests/test_api.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    original: str
+    mutated: str
+    tests: tuple[str, ...]
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # generated C: templates and index arithmetic
+    Mutant("C div becomes mul", "kernorch/codegen/c_renderer.py", '"div": f"({a} / {b})" if is_float',
+           '"div": f"({a} * {b})" if is_float', (RANDOM_PLANS,)),
+    Mutant("C < becomes <=", "kernorch/codegen/c_renderer.py", '"less": f"({a} < {b})"', '"less": f"({a} <= {b})"',
+           (RANDOM_PLANS,)),
+    Mutant("C max picks the smaller", "kernorch/codegen/c_renderer.py", "#define KO_MAX(a, b) ((((a) > (b))",
+           "#define KO_MAX(a, b) ((((a) < (b))", (RANDOM_PLANS,)),
+    Mutant("integer division floors", "kernorch/codegen/c_renderer.py", "return b ? a / b : 0;",
+           "return b ? (a - (((a % b) + b) % b)) / b : 0;", (RANDOM_PLANS,)),
+    Mutant("pow becomes mul", "kernorch/codegen/c_renderer.py", """"pow": f"{_math('pow', dtype)}({a}, {b})\"""",
+           """"pow": f"({a} * {b})\"""", (RANDOM_PLANS,)),
+    Mutant("where swaps its branches", "kernorch/codegen/c_renderer.py",
+           'return self.temp(self.ctype_of(tree[2]), f"({condition} ? {a} : {b})", tree)',
+           'return self.temp(self.ctype_of(tree[2]), f"({condition} ? {b} : {a})", tree)', (RANDOM_PLANS,)),
+    Mutant("index remainder bound off by one", "kernorch/codegen/indexing.py",
+           "if bounds is not None and bounds[0] >= 0 and bounds[1] < n:",
+           "if bounds is not None and bounds[0] >= 0 and bounds[1] <= n:", (RANDOM_PLANS, EXECUTOR)),
+    Mutant("digits merge without checking strides", "kernorch/codegen/indexing.py",
+           "if terms[high] != terms[low] * low.radix:", "if False:", (RANDOM_PLANS, EXECUTOR)),
+    Mutant("pooling border check dropped too often", "kernorch/codegen/loops.py",
+           "(kernel[j] - 1) * dilations[j] < in_shape[lead + j]:",
+           "(kernel[j] - 1) * dilations[j] <= in_shape[lead + j]:", (EXECUTOR,)),
+    Mutant("interchanged max starts at 0", "kernorch/codegen/c_renderer.py",
+           'init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
+           '        update = "{t} = KO_MAX({t}, {x});"',
+           'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
+           '        update = "{t} = KO_MAX({t}, {x});"', (EXECUTOR, COMPILED_NODE_TESTS)),
+    Mutant("depthwise taps shifted", "kernorch/codegen/loops.py", 'lit(-attrs["pads"][j])),',
+           'lit(1 - attrs["pads"][j])),', (EXECUTOR,)),
+    # library calls and their epilogues
+    Mutant("T - x loses its negation", "kernorch/codegen/epilogue.py",
+           'post_ops.extend([Binary("sub", other), Eltwise("linear", -1.0, 0.0)])',
+           'post_ops.extend([Binary("sub", other)])', (EPILOGUES,)),
+    Mutant("a later per-channel add becomes the bias", "kernorch/codegen/epilogue.py",
+           'if node.prim == "add" and bias is None and not post_ops and channel_bias(',
+           'if node.prim == "add" and bias is None and channel_bias(', (EPILOGUES,)),
+    Mutant("activation fit accepts anything close-ish", "kernorch/codegen/epilogue.py", "_FIT_TOLERANCE = 2e-6",
+           "_FIT_TOLERANCE = 2e-1", (EPILOGUES,)),
+    Mutant("deconv weights not transposed", "kernorch/codegen/library.py",
+           "w_strides = (strides[2], strides[1], *strides[3:])", "w_strides = (strides[1], strides[2], *strides[3:])",
+           (COMPILED_NODE_TESTS,)),
+    Mutant("transposed matmul operand read untransposed", "kernorch/codegen/library.py",
+           "strides = (*strides[:-2], strides[-1], strides[-2])", "strides = tuple(strides)", (API, EXECUTOR)),
+    Mutant("dilation passed as is", "kernorch/codegen/library.py",
+           'tuple(int(d) - 1 for d in attrs["dilations"])', 'tuple(int(d) for d in attrs["dilations"])',
+           (COMPILED_NODE_TESTS,)),
+    Mutant("bias bound to the wrong argument", "kernorch/codegen/c_library.py",
+           'memories.append(("DNNL_ARG_BIAS", call.bias, False))',
+           'memories.append(("DNNL_ARG_SRC_1", call.bias, False))', (EXECUTOR, EPILOGUES)),
+    # orchestration
+    Mutant("BLP dependency rows deleted", "kernorch/orchestrate/blp.py",
+           "            add_row(0.0, infinity, entries)", "            pass", (BLP,)),
+    Mutant("BLP output rows deleted", "kernorch/orchestrate/blp.py",
+           "add_row(1.0, infinity, {column[j]: 1.0 for j in producers[value]})", "pass", (BLP,)),
+    Mutant("optional-output subsets collapse to none/all", "kernorch/orchestrate/candidates.py",
+           "extra = [c for r in range(len(optional) + 1) for c in combinations(optional, r)]",
+           "extra = [(), tuple(optional)]", (BLP,)),
+    Mutant("library calls may write intermediate values", "kernorch/orchestrate/candidates.py",
+           "if linear and (len(mandatory) > 1 or optional):", "if False:", (EXECUTOR, BLP)),
+    Mutant("every set is convex", "kernorch/orchestrate/subgraph.py",
+           "return (ancestors & descendants & ~mask) == 0", "return True", (BLP,)),
+    # rewrites
+    Mutant("neutral-operand treats sub as commutative", "kernorch/rewrite/rules/cleanup.py", '"sub": (0, False)',
+           '"sub": (0, True)', (REWRITES,)),
+    Mutant("div-by-constant forgets the reciprocal", "kernorch/rewrite/rules/algebra.py",
+           'ctx.emit("mul", numerator, ctx.emit("reciprocal", denominator))', 'ctx.emit("mul", numerator, denominator)',
+           (REWRITES,)),
+    Mutant("sub-constant forgets the negation", "kernorch/rewrite/rules/algebra.py",
+           'ctx.emit("add", left, ctx.emit("neg", right))', 'ctx.emit("add", left, right)', (REWRITES,)),
+    # layout
+    Mutant("reshape mixes separated axes", "kernorch/layout/layouts.py",
+           "if places != list(range(places[0], places[0] + len(places))):", "if False:", (LAYOUT,)),
+    Mutant("pooling in a layout that reorders its axes", "kernorch/layout/modes.py",
+           "if positions != sorted(positions):", "if False:", (LAYOUT,)),
+    Mutant("layout change transposes the wrong way", "kernorch/layout/materialize.py",
+           '{"perm": between(source, memory)}', '{"perm": between(memory, source)}', (LAYOUT,)),
+    Mutant("reduction axes not relabelled", "kernorch/layout/modes.py",
+           '"axes": tuple(sorted(position[a] for a in attrs["axes"]))', '"axes": tuple(sorted(attrs["axes"]))',
+           (LAYOUT,)),
+    # saved plans
+    Mutant("shipped C not compared with the plan", "kernorch/runtime/artifact.py",
+           "if regenerated.encode() != shipped_source:", "if False:", (API,)),
+    Mutant("manifest hash not checked", "kernorch/runtime/artifact.py",
+           "if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):", "if False:", (API,)),
+    Mutant("compile cache ignores the CPU", "kernorch/codegen/compiler.py",
+           'version, isa_digest()])', 'version])', (API,)),
+)  # fmt: skip
+
+
+def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
+    path = ROOT / mutant.file
+    source = path.read_text()
+    if source.count(mutant.original) != 1:
+        return f"stale ({source.count(mutant.original)} matches)", 0.0
+    started = time.monotonic()
+    try:
+        path.write_text(source.replace(mutant.original, mutant.mutated))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
+        verdict = "killed" if done.returncode != 0 else "SURVIVED"
+    except subprocess.TimeoutExpired:
+        verdict = "killed (timeout)"
+    finally:
+        path.write_text(source)
+    return verdict, time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-k", "--filter", default="", help="only mutants whose name contains this text")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant's tests")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.filter in m.name]
+    print("| # | mutant | file | verdict | seconds | tests |\n|---|---|---|---|---|---|", flush=True)
+    survived = 0
+    for index, mutant in enumerate(chosen, 1):
+        verdict, seconds = run_mutant(mutant, args.timeout)
+        survived += verdict != "killed" and not verdict.startswith("killed")
+        tests = ", ".join(t.split("::")[-1].removesuffix(".py").split("/")[-1] for t in mutant.tests)
+        print(f"| {index} | {mutant.name} | {mutant.file} | {verdict} | {seconds:.0f} | {tests} |", flush=True)
+    print(f"\n{len(chosen) - survived} of {len(chosen)} mutants killed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

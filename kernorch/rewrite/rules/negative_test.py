@@ -1,0 +1,114 @@
+"""Negative cases: for every rewrite rule, graphs that look like its pattern but where rewriting would be
+wrong (or pointless) — the rule must not fire. A rule without a negative case fails the completeness test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from kernorch.ir.builder import PrimitiveBuilder
+from kernorch.ir.graph import Graph
+from kernorch.rewrite import REWRITE_RULES
+from kernorch.rewrite.testing import build, const, emit, rewrite_with
+
+Case = Callable[[], Graph]
+
+
+def _int_const(b: PrimitiveBuilder, value: int) -> str:
+    return b.constant(np.array(value, np.int32))
+
+
+NEGATIVE: dict[str, list[tuple[str, Case]]] = {
+    "cast-same-type": [("cast to another dtype", lambda: build({"x": (4,)}, lambda b: emit(b, "cast", "x",
+                                                                                           to="int32")))],
+    "constant-fold": [("an input is not constant", lambda: build({"x": (4,)}, lambda b: emit(b, "exp", "x")))],
+    "cse": [("same primitive, other attributes",
+             lambda: build({"x": (2, 3)}, lambda b: [emit(b, "reduce_sum", "x", axes=(0,)),
+                                                     emit(b, "reduce_sum", "x", axes=(1,))])),
+            ("same primitive, other inputs", lambda: build({"x": (4,), "y": (4,)},
+                                                           lambda b: [emit(b, "exp", "x"), emit(b, "exp", "y")]))],
+    "div-by-constant": [("divisor is a value", lambda: build({"x": (4,), "y": (4,)}, lambda b: emit(
+                            b, "div", "x", "y"))),
+                        ("integer division truncates", lambda: build({"x": (4,)}, lambda b: emit(
+                            b, "div", "x", _int_const(b, 3)), dtype="int32"))],
+    "exp-pow": [("base is not an exponential", lambda: build({"x": (4,)}, lambda b: emit(
+        b, "pow", emit(b, "tanh", "x"), const(b, 2.0))))],
+    "identity": [("not an identity", lambda: build({"x": (4,)}, lambda b: emit(b, "neg", "x")))],
+    "layout-noop": [("a real pad", lambda: build({"x": (2, 3)}, lambda b: emit(b, "pad", "x", pads=(0, 1, 0, 0),
+                                                                               mode="constant", value=0.0))),
+                    ("a partial slice", lambda: build({"x": (2, 3)}, lambda b: emit(
+                        b, "slice", "x", ranges=((0, 2, 1), (0, 2, 1))))),
+                    ("a reversed full slice", lambda: build({"x": (2, 3)}, lambda b: emit(
+                        b, "slice", "x", ranges=((0, 2, 1), (2, -1, -1))))),
+                    ("concat of two pieces", lambda: build({"x": (2, 3)}, lambda b: emit(
+                        b, "concat", "x", "x", axis=0)))],
+    "merge-constants": [("the second operand is a value", lambda: build({"x": (4,), "y": (4,)}, lambda b: emit(
+                            b, "add", emit(b, "add", "x", const(b, 1.0)), "y"))),
+                        ("add then mul", lambda: build({"x": (4,)}, lambda b: emit(
+                            b, "mul", emit(b, "add", "x", const(b, 1.0)), const(b, 2.0))))],
+    "merge-matmuls": [("different left operands", lambda: build({"a": (3, 4), "c": (3, 4)}, lambda b: [
+        emit(b, "matmul", "a", const(b, np.ones((4, 2)))), emit(b, "matmul", "c", const(b, np.ones((4, 2))))]))],
+    "mul-over-add": [("the sum does not come from a linear primitive", lambda: build({"x": (4,)}, lambda b: emit(
+        b, "mul", emit(b, "add", emit(b, "exp", "x"), const(b, 1.0)), const(b, 2.0))))],
+    "neg-neg": [("a single negation", lambda: build({"x": (4,)}, lambda b: emit(b, "neg", emit(b, "exp", "x"))))],
+    "neutral-operand": [("0 − x is not x", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", const(b, 0.0), "x"))),
+                        ("1 / x is not x", lambda: build({"x": (4,)}, lambda b: emit(b, "div", const(b, 1.0), "x"))),
+                        ("x · 1 that broadcasts x larger", lambda: build({"x": (4,)}, lambda b: emit(
+                            b, "mul", "x", const(b, np.ones((3, 4)))))),
+                        ("x · 2", lambda: build({"x": (4,)}, lambda b: emit(b, "mul", "x", const(b, 2.0))))],
+    "reduce-noop": [("a reduced axis longer than 1", lambda: build({"x": (1, 3)}, lambda b: emit(
+        b, "reduce_sum", "x", axes=(1,))))],
+    "reduce-reduce": [("different reducers", lambda: build({"x": (2, 3)}, lambda b: emit(
+                          b, "reduce_max", emit(b, "reduce_sum", "x", axes=(0,)), axes=(1,)))),
+                      ("the same axis twice", lambda: build({"x": (2, 3)}, lambda b: emit(
+                          b, "reduce_sum", emit(b, "reduce_sum", "x", axes=(1,)), axes=(1,))))],
+    "reduce-to-matmul": [("not the last axis", lambda: build({"x": (2, 3)}, lambda b: emit(
+        b, "reduce_sum", "x", axes=(0,))))],
+    "reshape-noop": [("a real reshape", lambda: build({"x": (2, 3)}, lambda b: emit(b, "reshape", "x", shape=(3, 2)))),
+                     ("expand that broadcasts", lambda: build({"x": (1, 3)}, lambda b: emit(
+                         b, "expand", "x", shape=(2, 3))))],
+    "reshape-through-bias": [("the reshape changes the last axis", lambda: build({"x": (2, 6)}, lambda b: emit(
+        b, "add", emit(b, "reshape", "x", shape=(2, 3, 2)), const(b, np.ones((2,))))))],
+    "reshape-through-matmul": [("the reshape changes the last axis", lambda: build({"x": (2, 6)}, lambda b: emit(
+        b, "matmul", emit(b, "reshape", "x", shape=(4, 3)), const(b, np.ones((3, 5))))))],
+    "scale-across-matmul": [("a scale along K, not a row", lambda: build({"a": (3, 4), "bm": (4, 5)}, lambda b: emit(
+        b, "matmul", emit(b, "mul", "a", const(b, np.arange(1, 5, dtype=np.float32))), "bm")))],
+    "scale-into-weight": [("the weight is not constant", lambda: build({"x": (3, 4), "w": (4, 5)}, lambda b: emit(
+                              b, "mul", emit(b, "matmul", "x", "w"), const(b, np.arange(1, 6, dtype=np.float32))))),
+                          ("the scale varies along rows", lambda: build({"x": (3, 4)}, lambda b: emit(
+                              b, "mul", emit(b, "matmul", "x", const(b, np.ones((4, 5)))),
+                              const(b, np.arange(1, 4, dtype=np.float32).reshape(3, 1)))))],
+    "small-power": [("a fractional exponent", lambda: build({"x": (4,)}, lambda b: emit(b, "pow", "x", const(b, 2.5)))),
+                    ("an exponent that is a value", lambda: build({"x": (4,), "y": (4,)}, lambda b: emit(
+                        b, "pow", "x", "y"))),
+                    ("an exponent that broadcasts", lambda: build({"x": (4,)}, lambda b: emit(
+                        b, "pow", "x", const(b, np.full((3, 4), 2.0)))))],
+    "split-split": [("split along another axis", lambda: build({"x": (4, 6)}, lambda b: b.emit(
+        "split", [b.emit("split", ["x"], {"axis": 0, "sizes": (2, 2)})[0]], {"axis": 1, "sizes": (3, 3)})))],
+    "sub-constant": [("the constant is on the left", lambda: build({"x": (4,)}, lambda b: emit(
+                         b, "sub", const(b, 1.0), "x"))),
+                     ("integers", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", "x", _int_const(b, 1)),
+                                                dtype="int32"))],
+    "transpose-into-matmul": [("the transpose keeps the last axis", lambda: build({"x": (2, 3, 4)}, lambda b: emit(
+        b, "matmul", emit(b, "transpose", "x", perm=(1, 0, 2)), const(b, np.ones((4, 5))))))],
+    "transpose-noop": [("a single real transpose", lambda: build({"x": (2, 3)}, lambda b: emit(
+        b, "transpose", "x", perm=(1, 0))))],
+    "transpose-of-matmul": [("not the last two axes", lambda: build({"a": (2, 3, 4)}, lambda b: emit(
+        b, "transpose", emit(b, "matmul", "a", const(b, np.ones((4, 5)))), perm=(1, 0, 2))))],
+}  # fmt: skip
+
+
+def test_every_rule_has_negative_cases() -> None:
+    assert set(NEGATIVE) == set(REWRITE_RULES), set(REWRITE_RULES) ^ set(NEGATIVE)
+
+
+@pytest.mark.parametrize(("rule", "case"), [(rule, case) for rule, cases in NEGATIVE.items() for case in cases],
+                         ids=[f"{rule}: {name}" for rule, cases in NEGATIVE.items() for name, _ in cases])  # fmt: skip
+def test_rule_does_not_fire(rule: str, case: tuple[str, Case]) -> None:
+    _, make = case
+    graph = make()
+    rewritten, fired = rewrite_with(graph, rule)
+    assert fired == [], fired
+    assert [n.prim for n in rewritten.nodes] == [n.prim for n in graph.nodes]
