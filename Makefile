@@ -26,10 +26,10 @@ $(STAMP_BENCH): pyproject.toml $(STAMP_RUN)
 	$(BIN)/pip install -q -e '.[bench]'
 	touch $@
 
-# Every model in ../shared/models (override: make bench MODELS=dir); writes bench/results/DATE.{md,png,json}
+# Every model in ../shared/models (override: make bench MODELS=dir); writes bench/results/DATE.{md,png,json} (BENCH_FLAGS=--resume keeps models already measured today)
 MODELS ?= ../shared/models
 bench: $(STAMP_BENCH)
-	$(BIN)/python bench/run_all.py --models $(MODELS) --compare-layouts
+	$(BIN)/python bench/run_all.py --models $(MODELS) --compare-layouts $(BENCH_FLAGS)
 
 demo: $(STAMP_RUN)
 	$(BIN)/kernorch demo

@@ -21,6 +21,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the models already in today's JSON and benchmark only the others")
     parser.add_argument("--compare-layouts", action="store_true",
                         help="also time kernorch with every conv channels-last and with everything NCHW "
                         "(models with convolutions)")  # fmt: skip
@@ -33,6 +35,10 @@ def main() -> int:
     stamp = datetime.date.today().isoformat()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.resume and (out / f"{stamp}.json").is_file():
+        reports = json.loads((out / f"{stamp}.json").read_text())
+        done = {r["model"] for r in reports}
+        models = [m for m in models if m.name not in done]
     for path in models:
         print(f"benchmarking {path.name} ...", file=sys.stderr, flush=True)
         reports.append(bench_model(str(path), runs=args.runs, options=Options(threads=args.threads),

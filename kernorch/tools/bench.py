@@ -87,6 +87,7 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
         def run() -> dict[str, np.ndarray]:
             return dict(zip(names, session.run(names, feeds), strict=True))
     elif contender == "openvino":
+        import onnx
         import openvino as ov
 
         core = ov.Core()
@@ -94,7 +95,9 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
             "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
             "INFERENCE_NUM_THREADS": threads})  # fmt: skip
         request = network.create_infer_request()
-        outputs = [(port.get_any_name(), port) for port in network.outputs]
+        # OpenVINO may rename outputs (e.g. dynamo exports): its ports follow the model's output order
+        names = [output.name for output in onnx.load(model_path, load_external_data=False).graph.output]
+        outputs = list(zip(names, network.outputs, strict=True))
 
         def run() -> dict[str, np.ndarray]:
             request.infer(feeds)
