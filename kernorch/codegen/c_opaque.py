@@ -28,6 +28,8 @@ def render_lstm(name: str, kernel: CandidateKernel) -> str:
     yh_arg = out.get(node.outputs[1], -1)
     yc_arg = out.get(node.outputs[2], -1)
     D, S, B, H = dirs, seq, batch, hidden  # noqa: N806 - the math's names
+    # One parallel region for the whole scan (Rammer-style: threads persist, a barrier per phase instead of a
+    # fork/join per step): per step the 4H gate rows are split across threads, then the B·H cell updates.
     return f"""
 int {name}(void **args) {{
     const float *gx = (const float *)args[{gx}], *R = (const float *)args[{rec}];
@@ -35,16 +37,16 @@ int {name}(void **args) {{
     float *Y = {f"(float *)args[{y_arg}]" if y_arg >= 0 else "NULL"};
     float *Yh = {f"(float *)args[{yh_arg}]" if yh_arg >= 0 else "NULL"};
     float *Yc = {f"(float *)args[{yc_arg}]" if yc_arg >= 0 else "NULL"};
-    float *h = (float *)malloc(sizeof(float) * {B * H}), *c = (float *)malloc(sizeof(float) * {B * H});
-    float *g = (float *)malloc(sizeof(float) * {B * 4 * H});
+    float h[{B * H}], c[{B * H}], g[{B * 4 * H}];  /* small: on the stack, nothing allocated per call */
     for (int64_t d = 0; d < {D}; d++) {{
         memcpy(h, h0 + d * {B * H}, sizeof(float) * {B * H});
         memcpy(c, c0 + d * {B * H}, sizeof(float) * {B * H});
         const float *Rd = R + d * {4 * H * H}, *Pd = P + d * {3 * H};
+        #pragma omp parallel if({4 * H * H} >= 16384)
         for (int64_t step = 0; step < {S}; step++) {{
             const int64_t t = ({reverse}) ? {S - 1} - step : step;
             const float *gxt = gx + (d * {S} + t) * {B * 4 * H};
-            #pragma omp parallel for schedule(static)
+            #pragma omp for schedule(static)
             for (int64_t j = 0; j < {4 * H}; j++) {{
                 const float *row = Rd + j * {H};
                 for (int64_t b = 0; b < {B}; b++) {{
@@ -54,26 +56,24 @@ int {name}(void **args) {{
                     for (int64_t k = 0; k < {H}; k++) acc += hb[k] * row[k];
                     g[b * {4 * H} + j] = gxt[b * {4 * H} + j] + acc;
                 }}
-            }}
-            for (int64_t b = 0; b < {B}; b++) {{
-                float *hb = h + b * {H}, *cb = c + b * {H};
+            }}  /* implicit barrier: every gate is ready */
+            #pragma omp for schedule(static)
+            for (int64_t bk = 0; bk < {B * H}; bk++) {{
+                const int64_t b = bk / {H}, k = bk % {H};
                 const float *gb = g + b * {4 * H};
-                #pragma omp simd
-                for (int64_t k = 0; k < {H}; k++) {{
-                    const float i = ko_sigmoidf(gb[k] + Pd[k] * cb[k]);
-                    const float f = ko_sigmoidf(gb[{2 * H} + k] + Pd[{2 * H} + k] * cb[k]);
-                    const float cell = f * cb[k] + i * ko_tanhf(gb[{3 * H} + k]);
-                    const float o = ko_sigmoidf(gb[{H} + k] + Pd[{H} + k] * cell);
-                    cb[k] = cell;
-                    hb[k] = o * ko_tanhf(cell);
-                }}
-                if (Y) memcpy(Y + ((t * {D} + d) * {B} + b) * {H}, hb, sizeof(float) * {H});
-            }}
+                const float cprev = c[bk];
+                const float i = ko_sigmoidf(gb[k] + Pd[k] * cprev);
+                const float f = ko_sigmoidf(gb[{2 * H} + k] + Pd[{2 * H} + k] * cprev);
+                const float cell = f * cprev + i * ko_tanhf(gb[{3 * H} + k]);
+                const float o = ko_sigmoidf(gb[{H} + k] + Pd[{H} + k] * cell);
+                c[bk] = cell;
+                h[bk] = o * ko_tanhf(cell);
+                if (Y) Y[((t * {D} + d) * {B} + b) * {H} + k] = h[bk];
+            }}  /* implicit barrier: the next step reads all of h */
         }}
         if (Yh) memcpy(Yh + d * {B * H}, h, sizeof(float) * {B * H});
         if (Yc) memcpy(Yc + d * {B * H}, c, sizeof(float) * {B * H});
     }}
-    free(h); free(c); free(g);
     return 0;
 }}
 """

@@ -121,3 +121,65 @@ def test_channels_last_rewrites_of_shared_models_compute_the_same(model: str) ->
     for name, value in expected.items():
         scale = float(np.abs(value).max()) or 1.0
         assert float(np.abs(actual[name] - value).max()) / scale <= 1e-5, name
+
+
+def _random_layout_graph(rng: np.random.Generator) -> Graph:
+    """conv → a random chain of axis-moving primitives (reshapes that split or merge axes, transposes, splits
+    with size-1 pieces, keepdims reductions, broadcasts, slices, concats) → conv, like attention and
+    channel-shuffle blocks: many layouts and frames for the assignment to choose from."""
+    from kernorch.ir.builder import PrimitiveBuilder
+
+    graph = Graph(inputs=["x"], outputs=[], name="random_layout")
+    graph.types["x"] = TensorType((1, 6, 4, 4), "float32")
+    b = PrimitiveBuilder(graph)
+    conv_attrs = {"dilations": (1, 1), "group": 1, "pads": (0, 0, 0, 0), "strides": (1, 1)}
+    (value,) = b.emit("conv", ["x", b.constant(rng.standard_normal((6, 6, 1, 1)).astype(np.float32))], conv_attrs)
+    for _ in range(int(rng.integers(3, 8))):
+        shape = graph.types[value].shape
+        rank = len(shape)
+        kind = int(rng.integers(7))
+        first = int(rng.choice([2, 3]))
+        if kind == 0 and rank == 4 and shape[1] % first == 0:  # split the channel axis, the pieces may move
+            (value,) = b.emit("reshape", [value], {"shape": (shape[0], first, shape[1] // first, *shape[2:])})
+        elif kind == 1 and rank == 5:  # merge them back
+            (value,) = b.emit("reshape", [value], {"shape": (shape[0], shape[1] * shape[2], *shape[3:])})
+        elif kind == 2:
+            (value,) = b.emit("transpose", [value], {"perm": tuple(int(a) for a in rng.permutation(rank))})
+        elif kind == 3 and shape[1] > 1:  # split into pieces of 1 and the rest, keep one
+            pieces = b.emit("split", [value], {"axis": 1, "sizes": (1, shape[1] - 1)})
+            value = pieces[int(rng.integers(2))]
+        elif kind == 4:
+            axes = tuple(sorted(int(a) for a in rng.choice(rank, size=int(rng.integers(1, rank)), replace=False)))
+            (reduced,) = b.emit("reduce_sum", [value], {"axes": axes})
+            (value,) = b.emit("sub", [value, reduced])
+        elif kind == 5:
+            vector = rng.standard_normal(shape[-1:]).astype(np.float32)
+            (value,) = b.emit("mul", [value, b.constant(vector)])
+        else:
+            (value,) = b.emit("relu", [value])
+    shape = graph.types[value].shape
+    channels = int(np.prod(shape[:-2]))  # the last two axes stay spatial; the rest become channels
+    (value,) = b.emit("reshape", [value], {"shape": (1, channels, *shape[-2:])})
+    (value,) = b.emit("conv", [value, b.constant(rng.standard_normal((2, channels, 1, 1)).astype(np.float32))],
+                      conv_attrs)  # fmt: skip
+    graph.outputs = [value]
+    return graph
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_layout_assignments_compute_the_same(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    graph = _random_layout_graph(rng)
+    costs = np.random.default_rng(1000 + seed)
+    conv = {n.outputs[0]: (float(costs.uniform(1, 10)), float(costs.uniform(0.1, 10))) for n in graph.nodes}
+    transpose: dict[tuple[str, tuple[int, ...], tuple[int, ...]], float] = {}
+
+    def transpose_cost(value: str, source: tuple[int, ...], target: tuple[int, ...]) -> float:
+        return transpose.setdefault((value, source, target), float(costs.uniform(0.0, 2.0)))
+
+    assignment = assign_layouts(graph, lambda node, last: conv[node.outputs[0]][last], transpose_cost)
+    rewritten = materialize(graph, assignment)
+    feeds = graph_feeds(graph)
+    expected, actual = run_reference(graph, feeds), run_reference(rewritten, feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-4 * float(np.abs(value).max()))

@@ -69,8 +69,11 @@ class _Rewriter:
         memory = canonical(layout, shape)
         if (value, memory) not in self.stored:
             source = self.layout(value)
+            # a node running in a frame stores its outputs with size-1 axes where its frame puts them: view the
+            # value in its canonical shape first (free), which is what the transpose's permutation refers to
+            canonical_view = self.reshaped(self.stored[value, source], permute(shape, source), origin)
             name = self.fresh(value)
-            self.emit("transpose", [self.stored[value, source]], {"perm": between(source, memory)}, [name], origin)
+            self.emit("transpose", [canonical_view], {"perm": between(source, memory)}, [name], origin)
             self.stored[value, memory] = name
         return self.reshaped(self.stored[value, memory], permute(shape, layout), origin)
 
