@@ -66,7 +66,8 @@ def main() -> int:
     lines += ["", f"Geometric mean speedup of kernorch over the best peer: **{geomean:.2f}x**", ""]
     for r in reports:
         layouts = "; ".join(f"{name}: {v['channels_last_convs']}/{v['convs']} convs channels-last, "
-                            f"{v['transposes']} layout changes" for name, v in r.get("layouts", {}).items())
+                            f"{v['transposes']} layout changes" + (f" ({v['note']})" if v.get("note") else "")
+                            for name, v in r.get("layouts", {}).items())  # fmt: skip
         absorbed = "; ".join(f"{kind} ×{n}" for kind, n in r.get("epilogues", {}).items()) or "nothing"
         lines.append(f"- {r['model']}: {layouts or 'no convolutions'}. Library calls absorbed: {absorbed}.")
     lines.append("")

@@ -17,6 +17,7 @@ C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32":
 _FLOAT_SUFFIX = {"float32": "f", "float64": ""}
 
 PRELUDE = """#include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

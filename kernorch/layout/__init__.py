@@ -36,11 +36,13 @@ class LayoutReport:
     nchw_cost: float  # the same objective with every value row-major
     seconds: float
     status: str
+    note: str = ""  # with policy auto: which assignment the orchestrated plans chose, and their costs
 
     def summary(self) -> str:
-        return (f"layout ({self.policy}): {self.channels_last_convs} of {self.convs} convolutions channels-last, "
+        text = (f"layout ({self.policy}): {self.channels_last_convs} of {self.convs} convolutions channels-last, "
                 f"{self.transposes} layout change(s); modelled cost {self.cost * 1e3:.3f} ms vs "
                 f"{self.nchw_cost * 1e3:.3f} ms all-NCHW ({self.seconds:.1f} s)")  # fmt: skip
+        return f"{text}; chosen: {self.note}" if self.note else text
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
