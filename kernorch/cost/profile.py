@@ -52,6 +52,7 @@ OUTLIER_FACTOR = 30.0  # slower than this many times the roofline estimate: meas
 MAX_ATTEMPTS = 4  # measurements of one kernel before a contended value is kept (marked)
 QUIET_WAIT_SECONDS = 2.0  # per retry round, waiting for other processes to leave the CPU
 CONTENDED_REPEATS = 60  # under contention, more repeats: the fastest of them is the least disturbed
+MIN_REPEATS = 5  # even a kernel longer than the time budget: the median of 3 is ±10 % on a 40 ms conv here
 
 
 def isolate(kernel: CandidateKernel) -> CandidateKernel:
@@ -139,9 +140,10 @@ class ProfiledCostModel:
         stored = self.database.lookup(pending, self.machine)
         for key, measurement in stored.items():
             self._known[key] = measurement.seconds
-        # contended rows are measured again (the stored value stays as the fallback)
+        # contended rows, and rows from fewer repeats than now required, are measured again (the stored value
+        # stays as the fallback)
         missing = [_Pending(key, kind, kernel, fallback=stored.get(key)) for key, (kind, kernel) in pending.items()
-                   if key not in stored or stored[key].contended]  # fmt: skip
+                   if key not in stored or stored[key].contended or stored[key].runs < MIN_REPEATS]  # fmt: skip
         if not missing:
             return
         bar = self.progress(missing, len(missing)) if self.progress else None
@@ -185,8 +187,9 @@ class ProfiledCostModel:
             for piece in _slices(todo, launchers):
                 with LoadWindow() as window:
                     # a kernel measured again gets more repeats: under contention the fastest is the least disturbed
-                    timings = [(item, time_call(launchers[item.key], max_runs=CONTENDED_REPEATS if item.attempts
-                                                else 25)) for item in piece]  # fmt: skip
+                    timings = [(item, time_call(launchers[item.key], min_runs=MIN_REPEATS,
+                                                max_runs=CONTENDED_REPEATS if item.attempts else 25))
+                               for item in piece]  # fmt: skip
                 for item, timing in timings:
                     if self._settle(item, timing, window.contended) or item.attempts >= MAX_ATTEMPTS:
                         self._store(item)  # quiet, or out of attempts: the least disturbed value, marked
