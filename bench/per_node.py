@@ -57,6 +57,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--op", default="Conv", help="ONNX op type to tabulate (default Conv)")
+    parser.add_argument("--top", type=int, default=0, help="also list kernorch's N slowest kernels in place")
     args = parser.parse_args()
     options = Options(threads=args.threads)
     result = plan_model(args.model, options=options)
@@ -84,6 +85,14 @@ def main() -> int:
     total_mine, total_other = sum(r[1] for r in rows), sum(r[2] for r in rows)
     print(f"{'total':<{width}}  {total_mine:>11.1f}  {total_other:>14.1f}  "
           f"{(total_other / total_mine if total_mine else 0):5.2f}")
+    if args.top > 0:
+        print(f"\nkernorch's {args.top} slowest kernels in place (µs per call):")
+        for k in sorted(range(len(ours)), key=lambda k: -ours[k])[: args.top]:
+            kernel = compiled.kernels[k]
+            prims = [graph.nodes[i].prim for i in kernel.nodes]
+            shape = graph.types[kernel.outputs[0]].shape if kernel.outputs else ()
+            what = absorbed_summary(kernel) or " ".join(prims[:8]) + (" …" if len(prims) > 8 else "")
+            print(f"  {ours[k] * 1e6:9.1f}  {compiled.executor.backends[k]:<9} {list(shape)!s:<20} {what}")
     print(f"whole model, sum of kernels in place: kernorch {sum(ours) * 1e3:.3f} ms; onnxruntime nodes "
           f"{sum(theirs.values()) / 1e3:.3f} ms")
     return 0

@@ -17,7 +17,7 @@ CHANNELS, SIZE = 8, 6
 
 
 def conv_then(activation: list[onnx.NodeProto], extra_inputs: dict[str, np.ndarray] | None = None,
-              opset: int = 17) -> onnx.ModelProto:  # fmt: skip
+              opset: int = 17, bias: bool = True) -> onnx.ModelProto:  # fmt: skip
     """x → Conv (with bias) → `activation` nodes (reading "c", writing "y") → a 1x1 Conv, so that the
     activation sits between two convolutions (in channels-last, neither end is a layout change)."""
     for node in activation:
@@ -32,7 +32,7 @@ def conv_then(activation: list[onnx.NodeProto], extra_inputs: dict[str, np.ndarr
             initializers.append(numpy_helper.from_array(array, name))
         else:
             inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, array.shape))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), *activation,
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], pads=[1, 1, 1, 1]), *activation,
              helper.make_node("Conv", ["act", "w2"], ["y"])]
     graph = helper.make_graph(nodes, "conv_epilogue", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
@@ -104,6 +104,17 @@ def test_reversed_subtraction_and_a_late_channel_add(layout: str) -> None:
     model = conv_then(nodes, {"const_offset": offset})
     summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
     assert summary.endswith("bias, sub tensor, linear(-1·x+0), relu, add tensor"), summary
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_a_channel_add_after_an_activation_is_not_the_bias(layout: str) -> None:
+    """With no bias of its own, the conv must still not take a per-channel add that follows the ReLU as its
+    bias: relu(conv + b) differs from relu(conv) + b."""
+    offset = random_array((1, CHANNELS, 1, 1), seed=4)
+    nodes = [helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "const_offset"], ["y"])]
+    model = conv_then(nodes, {"const_offset": offset}, bias=False)
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
+    assert summary.endswith("← relu, add tensor"), summary
 
 
 def test_matmul_with_bias_and_gelu() -> None:

@@ -17,9 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RANDOM_PLANS = "kernorch/runtime/executor_test.py::test_random_plans_match_reference"
+INDEXING = "kernorch/codegen/indexing_test.py"
+TIES = "kernorch/runtime/executor_test.py::test_comparisons_at_ties"
 EXECUTOR = "kernorch/runtime/executor_test.py"
 COMPILED_NODE_TESTS = "tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes"
 BLP = "kernorch/orchestrate/blp_test.py"
+ORACLE = "kernorch/orchestrate/oracle_test.py"
+CANDIDATES = "kernorch/orchestrate/candidates_test.py"
 EPILOGUES = "kernorch/codegen/epilogue_test.py"
 LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
@@ -40,7 +44,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("C div becomes mul", "kernorch/codegen/c_renderer.py", '"div": f"({a} / {b})" if is_float',
            '"div": f"({a} * {b})" if is_float', (RANDOM_PLANS,)),
     Mutant("C < becomes <=", "kernorch/codegen/c_renderer.py", '"less": f"({a} < {b})"', '"less": f"({a} <= {b})"',
-           (RANDOM_PLANS,)),
+           (TIES, RANDOM_PLANS)),
     Mutant("C max picks the smaller", "kernorch/codegen/c_renderer.py", "#define KO_MAX(a, b) ((((a) > (b))",
            "#define KO_MAX(a, b) ((((a) < (b))", (RANDOM_PLANS,)),
     Mutant("integer division floors", "kernorch/codegen/c_renderer.py", "return b ? a / b : 0;",
@@ -52,9 +56,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'return self.temp(self.ctype_of(tree[2]), f"({condition} ? {b} : {a})", tree)', (RANDOM_PLANS,)),
     Mutant("index remainder bound off by one", "kernorch/codegen/indexing.py",
            "if bounds is not None and bounds[0] >= 0 and bounds[1] < n:",
-           "if bounds is not None and bounds[0] >= 0 and bounds[1] <= n:", (RANDOM_PLANS, EXECUTOR)),
+           "if bounds is not None and bounds[0] >= 0 and bounds[1] <= n:", (INDEXING, RANDOM_PLANS, EXECUTOR)),
     Mutant("digits merge without checking strides", "kernorch/codegen/indexing.py",
-           "if terms[high] != terms[low] * low.radix:", "if False:", (RANDOM_PLANS, EXECUTOR)),
+           "if terms[high] != terms[low] * low.radix:", "if False:", (INDEXING, RANDOM_PLANS, EXECUTOR)),
     Mutant("pooling border check dropped too often", "kernorch/codegen/loops.py",
            "(kernel[j] - 1) * dilations[j] < in_shape[lead + j]:",
            "(kernel[j] - 1) * dilations[j] <= in_shape[lead + j]:", (EXECUTOR,)),
@@ -92,9 +96,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "add_row(1.0, infinity, {column[j]: 1.0 for j in producers[value]})", "pass", (BLP,)),
     Mutant("optional-output subsets collapse to none/all", "kernorch/orchestrate/candidates.py",
            "extra = [c for r in range(len(optional) + 1) for c in combinations(optional, r)]",
-           "extra = [(), tuple(optional)]", (BLP,)),
+           "extra = [(), tuple(optional)]", (ORACLE, BLP)),
     Mutant("library calls may write intermediate values", "kernorch/orchestrate/candidates.py",
-           "if linear and (len(mandatory) > 1 or optional):", "if False:", (EXECUTOR, BLP)),
+           "if linear and (len(mandatory) > 1 or optional):", "if False:", (CANDIDATES, EXECUTOR, BLP)),
     Mutant("every set is convex", "kernorch/orchestrate/subgraph.py",
            "return (ancestors & descendants & ~mask) == 0", "return True", (BLP,)),
     # rewrites

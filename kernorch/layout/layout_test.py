@@ -183,3 +183,26 @@ def test_random_layout_assignments_compute_the_same(seed: int) -> None:
     expected, actual = run_reference(graph, feeds), run_reference(rewritten, feeds)
     for name, value in expected.items():
         np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-4 * float(np.abs(value).max()))
+
+
+@pytest.mark.parametrize("reducer", ["window_max", "window_sum"])
+def test_pooling_relabelled_for_every_stored_order_pools_the_same(reducer: str) -> None:
+    """For each order a 4-d tensor may be stored in, pooling (an asymmetric, strided, padded window) is either
+    refused in that order or, run on the stored tensor with the relabelled window, gives the stored result."""
+    from itertools import permutations
+
+    from kernorch.ir.primitives import run_primitive
+    from kernorch.layout.modes import window_relabel
+
+    attrs = {"kernel": (3, 2), "strides": (2, 1), "dilations": (1, 1), "pads": (1, 0, 1, 1), "ceil_mode": False}
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 5)).astype(np.float32)
+    (expected,) = run_primitive(reducer, [x], attrs)
+    accepted = []
+    for layout in permutations(range(4)):
+        relabelled = window_relabel(attrs, layout, 4)
+        if relabelled is None:
+            continue
+        (stored,) = run_primitive(reducer, [x.transpose(layout)], relabelled)
+        np.testing.assert_allclose(stored, expected.transpose(layout), rtol=1e-5, atol=1e-6, err_msg=str(layout))
+        accepted.append(layout)
+    assert (0, 1, 2, 3) in accepted and (0, 2, 3, 1) in accepted  # NCHW and channels-last

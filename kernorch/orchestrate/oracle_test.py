@@ -223,3 +223,25 @@ def test_partitioned_plans_compose_the_subgraph_optima(seed: int) -> None:
         available |= sub.required_outputs
     assert len(result.subgraphs) > 1
     assert result.plan.cost == pytest.approx(total, rel=1e-9)
+
+
+def _without_strict_subsets(kernels: list[Kernel]) -> list[Kernel]:
+    """Per node set, only the fewest and the most outputs it can write."""
+    sizes: dict[frozenset[int], list[int]] = {}
+    for nodes, outputs in kernels:
+        sizes.setdefault(nodes, []).append(len(outputs))
+    return [(n, o) for n, o in kernels if len(o) in (min(sizes[n]), max(sizes[n]))]
+
+
+@pytest.mark.parametrize("seed", [16, 38, 58])
+def test_kernels_writing_some_of_their_optional_outputs_are_candidates(seed: int) -> None:
+    """DAGs (found by search) whose optimum needs a kernel that writes a strict subset of the values it could
+    write: with only none-or-all candidates the optimum is worse (checked here, so the case stays sharp)."""
+    rng = random.Random(seed)
+    graph = random_mixed_dag(rng, rng.randint(4, 7))
+    result = orchestrate(graph, HashCost(), LIMITS)
+    kernels = oracle_kernels(graph, list(range(len(graph.nodes))), set(graph.outputs))
+    start = set(graph.inputs) | set(graph.constants)
+    expected = dijkstra(kernels, graph, set(graph.outputs), start)
+    assert dijkstra(_without_strict_subsets(kernels), graph, set(graph.outputs), start) > expected + 1e-6
+    assert result.plan.cost == pytest.approx(expected, rel=1e-9)

@@ -80,7 +80,9 @@ def _power(b: _Builder, rng: random.Random, x: str, other: str) -> str:
 
 def _compare_where(b: _Builder, rng: random.Random, x: str, other: str) -> str:
     prim = rng.choice(["less", "greater", "less_equal", "greater_equal", "equal"])
-    condition = b.node(prim, (x, other), _full("bool"))
+    # against max(x, other) or min(x, other) about half the elements tie, so `<` and `<=` differ
+    against = b.node(rng.choice(["max", "min"]), (x, other), _full()) if rng.random() < 0.6 else other
+    condition = b.node(prim, (x, against), _full("bool"))
     if rng.random() < 0.5:  # bool logic on the way
         second = b.node("greater", (other, b.const(np.array(0.0, np.float32))), _full("bool"))
         condition = b.node(rng.choice(["and", "or", "xor"]), (condition, second), _full("bool"))
@@ -236,6 +238,22 @@ CASES: dict[str, tuple[str, dict[str, Any], tuple[int, ...], tuple[int, ...] | N
 }
 
 
+@pytest.mark.parametrize("prim", ["less", "greater", "less_equal", "greater_equal", "equal"])
+def test_comparisons_at_ties(prim: str) -> None:
+    """where(x PRIM max(x, w), x, w): half the elements tie, where `<` and `<=` (or `>` and `>=`) disagree."""
+    graph = Graph(inputs=["x"], types={"x": _full()})
+    graph.constants["w"] = np.linspace(-1.0, 1.0, 3, dtype=np.float32).reshape(1, 3, 1)
+    graph.types["w"] = TensorType((1, 3, 1), "float32")
+    b = _Builder(graph)
+    upper = b.node("max", ("x", "w"), _full())
+    chosen = b.node("where", (b.node(prim, ("x", upper), _full("bool")), "x", "w"), _full())
+    graph.outputs = [chosen]
+    verify(graph)
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    fused = [make_kernel(graph, tuple(range(len(graph.nodes))), (chosen,))]
+    np.testing.assert_array_equal(PlanExecutor(graph, fused)({"x": x})[chosen], run_reference(graph, {"x": x})[chosen])
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_layout_and_window_primitives(case: str) -> None:
     prim, attrs, in_shape, out_shape = CASES[case]
@@ -349,6 +367,35 @@ def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
     assert compiled.executor.backends == ["library"]  # one oneDNN matmul with the bias argument
     assert "DNNL_ARG_BIAS" in compiled.executor.source
     np.testing.assert_allclose(compiled.run({"a": a})["y"], run_onnxruntime(model, {"a": a})["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_transposed_matmul_operands_are_read_through_strides() -> None:
+    """q @ kᵀ (attention scores) and aᵀ @ w: the transposes are absorbed into the library call, which reads
+    the untransposed buffers with their last two strides swapped."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    q, k, w = random_array((2, 5, 8)), random_array((2, 7, 8), seed=1), random_array((5, 6), seed=2)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kt"], ["s"]),
+         helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["qt", "w"], ["p"])],
+        "mm_transposed",
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, (2, 5, 8)),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, (2, 7, 8))],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, (2, 5, 7)),
+         helper.make_tensor_value_info("p", TensorProto.FLOAT, (2, 8, 6))],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic")
+    assert compiled.executor.backends == ["library", "library"]  # no transposing copy before either call
+    expected = run_onnxruntime(model, {"q": q, "k": k})
+    actual = compiled.run({"q": q, "k": k})
+    for name in ("s", "p"):
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
