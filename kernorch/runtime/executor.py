@@ -22,6 +22,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
+from kernorch.runtime.memory import allocate, plan_memory
 from kernorch.runtime.reference import check_feeds
 from kernorch.runtime.threads import thread_count
 
@@ -74,7 +75,7 @@ class NativeLibrary:
 
 class PlanExecutor:
     def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2,
-                 cache_dir: Path | None = None) -> None:  # fmt: skip
+                 cache_dir: Path | None = None, share_memory: bool = True) -> None:  # fmt: skip
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
@@ -89,6 +90,12 @@ class PlanExecutor:
         for name in graph.inputs:
             t = graph.types[name]
             self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
+        # Intermediate values share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
+        self.memory = plan_memory(graph, kernels) if share_memory else None
+        self.arena: np.ndarray | None = None
+        if self.memory is not None:
+            self.arena, shared = allocate(graph, self.memory)
+            self.buffers.update(shared)
         for kernel in kernels:
             for name in kernel.outputs:
                 if name not in self.buffers:
