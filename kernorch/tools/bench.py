@@ -79,6 +79,7 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only: its warnings are not ours to print
         if contender == "onnxruntime-noopt":
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])

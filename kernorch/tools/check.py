@@ -33,6 +33,7 @@ def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: its warnings are not ours to print
     return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
