@@ -216,3 +216,24 @@ def test_names_that_are_not_utf8_are_bad_input(tmp_path: Path, capsys: pytest.Ca
     path.write_bytes(data)
     code, err = run_cli(["check", str(path)], capsys)
     assert code == 2 and "not valid UTF-8" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("data_type", [46, 123])
+def test_a_data_type_onnx_does_not_define_is_bad_input(data_type: int, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Found by the fuzzer: a flipped byte in an initializer's data_type escaped as a traceback."""
+    model = single_op_model("Conv", {"x": random_array((1, 3, 6, 6))}, {}, {"w": random_array((2, 3, 3, 3))})
+    model.graph.initializer[0].data_type = data_type
+    code, err = run_cli(["check", save(model, tmp_path / "m.onnx"), "--no-rewrite"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and f"unknown ({data_type})" in err, err
+
+
+def test_softmax_over_an_empty_axis_matches_onnxruntime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the fuzzer: the max inside softmax, over nothing, raised. It is the identity of max (-inf)."""
+    model = single_op_model("Softmax", {"x": np.zeros((2, 0, 3), np.float32)}, {"axis": 1})
+    code, err = run_cli(["check", save(model, tmp_path / "m.onnx"), "--no-rewrite"], capsys)
+    assert code == 0, err
+    model = single_op_model("ReduceMax", {"x": np.zeros((2, 0, 3), np.float32)}, {"keepdims": 1},
+                            {"axes": np.array([1], np.int64)}, opset=18)  # fmt: skip
+    code, err = run_cli(["check", save(model, tmp_path / "r.onnx"), "--no-rewrite"], capsys)
+    assert code == 2 and "empty axis" in err and len(err.splitlines()) == 1  # ONNX leaves it undefined: refused

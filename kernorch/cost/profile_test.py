@@ -142,3 +142,90 @@ def test_profiling_beside_a_cpu_hog_chooses_a_plan_as_good_as_quiet(tmp_path: Pa
     # what could not be measured quietly is stored marked, never as if it were clean
     stored = ProfileDatabase(tmp_path / "loaded.sqlite")
     assert stored.count(loaded_model.machine, contended=True) == len(loaded_model.contended)
+
+
+class _ScriptedMachine:
+    """Stands in for the clock and /proc: each measurement returns the next scripted (median, spread,
+    contended) instead of timing a kernel."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, script: list[tuple[float, float, bool]]) -> None:
+        import kernorch.cost.profile as profile
+        from kernorch.runtime.timing import Timing
+
+        self.script = list(script)
+        self.waits = 0
+        machine = self
+
+        class Window:
+            contended = False
+
+            def __enter__(self) -> Window:
+                return self
+
+            def __exit__(self, *_: object) -> None:
+                return None
+
+        def time_call(launch: object, **_: object) -> Timing:
+            median, spread, contended = machine.script.pop(0)
+            Window.contended = contended
+            low, high = median * (1 - spread / 2), median * (1 + spread / 2)  # quartiles: IQR/median = spread
+            return Timing((low, low, median, high, high))
+
+        def wait_for_quiet(_: float) -> bool:
+            machine.waits += 1
+            return False
+
+        monkeypatch.setattr(profile, "LoadWindow", Window)
+        monkeypatch.setattr(profile, "time_call", time_call)
+        monkeypatch.setattr(profile, "wait_for_quiet", wait_for_quiet)
+        monkeypatch.setattr(ProfiledCostModel, "_launchers", lambda self, batch: {p.key: (lambda: None) for p in batch})
+
+
+def _one_kernel() -> tuple[object, object]:
+    from kernorch.ir.kernel import make_kernel
+
+    graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    first = graph.nodes[0]
+    return graph, make_kernel(graph, (0,), first.outputs)
+
+
+def test_a_value_never_measured_quietly_is_stored_marked_and_measured_again_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from kernorch.cost.profile import MAX_ATTEMPTS
+
+    _, kernel = _one_kernel()
+    busy = _ScriptedMachine(monkeypatch, [(1e-3 * (i + 1), 0.1, True) for i in range(MAX_ATTEMPTS)])
+    loaded = ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"))
+    assert loaded.cost(kernel) == pytest.approx(1e-3 * 0.95)  # the fastest run of the least disturbed attempt
+    assert loaded.remeasured == MAX_ATTEMPTS - 1 and busy.waits == MAX_ATTEMPTS - 1 and not busy.script
+    assert loaded.contended_in([kernel]) == 1
+    assert ProfileDatabase(tmp_path / "p.sqlite").count(loaded.machine, contended=True) == 1
+    quiet = _ScriptedMachine(monkeypatch, [(4e-4, 0.1, False)])
+    later = ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"))
+    assert later.cost(kernel) == pytest.approx(4e-4) and not quiet.script  # measured again, quietly
+    assert later.contended_in([kernel]) == 0
+    assert ProfileDatabase(tmp_path / "p.sqlite").count(later.machine, contended=True) == 0
+
+
+def test_repeats_that_disagree_are_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, kernel = _one_kernel()
+    machine = _ScriptedMachine(monkeypatch, [(9e-3, 2.0, False), (5e-4, 0.1, False)])
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"))
+    assert model.cost(kernel) == pytest.approx(5e-4) and model.remeasured == 1 and not machine.script
+    assert model.contended_in([kernel]) == 0
+
+
+def test_a_value_far_above_the_roofline_is_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernorch.cost.profile import OUTLIER_FACTOR
+
+    _, kernel = _one_kernel()
+    estimate = 1e-5
+    # implausible, then a plausible quiet value: that one is kept
+    machine = _ScriptedMachine(monkeypatch, [(estimate * OUTLIER_FACTOR * 3, 0.1, False), (2e-5, 0.1, False)])
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "a.sqlite"), estimate=lambda _: estimate)
+    assert model.cost(kernel) == pytest.approx(2e-5) and model.remeasured == 1 and not machine.script
+    # implausible twice: the second quiet measurement confirms it (a slow kernel is slow)
+    slow = estimate * OUTLIER_FACTOR * 3
+    machine = _ScriptedMachine(monkeypatch, [(slow, 0.1, False), (slow * 1.1, 0.1, False)])
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "b.sqlite"), estimate=lambda _: estimate)
+    assert model.cost(kernel) == pytest.approx(slow) and model.remeasured == 1 and not machine.script

@@ -40,7 +40,10 @@ def onnx_dtype_name(elem_type: int, what: str) -> str:
     try:
         name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
+        try:
+            name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
+        except ValueError:  # not a data type ONNX defines (a corrupt file)
+            name = f"unknown ({elem_type})"
     if name not in SUPPORTED_DTYPES:
         raise UnsupportedOperator("<input>", what, f"dtype {name} is not supported")
     return name

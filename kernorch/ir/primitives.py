@@ -208,8 +208,15 @@ _REDUCERS: dict[str, tuple[Callable[..., Any], str]] = {
 def _make_reduce(fn: Callable[..., Any]) -> Reference:
     def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
         x = inputs[0]
-        if x.size == 0 and fn in (np.max, np.min):
-            raise ValueError("max/min reduction of an empty tensor")
+        if x.size == 0 and fn in (np.max, np.min):  # over nothing: the identity of max (min), as ONNX 18 says
+            low = fn is np.max
+            if x.dtype == np.bool_:
+                identity: Any = not low
+            elif np.issubdtype(x.dtype, np.integer):
+                identity = np.iinfo(x.dtype).min if low else np.iinfo(x.dtype).max
+            else:
+                identity = -np.inf if low else np.inf
+            return [np.asarray(fn(x, axis=tuple(attrs["axes"]), keepdims=True, initial=identity)).astype(x.dtype)]
         return [np.asarray(fn(x, axis=tuple(attrs["axes"]), keepdims=True)).astype(x.dtype, copy=False)]
 
     return reference
