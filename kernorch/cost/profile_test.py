@@ -15,6 +15,8 @@ from kernorch.cost.profile_db import Measurement
 from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.orchestrate import orchestrate
 from kernorch.tools.demo_models import self_attention_block
 
@@ -181,7 +183,7 @@ class _ScriptedMachine:
         monkeypatch.setattr(ProfiledCostModel, "_launchers", lambda self, batch: {p.key: (lambda: None) for p in batch})
 
 
-def _one_kernel() -> tuple[object, object]:
+def _one_kernel() -> tuple[Graph, CandidateKernel]:
     from kernorch.ir.kernel import make_kernel
 
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
