@@ -72,8 +72,8 @@ def mkl_seconds(mkl: ctypes.CDLL, m: int, k: int, n: int, threads: int) -> float
 
     compute()
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-    mkl.MKL_Set_Num_Threads(threads)
-    return time_call(compute, runs=200, warmup=20).median
+    with thread_count(threads):  # MKL here runs on the process's OpenMP (libgomp) threads
+        return time_call(compute, runs=200, warmup=20).median
 
 
 def main() -> int:
@@ -89,6 +89,11 @@ def main() -> int:
         return 2
     mkl = ctypes.CDLL(str(Path(spec.origin).parent / "lib" / "libtorch_cpu.so"))
     mkl.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
+    # pointers must be declared: ctypes passes bare Python ints as 32-bit C ints (MKL_INT is 32-bit: LP64)
+    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    mkl.cblas_sgemm_pack_get_size.argtypes = [i, i, i, i]
+    mkl.cblas_sgemm_pack.argtypes = [i, i, i, i, i, i, f, p, i, p]
+    mkl.cblas_sgemm_compute.argtypes = [i, i, i, i, i, i, p, i, p, i, f, p, i]
     print(f"{'M':>6} {'K':>6} {'N':>6}  {'oneDNN us':>9}  {'MKL packed us':>13}  {'oneDNN/MKL':>10}  models")
     ratios = []
     for (m, k, n), models in sorted(weight_gemms(Path(args.models)).items()):

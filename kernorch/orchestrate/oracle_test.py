@@ -15,9 +15,7 @@ are orchestrated whole and partitioned (the composed plan is the sum of the per-
 from __future__ import annotations
 
 import hashlib
-import heapq
 import itertools
-import math
 import random
 
 import numpy as np
@@ -28,6 +26,7 @@ from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate import orchestrate
+from kernorch.orchestrate.blp_test import oracle as shortest_selection
 from kernorch.orchestrate.orchestrator import plan_subgraphs
 
 ROWS, COLS = 4, 6
@@ -174,27 +173,9 @@ class HashCost:
 
 def dijkstra(kernels: list[Kernel], graph: Graph, required: set[str],
              available: set[str]) -> float:  # fmt: skip
-    runnable = [(make_kernel(graph, tuple(sorted(nodes)), outputs), kernel_cost(nodes, outputs))
-                for nodes, outputs in kernels]  # fmt: skip
-    start = frozenset(available)
-    best = {start: 0.0}
-    queue: list[tuple[float, int, frozenset[str]]] = [(0.0, 0, start)]
-    counter = 0
-    while queue:
-        cost, _, have = heapq.heappop(queue)
-        if cost > best.get(have, math.inf):
-            continue
-        if required <= have:
-            return cost
-        for kernel, price in runnable:
-            if set(kernel.outputs) <= have or not set(kernel.inputs) <= have:
-                continue
-            grown = have | set(kernel.outputs)
-            if cost + price < best.get(grown, math.inf):
-                best[grown] = cost + price
-                counter += 1
-                heapq.heappush(queue, (cost + price, counter, grown))
-    return math.inf
+    """Cheapest executable selection: shortest path over sets of available values (blp_test's oracle)."""
+    runnable = [make_kernel(graph, tuple(sorted(nodes)), outputs) for nodes, outputs in kernels]
+    return shortest_selection(runnable, [kernel_cost(n, o) for n, o in kernels], required, available)
 
 
 @pytest.mark.parametrize("seed", range(40))
