@@ -10,6 +10,8 @@ so two models built from the same library do not share weights.
 
 from __future__ import annotations
 
+from kernorch.codegen.c_direct_conv import direct_conv_rejection, render_direct_conv
+from kernorch.codegen.c_renderer import c_literal
 from kernorch.codegen.epilogue import Eltwise
 from kernorch.codegen.library import LibraryCall, Tensor
 
@@ -41,16 +43,10 @@ def _array(name: str, values: tuple[int, ...]) -> str:
     return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
 
 
-def _float(value: float) -> str:
-    if value != value:
-        return "NAN"
-    if value in (float("inf"), float("-inf")):
-        return "INFINITY" if value > 0 else "-INFINITY"
-    return f"{float(value)!r}f"
-
-
 def render_library_call(name: str, call: LibraryCall) -> str:
     """C for one library kernel: a state struct and `<name>_create/_run/_destroy`."""
+    if direct_conv_rejection(call) is None:  # few output channels: oneDNN's vectors would sit mostly idle
+        return render_direct_conv(name, call)
     memories: list[tuple[str, Tensor, bool]] = [("DNNL_ARG_SRC", call.src, False),
                                                 ("DNNL_ARG_WEIGHTS", call.weights, call.weights.constant),
                                                 ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip
@@ -97,9 +93,9 @@ def render_library_call(name: str, call: LibraryCall) -> str:
     binary_index = 3 + (call.bias is not None)
     for op, _ in call.post_ops:
         if isinstance(op, Eltwise):
-            alpha = op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0)
-            lines.append(f"    KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {_float(alpha)}, "
-                         f"{_float(op.beta)}));")  # fmt: skip
+            alpha = c_literal(op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
+            beta = c_literal(op.beta, "float32")
+            lines.append(f"    KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
         else:
             lines.append(f"    KO_CHECK(dnnl_post_ops_append_binary(ops, dnnl_binary_{op.alg}, md[{binary_index}]));")
             binary_index += 1

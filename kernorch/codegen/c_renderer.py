@@ -113,7 +113,8 @@ def _unary(prim: str, dtype: str, a: str) -> str:
     return table[prim]
 
 
-def _literal(value: Any, dtype: str) -> str:
+def c_literal(value: Any, dtype: str) -> str:
+    """A C literal of `dtype` for `value` (NaN and infinities through math.h's macros)."""
     if dtype in _FLOAT_SUFFIX:
         number = float(value)
         if np.isnan(number):
@@ -202,7 +203,7 @@ class _Emitter:
             ctype = C_TYPES[self.types[tree[1]]]
             return self.temp(ctype, f"{tree[1]}[{self.index(tree[2])}]", tree)
         if kind == "const":
-            return _literal(tree[1], tree[2])
+            return c_literal(tree[1], tree[2])
         if kind == "scalar":
             return str(tree[1])
         if kind == "cast":
