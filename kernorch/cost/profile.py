@@ -30,6 +30,7 @@ import numpy as np
 
 from kernorch.codegen.backends import choose_backend, render_c
 from kernorch.codegen.c_library import render_library_call
+from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.compiler import CFLAGS, compile_source
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
@@ -75,8 +76,8 @@ def isolate(kernel: CandidateKernel) -> CandidateKernel:
 def signature(kernel: CandidateKernel) -> tuple[str, str]:
     """(backend, sha256 of what determines the kernel's run time)."""
     backend, _ = choose_backend(kernel)
-    if backend == "c":
-        text = render_c("k", kernel)
+    if backend == "c":  # with the prelude: its math functions (exp, tanh...) set what a kernel costs
+        text = PRELUDE + render_c("k", kernel)
     elif backend == "library":
         text = render_library_call("k", describe_library_call(kernel))
     else:
