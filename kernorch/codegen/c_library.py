@@ -43,6 +43,11 @@ def _array(name: str, values: tuple[int, ...]) -> str:
     return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
 
 
+def library_implementation(call: LibraryCall) -> str:
+    """Which code runs `call`, for `kernorch explain`."""
+    return "oneDNN" if direct_conv_rejection(call) else "direct C convolution (few output channels)"
+
+
 def render_library_call(name: str, call: LibraryCall) -> str:
     """C for one library kernel: a state struct and `<name>_create/_run/_destroy`."""
     if direct_conv_rejection(call) is None:  # few output channels: oneDNN's vectors would sit mostly idle

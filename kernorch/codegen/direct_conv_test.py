@@ -4,6 +4,9 @@ onnxruntime across strides, dilations, batch, bias, odd widths (the one-pixel ta
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,6 +82,17 @@ def test_shapes_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reaso
     actual, expected, calls = compiled_library_calls(conv_model(**arguments), "channels-last")
     assert [direct_conv_rejection(call) for call in calls] == [reason]
     assert_close(actual, expected)
+
+
+def test_explain_names_the_direct_conv(tmp_path: Path) -> None:
+    model = conv_model(**CASES["candy's last conv, small"])
+    onnx.save(model, tmp_path / "m.onnx")
+    command = [sys.executable, "-m", "kernorch.cli", "explain", str(tmp_path / "m.onnx"), "--cost", "analytic",
+               "--layout", "channels-last"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    lines = [line for line in result.stdout.splitlines() if "library call:" in line]
+    expected = ["oneDNN", "direct C convolution (few output channels)"]
+    assert [line.split(", by ")[-1] for line in lines] == expected, lines
 
 
 def test_nchw_source_stays_with_onednn() -> None:
