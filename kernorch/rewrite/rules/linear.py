@@ -4,14 +4,16 @@
 `transpose-of-matmul` and `split-split` only remove copies. The cost-guided ones change what runs:
 `reduce-to-matmul` turns a row sum into a product with a ones vector, `scale-across-matmul` moves a
 row scale behind the product (Softmax's division), `merge-matmuls` computes two products sharing
-an operand as one, and `transpose-into-matmul` leaves the last-two-axes swap of an operand to the
-library call.
+an operand as one, `transpose-into-matmul` leaves the last-two-axes swap of an operand to the
+library call, and `pointwise-conv-before-resize` runs a 1x1 conv of concatenated resized maps on the
+maps before their resizes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from kernorch.ir.graph import Node
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 from kernorch.rewrite.rules.common import channel_vector, swap_last_two
 
@@ -261,3 +263,50 @@ def transpose_into_matmul(ctx: RewriteContext) -> Replacement | None:
         inputs = [swapped, node.inputs[1]] if side == 0 else [node.inputs[0], swapped]
         return {node.outputs[0]: ctx.emit("matmul", *inputs)}
     return None
+
+
+@rewrite_rule("pointwise-conv-before-resize", roots=["conv"], cost_guided=True)
+def pointwise_conv_before_resize(ctx: RewriteContext) -> Replacement | None:
+    """A 1x1 conv of a channel concat is the sum of 1x1 convs, each with its slice of the weight; and a 1x1
+    conv (channel mixing) commutes with a resize that maps every channel the same linear way. So a conv of
+    concatenated upsampled maps runs on the small maps, and only the sums are upsampled. SegFormer's decode
+    head concatenates four 256-channel maps upsampled to 128x128 from 16², 32², 64² and 128²: its 1x1 fuse
+    conv (8.6 GFLOP) becomes 2.9 GFLOP and the 64 MB concat disappears."""
+    x, weight = ctx.node.inputs
+    w = ctx.const(weight)
+    attrs = ctx.node.attr_dict
+    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or attrs["group"] != 1 or any(attrs["pads"]) \
+            or any(s != 1 for s in attrs["strides"]) or attrs.get("channels_last", False):  # fmt: skip
+        return None
+    concat = ctx.producer(x)
+    if concat is None or concat.prim != "concat" or concat.attr("axis") != 1 or not ctx.single_use(x):
+        return None
+    resizes = [ctx.producer(v) for v in concat.inputs]
+    if not any(_channelwise_resize(ctx, value, r) for value, r in zip(concat.inputs, resizes, strict=True)):
+        return None
+    parts, offset = [], 0
+    for value, resize in zip(concat.inputs, resizes, strict=True):
+        channels = ctx.type(value).shape[1]
+        piece = ctx.constant(np.ascontiguousarray(w[:, offset:offset + channels]))
+        offset += channels
+        if resize is not None and _channelwise_resize(ctx, value, resize):
+            mixed = ctx.emit("conv", resize.inputs[0], piece, **attrs)
+            sizes = (*resize.attr("sizes")[:1], w.shape[0], *resize.attr("sizes")[2:])
+            parts.append(ctx.emit("resize", mixed, **{**resize.attr_dict, "sizes": sizes}))
+        else:
+            parts.append(ctx.emit("conv", value, piece, **attrs))
+    total = parts[0]
+    for part in parts[1:]:
+        total = ctx.emit("add", total, part)
+    return {ctx.node.outputs[0]: total}
+
+
+def _channelwise_resize(ctx: RewriteContext, value: str, resize: Node | None) -> bool:
+    """`value` is only a resize's output and that resize keeps batch and channels and is linear in its input
+    (tf_crop_and_resize writes an extrapolation constant outside the crop: affine, not linear)."""
+    if resize is None or resize.prim != "resize" or not ctx.single_use(value):
+        return False
+    source = ctx.type(resize.inputs[0]).shape
+    sizes, scales = resize.attr("sizes"), resize.attr("scales")
+    return len(source) == 4 and tuple(sizes[:2]) == tuple(source[:2]) and tuple(scales[:2]) == (1.0, 1.0) \
+        and resize.attr("coordinate_mode") != "tf_crop_and_resize"  # fmt: skip

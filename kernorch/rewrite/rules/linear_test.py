@@ -215,3 +215,33 @@ def test_a_reshape_that_changes_the_last_axis_stays_before_the_matmul() -> None:
     graph = build({"x": (2, 3, 4)}, lambda b: emit(b, "matmul", emit(b, "reshape", "x", shape=(2, 12)),
                                                    const(b, rng.standard_normal((12, 5)))))  # fmt: skip
     assert not rewrite_with(graph, "reshape-through-matmul")[1]
+
+
+def _resize(b, x: str, sizes: tuple[int, ...], mode: str, coordinate_mode: str = "half_pixel") -> str:  # type: ignore[no-untyped-def]
+    shape = b.graph.types[x].shape
+    return emit(b, "resize", x, sizes=sizes, scales=tuple(s / d for s, d in zip(sizes, shape, strict=True)),
+                mode=mode, coordinate_mode=coordinate_mode, nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75,
+                exclude_outside=False)  # fmt: skip
+
+
+@SETTINGS
+@given(mode=st.sampled_from(["linear", "nearest", "cubic"]), plain_last=st.booleans())
+def test_pointwise_conv_of_resized_maps_runs_before_the_resizes(mode: str, plain_last: bool) -> None:
+    """SegFormer's decode head: 1x1 conv of concat(resize(a), resize(b), c) = Σ resize(conv_i(·)) (+ conv of c)."""
+    rng = np.random.default_rng(1)
+    conv = dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        maps = [_resize(b, "a", (1, 3, 8, 8), mode), _resize(b, "b", (1, 2, 8, 8), mode)]
+        maps.append("c" if plain_last else _resize(b, "c", (1, 4, 8, 8), mode))
+        joined = emit(b, "concat", *maps, axis=1)
+        return emit(b, "conv", joined, const(b, rng.standard_normal((5, 9, 1, 1))), **conv)
+
+    graph = build({"a": (1, 3, 2, 2), "b": (1, 2, 4, 4), "c": (1, 4, 8, 8) if plain_last else (1, 4, 3, 5)}, body)
+    rewritten, fired = rewrite_with(graph, "pointwise-conv-before-resize")
+    assert fired == ["pointwise-conv-before-resize"]
+    expected = ["conv", "resize", "conv", "resize", "add", "conv"] if plain_last else \
+        ["conv", "resize", "conv", "resize", "add", "conv", "resize"]  # fmt: skip
+    assert sorted(prims(rewritten)) == sorted([*expected, "add"])
+    assert all(node.attr("sizes")[1] == 5 for node in rewritten.nodes if node.prim == "resize")
+    assert_equivalent(graph, rewritten, rtol=1e-4)

@@ -20,6 +20,22 @@ def _int_const(b: PrimitiveBuilder, value: int) -> str:
     return b.constant(np.array(value, np.int32))
 
 
+_CONV = dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)
+
+
+def _resize_channels(b: PrimitiveBuilder, x: str) -> str:
+    return emit(b, "resize", x, sizes=(1, 4, 2, 2), scales=(1.0, 2.0, 1.0, 1.0), mode="nearest",
+                coordinate_mode="asymmetric", nearest_mode="floor", cubic_coeff_a=-0.75, exclude_outside=False)
+
+
+def _resize_to(b: PrimitiveBuilder, x: str, size: int, coordinate_mode: str = "half_pixel") -> str:
+    shape = b.graph.types[x].shape
+    sizes = (*shape[:2], size, size)
+    return emit(b, "resize", x, sizes=sizes, scales=tuple(s / d for s, d in zip(sizes, shape, strict=True)),
+                mode="linear", coordinate_mode=coordinate_mode, nearest_mode="round_prefer_floor",
+                cubic_coeff_a=-0.75, exclude_outside=False)  # fmt: skip
+
+
 NEGATIVE: dict[str, list[tuple[str, Case]]] = {
     "cast-same-type": [("cast to another dtype", lambda: build({"x": (4,)}, lambda b: emit(b, "cast", "x",
                                                                                            to="int32")))],
@@ -48,6 +64,23 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                             b, "add", emit(b, "add", "x", const(b, 1.0)), "y"))),
                         ("add then mul", lambda: build({"x": (4,)}, lambda b: emit(
                             b, "mul", emit(b, "add", "x", const(b, 1.0)), const(b, 2.0))))],
+    "pointwise-conv-before-resize": [
+        ("a 3x3 conv mixes neighbours", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", emit(b, "concat", _resize_to(b, "a", 4), _resize_to(b, "a", 4), axis=1),
+            const(b, np.ones((3, 4, 3, 3))), **_CONV))),
+        ("concat along width", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", emit(b, "concat", _resize_to(b, "a", 4), _resize_to(b, "a", 4), axis=3),
+            const(b, np.ones((3, 2, 1, 1))), **_CONV))),
+        ("crop-and-resize extrapolates a constant", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", emit(b, "concat", _resize_to(b, "a", 4, "tf_crop_and_resize"),
+                            _resize_to(b, "a", 4, "tf_crop_and_resize"), axis=1),
+            const(b, np.ones((3, 4, 1, 1))), **_CONV))),
+        ("the resize stretches the channel axis", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", emit(b, "concat", _resize_channels(b, "a"), _resize_channels(b, "a"), axis=1),
+            const(b, np.ones((3, 8, 1, 1))), **_CONV))),
+        ("the resized map is also an output", lambda: build({"a": (1, 2, 2, 2)}, lambda b: (lambda r: [r, emit(
+            b, "conv", emit(b, "concat", r, r, axis=1), const(b, np.ones((3, 4, 1, 1))), **_CONV)])(
+            _resize_to(b, "a", 4))))],
     "merge-matmuls": [("different left operands", lambda: build({"a": (3, 4), "c": (3, 4)}, lambda b: [
         emit(b, "matmul", "a", const(b, np.ones((4, 2)))), emit(b, "matmul", "c", const(b, np.ones((4, 2))))]))],
     "mul-over-add": [("the sum does not come from a linear primitive", lambda: build({"x": (4,)}, lambda b: emit(
