@@ -282,14 +282,16 @@ def pointwise_conv_before_resize(ctx: RewriteContext) -> Replacement | None:
     if concat is None or concat.prim != "concat" or concat.attr("axis") != 1 or not ctx.single_use(x):
         return None
     resizes = [ctx.producer(v) for v in concat.inputs]
-    if not any(_channelwise_resize(ctx, value, r) for value, r in zip(concat.inputs, resizes, strict=True)):
+    movable = [_channelwise_resize(ctx, value, r) for value, r in zip(concat.inputs, resizes, strict=True)]
+    if not any(movable):
         return None
     parts, offset = [], 0
-    for value, resize in zip(concat.inputs, resizes, strict=True):
+    for value, resize, move in zip(concat.inputs, resizes, movable, strict=True):
         channels = ctx.type(value).shape[1]
         piece = ctx.constant(np.ascontiguousarray(w[:, offset:offset + channels]))
         offset += channels
-        if resize is not None and _channelwise_resize(ctx, value, resize):
+        if move:
+            assert resize is not None
             mixed = ctx.emit("conv", resize.inputs[0], piece, **attrs)
             sizes = (*resize.attr("sizes")[:1], w.shape[0], *resize.attr("sizes")[2:])
             parts.append(ctx.emit("resize", mixed, **{**resize.attr_dict, "sizes": sizes}))
