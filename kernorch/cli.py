@@ -27,6 +27,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--input-shape", action="append", metavar="NAME=D1xD2x...",
         help="bind a model input to a static shape (needed when the model has symbolic dims); repeatable",
     )  # fmt: skip
+    _add_strict_arg(parser)
+
+
+def _add_strict_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true", default=None,
+                        help="refuse (exit 2) a node kernorch has no rule for, instead of running it through "
+                        "onnxruntime as an opaque kernel with a warning")  # fmt: skip
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -114,7 +121,8 @@ def _options(args: argparse.Namespace) -> Options:
     if hasattr(args, "max_kernel_size"):
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
-    given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout")
+    given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
+                                                     "strict")
              if getattr(args, name, None) is not None}  # fmt: skip
     return Options(limits=limits).with_(**given)
 
@@ -310,17 +318,19 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     results = run_conformance(cache, args.filter,
                               progress=lambda it: tqdm(it, desc="cases", unit="case", disable=args.quiet,
                                                        file=sys.stderr, leave=False),
-                              compiled=args.compiled)  # fmt: skip
+                              compiled=args.compiled, fallback=args.fallback)  # fmt: skip
     per_op = summarize(results)
     width = max((len(op) for op in per_op), default=2)
-    print(f"{'operator':<{width}}  passed  failed  unsupported")
+    columns = ("passed", "failed", "unsupported") + (("fallback",) if args.fallback else ())
+    print(f"{'operator':<{width}}  " + "  ".join(columns))
     for op, counts in sorted(per_op.items()):
-        print(f"{op:<{width}}  {counts['passed']:>6}  {counts['failed']:>6}  {counts['unsupported']:>11}")
+        print(f"{op:<{width}}  " + "  ".join(f"{counts[c]:>{len(c)}}" for c in columns))
     shown = [r for r in results if r.status == "failed" or (args.verbose and r.status == "unsupported")]
     for result in shown:
         print(f"{result.status.upper()} {result.name}: {result.detail}")
-    totals = {status: sum(1 for r in results if r.status == status) for status in ("passed", "failed", "unsupported")}
-    print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['unsupported']} unsupported")
+    totals = {status: sum(1 for r in results if r.status == status) for status in columns}
+    last = f"{totals['passed']} passed, {totals['failed']} failed, {totals['unsupported']} unsupported"
+    print(last + (f", {totals['fallback']} passed through the onnxruntime fallback" if args.fallback else ""))
     return EXIT_MISMATCH if totals["failed"] else EXIT_OK
 
 
@@ -396,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--compiled", action="store_true",
                              help="run every case through the compiled path (optimized plan: generated C and oneDNN "
                              "library calls) instead of the reference interpreter")
+    conformance.add_argument("--fallback", action="store_true",
+                             help="run nodes without a kernorch rule through onnxruntime (as `optimize` does unless "
+                             "--strict) and count the cases that pass that way apart, in a 'fallback' column")
     conformance.set_defaults(handler=cmd_conformance)
 
     optimize = commands.add_parser(
@@ -446,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
     )  # fmt: skip
     bench.add_argument("model", help="path to an ONNX model")
+    _add_strict_arg(bench)
     bench.add_argument("--runs", type=_positive_int, default=20, help="timed runs per contender (default 20)")
     _add_threads_arg(bench, "threads for every contender")
     _add_cost_arg(bench, "the cost model of kernorch's plans")
@@ -472,12 +486,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """kernorch's own warnings as one line on stderr (no file and line: they are about the model)."""
+    print(f"kernorch: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    from kernorch.errors import FallbackWarning
+
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with warnings.catch_warnings():  # restores showwarning on the way out
+            warnings.simplefilter("always", FallbackWarning)
+            warnings.showwarning = _show_warning
+            return handler(args)
     except KernorchError as error:
         print(f"kernorch: error: {error}", file=sys.stderr)
         return error.exit_code

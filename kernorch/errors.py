@@ -28,6 +28,10 @@ class UnsupportedOperator(KernorchError):
         super().__init__(f"unsupported: {where}{op_type} node '{node_name}': {reason}")
 
 
+class FallbackWarning(UserWarning):
+    """Some nodes had no kernorch rule and run whole through onnxruntime (not optimized, still exact)."""
+
+
 class InputMismatch(KernorchError):
     """A run-time input has the wrong name, dtype or shape for the compiled graph."""
 

@@ -77,6 +77,8 @@ class Options:
     layout: str = "auto"  # which values are channels-last: "auto" (whole-graph 0-1 program), "channels-last"
     # (every conv channels-last, torch.compile's rule), "nchw" (everything row-major)
     cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch
+    strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
+    # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
 
     def __post_init__(self) -> None:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:

@@ -8,6 +8,7 @@ here, so a stage is wired in once and every entry point sees the same defaults (
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 import onnx
 
 from kernorch.cost.model import CostModel, GeneratableCost
-from kernorch.fission import fission
+from kernorch.errors import FallbackWarning
+from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
@@ -40,10 +42,27 @@ class Progress:
 SILENT = Progress()
 
 
-def import_graph(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Frontend and fission: the primitive graph of an ONNX model."""
+def import_graph(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 strict: bool = False) -> Graph:  # fmt: skip
+    """Frontend and fission: the primitive graph of an ONNX model. Nodes without a kernorch rule run through
+    onnxruntime (with a FallbackWarning naming them) unless `strict`, which refuses them."""
     shapes = {name: tuple(shape) for name, shape in (input_shapes or {}).items()}
-    return fission(import_model(model, shapes))
+    graph = fission(import_model(model, shapes), strict=strict)
+    warn_about_fallbacks(graph)
+    return graph
+
+
+def warn_about_fallbacks(graph: Graph) -> None:
+    """One FallbackWarning naming the operators that run through onnxruntime, with why, if any do."""
+    reasons: dict[str, list[str]] = {}
+    for node in fallback_nodes(graph):
+        reasons.setdefault(node.attr("op_type"), []).append(node.attr("reason"))
+    if not reasons:
+        return
+    parts = [f"{op}" + (f" ×{len(why)}" if len(why) > 1 else "") + f" ({why[0]})" for op, why in reasons.items()]
+    warnings.warn(FallbackWarning(
+        f"{sum(map(len, reasons.values()))} node(s) run through onnxruntime, not optimized by kernorch: "
+        + "; ".join(parts) + " (--strict refuses them)"), stacklevel=2)  # fmt: skip
 
 
 def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
@@ -103,7 +122,8 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
 def plan_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
                options: Options | None = None, progress: Progress = SILENT) -> OrchestrationResult:  # fmt: skip
     """Import, fission, rewrite and orchestrate an ONNX model."""
-    return plan_graph(import_graph(model, input_shapes), options or Options(), progress)
+    options = options or Options()
+    return plan_graph(import_graph(model, input_shapes, options.strict), options, progress)
 
 
 def compile_plan(result: OrchestrationResult, options: Options | None = None,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+import onnx
+
 from kernorch.errors import UnsupportedOperator
+from kernorch.fission.fallback import fallback_node
 from kernorch.fission.registry import FISSION_RULES, RuleContext
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.builder import PrimitiveBuilder
@@ -12,8 +15,11 @@ from kernorch.ir.graph import Graph, Node, eliminate_dead_nodes, verify
 from kernorch.ir.types import TensorType
 
 
-def fission(model: ImportedModel) -> Graph:
-    """Decompose every operator of `model` into primitives; all-constant work is folded away."""
+def fission(model: ImportedModel, strict: bool = True) -> Graph:
+    """Decompose every operator of `model` into primitives; all-constant work is folded away.
+
+    A node no rule takes raises UnsupportedOperator when `strict`; otherwise it becomes one opaque onnx_node
+    primitive run by onnxruntime (see fallback.py; `fallback_nodes` lists them)."""
 
     graph = Graph(name=model.graph.name or "model")
     graph.inputs = list(model.input_types)
@@ -25,15 +31,9 @@ def fission(model: ImportedModel) -> Graph:
     # ONNX value name -> primitive-graph value name (rules create fresh names for what they emit).
     alias: dict[str, str] = {name: name for name in [*graph.inputs, *graph.constants]}
 
+    opsets = [(entry.domain, entry.version) for entry in model.proto.opset_import]
     for index, node in enumerate(model.graph.node):
         node_name = node.name or f"{node.op_type}_{index}"
-        if node.domain not in ("", "ai.onnx"):
-            raise UnsupportedOperator(node.op_type, node_name, f"operators of domain '{node.domain}' are not supported")
-        fission_rule = FISSION_RULES.get(node.op_type)
-        if fission_rule is None:
-            raise UnsupportedOperator(node.op_type, node_name, "no fission rule for this operator")
-        if model.opset < fission_rule.min_opset:
-            raise UnsupportedOperator(node.op_type, node_name, f"opset {model.opset} < {fission_rule.min_opset}")
         inputs: list[str | None] = []
         for value in node.input:
             if not value:
@@ -43,16 +43,14 @@ def fission(model: ImportedModel) -> Graph:
             else:
                 inputs.append(alias[value])
         builder.origin = node_name
-        context = RuleContext(node, inputs, model.opset, builder)
+        mark = len(graph.nodes)
         try:
-            outputs = list(fission_rule.fn(context))
-        except ValueError as error:  # a primitive's shape/type check: the operands do not fit the operator
-            context.refuse(f"operands do not fit: {error}")
-        unread = context.unread_attributes()
-        if unread:
-            context.refuse("attribute not supported by kernorch's rule", unread[0])
-        if len(outputs) < len([o for o in node.output if o]):
-            context.refuse(f"only the first {len(outputs)} output(s) are supported")
+            outputs = _apply_rule(node, node_name, inputs, model.opset, builder)
+        except UnsupportedOperator as refusal:
+            if strict:
+                raise
+            del graph.nodes[mark:]  # what the rule emitted before refusing (constants it made stay, unused)
+            outputs = fallback_node(node, node_name, inputs, opsets, builder, refusal)
         for onnx_name, value in zip(node.output, outputs, strict=False):
             if onnx_name:
                 alias[onnx_name] = value
@@ -64,6 +62,34 @@ def fission(model: ImportedModel) -> Graph:
     graph = eliminate_dead_nodes(graph)
     verify(graph)
     return graph
+
+
+def _apply_rule(node: onnx.NodeProto, node_name: str, inputs: list[str | None], opset: int,
+                builder: PrimitiveBuilder) -> list[str]:  # fmt: skip
+    """The node's rule applied: its output values, or UnsupportedOperator naming what the rule cannot take."""
+    if node.domain not in ("", "ai.onnx"):
+        raise UnsupportedOperator(node.op_type, node_name, f"operators of domain '{node.domain}' are not supported")
+    fission_rule = FISSION_RULES.get(node.op_type)
+    if fission_rule is None:
+        raise UnsupportedOperator(node.op_type, node_name, "no fission rule for this operator")
+    if opset < fission_rule.min_opset:
+        raise UnsupportedOperator(node.op_type, node_name, f"opset {opset} < {fission_rule.min_opset}")
+    context = RuleContext(node, inputs, opset, builder)
+    try:
+        outputs = list(fission_rule.fn(context))
+    except ValueError as error:  # a primitive's shape/type check: the operands do not fit the operator
+        context.refuse(f"operands do not fit: {error}")
+    unread = context.unread_attributes()
+    if unread:
+        context.refuse("attribute not supported by kernorch's rule", unread[0])
+    if len(outputs) < len([o for o in node.output if o]):
+        context.refuse(f"only the first {len(outputs)} output(s) are supported")
+    return outputs
+
+
+def fallback_nodes(graph: Graph) -> list[Node]:
+    """The nodes that run through onnxruntime (the fallback), in graph order."""
+    return [node for node in graph.nodes if node.prim == "onnx_node"]
 
 
 def _name_outputs(graph: Graph, values: list[str], names: list[str]) -> list[str]:

@@ -11,7 +11,8 @@ Korch's four kinds, plus opaque:
   gather_elements, resize). Resize in linear/cubic mode interpolates, but like a layout primitive it
   reads a bounded neighbourhood of input positions per output position.
 - LINEAR: compute-intensive and linear in each input: matmul, conv, conv_transpose.
-- OPAQUE: no decomposition; runs as its own kernel (lstm_recurrence: a sequential scan).
+- OPAQUE: no decomposition; runs as its own kernel (lstm_recurrence: a sequential scan; onnx_node: an ONNX
+  node without a rule, run by onnxruntime).
 
 Each primitive declares `infer(input_types, attrs) -> output_types` and
 `reference(inputs, attrs) -> outputs`. The reference is the executable spec every later stage
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.ir import foreign
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.types import TensorType
 
@@ -477,6 +479,18 @@ _register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
           lambda inputs, attrs: list(K.lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
                                                        direction=attrs["direction"])),
           "sequential LSTM scan over precomputed input gates (inputs: gates_x, R, h0, c0, peephole)")
+
+
+def _onnx_node_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    expected = [TensorType(tuple(shape), dtype) for shape, dtype in attrs["inputs"]]
+    if list(types) != expected:
+        raise ValueError(f"onnx_node {attrs['op_type']} was typed for inputs {expected}, got {list(types)}")
+    return list(foreign.output_types(attrs))
+
+
+_register("onnx_node", Kind.OPAQUE, _onnx_node_infer, lambda inputs, attrs: foreign.run_onnx_node(inputs, attrs),
+          "an ONNX node kernorch has no rule for, run whole by onnxruntime (attrs: node, opsets, inputs, "
+          "outputs, op_type, reason)")
 
 
 def run_primitive(name: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:

@@ -19,6 +19,7 @@ from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.plan import NativePlan, render_plan
 from kernorch.errors import KernorchError
+from kernorch.ir import foreign
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
@@ -148,10 +149,15 @@ class PlanExecutor:
         inputs = [self.buffers[v] for v in node.inputs]
         targets = [self.buffers.get(o) for o in node.outputs]
         attrs = node.attr_dict
+        if node.prim == "onnx_node":  # its onnxruntime session is built now, not on the first call
+            foreign.prepare(attrs, [self.graph.types[v] for v in node.inputs])
 
         def launch() -> None:
             for target, result in zip(targets, run_primitive(node.prim, inputs, attrs), strict=True):
                 if target is not None:
+                    if result.shape != target.shape:
+                        raise KernelFailed(f"{node.prim} from {node.origin} returned shape {result.shape}, "
+                                           f"planned {target.shape}")  # fmt: skip
                     np.copyto(target, result)
 
         return launch

@@ -161,7 +161,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
     options = options or Options()
     progress = progress or Progress()
     threads = options.threads
-    fissioned = import_graph(model_path)
+    fissioned = import_graph(model_path, strict=options.strict)
     cost_model = make_cost_model(options, progress)
     result = plan_graph(fissioned, options.with_(rewrite=True), progress, cost_model)
     plain = plan_graph(fissioned, options.with_(rewrite=False), progress, cost_model)

@@ -1,0 +1,103 @@
+"""Nodes without a kernorch rule run through onnxruntime (with a warning), or are refused with --strict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import kernorch
+from kernorch.cli import main
+from kernorch.errors import FallbackWarning, UnsupportedOperator
+from kernorch.fission import fallback_nodes, fission
+from kernorch.frontend import import_model
+
+
+def _det_model() -> onnx.ModelProto:
+    """relu → Det (no kernorch rule) → exp: the fallback sits between two fusable kernels."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["d"], name="the_det"),
+             helper.make_node("Exp", ["d"], ["y"])]  # fmt: skip
+    return helper.make_model(helper.make_graph(nodes, "det", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_node_without_rule_runs_through_onnxruntime_and_matches(tmp_path: Path) -> None:
+    model = _det_model()
+    x = np.random.default_rng(0).standard_normal((3, 4, 4)).astype(np.float32)
+    with pytest.warns(FallbackWarning, match=r"1 node\(s\) run through onnxruntime.*Det \(no fission rule"):
+        compiled = kernorch.compile(model, cost="analytic")
+    (node,) = fallback_nodes(compiled.graph)
+    assert node.attr("op_type") == "Det" and node.origin == "the_det"
+    (expected,) = _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-5)
+    # the plan saves and loads like any other (the node is data: base64 protobuf, typed)
+    loaded = kernorch.load(compiled.save(tmp_path / "plan"))
+    np.testing.assert_allclose(loaded.run({"x": x})["y"], expected, rtol=1e-5)
+
+
+def test_strict_refuses_the_node() -> None:
+    with pytest.raises(UnsupportedOperator, match="Det node 'the_det': no fission rule"):
+        kernorch.compile(_det_model(), cost="analytic", strict=True)
+
+
+def test_cli_warns_in_one_line_and_strict_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "det.onnx"
+    onnx.save(_det_model(), str(path))
+    assert main(["check", str(path)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Det" in err[0]
+    assert err[0].startswith("kernorch: warning: 1 node(s) run through onnxruntime")
+    assert main(["check", str(path), "--strict"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["kernorch: error: unsupported: Det node 'the_det': no fission rule for this operator"]
+
+
+def test_an_attribute_a_rule_refuses_falls_back_too() -> None:
+    """A rule's refusal (here Resize with antialias, which kernorch's rule does not take) falls back too, with
+    the rule's reason in the warning."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)
+    model = helper.make_model(helper.make_graph([node], "r", [x], [y], [scales]),
+                              opset_imports=[helper.make_opsetid("", 18)])  # fmt: skip
+    graph = fission(import_model(model), strict=False)
+    assert [n.prim for n in graph.nodes] == ["onnx_node"]
+    data = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    with pytest.warns(FallbackWarning, match="Resize.*antialias"):
+        compiled = kernorch.compile(model, cost="analytic")
+    np.testing.assert_allclose(compiled.run({"x": data})["y"], _onnxruntime(model, {"x": data})[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["data-dependent shape", "subgraph", "unknown to onnxruntime"])
+def test_what_cannot_run_alone_is_still_refused(case: str) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    opsets = [helper.make_opsetid("", 17)]
+    if case == "data-dependent shape":
+        y = helper.make_tensor_value_info("y", TensorProto.INT64, [1, "n"])
+        node = helper.make_node("NonZero", ["x"], ["y"])
+        expected = "data-dependent shape|not known before running"
+    elif case == "subgraph":
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+        body = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
+                                 [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])])  # fmt: skip
+        node = helper.make_node("Loop", ["", ""], ["y"], body=body)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+        expected = "subgraph attribute"
+    else:
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+        node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom")
+        opsets.append(helper.make_opsetid("example.custom", 1))
+        expected = "no onnxruntime fallback"
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets)
+    with pytest.raises(UnsupportedOperator, match=expected):
+        fission(import_model(model), strict=False)
