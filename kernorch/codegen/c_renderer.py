@@ -30,6 +30,7 @@ static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     return i;
 }
 static inline int64_t ko_idiv(int64_t a, int64_t b) { return b ? a / b : 0; }
+static inline int64_t ko_imod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
 /* float32 exp/tanh/erf/sigmoid without libm calls, so loops using them vectorize (glibc's vector math
    needs -ffast-math, which would break NaN semantics). Every vector instruction counts: these loops are
    compute-bound (a 512-bit op issues about once per cycle per core here), so exp has no clamps:
@@ -89,6 +90,7 @@ def _binary(prim: str, dtype: str, a: str, b: str) -> str:
         "add": f"({a} + {b})", "sub": f"({a} - {b})", "mul": f"({a} * {b})",
         "div": f"({a} / {b})" if is_float else f"ko_idiv({a}, {b})",
         "pow": f"{_math('pow', dtype)}({a}, {b})" if is_float else f"(({C_TYPES[dtype]})pow((double){a}, (double){b}))",
+        "fmod": f"{_math('fmod', dtype)}({a}, {b})" if is_float else f"ko_imod({a}, {b})",
         "max": f"KO_MAX({a}, {b})", "min": f"KO_MIN({a}, {b})",
         "equal": f"({a} == {b})", "less": f"({a} < {b})", "greater": f"({a} > {b})",
         "less_equal": f"({a} <= {b})", "greater_equal": f"({a} >= {b})",

@@ -91,4 +91,8 @@ def run_onnx_node(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[n
     types = tuple(TensorType.of(np.asarray(a)) for a in inputs)
     session = _session(attrs["node"], attrs["opsets"], types, output_types(attrs))
     feeds = {INPUT_NAME.format(i): np.ascontiguousarray(a) for i, a in enumerate(inputs)}
-    return [np.asarray(r) for r in session.run(None, feeds)]
+    try:
+        results = session.run(None, feeds)
+    except Exception as error:  # onnxruntime's exceptions share no base class but Exception
+        raise RuntimeError(f"onnxruntime failed on {attrs['op_type']}: {str(error).strip()[:300]}") from None
+    return [np.asarray(r) for r in results]

@@ -123,6 +123,8 @@ _BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool, s
     "sub": (np.subtract, False, "a - b"),
     "mul": (np.multiply, False, "a * b"),
     "div": (_int_div, False, "a / b (integers truncate toward zero)"),
+    "fmod": (np.fmod, False, "remainder of a / b truncated toward zero, the sign of a (C fmod); b = 0 gives 0 "
+             "for integers"),
     "pow": (np.power, False, "a ^ b"),
     "max": (np.maximum, False, "max(a, b), NaN-propagating"),
     "min": (np.minimum, False, "min(a, b), NaN-propagating"),
@@ -479,6 +481,41 @@ _register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
           lambda inputs, attrs: list(K.lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
                                                        direction=attrs["direction"])),
           "sequential LSTM scan over precomputed input gates (inputs: gates_x, R, h0, c0, peephole)")
+
+
+def _top_k_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    (x,) = types
+    axis, k = attrs["axis"], attrs["k"]
+    if not 0 <= k <= x.shape[axis]:
+        raise ValueError(f"top_k k={k} out of range for axis of size {x.shape[axis]}")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+_register("top_k", Kind.OPAQUE, _top_k_infer,
+          lambda inputs, attrs: list(K.top_k(inputs[0], attrs["axis"], attrs["k"], attrs["largest"])),
+          "the k largest (or smallest) values along `axis` in order, and their indices; ties keep the lower "
+          "index first, NaN counts as the largest")  # fmt: skip
+
+_register("cumsum", Kind.OPAQUE, lambda types, attrs: [types[0]],
+          lambda inputs, attrs: [K.cumsum(inputs[0], attrs["axis"], attrs["exclusive"], attrs["reverse"])],
+          "running sum along `axis` (exclusive: without the element itself; reverse: from the end)")  # fmt: skip
+
+
+def _scatter_nd_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    data, indices, updates = types
+    k = indices.shape[-1] if indices.rank else 0
+    if indices.dtype != "int64" or not 1 <= k <= data.rank:
+        raise ValueError("scatter_nd indices must be int64 with last dimension in [1, rank]")
+    if updates.shape != indices.shape[:-1] + data.shape[k:] or updates.dtype != data.dtype:
+        raise ValueError(f"scatter_nd updates {updates} do not fit data {data} and indices {indices}")
+    return [data]
+
+
+_register("scatter_nd", Kind.OPAQUE, _scatter_nd_infer,
+          lambda inputs, attrs: [K.scatter_nd(inputs[0], inputs[1], inputs[2], attrs["reduction"])],
+          "a copy of data with slices at index tuples replaced (or combined: add, mul, max, min) by updates, "
+          "in index order")  # fmt: skip
 
 
 def _onnx_node_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:

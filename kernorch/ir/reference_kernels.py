@@ -307,3 +307,46 @@ def lstm_recurrence(
             ys[t, d] = h
         last_h[d], last_c[d] = h, c
     return ys, last_h, last_c
+
+
+# -------------------------------------------------------------------------------------- index-driven
+
+def top_k(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX TopK, always sorted: ties keep the lower index first; NaN sorts as the largest value."""
+    moved = np.moveaxis(x, axis, -1)
+    n = moved.shape[-1]
+    if largest:
+        # a stable ascending sort of the reversed axis, read backwards: descending values, ties in index order
+        order = n - 1 - np.argsort(moved[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+    else:
+        order = np.argsort(moved, axis=-1, kind="stable")
+    indices = order[..., :k].astype(np.int64)
+    values = np.take_along_axis(moved, indices, axis=-1)
+    return np.ascontiguousarray(np.moveaxis(values, -1, axis)), np.ascontiguousarray(np.moveaxis(indices, -1, axis))
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    data = np.flip(x, axis) if reverse else x
+    total = np.cumsum(data, axis=axis, dtype=x.dtype)
+    if exclusive:
+        total = np.concatenate([np.zeros_like(np.take(total, [0], axis=axis)),
+                                np.take(total, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)  # fmt: skip
+    return np.ascontiguousarray(np.flip(total, axis) if reverse else total)
+
+
+_SCATTER_COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scatter_nd(data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str) -> np.ndarray:
+    """ONNX ScatterND; indices are checked (negative ones count from the end)."""
+    out = data.copy()
+    k = indices.shape[-1]
+    flat_indices = indices.reshape(-1, k)
+    flat_updates = updates.reshape((flat_indices.shape[0], *data.shape[k:]))
+    dims = np.array(data.shape[:k])
+    for index, update in zip(flat_indices, flat_updates, strict=True):
+        if np.any(index < -dims) or np.any(index >= dims):
+            raise IndexError(f"scatter_nd index {tuple(index)} out of range for {tuple(dims)}")
+        position = tuple(np.where(index < 0, index + dims, index))
+        out[position] = update if reduction == "none" else _SCATTER_COMBINE[reduction](out[position], update)
+    return out

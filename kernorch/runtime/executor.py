@@ -153,7 +153,12 @@ class PlanExecutor:
             foreign.prepare(attrs, [self.graph.types[v] for v in node.inputs])
 
         def launch() -> None:
-            for target, result in zip(targets, run_primitive(node.prim, inputs, attrs), strict=True):
+            try:
+                results = run_primitive(node.prim, inputs, attrs)
+            except (IndexError, RuntimeError, ValueError) as error:  # a bad index, onnxruntime refusing the data
+                message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+                raise KernelFailed(f"{node.prim} from {node.origin}: {message}") from None
+            for target, result in zip(targets, results, strict=True):
                 if target is not None:
                     if result.shape != target.shape:
                         raise KernelFailed(f"{node.prim} from {node.origin} returned shape {result.shape}, "

@@ -1,8 +1,11 @@
 """Importing this package registers every fission rule (one small function per ONNX operator)."""
 
 from kernorch.fission.rules import (  # noqa: F401
+    attention,
     constants,
+    einsum,
     elementwise,
+    indexing,
     layout,
     linear,
     normalization,

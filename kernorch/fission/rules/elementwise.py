@@ -73,6 +73,26 @@ def variadic(ctx: RuleContext) -> list[str]:
     return [result]
 
 
+@rule("Mod", min_opset=10)
+def mod(ctx: RuleContext) -> list[str]:
+    """fmod=1: C's fmod (sign of the dividend). fmod=0: the sign of the divisor, as Python's %: a non-zero
+    remainder whose sign differs from the divisor's moves by one divisor."""
+    a, b = ctx.input(0), ctx.input(1)
+    dtype = ctx.type(0).dtype
+    if dtype == "bool":
+        ctx.refuse("needs numeric operands")
+    c_fmod = bool(ctx.allow("fmod", 0, 1, default=0))
+    if not c_fmod and dtype.startswith("float") and ctx.opset < 28:
+        ctx.refuse("fmod=0 on floats is defined from opset 28", "fmod")
+    remainder = ctx.emit("fmod", a, b)
+    if c_fmod or dtype.startswith("uint"):
+        return [remainder]
+    zero = ctx.scalar(0, dtype)
+    signs_differ = ctx.emit("xor", ctx.emit("less", remainder, zero), ctx.emit("less", b, zero))
+    moves = ctx.emit("and", signs_differ, ctx.emit("not", ctx.emit("equal", remainder, zero)))
+    return [ctx.emit("where", moves, ctx.emit("add", remainder, b), remainder)]
+
+
 @rule("Where")
 def where(ctx: RuleContext) -> list[str]:
     return [ctx.emit("where", ctx.input(0), ctx.input(1), ctx.input(2))]

@@ -47,6 +47,9 @@ CASES = [
     ("HardSwish", {"x": X * 4}, {}, {}, ["mul", "add", "max", "min", "mul"]),
     ("Softplus", {"x": X * 30}, {}, {}, ["abs", "neg", "exp", "add", "log", "relu", "add"]),
     ("Softsign", {"x": X}, {}, {}, ["abs", "add", "div"]),
+    ("Mod", {"x": np.array([-7, 7, -7, 7, 6, 0], np.int32), "y": np.array([3, -3, -3, 3, 3, 5], np.int32)}, {}, {},
+     ["fmod", "less", "less", "xor", "equal", "not", "and", "add", "where"]),
+    ("Mod", {"x": X * 5, "y": Y + 3.5}, {"fmod": 1}, {}, ["fmod"]),
 ]
 
 

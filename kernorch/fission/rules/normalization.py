@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernorch.fission.registry import RuleContext, rule
-from kernorch.fission.rules.common import channel_param, normalize, reshape
+from kernorch.fission.rules.common import channel_param, mean_over, normalize, reshape
 from kernorch.ir.types import FLOAT_DTYPES
 
 
@@ -103,3 +103,44 @@ def batch_normalization(ctx: RuleContext) -> list[str]:
     inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", var, epsilon)))
     factor = ctx.emit("mul", scale, inv_std)  # folds to a constant for a trained model
     return [ctx.emit("add", ctx.emit("mul", ctx.emit("sub", ctx.input(0), mean), factor), bias)]
+
+
+@rule("LpNormalization")
+def lp_normalization(ctx: RuleContext) -> list[str]:
+    """x / ||x||_p along one axis (p = 1 or 2); where the norm is zero, so is x, and the result is 0 (as the
+    ONNX reference says), not 0/0."""
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {x_type.dtype} is not supported")
+    axis = ctx.normalize_axis(ctx.attr("axis", -1), x_type.rank)
+    p = ctx.allow("p", 1, 2, default=2)
+    x = ctx.input(0)
+    if p == 1:
+        norm = ctx.emit("reduce_sum", ctx.emit("abs", x), axes=(axis,))
+    else:
+        norm = ctx.emit("sqrt", ctx.emit("reduce_sum", ctx.emit("mul", x, x), axes=(axis,)))
+    dtype = x_type.dtype
+    divisor = ctx.emit("where", ctx.emit("equal", norm, ctx.scalar(0, dtype)), ctx.scalar(1, dtype), norm)
+    return [ctx.emit("div", x, divisor)]
+
+
+@rule("RMSNormalization", min_opset=23)
+def rms_normalization(ctx: RuleContext) -> list[str]:
+    """x / sqrt(mean(x², axes from `axis` on) + epsilon) * scale, statistics in float32 (stash_type 1)."""
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {x_type.dtype} is not supported")
+    ctx.allow("stash_type", 1, default=1)
+    axis = ctx.normalize_axis(ctx.attr("axis", -1), x_type.rank)
+    axes = tuple(range(axis, x_type.rank))
+    x = ctx.input(0)
+    upcast = x_type.dtype == "float16"
+    if upcast:
+        x = ctx.emit("cast", x, to="float32")
+    dtype = ctx.builder.type_of(x).dtype
+    mean_square = mean_over(ctx, ctx.emit("mul", x, x), axes)
+    epsilon = ctx.scalar(ctx.attr("epsilon", 1e-5), dtype)
+    normalized = ctx.emit("mul", x, ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", mean_square, epsilon))))
+    if upcast:
+        normalized = ctx.emit("cast", normalized, to="float16")
+    return [ctx.emit("mul", normalized, ctx.input(1))]

@@ -66,3 +66,19 @@ def resize(ctx: RuleContext) -> list[str]:
     return [ctx.emit("resize", ctx.input(0), sizes=tuple(sizes), scales=tuple(scales), mode=mode,
                      coordinate_mode=coordinate_mode, nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,
                      exclude_outside=exclude_outside)]  # fmt: skip
+
+
+@rule("Upsample", static_inputs=(1,), min_opset=7)
+def upsample(ctx: RuleContext) -> list[str]:
+    """Deprecated Upsample (opsets 7-9): Resize by scales, asymmetric coordinates, nearest rounding down."""
+    x_type = ctx.type(0)
+    if x_type.dtype not in FLOAT_DTYPES:
+        ctx.refuse(f"dtype {x_type.dtype} is not supported")
+    mode = ctx.allow("mode", "nearest", "linear", "bilinear", default="nearest")
+    scales = [float(v) for v in (ctx.attr("scales") if ctx.opset < 9 else ctx.const(1, "scales").reshape(-1))]
+    if len(scales) != x_type.rank or min(scales) < 1:
+        ctx.refuse(f"needs one scale >= 1 per axis, got {scales}", "scales")
+    sizes = tuple(int(np.floor(d * s)) for d, s in zip(x_type.shape, scales, strict=True))
+    return [ctx.emit("resize", ctx.input(0), sizes=sizes, scales=tuple(scales),
+                     mode="nearest" if mode == "nearest" else "linear", coordinate_mode="asymmetric",
+                     nearest_mode="floor", cubic_coeff_a=-0.75, exclude_outside=False)]  # fmt: skip

@@ -32,3 +32,16 @@ def test_resize_sizes() -> None:
     constants = {"sizes": np.array([1, 2, 16, 3], np.int64)}
     model = single_op_model("Resize", {"x": X}, {"mode": "linear"}, constants, input_order=["x", "", "", "sizes"])
     assert primitive_names(fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)) == ["resize"]
+
+
+@pytest.mark.parametrize("mode, opset", [("nearest", 9), ("linear", 9), ("nearest", 7)])
+def test_upsample_is_an_asymmetric_resize(mode: str, opset: int) -> None:
+    scales = [1.0, 1.0, 2.0, 3.0]
+    if opset == 7:
+        model = single_op_model("Upsample", {"x": X}, {"mode": mode, "scales": scales}, opset=opset)
+    else:
+        model = single_op_model("Upsample", {"x": X}, {"mode": mode}, {"scales": np.array(scales, np.float32)},
+                                opset=opset)  # fmt: skip
+    graph = fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)
+    assert primitive_names(graph) == ["resize"]
+    assert graph.nodes[0].attr("coordinate_mode") == "asymmetric" and graph.nodes[0].attr("sizes") == (1, 2, 10, 21)
