@@ -3,6 +3,8 @@
 Pipeline (one package per stage): frontend → fission → rewrite → orchestrate → cost → codegen → runtime.
 """
 
+import sys
+
 from kernorch.api import CompiledModel, compile, load
 from kernorch.errors import InputMismatch, InvalidModel, KernorchError, ShapeError, UnsupportedOperator
 from kernorch.fission import fission
@@ -11,6 +13,11 @@ from kernorch.options import Options, OrchestrationLimits
 from kernorch.runtime import run_reference
 
 __version__ = "0.1.0"
+
+if "torch" in sys.modules:  # torch.compile(backend="kernorch") from here on (the entry point covers a later import)
+    from kernorch.torch_backend import register as _register_torch_backend
+
+    _register_torch_backend()
 
 __all__ = [
     "CompiledModel",

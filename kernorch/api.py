@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernorch.errors import KernorchError
+from kernorch.frontend.torch_export import export_to_onnx, is_torch_module
 from kernorch.options import Options
 from kernorch.pipeline import ModelSource, Progress, compile_model
 from kernorch.runtime.artifact import ArtifactError, load_model
@@ -25,9 +27,11 @@ def compile(  # noqa: A001 - the public name the docs promise
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     options: Options | None = None,
     progress: Progress | None = None,
+    example_inputs: Sequence[Any] | None = None,
     **option_overrides: Any,
 ) -> CompiledModel:
-    """Import, fission, rewrite, orchestrate and compile an ONNX model.
+    """Import, fission, rewrite, orchestrate and compile an ONNX model — or a torch `nn.Module`, given
+    `example_inputs` (a tuple of tensors: the export is specialised to their shapes), through torch.export.
 
     Options (see `kernorch.options.Options`): threads=2; cost="profile" (time candidate kernels on this
     machine, cached in SQLite) or "analytic" (roofline of `device`: "cpu" = this machine calibrated, or a
@@ -35,6 +39,13 @@ def compile(  # noqa: A001 - the public name the docs promise
     search); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
     """
     chosen = (options or Options()).with_(**option_overrides)
+    if is_torch_module(model):
+        if example_inputs is None:
+            raise KernorchError("compiling a torch module needs example_inputs=(tensor, ...), its positional inputs")
+        model = export_to_onnx(model, example_inputs)
+    elif example_inputs is not None:
+        raise KernorchError("example_inputs is for torch modules; an ONNX model's input shapes come from the model "
+                            "or from input_shapes")  # fmt: skip
     return compile_model(model, input_shapes, chosen, progress or Progress())
 
 
