@@ -6,6 +6,12 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
 STAMP_BENCH := $(VENV)/.installed-bench
+STAMP_DOT := $(VENV)/.installed-graphviz
+STAMP_BROWSER := $(VENV)/.installed-chromium
+# Debian packages: Graphviz draws plans (`kernorch explain --svg`), Chromium opens the HTML report in a test
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
+	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
 .PHONY: demo test bench lint typecheck clean mutate fuzz
 
@@ -22,6 +28,14 @@ $(STAMP_DEV): pyproject.toml $(STAMP_RUN)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
+$(STAMP_DOT): | $(BIN)/python
+	command -v dot >/dev/null || $(call APT_INSTALL,graphviz)
+	touch $@
+
+$(STAMP_BROWSER): | $(BIN)/python
+	command -v chromium >/dev/null || $(call APT_INSTALL,chromium)
+	touch $@
+
 $(STAMP_BENCH): pyproject.toml $(STAMP_RUN)
 	$(BIN)/pip install -q -e '.[bench]'
 	touch $@
@@ -31,7 +45,7 @@ MODELS ?= ../shared/models
 bench: $(STAMP_BENCH)
 	$(BIN)/python bench/run_all.py --models $(MODELS) --compare-layouts $(BENCH_FLAGS)
 
-demo: $(STAMP_RUN)
+demo: $(STAMP_RUN) $(STAMP_DOT)
 	$(BIN)/kernorch demo
 
 # On demand: does the suite catch broken code? (a fixed list of mutants; prints which survive)
@@ -48,7 +62,7 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy kernorch
 
-test: $(STAMP_DEV) lint typecheck
+test: $(STAMP_DEV) $(STAMP_DOT) $(STAMP_BROWSER) lint typecheck
 	$(BIN)/python -m pytest
 
 clean:

@@ -275,6 +275,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(result.layout_report.summary())
     if result.rewrite_report is not None:
         _explain_rewrites(result.rewrite_report)
+    if args.svg or args.html:
+        from pathlib import Path
+
+        from kernorch.tools.picture import write_html, write_svg
+
+        name = Path(args.model).stem
+        if args.svg:
+            print(f"picture of the plan: {write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name)}")
+        if args.html:
+            print(f"report: {write_html(args.html, result, name)}")
     if args.rejected:
         counts: dict[str, int] = {}
         for report in result.subgraphs:
@@ -335,10 +345,13 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from kernorch.api import compile
     from kernorch.runtime.feeds import graph_feeds
     from kernorch.tools.check import check_model, compare, run_onnxruntime, timed_onnxruntime
     from kernorch.tools.demo_models import DEMO_MODELS
+    from kernorch.tools.picture import GraphvizMissing, write_svg
 
     status = EXIT_OK
     for name, build in DEMO_MODELS.items():
@@ -354,6 +367,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
             # the compiled graph is the rewritten one: its node indices are not check's
             print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(compiled.graph.nodes[n].prim for n in kernel.nodes)}")
+        try:
+            picture = write_svg(Path(args.pictures) / f"{name}.svg", compiled.graph, compiled.kernels, compiled.costs,
+                                name)  # fmt: skip
+            print(f"picture of the plan: {picture} (kernels as coloured clusters; open it in a browser)")
+        except GraphvizMissing as missing:
+            print(f"picture of the plan: not drawn ({missing})")
         feeds = graph_feeds(compiled.graph)
         errors = compare(compiled.run(feeds), run_onnxruntime(proto, feeds, args.threads))
         worst = max(e.relative for e in errors)
@@ -448,6 +467,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_orchestration_args(explain)
     explain.add_argument("--rejected", type=_non_negative_int, default=0, metavar="N",
                          help="list N rejected candidates")  # fmt: skip
+    explain.add_argument("--svg", metavar="PLAN.svg",
+                         help="draw the primitive graph with each kernel as a coloured cluster (library calls, "
+                         "generated C, fallbacks; costs; primitives computed by several kernels outlined in red)")
+    explain.add_argument("--html", metavar="REPORT.html",
+                         help="write one self-contained page: the picture, the kernel table, rewrites, layout")
     explain.set_defaults(handler=cmd_explain)
 
     bench = commands.add_parser(
@@ -482,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_threads_arg(demo, "threads for kernorch and onnxruntime")
     demo.add_argument("--runs", type=_positive_int, default=50, help="timed runs per contender (default 50)")
     _add_cost_arg(demo, "the cost model of the plans")
+    demo.add_argument("--pictures", default="kernorch-demo", metavar="DIR",
+                      help="where the plan pictures (SVG) are written (default ./kernorch-demo)")
     demo.set_defaults(handler=cmd_demo)
     return parser
 
