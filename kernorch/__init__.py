@@ -14,7 +14,8 @@ from kernorch.runtime import run_reference
 
 __version__ = "0.1.0"
 
-if "torch" in sys.modules:  # torch.compile(backend="kernorch") from here on (the entry point covers a later import)
+if sys.modules.get("torch") is not None:  # torch.compile(backend="kernorch") from here on; the entry
+    # point covers a torch imported later
     from kernorch.torch_backend import register as _register_torch_backend
 
     _register_torch_backend()

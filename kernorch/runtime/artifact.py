@@ -16,18 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kernorch.codegen.compiler import CFLAGS, compiler_identity
 from kernorch.errors import KernorchError
-from kernorch.ir.graph import Graph, Node, freeze_attrs, verify
+from kernorch.ir.graph import verify
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.plan import validate_plan
-from kernorch.ir.types import TensorType
+from kernorch.ir.serialize import constants_npz, graph_from_json, graph_to_json
 from kernorch.machine import cpu_model, isa_digest, isa_flags
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.runtime.executor import generate_source
@@ -54,22 +51,14 @@ def manifest_digest(plan: dict[str, Any]) -> str:
 def save_model(model: CompiledModel, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     graph = model.graph
-    constant_names = sorted(graph.constants)
-    arrays: dict[str, Any] = {f"c{i}": graph.constants[n] for i, n in enumerate(constant_names)}
-    np.savez(target / "weights.npz", **arrays)
+    (target / "weights.npz").write_bytes(constants_npz(graph))
     (target / "kernels.c").write_text(model.executor.source)
     stale = target / "kernels.so"  # written by older versions; never read, so never left behind to mislead
     if stale.is_file():
         stale.unlink()
     plan: dict[str, Any] = {
         "format": FORMAT, "version": FORMAT_VERSION,
-        "graph": {
-            "name": graph.name, "inputs": graph.inputs, "outputs": graph.outputs,
-            "types": {n: [list(t.shape), t.dtype] for n, t in graph.types.items()},
-            "constants": constant_names,
-            "nodes": [{"prim": n.prim, "inputs": list(n.inputs), "outputs": list(n.outputs),
-                       "attrs": dict(n.attrs), "origin": n.origin} for n in graph.nodes],
-        },
+        "graph": graph_to_json(graph),
         "kernels": [{"nodes": list(k.nodes), "outputs": list(k.outputs)} for k in model.kernels],
         "costs": model.costs, "threads": model.threads, "metadata": model.metadata,
         "built_on": {"cpu": cpu_model(), "isa_digest": isa_digest(), "isa_flags": list(isa_flags()),
@@ -128,7 +117,7 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
     shipped_source = _verified_bytes(source, plan, "kernels.c")
     plan_file = source / "plan.json"
     try:
-        graph = _graph_from_json(plan["graph"], weights)
+        graph = graph_from_json(plan["graph"], weights)
         verify(graph)
         kernels = [make_kernel(graph, tuple(int(i) for i in k["nodes"]), tuple(str(o) for o in k["outputs"]))
                    for k in plan["kernels"]]  # fmt: skip
@@ -155,19 +144,3 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
     return model
 
 
-def _graph_from_json(data: dict[str, Any], weights: bytes) -> Graph:
-    import io
-
-    try:
-        with np.load(io.BytesIO(weights), allow_pickle=False) as archive:
-            constants = {str(name): archive[f"c{i}"] for i, name in enumerate(data["constants"])}
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise ValueError(f"weights.npz: {error}") from None
-    graph = Graph(name=str(data["name"]), inputs=[str(v) for v in data["inputs"]],
-                  outputs=[str(v) for v in data["outputs"]])  # fmt: skip
-    graph.types = {str(n): TensorType(tuple(int(d) for d in shape), str(dtype))
-                   for n, (shape, dtype) in data["types"].items()}  # fmt: skip
-    graph.constants = constants
-    graph.nodes = [Node(str(n["prim"]), tuple(str(v) for v in n["inputs"]), tuple(str(v) for v in n["outputs"]),
-                        freeze_attrs(n["attrs"]), str(n["origin"])) for n in data["nodes"]]  # fmt: skip
-    return graph
