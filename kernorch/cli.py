@@ -61,6 +61,10 @@ def _add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=_positive_float, default=defaults.solver_time_limit,
                         help=f"solver seconds per subgraph (default {defaults.solver_time_limit:g})")
     _add_threads_arg(parser, "threads for measuring and running")
+    parser.add_argument("--workers", default="local", metavar="local|ray|ray://HOST:PORT",
+                        help="where candidate kernels are compiled and timed: local (default, this process), ray (a "
+                        "local Ray instance, or the cluster RAY_ADDRESS names) or ray://HOST:PORT; results merge "
+                        "into the local profile database, keyed by the measuring machine (needs kernorch[ray])")
     _add_rewrite_args(parser)
     _add_layout_arg(parser)
 
@@ -122,7 +126,7 @@ def _options(args: argparse.Namespace) -> Options:
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
-                                                     "strict")
+                                                     "strict", "workers")
              if getattr(args, name, None) is not None}  # fmt: skip
     return Options(limits=limits).with_(**given)
 
@@ -207,6 +211,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(result.rewrite_report.summary())
     if result.layout_report is not None:
         print(result.layout_report.summary())
+    if result.tuning and any(result.tuning.values()):
+        tuning = result.tuning
+        print(f"tuning: {tuning['measured']} kernel(s) measured here, {tuning['measured_remotely']} on Ray workers"
+              + (f"; {tuning['foreign']} result(s) from workers of another machine kind stored apart (not used for "
+                 "this plan)" if tuning["foreign"] else ""))  # fmt: skip
     if not result.all_optimal:
         print("WARNING: not every subgraph was solved to proven optimality (see status)")
     if result.contended_kernels:

@@ -77,6 +77,8 @@ class Options:
     layout: str = "auto"  # which values are channels-last: "auto" (whole-graph 0-1 program), "channels-last"
     # (every conv channels-last, torch.compile's rule), "nchw" (everything row-major)
     cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch
+    workers: str = "local"  # where candidate kernels are compiled and timed: "local" (this process), "ray" (a local
+    # Ray instance or the cluster RAY_ADDRESS names) or "ray://HOST:PORT"; results merge into the local database
     strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
 
@@ -93,8 +95,15 @@ class Options:
             raise KernorchError(f"rewrite_budget must be a non-negative number of seconds, got {self.rewrite_budget!r}")
         if self.layout not in LAYOUT_POLICIES:
             raise KernorchError(f"unknown layout policy '{self.layout}' (choose {', '.join(LAYOUT_POLICIES)})")
+        if not (self.workers in ("local", "ray") or (self.workers.startswith("ray://") and len(self.workers) > 6)):
+            raise KernorchError(f"unknown workers '{self.workers}' (choose local, ray, or ray://HOST:PORT)")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
+
+    @property
+    def ray_address(self) -> str | None:
+        """None: measure here; "": a local Ray instance or RAY_ADDRESS; else the cluster's ray:// address."""
+        return None if self.workers == "local" else "" if self.workers == "ray" else self.workers
 
     @property
     def cache(self) -> Path:

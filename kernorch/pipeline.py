@@ -76,7 +76,8 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
 
     # the roofline estimate flags implausible measurements, which are then measured again
     return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
-                             kernel_cache=options.cache, estimate=roofline.cost)  # fmt: skip
+                             kernel_cache=options.cache, estimate=roofline.cost,
+                             workers=options.ray_address)  # fmt: skip
 
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
@@ -106,6 +107,8 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
     contended_in = getattr(cost_model, "contended_in", None)
     if contended_in is not None:
         result.contended_kernels = contended_in(result.plan.kernels)
+        counters = ("measured", "measured_remotely", "foreign")
+        result.tuning = {name: int(getattr(cost_model, name, 0)) for name in counters}
     return result
 
 

@@ -110,8 +110,11 @@ class ProfiledCostModel:
     kernel_cache: Path | None = None  # compile cache directory (None: the default cache root)
     estimate: Callable[[CandidateKernel], float] | None = None  # roofline seconds, to catch implausible values
     name: str = "profile"
+    workers: str | None = None  # a Ray address ("" = local instance / RAY_ADDRESS) to measure on; None: here
     machine: str = field(default_factory=fingerprint)
     measured: int = 0  # kernels timed in this session (the rest came from the database)
+    measured_remotely: int = 0  # kernels whose value this machine kind's Ray workers measured
+    foreign: int = 0  # results from workers of another machine kind, stored apart (not used for this plan)
     remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
     contended: set[str] = field(default_factory=set)  # signatures whose value never got a quiet measurement
     _known: dict[str, float] = field(default_factory=dict)
@@ -145,6 +148,8 @@ class ProfiledCostModel:
         # stays as the fallback)
         missing = [_Pending(key, kind, kernel, fallback=stored.get(key)) for key, (kind, kernel) in pending.items()
                    if key not in stored or stored[key].contended or stored[key].runs < MIN_REPEATS]  # fmt: skip
+        if missing and self.workers is not None:
+            missing = self._measure_on_workers(missing)
         if not missing:
             return
         bar = self.progress(missing, len(missing)) if self.progress else None
@@ -156,6 +161,24 @@ class ProfiledCostModel:
                 if bar is not None:
                     for _ in batch:
                         next(bar, None)
+
+    def _measure_on_workers(self, missing: list[_Pending]) -> list[_Pending]:
+        """Measure on the Ray cluster; store every result under the machine that produced it. What this machine
+        kind's workers measured quietly is done; the rest is returned, to be measured here."""
+        from kernorch.cost.remote import measure_on_ray
+
+        assert self.workers is not None
+        results = measure_on_ray(self.workers, [item.kernel for item in missing], self.threads, self.progress)
+        done: set[str] = set()
+        for result in results:
+            self.database.store(result.signature, result.machine, result.measurement)
+            if result.machine != self.machine:
+                self.foreign += 1
+            elif not result.measurement.contended:
+                self._known[result.signature] = result.measurement.seconds
+                self.measured_remotely += 1
+                done.add(result.signature)
+        return [item for item in missing if item.key not in done]
 
     def _launchers(self, batch: list[_Pending]) -> dict[str, Callable[[], Any]]:
         """One launcher per kernel: the native ones of the batch compiled into one library (each as a one-kernel

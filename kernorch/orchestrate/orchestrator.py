@@ -52,6 +52,7 @@ class OrchestrationResult:
     rewrite_report: Any = None  # kernorch.rewrite.RewriteReport when the graph was rewritten first
     contended_kernels: int = 0  # plan kernels whose measured cost never got a quiet measurement
     layout_report: Any = None  # kernorch.layout.LayoutReport when layouts were chosen
+    tuning: dict[str, int] | None = None  # kernels measured here / on Ray workers / foreign results (profiling)
 
     @property
     def all_optimal(self) -> bool:
@@ -74,6 +75,7 @@ class OrchestrationResult:
             "seconds": round(self.seconds, 3),
             "rewrites": self.rewrite_report.to_json() if self.rewrite_report is not None else None,
             "contended_kernels": self.contended_kernels,
+            "tuning": self.tuning,
             "layout": self.layout_report.to_json() if self.layout_report is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
