@@ -25,7 +25,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.serialize import constants_npz, graph_from_json, graph_to_json
 
-CHUNK = 40  # kernels per task: enough to amortise a task's start, small enough to spread over nodes
+MAX_CHUNK = 150  # kernels per task at most (one translation unit, as a local batch)
 
 
 class WorkersUnavailable(KernorchError):
@@ -80,8 +80,9 @@ def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: in
                    progress: Progress | None = None) -> list[RemoteResult]:  # fmt: skip
     """Measure `kernels` (isolated) on the Ray cluster at `address` ("" = RAY_ADDRESS or a local instance)."""
     ray = _ray()
-    started_here = False
-    if not ray.is_initialized():
+    if not kernels:
+        return []
+    if not ray.is_initialized():  # once per process: Ray shuts itself down at exit
         try:
             with warnings.catch_warnings():  # Ray's client warns before it raises; the error says it in one line
                 warnings.simplefilter("ignore")
@@ -90,26 +91,22 @@ def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: in
         except Exception as error:  # ConnectionError, TimeoutError, RuntimeError...: a cluster not reachable
             raise WorkersUnavailable(f"cannot reach the Ray cluster {address or '(local)'}: "
                                      f"{str(error).strip().splitlines()[0][:200]}") from None  # fmt: skip
-        started_here = True
-    try:
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = min(int(n["Resources"].get("CPU", 1)) for n in nodes) if nodes else 1
-        task = ray.remote(num_cpus=max(cpus, 1))(measure_payloads)  # a whole node per task: no timing side by side
-        chunks = [list(kernels[i: i + CHUNK]) for i in range(0, len(kernels), CHUNK)]
-        pending = {task.remote([encode_kernel(k) for k in chunk], threads): len(chunk) for chunk in chunks}
-        bar = progress(iter(range(len(kernels))), len(kernels)) if progress else None
-        results: list[RemoteResult] = []
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                reply = ray.get(ref)
-                results += [RemoteResult(str(key), str(reply["machine"]),
-                                         Measurement(float(seconds), int(runs), float(spread), bool(contended)))
-                            for key, seconds, runs, spread, contended in reply["results"]]  # fmt: skip
-                for _ in range(pending.pop(ref)):
-                    if bar is not None:
-                        next(bar, None)
-        return results
-    finally:
-        if started_here:
-            ray.shutdown()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    cpus = min(int(n["Resources"].get("CPU", 1)) for n in nodes) if nodes else 1
+    task = ray.remote(num_cpus=max(cpus, 1))(measure_payloads)  # a whole node per task: no timing side by side
+    size = min(MAX_CHUNK, -(-len(kernels) // max(len(nodes), 1)))  # one chunk per node, at most MAX_CHUNK
+    chunks = [list(kernels[i: i + size]) for i in range(0, len(kernels), size)]
+    pending = {task.remote([encode_kernel(k) for k in chunk], threads): len(chunk) for chunk in chunks}
+    bar = progress(iter(range(len(kernels))), len(kernels)) if progress else None
+    results: list[RemoteResult] = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            reply = ray.get(ref)
+            results += [RemoteResult(str(key), str(reply["machine"]),
+                                     Measurement(float(seconds), int(runs), float(spread), bool(contended)))
+                        for key, seconds, runs, spread, contended in reply["results"]]  # fmt: skip
+            for _ in range(pending.pop(ref)):
+                if bar is not None:
+                    next(bar, None)
+    return results

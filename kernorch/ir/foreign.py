@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.errors import KernorchError
 from kernorch.ir.types import TensorType
 
 # names inside the one-node model: the node's inputs and outputs by position
@@ -94,5 +95,14 @@ def run_onnx_node(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[n
     try:
         results = session.run(None, feeds)
     except Exception as error:  # onnxruntime's exceptions share no base class but Exception
-        raise RuntimeError(f"onnxruntime failed on {attrs['op_type']}: {str(error).strip()[:300]}") from None
-    return [np.asarray(r) for r in results]
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        raise KernorchError(f"onnxruntime failed on {attrs['op_type']}: {first}") from None
+    planned = output_types(attrs)
+    arrays = []
+    for position, (result, expected) in enumerate(zip(results, planned, strict=True)):
+        array = np.asarray(result)
+        if array.dtype.name != expected.dtype or array.size != expected.numel:
+            raise KernorchError(f"onnxruntime's {attrs['op_type']} returned {array.dtype.name}{list(array.shape)} for "
+                                f"output {position}, planned {expected.dtype}{list(expected.shape)}")  # fmt: skip
+        arrays.append(array.reshape(expected.shape))  # same data: onnxruntime may write a scalar as [1]
+    return arrays
