@@ -41,22 +41,26 @@ def _affine(ctx: RuleContext, y: str, scale_index: int, bias_index: int, rank: i
     return y
 
 
-@rule("LayerNormalization", min_opset=17)
-def layer_normalization(ctx: RuleContext) -> list[str]:
+def _trailing_statistics(ctx: RuleContext) -> tuple[str, tuple[int, ...], bool]:
+    """LayerNorm/RMSNorm's operand: (x, the axes from `axis` on, whether float16 was upcast), statistics in
+    float32 (stash_type 1)."""
     x_type = ctx.type(0)
     if x_type.dtype not in FLOAT_DTYPES:
         ctx.refuse(f"dtype {x_type.dtype} is not supported")
     ctx.allow("stash_type", 1, default=1)
     axis = ctx.normalize_axis(ctx.attr("axis", -1), x_type.rank)
-    axes = tuple(range(axis, x_type.rank))
-    x = ctx.input(0)
-    upcast = x_type.dtype == "float16"  # stash_type=1: statistics in float32
-    if upcast:
-        x = ctx.emit("cast", x, to="float32")
+    upcast = x_type.dtype == "float16"
+    x = ctx.emit("cast", ctx.input(0), to="float32") if upcast else ctx.input(0)
+    return x, tuple(range(axis, x_type.rank)), upcast
+
+
+@rule("LayerNormalization", min_opset=17)
+def layer_normalization(ctx: RuleContext) -> list[str]:
+    x, axes, upcast = _trailing_statistics(ctx)
     normalized, mean, inv_std = normalize(ctx, x, axes, ctx.attr("epsilon", 1e-5))
     if upcast:
         normalized = ctx.emit("cast", normalized, to="float16")
-    return [_affine(ctx, normalized, 1, 2, x_type.rank, None), mean, inv_std]
+    return [_affine(ctx, normalized, 1, 2, ctx.type(0).rank, None), mean, inv_std]
 
 
 @rule("InstanceNormalization")
@@ -127,16 +131,7 @@ def lp_normalization(ctx: RuleContext) -> list[str]:
 @rule("RMSNormalization", min_opset=23)
 def rms_normalization(ctx: RuleContext) -> list[str]:
     """x / sqrt(mean(x², axes from `axis` on) + epsilon) * scale, statistics in float32 (stash_type 1)."""
-    x_type = ctx.type(0)
-    if x_type.dtype not in FLOAT_DTYPES:
-        ctx.refuse(f"dtype {x_type.dtype} is not supported")
-    ctx.allow("stash_type", 1, default=1)
-    axis = ctx.normalize_axis(ctx.attr("axis", -1), x_type.rank)
-    axes = tuple(range(axis, x_type.rank))
-    x = ctx.input(0)
-    upcast = x_type.dtype == "float16"
-    if upcast:
-        x = ctx.emit("cast", x, to="float32")
+    x, axes, upcast = _trailing_statistics(ctx)
     dtype = ctx.builder.type_of(x).dtype
     mean_square = mean_over(ctx, ctx.emit("mul", x, x), axes)
     epsilon = ctx.scalar(ctx.attr("epsilon", 1e-5), dtype)
