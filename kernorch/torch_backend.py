@@ -49,31 +49,82 @@ def _compile_graph(graph_module: Any, example_inputs: Sequence[Any], settings: d
         if not isinstance(value, torch.Tensor):
             raise EagerFallback(f"input {position} is a {type(value).__name__}, not a tensor (dynamic shapes are "
                                 "not supported: compile with dynamic=False)")  # fmt: skip
-        if value.requires_grad and torch.is_grad_enabled():
-            raise EagerFallback("an input requires grad: kernorch compiles inference only (use torch.no_grad())")
         if value.device.type != "cpu":
             raise EagerFallback(f"input {position} is on {value.device}; kernorch runs on the CPU")
+    weights = _weight_positions(graph_module, example_inputs)
+    data = [i for i in range(len(example_inputs)) if i not in weights]
+    if torch.is_grad_enabled() and any(example_inputs[i].requires_grad for i in data):
+        raise EagerFallback("an input requires grad: kernorch compiles inference only (use torch.no_grad())")
     with torch.no_grad():
         expected = graph_module(*example_inputs)
     expected_flat, structure = _pytree.tree_flatten(expected)
     options = Options(strict=True).with_(**settings)
-    proto = export_to_onnx(graph_module, example_inputs)
+    # Dynamo lifts parameters and buffers to graph inputs; kernorch takes them as constants (folded, packed)
+    frozen = _freeze_weights(graph_module, {i: example_inputs[i] for i in weights}, len(example_inputs))
+    proto = export_to_onnx(frozen, [example_inputs[i] for i in data])
     compiled = compile_model(proto, options=options)
-    if len(compiled.output_names) != len(expected_flat) or len(compiled.input_names) != len(example_inputs):
+    if len(compiled.output_names) != len(expected_flat) or len(compiled.input_names) != len(data):
         raise EagerFallback(f"the exported graph has {len(compiled.input_names)} inputs and "
-                            f"{len(compiled.output_names)} outputs, Dynamo's {len(example_inputs)} and "
+                            f"{len(compiled.output_names)} outputs, Dynamo's {len(data)} and "
                             f"{len(expected_flat)}")  # fmt: skip
     input_names, output_names = compiled.input_names, compiled.output_names
-    LOGGER.info("kernorch compiled a graph of %d primitives into %d kernels", len(compiled.graph.nodes),
-                len(compiled.kernels))  # fmt: skip
+    versions = {i: (example_inputs[i], example_inputs[i]._version) for i in weights}
+    LOGGER.info("kernorch compiled a graph of %d primitives into %d kernels (%d weights as constants)",
+                len(compiled.graph.nodes), len(compiled.kernels), len(weights))  # fmt: skip
+    stale: list[bool] = []
 
     def run(*args: Any) -> Any:
-        feeds = {name: arg.detach().contiguous().numpy() for name, arg in zip(input_names, args, strict=True)}
+        if any(args[i] is not tensor or args[i]._version != version for i, (tensor, version) in versions.items()):
+            if not stale:  # the plan holds the weights it was compiled with; changed weights run eagerly
+                LOGGER.warning("kernorch runs this graph eagerly: its weights changed after compilation")
+                stale.append(True)
+            return graph_module(*args)
+        feeds = {name: args[i].detach().contiguous().numpy() for name, i in zip(input_names, data, strict=True)}
         outputs = compiled.run(feeds)
         return _pytree.tree_unflatten([torch.from_numpy(outputs[name]) for name in output_names], structure)
 
     run.compiled = compiled  # type: ignore[attr-defined]  # the plan, for inspection
     return run
+
+
+def _weight_positions(graph_module: Any, example_inputs: Sequence[Any]) -> set[int]:
+    """The inputs that are the module's parameters and buffers, which Dynamo lifts to graph inputs."""
+    import torch
+
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    positions = set()
+    for position, value in enumerate(example_inputs):
+        if isinstance(value, torch.nn.Parameter):
+            positions.add(position)
+            continue
+        source = getattr(placeholders[position].meta.get("grapharg"), "source", None) \
+            if position < len(placeholders) else None
+        while source is not None:  # a buffer: its source descends from a parameter/buffer dictionary
+            if type(source).__name__ == "UnspecializedParamBufferSource":
+                positions.add(position)
+                break
+            source = getattr(source, "base", None)
+    return positions
+
+
+def _freeze_weights(graph_module: Any, weights: dict[int, Any], arity: int) -> Any:
+    """The graph as a module taking only its data inputs, its weights bound as buffers (the export makes them
+    initializers)."""
+    import torch
+
+    class FrozenWeights(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.graph_module = graph_module
+            for position, tensor in weights.items():
+                self.register_buffer(f"weight_{position}", tensor.detach())
+
+        def forward(self, *inputs: Any) -> Any:
+            supplied = iter(inputs)
+            args = [getattr(self, f"weight_{i}") if i in weights else next(supplied) for i in range(arity)]
+            return self.graph_module(*args)
+
+    return FrozenWeights()
 
 
 def register() -> None:

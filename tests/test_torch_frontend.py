@@ -119,6 +119,21 @@ def test_a_fused_aten_kernel_the_exporter_lacks_runs_eagerly(modules: dict, capl
     assert "No ONNX function found for" in record.message and "_transformer_encoder_layer_fwd" in record.message
 
 
+def test_weights_become_constants_and_a_changed_weight_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(1)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 12, 12)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="kernorch", options={"cost": "analytic"}, dynamic=False)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="kernorch.torch"):
+        assert _relative(compiled(x), module(x)) <= 1e-4
+        # Dynamo passes the 6 parameters and buffers as inputs: bound as constants, batch norm folds away
+        assert any("(6 weights as constants)" in r.message for r in caplog.records)
+        module[0].weight.add_(0.5)  # the plan holds the old weights: this call must not use it
+        assert _relative(compiled(x), module(x)) <= 1e-6
+    assert any("weights changed after compilation" in r.message for r in caplog.records)
+
+
 def test_module_without_example_inputs_is_one_clear_error() -> None:
     with pytest.raises(KernorchError, match="example_inputs"):
         kernorch.compile(ConvNet())
