@@ -32,7 +32,9 @@ def test_kernels_measured_on_ray_workers_merge_into_the_local_database(cluster: 
     graph = import_graph(self_attention_block(seq=16, hidden=32, heads=2))
     on_ray = plan_graph(graph, Options(workers="ray", cache_dir=tmp_path, rewrite=False))
     assert on_ray.tuning is not None
-    assert on_ray.tuning["measured_remotely"] > 10 and on_ray.tuning["measured"] == 0  # all on the workers
+    # on a quiet machine every kernel is measured on the workers; a value a busy machine disturbed there is
+    # stored marked and measured again here
+    assert on_ray.tuning["measured_remotely"] > 0 and on_ray.tuning["measured"] < on_ray.tuning["measured_remotely"]
     assert on_ray.tuning["foreign"] == 0  # the workers are this machine's kind
     # the local database now answers everything: a local run measures nothing
     local = plan_graph(graph, Options(workers="local", cache_dir=tmp_path, rewrite=False))
@@ -41,6 +43,21 @@ def test_kernels_measured_on_ray_workers_merge_into_the_local_database(cluster: 
     database = ProfileDatabase.open(tmp_path)
     machine = ProfiledCostModel(database, 2).machine
     assert database.count(machine) >= on_ray.tuning["measured_remotely"]
+
+
+def test_measurements_come_from_ray_worker_processes(cluster: Any, tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from kernorch.cost.profile import isolate
+    from kernorch.ir.kernel import make_kernel
+
+    graph = import_graph(self_attention_block(seq=16, hidden=32, heads=2))
+    kernels = [isolate(make_kernel(graph, (i,), node.outputs)) for i, node in enumerate(graph.nodes)][:12]
+    results = remote.measure_on_ray("", kernels, 2)
+    assert len({r.signature for r in results}) >= 6
+    workers = {r.worker for r in results}
+    assert workers and f"{socket.gethostname()}:{os.getpid()}" not in workers  # not this (the driver) process
 
 
 def test_results_of_another_machine_kind_are_kept_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

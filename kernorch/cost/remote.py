@@ -13,6 +13,8 @@ are then measured here), and its values stay apart for plans made on that kind.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +39,7 @@ class RemoteResult:
     signature: str
     machine: str  # fingerprint|threads of the worker that measured it
     measurement: Measurement
+    worker: str = ""  # host:pid of the process that measured it
 
 
 def encode_kernel(kernel: CandidateKernel) -> dict[str, Any]:
@@ -62,7 +65,7 @@ def measure_payloads(payloads: Sequence[dict[str, Any]], threads: int) -> dict[s
         keys = [signature(isolate(k))[1] for k in kernels]
         found = database.lookup(keys, model.machine)
     rows = [[key, m.seconds, m.runs, m.spread, m.contended] for key, m in found.items()]
-    return {"machine": model.machine, "results": rows}
+    return {"machine": model.machine, "results": rows, "worker": f"{socket.gethostname()}:{os.getpid()}"}
 
 
 def _ray() -> Any:
@@ -104,7 +107,8 @@ def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: in
         for ref in done:
             reply = ray.get(ref)
             results += [RemoteResult(str(key), str(reply["machine"]),
-                                     Measurement(float(seconds), int(runs), float(spread), bool(contended)))
+                                     Measurement(float(seconds), int(runs), float(spread), bool(contended)),
+                                     str(reply.get("worker", "")))
                         for key, seconds, runs, spread, contended in reply["results"]]  # fmt: skip
             for _ in range(pending.pop(ref)):
                 if bar is not None:
