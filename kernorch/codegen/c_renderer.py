@@ -7,6 +7,7 @@ raises). Shapes are compile-time constants; the runtime checks buffer shapes bef
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,28 @@ static inline float ko_erff(float x) {
     return a < 0.5f ? small : (a != a ? x : big);
 }
 """
+
+
+def prelude_used_by(code: str) -> str:
+    """The part of PRELUDE that determines how `code` runs: includes and macros, plus the helper functions it
+    calls (transitively), comments dropped. A kernel's profile signature hashes this, so a helper added or
+    changed does not invalidate the measurements of kernels that never call it."""
+    text = re.sub(r"/\*.*?\*/", "", PRELUDE, flags=re.S)
+    starts = [m.start() for m in re.finditer(r"^static inline", text, flags=re.M)]
+    header = text[: starts[0]] if starts else text
+    blocks = {}
+    for begin, end in zip(starts, [*starts[1:], len(text)], strict=True):
+        function = re.match(r"static inline [\w ]+?\b(ko_\w+)\(", text[begin:end])
+        if function is not None:
+            blocks[function.group(1)] = text[begin:end]
+    used: list[str] = []
+    pending = [n for n in blocks if re.search(rf"\b{n}\(", code)]
+    while pending:
+        name = pending.pop()
+        if name not in used:
+            used.append(name)
+            pending += [n for n in blocks if n not in used and re.search(rf"\b{n}\(", blocks[name])]
+    return header + "".join(blocks[n] for n in blocks if n in used)
 
 
 def _math(name: str, dtype: str) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 
 from kernorch.codegen.backends import choose_backend, render_c
 from kernorch.codegen.c_library import render_library_call
-from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.c_renderer import prelude_used_by
 from kernorch.codegen.compiler import CFLAGS, compile_source
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
@@ -76,8 +76,9 @@ def isolate(kernel: CandidateKernel) -> CandidateKernel:
 def signature(kernel: CandidateKernel) -> tuple[str, str]:
     """(backend, sha256 of what determines the kernel's run time)."""
     backend, _ = choose_backend(kernel)
-    if backend == "c":  # with the prelude: its math functions (exp, tanh...) set what a kernel costs
-        text = PRELUDE + render_c("k", kernel)
+    if backend == "c":  # with the prelude helpers it calls: its math functions (exp, tanh...) set what it costs
+        code = render_c("k", kernel)
+        text = prelude_used_by(code) + code
     elif backend == "library":
         text = render_library_call("k", describe_library_call(kernel))
     else:
