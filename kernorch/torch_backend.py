@@ -53,8 +53,10 @@ def _compile_graph(graph_module: Any, example_inputs: Sequence[Any], settings: d
             raise EagerFallback(f"input {position} is on {value.device}; kernorch runs on the CPU")
     weights = _weight_positions(graph_module, example_inputs)
     data = [i for i in range(len(example_inputs)) if i not in weights]
-    if torch.is_grad_enabled() and any(example_inputs[i].requires_grad for i in data):
-        raise EagerFallback("an input requires grad: kernorch compiles inference only (use torch.no_grad())")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
+        # the plan's outputs carry no autograd history: gradients would silently be missing
+        raise EagerFallback("autograd is on and the graph has inputs or weights that require grad: kernorch "
+                            "compiles inference only (call the model under torch.no_grad() or inference_mode())")
     with torch.no_grad():
         expected = graph_module(*example_inputs)
     expected_flat, structure = _pytree.tree_flatten(expected)

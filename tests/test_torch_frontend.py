@@ -134,6 +134,17 @@ def test_weights_become_constants_and_a_changed_weight_runs_eagerly(caplog: pyte
     assert any("weights changed after compilation" in r.message for r in caplog.records)
 
 
+def test_with_autograd_on_the_graph_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
+    module = torch.nn.Linear(4, 3)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="kernorch", options={"cost": "analytic"}, dynamic=False)
+    with caplog.at_level(logging.WARNING, logger="kernorch.torch"):
+        y = compiled(torch.randn(2, 4))
+    y.sum().backward()  # gradients flow: this ran eagerly
+    assert module.weight.grad is not None
+    assert any("compiles inference only" in r.message for r in caplog.records)
+
+
 def test_module_without_example_inputs_is_one_clear_error() -> None:
     with pytest.raises(KernorchError, match="example_inputs"):
         kernorch.compile(ConvNet())
