@@ -3,6 +3,8 @@
 - "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
 - "library": a linear primitive with what it absorbs (operand transposes, bias, post-ops) as one oneDNN
   call, generated as C (library.py / c_library.py);
+- "view": a kernel that is only a reshape: its output is an alias of its input's bytes (row-major data keeps
+  its order), so it costs nothing and runs no code;
 - "reference": a single primitive nothing else generates (e.g. the opaque LSTM scan), run by its
   reference implementation so every primitive stays executable.
 """
@@ -17,9 +19,17 @@ from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
 
+def is_view(kernel: CandidateKernel) -> bool:
+    """A lone reshape whose one output is the kernel's output: an alias of its input, no copy."""
+    prims = kernel.primitives
+    return len(prims) == 1 and prims[0].prim == "reshape" and kernel.outputs == prims[0].outputs
+
+
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
     """(backend name, reason); backend is None when no backend can run the kernel."""
     prims = kernel.primitives
+    if is_view(kernel):
+        return "view", "reshape as a view of its input (no copy)"
     kinds = {PRIMITIVES[n.prim].kind for n in prims}
     if Kind.LINEAR in kinds:
         linear = next(n for n in prims if PRIMITIVES[n.prim].kind == Kind.LINEAR)
@@ -61,4 +71,4 @@ def render_c(name: str, kernel: CandidateKernel) -> str:
     return render_kernel(name, describe(kernel))
 
 
-__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c"]
+__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "is_view", "render_c"]

@@ -23,7 +23,7 @@ from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.library import describe_library_call
 from kernorch.ir.kernel import CandidateKernel
 
-NATIVE_BACKENDS = ("c", "library")
+NATIVE_BACKENDS = ("c", "library", "view")  # run inside the plan's native stretches ("view": no code at all)
 _ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
 #define KO_ERROR_DEFINED
 static char ko_error[512];
@@ -36,7 +36,7 @@ class NativePlan:
     prefix: str
     body: str  # the kernels and entry points, without the translation unit's prelude
     slots: dict[str, int]  # value -> its position in the buffer table
-    backends: tuple[str, ...]  # per kernel: "c", "library" or "reference" (run by Python)
+    backends: tuple[str, ...]  # per kernel: "c", "library", "view" or "reference" (run by Python)
     uses_onednn: bool
 
     @property
@@ -72,6 +72,9 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
     scratch: list[int] = []  # bytes of every scratch buffer of the plan, allocated in create
     for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
         if backend not in NATIVE_BACKENDS:
+            continue
+        if backend == "view":  # its output's slot already points at the input's bytes
+            calls.append(f"        case {k}: break;")
             continue
         name = f"{prefix}_k{k}"
         arguments = [slots[v] for v in (*kernel.inputs, *kernel.outputs)]

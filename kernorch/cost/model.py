@@ -32,6 +32,8 @@ class GeneratableCost:
 
     def cost(self, candidate: CandidateKernel) -> float:
         backend, _ = choose_backend(candidate)
+        if backend == "view":  # an alias: no code runs
+            return 0.0
         return math.inf if backend is None else self.base.cost(candidate)
 
     def rejection(self, candidate: CandidateKernel) -> str | None:

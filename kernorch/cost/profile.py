@@ -47,6 +47,7 @@ from kernorch.runtime.timing import Timing, time_call
 __all__ = ["ProfileDatabase", "ProfileDatabaseError", "ProfiledCostModel", "isolate", "signature"]
 
 BATCH = 150  # C kernels compiled per translation unit
+VIEW_KEY = "view"  # the signature of every view kernel (a reshape alias): costs 0
 SLICE_SECONDS = 0.15  # kernels are timed in slices at least this long, each judged quiet or contended
 MAX_SPREAD = 0.5  # interquartile range / median above this: the repeats disagree, measure again
 OUTLIER_FACTOR = 30.0  # slower than this many times the roofline estimate: measure again to be sure
@@ -136,6 +137,10 @@ class ProfiledCostModel:
             backend, _ = choose_backend(candidate)
             if backend is None:
                 self._signature_of[candidate.key] = None
+                continue
+            if backend == "view":  # an alias: no code runs, nothing to measure
+                self._signature_of[candidate.key] = VIEW_KEY
+                self._known[VIEW_KEY] = 0.0
                 continue
             isolated = isolate(candidate)
             kind, key = signature(isolated)

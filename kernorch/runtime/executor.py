@@ -91,15 +91,20 @@ class PlanExecutor:
         for name in graph.inputs:
             t = graph.types[name]
             self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
-        # Intermediate values share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
-        self.memory = plan_memory(graph, kernels) if share_memory else None
+        # A view kernel's output is its input's bytes (reshaped); intermediate values share one arena by
+        # lifetime (runtime/memory.py); graph outputs own their buffers.
+        aliases = {kernel.outputs[0]: kernel.primitives[0].inputs[0]
+                   for kernel, backend in zip(kernels, self.backends, strict=True) if backend == "view"}  # fmt: skip
+        self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
         self.arena: np.ndarray | None = None
         if self.memory is not None:
             self.arena, shared = allocate(graph, self.memory)
             self.buffers.update(shared)
         for kernel in kernels:
             for name in kernel.outputs:
-                if name not in self.buffers:
+                if name in aliases:
+                    self.buffers[name] = self.buffers[aliases[name]].reshape(graph.types[name].shape)
+                elif name not in self.buffers:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         self.plan = render_plan(PLAN_PREFIX, kernels, self.backends)

@@ -266,7 +266,7 @@ def test_layout_and_window_primitives(case: str) -> None:
         assert out_shape is not None
         graph = _single(prim, {"x": TensorType(in_shape, F32)}, attrs, TensorType(out_shape, F32))
     kernel = make_kernel(graph, (0,), tuple(graph.outputs))
-    assert choose_backend(kernel)[0] == "c"
+    assert choose_backend(kernel)[0] == ("view" if prim == "reshape" else "c")  # a lone reshape is an alias
     expected = run_reference(graph, {"x": x})
     actual = PlanExecutor(graph, [kernel])({"x": x})
     for name in expected:

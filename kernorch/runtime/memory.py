@@ -7,6 +7,9 @@ last kernel that reads or writes it (inclusive: a kernel never reads and writes 
 are placed in one arena, largest first, each at the lowest offset that no value alive at the same time
 occupies (the greedy-by-size heuristic of TFLite's and onnxruntime's planners). Graph inputs, outputs and
 constants keep buffers of their own: the caller copies into and out of them.
+
+A view (a reshape kernel, `aliases`: value -> the value whose bytes it reuses) takes no place of its own: its
+uses keep its source alive, to the end of the run when the view is a graph output.
 """
 
 from __future__ import annotations
@@ -40,19 +43,31 @@ def _aligned(nbytes: int) -> int:
     return -(-max(nbytes, 1) // ALIGNMENT) * ALIGNMENT
 
 
-def plan_memory(graph: Graph, kernels: list[CandidateKernel]) -> MemoryPlan:
-    """Offsets in one arena for every value the kernels write that is not a graph output."""
+def root_of(value: str, aliases: dict[str, str]) -> str:
+    """The value whose bytes `value` is (itself unless it is a view)."""
+    while value in aliases:
+        value = aliases[value]
+    return value
+
+
+def plan_memory(graph: Graph, kernels: list[CandidateKernel], aliases: dict[str, str] | None = None) -> MemoryPlan:
+    """Offsets in one arena for every value the kernels write that is not a graph output or a view."""
+    aliases = aliases or {}
     dedicated = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for k, kernel in enumerate(kernels):
         for value in kernel.outputs:
-            if value not in dedicated:
+            root = root_of(value, aliases)
+            if value not in aliases and value not in dedicated:
                 first.setdefault(value, k)
                 last[value] = k
+            elif root in first:  # a view: its source lives on (a graph output: to the end)
+                last[root] = len(kernels) if value in dedicated else max(last[root], k)
         for value in kernel.inputs:
-            if value in first:
-                last[value] = k
+            root = root_of(value, aliases)
+            if root in first:
+                last[root] = max(last[root], k)
     sizes = {v: _aligned(graph.types[v].nbytes) for v in first}
     placed: list[tuple[str, Placement]] = []
     for value in sorted(first, key=lambda v: (-sizes[v], first[v], v)):

@@ -54,3 +54,37 @@ def test_a_chain_needs_two_buffers_and_computes_the_same() -> None:
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, kernels)({"x": x})[previous],
                                run_reference(graph, {"x": x})[previous], rtol=1e-6)  # fmt: skip
+
+
+def _view_graph(view_is_output: bool) -> tuple[Graph, list]:
+    """a = tanh(x); b = reshape(a) (a view); c, d = later intermediates of a's size that could take a's bytes
+    if a's life ended at the view; the output reads b (or b is itself an output)."""
+    t, flat = TensorType((32, 32), "float32"), TensorType((1024,), "float32")
+    graph = Graph(inputs=["x"], types={"x": t, "a": t, "b": flat, "c": t, "d": t, "e": flat}, name="view")
+    graph.nodes = [Node("tanh", ("x",), ("a",)), Node("reshape", ("a",), ("b",), (("shape", (1024,)),)),
+                   Node("exp", ("x",), ("c",)), Node("sin", ("c",), ("d",)),
+                   Node("reshape", ("d",), ("e",), (("shape", (1024,)),))]  # fmt: skip
+    kernels = [make_kernel(graph, (i,), graph.nodes[i].outputs) for i in range(4)]
+    if view_is_output:
+        graph.outputs = ["b", "d"]
+    else:
+        graph.nodes.append(Node("add", ("b", "e"), ("y",)))
+        graph.types["y"] = flat
+        graph.outputs = ["y"]
+        kernels += [make_kernel(graph, (4,), ("e",)), make_kernel(graph, (5,), ("y",))]
+    return graph, kernels
+
+
+@pytest.mark.parametrize("view_is_output", [False, True])
+def test_a_view_shares_its_source_and_keeps_it_alive(view_is_output: bool) -> None:
+    graph, kernels = _view_graph(view_is_output)
+    executor = PlanExecutor(graph, kernels)
+    assert executor.backends[1] == "view"
+    assert "b" not in executor.memory.placements  # type: ignore[union-attr]  # no bytes of its own
+    assert np.shares_memory(executor.buffers["b"], executor.buffers["a"])
+    a = executor.memory.placements["a"]  # type: ignore[union-attr]
+    assert a.last == (len(kernels) if view_is_output else len(kernels) - 1)
+    x = np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32)
+    expected = run_reference(graph, {"x": x})
+    for name, value in executor({"x": x}).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-6)

@@ -26,9 +26,10 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.orchestrate import OrchestrationResult
 
-COLOURS = {"library": "#cfe2ff", "c": "#ffe5b4", "reference": "#e9ecef", "onnxruntime": "#f8d7da"}
-LEGEND = {"library": "library call (oneDNN / direct C conv)", "c": "generated C", "reference": "reference kernel",
-          "onnxruntime": "onnxruntime fallback"}  # fmt: skip
+COLOURS = {"library": "#cfe2ff", "c": "#ffe5b4", "view": "#ffffff", "reference": "#e9ecef",
+           "onnxruntime": "#f8d7da"}  # fmt: skip
+LEGEND = {"library": "library call (oneDNN / direct C conv)", "c": "generated C", "view": "view (no copy)",
+          "reference": "reference kernel", "onnxruntime": "onnxruntime fallback"}  # fmt: skip
 
 
 class GraphvizMissing(KernorchError):
@@ -196,6 +197,6 @@ table { border-collapse: collapse; font-size: 12px; }
 td, th { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.library td { background: #cfe2ff; } tr.c td { background: #ffe5b4; }
-tr.reference td { background: #e9ecef; } tr.onnxruntime td { background: #f8d7da; }
+tr.reference td { background: #e9ecef; } tr.view td { background: #ffffff; } tr.onnxruntime td { background: #f8d7da; }
 .picture { overflow: auto; border: 1px solid #ddd; max-height: 80vh; }
 """
