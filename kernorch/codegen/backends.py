@@ -3,8 +3,8 @@
 - "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
 - "library": a linear primitive with what it absorbs (operand transposes, bias, post-ops) as one oneDNN
   call, generated as C (library.py / c_library.py);
-- "view": a kernel that is only a reshape: its output is an alias of its input's bytes (row-major data keeps
-  its order), so it costs nothing and runs no code;
+- "view": a kernel that only re-labels contiguous bytes of its input (a reshape, a contiguous slice or split,
+  views.py): its outputs alias the input's buffer, so it costs nothing and runs no code;
 - "reference": a single primitive nothing else generates (e.g. the opaque LSTM scan), run by its
   reference implementation so every primitive stays executable.
 """
@@ -15,21 +15,16 @@ from kernorch.codegen.c_opaque import lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel, scratch_bytes
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
+from kernorch.codegen.views import view_outputs
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-
-
-def is_view(kernel: CandidateKernel) -> bool:
-    """A lone reshape whose one output is the kernel's output: an alias of its input, no copy."""
-    prims = kernel.primitives
-    return len(prims) == 1 and prims[0].prim == "reshape" and kernel.outputs == prims[0].outputs
 
 
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
     """(backend name, reason); backend is None when no backend can run the kernel."""
     prims = kernel.primitives
-    if is_view(kernel):
-        return "view", "reshape as a view of its input (no copy)"
+    if view_outputs(kernel) is not None:
+        return "view", f"{prims[0].prim} as a view of its input (no copy)"
     kinds = {PRIMITIVES[n.prim].kind for n in prims}
     if Kind.LINEAR in kinds:
         linear = next(n for n in prims if PRIMITIVES[n.prim].kind == Kind.LINEAR)
@@ -71,4 +66,4 @@ def render_c(name: str, kernel: CandidateKernel) -> str:
     return render_kernel(name, describe(kernel))
 
 
-__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "is_view", "render_c"]
+__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "view_outputs"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import choose_backend, view_outputs
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.plan import NativePlan, render_plan
 from kernorch.errors import KernorchError
@@ -91,10 +91,13 @@ class PlanExecutor:
         for name in graph.inputs:
             t = graph.types[name]
             self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
-        # A view kernel's output is its input's bytes (reshaped); intermediate values share one arena by
-        # lifetime (runtime/memory.py); graph outputs own their buffers.
-        aliases = {kernel.outputs[0]: kernel.primitives[0].inputs[0]
-                   for kernel, backend in zip(kernels, self.backends, strict=True) if backend == "view"}  # fmt: skip
+        # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
+        # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
+        views: dict[str, tuple[str, int]] = {}
+        for kernel, backend in zip(kernels, self.backends, strict=True):
+            if backend == "view":
+                views.update(view_outputs(kernel) or {})
+        aliases = {value: source for value, (source, _) in views.items()}
         self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
         self.arena: np.ndarray | None = None
         if self.memory is not None:
@@ -102,8 +105,10 @@ class PlanExecutor:
             self.buffers.update(shared)
         for kernel in kernels:
             for name in kernel.outputs:
-                if name in aliases:
-                    self.buffers[name] = self.buffers[aliases[name]].reshape(graph.types[name].shape)
+                if name in views:
+                    source, offset = views[name]
+                    flat = self.buffers[source].reshape(-1)  # a view: every buffer is contiguous
+                    self.buffers[name] = flat[offset: offset + graph.types[name].numel].reshape(graph.types[name].shape)
                 elif name not in self.buffers:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)

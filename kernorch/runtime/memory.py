@@ -8,8 +8,8 @@ are placed in one arena, largest first, each at the lowest offset that no value 
 occupies (the greedy-by-size heuristic of TFLite's and onnxruntime's planners). Graph inputs, outputs and
 constants keep buffers of their own: the caller copies into and out of them.
 
-A view (a reshape kernel, `aliases`: value -> the value whose bytes it reuses) takes no place of its own: its
-uses keep its source alive, to the end of the run when the view is a graph output.
+A view (a reshape, contiguous slice or split kernel; `aliases`: value -> the value whose bytes it reuses) takes no
+place of its own: its uses keep its source alive, to the end of the run when the view is a graph output.
 """
 
 from __future__ import annotations
