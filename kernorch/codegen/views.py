@@ -1,6 +1,11 @@
 """Kernels that only re-label bytes: a reshape, a slice that is one contiguous block of its input, a split
 along an axis with nothing but size-1 axes before it. Their outputs are views — aliases at an offset into the
-input's buffer (row-major data keeps its order) — so they run no code and move no data."""
+input's buffer (row-major data keeps its order) — so they run no code and move no data.
+
+A concat along such an axis is the same in reverse: its inputs are placed at offsets inside its output, so the
+kernels producing them write there directly and the concat runs no code. Whether that is possible is a property
+of the whole plan (an input must be written by a kernel, not be a graph input or output, and be placed in only
+one concat), so `plan_views` decides it per plan; a concat it cannot place runs as a copy ("c")."""
 
 from __future__ import annotations
 
@@ -32,6 +37,50 @@ def contiguous_block(shape: Sequence[int], ranges: Sequence[Sequence[int]]) -> i
     return sum(start * stride for (start, _, _), stride in zip(ranges, _strides(shape), strict=True))
 
 
+def concat_pieces(kernel: CandidateKernel) -> dict[str, tuple[str, int]] | None:
+    """input -> (the concat's output, element offset) for a lone concat whose inputs are contiguous blocks of its
+    output, written by other kernels (no graph input or constant); None otherwise."""
+    prims = kernel.primitives
+    if len(prims) != 1 or prims[0].prim != "concat" or kernel.outputs != prims[0].outputs:
+        return None
+    node, graph = prims[0], kernel.graph
+    output = node.outputs[0]
+    shape = graph.types[output].shape
+    axis = node.attr("axis")
+    dedicated = set(graph.inputs) | set(graph.constants) | set(graph.outputs)
+    if any(d != 1 for d in shape[:axis]) or len(set(node.inputs)) != len(node.inputs) or set(node.inputs) & dedicated:
+        return None
+    stride = _strides(shape)[axis]
+    pieces, start = {}, 0
+    for value in node.inputs:
+        pieces[value] = (output, start * stride)
+        start += graph.types[value].shape[axis]
+    return pieces
+
+
+def plan_views(kernels: Sequence[CandidateKernel],
+               backends: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, int]]]:  # fmt: skip
+    """The plan's backends with every concat that cannot be placed turned into a copy ("c"), and its views:
+    value -> (the value whose bytes it is, element offset)."""
+    chosen = list(backends)
+    views: dict[str, tuple[str, int]] = {}
+    for kernel, backend in zip(kernels, chosen, strict=True):
+        if backend == "view" and kernel.primitives[0].prim != "concat":
+            views.update(view_outputs(kernel) or {})
+    placed: set[str] = set()
+    for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
+        if backend != "view" or kernel.primitives[0].prim != "concat":
+            continue
+        pieces = concat_pieces(kernel) or {}
+        # a piece that is itself a view, or already placed in another concat, keeps its own bytes: copy
+        if not pieces or any(value in views or value in placed for value in pieces):
+            chosen[k] = "c"
+            continue
+        views.update(pieces)
+        placed.update(pieces)
+    return chosen, views
+
+
 def view_outputs(kernel: CandidateKernel) -> dict[str, tuple[str, int]] | None:
     """value -> (the value whose bytes it is, element offset) when `kernel` only re-labels contiguous bytes of its
     input; None otherwise."""
@@ -54,4 +103,6 @@ def view_outputs(kernel: CandidateKernel) -> dict[str, tuple[str, int]] | None:
         starts = np.cumsum([0, *node.attr("sizes")[:-1]])
         return {out: (source, int(start) * stride) for out, start in zip(node.outputs, starts, strict=True)
                 if out in kernel.outputs}  # fmt: skip
+    if node.prim == "concat" and concat_pieces(kernel) is not None:
+        return {}  # the inputs are views of the output (concat_pieces), decided per plan by plan_views
     return None

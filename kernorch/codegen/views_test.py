@@ -79,3 +79,42 @@ def test_a_strided_slice_or_inner_split_is_not_a_view() -> None:
     assert choose_backend(make_kernel(strided, (1,), ("y0",)))[0] == "c"
     inner = _graph("split", {"axis": 1, "sizes": (2, 2)}, (2, 4), [(2, 2), (2, 2)])
     assert choose_backend(make_kernel(inner, (1,), ("y0", "y1")))[0] == "c"
+
+
+def _concat_graph(piece_is_view: bool, twice: bool) -> tuple[Graph, list]:
+    """a = tanh(x), b = exp(x) (or b = reshape(exp(x)): a view); c = concat(a, b) on channels (batch 1);
+    y = sin(c) (and, with `twice`, also d = concat(a, x2) with a placed already)."""
+    t, both = TensorType((1, 2, 3), "float32"), TensorType((1, 4, 3), "float32")
+    graph = Graph(inputs=["x"], types={"x": t, "a": t, "e": t, "b": t, "c": both, "y": both}, name="concat")
+    graph.nodes = [Node("tanh", ("x",), ("a",)), Node("exp", ("x",), ("e",)),
+                   Node("reshape", ("e",), ("b",), (("shape", (1, 2, 3)),)) if piece_is_view
+                   else Node("neg", ("e",), ("b",)),
+                   Node("concat", ("a", "b"), ("c",), (("axis", 1),)), Node("sin", ("c",), ("y",))]  # fmt: skip
+    graph.outputs = ["y"]
+    if twice:
+        graph.nodes += [Node("cos", ("x",), ("f",)), Node("concat", ("f", "a"), ("d",), (("axis", 1),)),
+                        Node("add", ("y", "d"), ("z",))]  # fmt: skip
+        graph.types.update({"f": t, "d": both, "z": both})
+        graph.outputs = ["z"]
+    kernels = [make_kernel(graph, (i,), graph.nodes[i].outputs) for i in range(len(graph.nodes))]
+    return graph, kernels
+
+
+@pytest.mark.parametrize("piece_is_view, twice", [(False, False), (True, False), (False, True)])
+def test_a_concat_is_placed_inside_its_output_when_the_plan_allows(piece_is_view: bool, twice: bool) -> None:
+    from kernorch.runtime.executor import generate_source
+
+    graph, kernels = _concat_graph(piece_is_view, twice)
+    concat = next(i for i, n in enumerate(graph.nodes) if n.prim == "concat")
+    assert choose_backend(kernels[concat])[0] == "view"
+    executor = PlanExecutor(graph, kernels)
+    placed = not piece_is_view
+    assert (executor.backends[concat] == "view") == placed  # a piece that is a view keeps its bytes: copy
+    assert np.shares_memory(executor.buffers["a"], executor.buffers["c"]) == placed
+    if twice:  # a is placed in c; the second concat copies it
+        assert executor.backends[graph.nodes.index(graph.nodes[-2])] == "c"
+    assert executor.source == generate_source(kernels)[0]  # a saved plan regenerates the same code
+    x = np.random.default_rng(1).standard_normal((1, 2, 3)).astype(np.float32)
+    expected = run_reference(graph, {"x": x})
+    for name, value in executor({"x": x}).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-6)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend, view_outputs
+from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.plan import NativePlan, render_plan
+from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir import foreign
 from kernorch.ir.graph import Graph
@@ -37,8 +38,16 @@ class KernelFailed(KernorchError):
 
 def generate_source(kernels: list[CandidateKernel]) -> tuple[str, NativePlan]:
     """The plan's translation unit (what `kernels.c` holds) and its description."""
-    plan = render_plan(PLAN_PREFIX, kernels)
+    backends, _ = plan_views(kernels, [_backend(kernel) for kernel in kernels])
+    plan = render_plan(PLAN_PREFIX, kernels, backends)
     return plan.source, plan
+
+
+def _backend(kernel: CandidateKernel) -> str:
+    backend, reason = choose_backend(kernel)
+    if backend is None:
+        raise KernorchError(f"no backend can run {kernel.describe()}: {reason}")
+    return backend
 
 
 class NativeLibrary:
@@ -93,10 +102,7 @@ class PlanExecutor:
             self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
         # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
-        views: dict[str, tuple[str, int]] = {}
-        for kernel, backend in zip(kernels, self.backends, strict=True):
-            if backend == "view":
-                views.update(view_outputs(kernel) or {})
+        self.backends, views = plan_views(kernels, self.backends)
         aliases = {value: source for value, (source, _) in views.items()}
         self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
         self.arena: np.ndarray | None = None
@@ -105,13 +111,11 @@ class PlanExecutor:
             self.buffers.update(shared)
         for kernel in kernels:
             for name in kernel.outputs:
-                if name in views:
-                    source, offset = views[name]
-                    flat = self.buffers[source].reshape(-1)  # a view: every buffer is contiguous
-                    self.buffers[name] = flat[offset: offset + graph.types[name].numel].reshape(graph.types[name].shape)
-                elif name not in self.buffers:
+                if name not in self.buffers and name not in views:
                     t = graph.types[name]
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
+        for name in views:  # after every buffer of its own exists; a chain resolves through its sources
+            self._view_buffer(name, views)
         self.plan = render_plan(PLAN_PREFIX, kernels, self.backends)
         self.source = self.plan.source
         self.library: NativeLibrary | None = None
@@ -123,6 +127,14 @@ class PlanExecutor:
                 table[slot] = self.buffers[value].ctypes.data
             self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, threads)
         self.steps = self._steps()
+
+    def _view_buffer(self, name: str, views: dict[str, tuple[str, int]]) -> np.ndarray:
+        if name not in self.buffers:
+            source, offset = views[name]
+            flat = self._view_buffer(source, views).reshape(-1)  # every buffer is contiguous
+            t = self.graph.types[name]
+            self.buffers[name] = flat[offset: offset + t.numel].reshape(t.shape)
+        return self.buffers[name]
 
     def _steps(self) -> list[Launcher]:
         """Consecutive native kernels run as one foreign call; reference kernels run in between."""

@@ -8,8 +8,9 @@ are placed in one arena, largest first, each at the lowest offset that no value 
 occupies (the greedy-by-size heuristic of TFLite's and onnxruntime's planners). Graph inputs, outputs and
 constants keep buffers of their own: the caller copies into and out of them.
 
-A view (a reshape, contiguous slice or split kernel; `aliases`: value -> the value whose bytes it reuses) takes no
-place of its own: its uses keep its source alive, to the end of the run when the view is a graph output.
+A view (`aliases`: value -> the value whose bytes it is: the output of a reshape, contiguous slice or split, or
+an input of a concat placed inside the concat's output) takes no place of its own: the root's life covers every
+kernel touching any of its views, to the end of the run when a view is a graph output.
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ def plan_memory(graph: Graph, kernels: list[CandidateKernel], aliases: dict[str,
     for k, kernel in enumerate(kernels):
         for value in kernel.outputs:
             root = root_of(value, aliases)
-            if value not in aliases and value not in dedicated:
-                first.setdefault(value, k)
-                last[value] = k
-            elif root in first:  # a view: its source lives on (a graph output: to the end)
-                last[root] = len(kernels) if value in dedicated else max(last[root], k)
+            if root in dedicated:
+                continue
+            # a view lives in its root's bytes: the root lives from the first kernel writing any of them (a
+            # concat's inputs are written before the concat) to the last touching any (a graph output: the end)
+            first.setdefault(root, k)
+            last[root] = len(kernels) if value in dedicated else max(last.get(root, k), k)
         for value in kernel.inputs:
             root = root_of(value, aliases)
             if root in first:

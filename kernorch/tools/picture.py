@@ -21,6 +21,7 @@ import graphviz
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.c_library import library_implementation
 from kernorch.codegen.library import absorbed_summary, describe_library_call
+from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
@@ -49,9 +50,13 @@ class KernelView:
 
 def kernel_views(kernels: Sequence[CandidateKernel], costs: Sequence[float]) -> list[KernelView]:
     views = []
+    chosen = [choose_backend(kernel) for kernel in kernels]
+    backends, _ = plan_views(kernels, [backend or "reference" for backend, _ in chosen])  # a concat may copy
     for index, (kernel, cost) in enumerate(zip(kernels, costs, strict=True)):
-        backend, reason = choose_backend(kernel)
-        kind = "onnxruntime" if any(n.prim == "onnx_node" for n in kernel.primitives) else backend or "reference"
+        backend, reason = backends[index], chosen[index][1]
+        if backend != chosen[index][0]:
+            reason = "generated C (its inputs cannot be placed inside the output)"
+        kind = "onnxruntime" if any(n.prim == "onnx_node" for n in kernel.primitives) else backend
         absorbed = absorbed_summary(kernel)
         if absorbed is not None:
             title = f"{library_implementation(describe_library_call(kernel))}: {absorbed}"
