@@ -521,11 +521,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    """kernorch's own warnings as one line on stderr (no file and line: they are about the model)."""
-    print(f"kernorch: warning: {message}", file=sys.stderr)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
@@ -534,14 +529,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    try:
-        with warnings.catch_warnings():  # restores showwarning on the way out
-            warnings.simplefilter("always", FallbackWarning)
-            warnings.showwarning = _show_warning
-            return handler(args)
-    except KernorchError as error:
-        print(f"kernorch: error: {error}", file=sys.stderr)
-        return error.exit_code
+    with warnings.catch_warnings(record=True) as caught:  # kernorch's warnings are about the model: one line
+        warnings.simplefilter("always", FallbackWarning)
+        try:
+            code = handler(args)
+        except KernorchError as error:  # the error alone names the cause (a fallback's failure says so)
+            print(f"kernorch: error: {error}", file=sys.stderr)
+            return error.exit_code
+    for warning in caught:
+        if issubclass(warning.category, FallbackWarning):
+            print(f"kernorch: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    return code
 
 
 if __name__ == "__main__":

@@ -242,3 +242,19 @@ def test_softmax_over_an_empty_axis_matches_onnxruntime(tmp_path: Path, capsys: 
     assert code == 2 and "empty axis" in err and len(err.splitlines()) == 1  # ONNX leaves it undefined: refused
     code, err = run_cli(["check", save(model, tmp_path / "r.onnx"), "--no-rewrite"], capsys)
     assert code == 0 and "run through onnxruntime" in err  # without --strict: onnxruntime's answer, with a warning
+
+
+def test_found_by_the_fuzzer_with_the_fallback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A graph listing one output twice is refused at import; a node that falls back to onnxruntime and fails
+    there (a Reshape to another element count) is one error line, no onnxruntime log, no warning beside it."""
+    x = random_array((2, 3))
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])] * 2)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    code, err = run_cli(["check", save(model, tmp_path / "twice.onnx")], capsys)
+    assert code == 2 and err.strip() == "kernorch: error: graph output 'y' is listed more than once"
+    bad = single_op_model("Reshape", {"x": x}, constants={"shape": np.array([4, 4], np.int64)})
+    code, err = run_cli(["check", save(bad, tmp_path / "reshape.onnx")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kernorch: error: onnxruntime failed on Reshape")

@@ -131,6 +131,10 @@ def import_model(
     except UnicodeDecodeError:  # protobuf strings are UTF-8 by spec; found by the fuzzer
         raise InvalidModel("model has a name or string that is not valid UTF-8") from None
 
+    outputs = [o.name for o in proto.graph.output]
+    repeated = sorted({name for name in outputs if outputs.count(name) > 1})
+    if repeated:  # found by the fuzzer: the checker lets it through
+        raise InvalidModel(f"graph output '{repeated[0]}' is listed more than once")
     opset = 0
     for entry in proto.opset_import:
         if entry.domain in ("", "ai.onnx"):

@@ -73,8 +73,9 @@ def _session(node_b64: str, opsets: tuple[tuple[str, int], ...], input_types: tu
              output_types: tuple[TensorType, ...]) -> Any:  # fmt: skip
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(4)  # its allocator logs through the default logger, beside the exception
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a failure reaches the user as one KernorchError line, not a log
     model = one_node_model(node_b64, opsets, input_types, output_types)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 

@@ -34,13 +34,22 @@ def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: its warnings are not ours to print
-    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's exceptions share no base class but Exception (found by the fuzzer)
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        raise KernorchError(f"onnxruntime cannot load the model to compare with: {first}") from None
 
 
 def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
     session = onnxruntime_session(proto, threads)
     names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds), strict=True))
+    try:
+        results = session.run(names, feeds)
+    except Exception as error:  # onnxruntime's exceptions share no base class but Exception
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        raise KernorchError(f"onnxruntime failed on the model: {first}") from None
+    return dict(zip(names, results, strict=True))
 
 
 def timed_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, runs: int) -> float:
