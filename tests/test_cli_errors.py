@@ -258,3 +258,14 @@ def test_found_by_the_fuzzer_with_the_fallback(tmp_path: Path, capsys: pytest.Ca
     code, err = run_cli(["check", save(bad, tmp_path / "reshape.onnx")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("kernorch: error: onnxruntime failed on Reshape")
+
+
+def test_reshape_zero_beyond_the_input_rank_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the fuzzer: a 0 (copy this dimension) at a position the input does not have raised IndexError."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [3, 2, 0])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "zero",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2, 1])], [shape])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    code, err = run_cli(["check", save(model, tmp_path / "m.onnx")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "does not have" in err, err

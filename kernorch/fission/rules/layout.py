@@ -20,6 +20,8 @@ def reshape_rule(ctx: RuleContext) -> list[str]:
     allow_zero = ctx.allow("allowzero", 0, 1, default=0)
     target = _ints(ctx.const(1, "shape"))
     if not allow_zero:
+        if any(d == 0 and i >= x_type.rank for i, d in enumerate(target)):  # found by the fuzzer
+            ctx.refuse(f"a 0 in shape {target} copies a dimension the rank-{x_type.rank} input does not have")
         target = [x_type.shape[i] if d == 0 else d for i, d in enumerate(target)]
     if target.count(-1) > 1:
         ctx.refuse("more than one -1 in the target shape")
