@@ -30,9 +30,12 @@ def test_measures_once_then_reads_back(tmp_path: Path) -> None:
     assert first.plan.cost <= first.greedy_plan.cost * (1 + 1e-9)
     warm = ProfiledCostModel(ProfileDatabase(database))
     second = orchestrate(graph, warm)
-    assert warm.measured == 0  # everything came from the database
-    assert second.plan.cost == pytest.approx(first.plan.cost)
-    assert ProfileDatabase(database).count(warm.machine) == cold.measured
+    # everything came from the database, except values a busy machine (another process, or a hypervisor's steal
+    # time) kept from a quiet measurement: those are stored marked and measured again, by design
+    assert warm.measured == len(cold.contended)
+    if not cold.contended:
+        assert second.plan.cost == pytest.approx(first.plan.cost)
+    assert ProfileDatabase(database).count(warm.machine) == cold.measured  # measured again: replaced, not added
 
 
 def test_interrupted_run_resumes(tmp_path: Path) -> None:
@@ -51,7 +54,8 @@ def test_interrupted_run_resumes(tmp_path: Path) -> None:
     resumed = ProfiledCostModel(ProfileDatabase(database))
     resumed.prepare(kernels)
     distinct = {signature(isolate(k))[1] for k in kernels if choose_backend(k)[0] not in (None, "view")}  # views: 0
-    assert done + resumed.measured == len(distinct)
+    # values the first run could only measure on a busy machine are stored marked and measured again
+    assert done + resumed.measured == len(distinct) + len(partial.contended)
 
 
 def test_repeated_blocks_share_measurements() -> None:
