@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from kernorch.codegen.c_opaque import lstm_supported, render_lstm
+from kernorch.codegen.c_opaque import lstm_scratch_bytes, lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel, scratch_bytes
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
@@ -55,7 +55,7 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
 def c_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     """Scratch buffers a "c" kernel takes after its outputs (the plan allocates them once)."""
     if lstm_supported(kernel):
-        return []
+        return lstm_scratch_bytes(kernel)
     return scratch_bytes(describe(kernel))
 
 

@@ -470,9 +470,13 @@ _register("conv_transpose", Kind.LINEAR,
 # -------------------------------------------------------------------------------------------- opaque
 
 def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    gates_x = types[0]
+    gates_x, packed = types[0], types[1]
     dirs, seq, batch, four_h = gates_x.shape
     hidden = four_h // 4
+    block = attrs["unit_block"]
+    if block < 1 or hidden % block or packed.shape != (dirs, hidden // block, hidden, 4, block):
+        raise ValueError(f"lstm_recurrence: recurrent weights {packed.shape} are not packed in blocks of "
+                         f"{block} units for hidden size {hidden}")  # fmt: skip
     state = TensorType((dirs, batch, hidden), gates_x.dtype)
     return [TensorType((seq, dirs, batch, hidden), gates_x.dtype), state, state]
 
@@ -480,7 +484,8 @@ def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 _register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
           lambda inputs, attrs: list(K.lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
                                                        direction=attrs["direction"])),
-          "sequential LSTM scan over precomputed input gates (inputs: gates_x, R, h0, c0, peephole)")
+          "sequential LSTM scan over precomputed input gates (inputs: gates_x, R packed in blocks of `unit_block` "
+          "units [D, H/unit_block, H, 4, unit_block], h0, c0, peephole)")
 
 
 def _top_k_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:

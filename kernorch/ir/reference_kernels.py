@@ -282,11 +282,13 @@ def lstm_recurrence(
     """The sequential part of ONNX LSTM (gate order i, o, f, c; default activations).
 
     gates_x: [dirs, seq, batch, 4H] = X·Wᵀ + Wb + Rb, precomputed as one linear primitive.
-    recurrence: [dirs, 4H, H]; h0, c0: [dirs, batch, H]; peephole: [dirs, 3H] (i, o, f).
+    recurrence: R [dirs, 4H, H] packed as [dirs, H/block, H, 4, block] (fission/rules/recurrent.py);
+    h0, c0: [dirs, batch, H]; peephole: [dirs, 3H] (i, o, f).
     Returns Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H].
     """
     dirs, seq, batch, four_h = gates_x.shape
     hidden = four_h // 4
+    recurrence = recurrence.transpose(0, 3, 1, 4, 2).reshape(dirs, four_h, hidden)  # back to R
     ys = np.zeros((seq, dirs, batch, hidden), dtype=gates_x.dtype)
     last_h = np.zeros((dirs, batch, hidden), dtype=gates_x.dtype)
     last_c = np.zeros_like(last_h)

@@ -30,7 +30,7 @@ from kernorch.runtime.compiled import CompiledModel
 from kernorch.runtime.executor import generate_source
 
 FORMAT = "kernorch-plan"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: lstm_recurrence takes its recurrent weights packed
 REQUIRED_FILES = ("weights.npz", "kernels.c")
 MANIFEST_HASH_KEY = "manifest_sha256"
 

@@ -298,13 +298,17 @@ def test_gather_and_concat_and_out_of_range_index() -> None:
     np.testing.assert_array_equal(out["y"], np.concatenate([feeds["a"], feeds["b"]], axis=1))
 
 
-@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-def test_lstm_scan_template_matches_onnxruntime(direction: str) -> None:
+@pytest.mark.parametrize(("direction", "batch", "hidden", "threads"), [
+    ("forward", 2, 4, 2), ("reverse", 2, 4, 2), ("bidirectional", 2, 4, 2),
+    # several unit blocks: split evenly over two threads, unevenly (3 blocks of 8), and on one thread
+    ("forward", 1, 64, 2), ("bidirectional", 3, 24, 2), ("reverse", 2, 48, 1),
+])  # fmt: skip
+def test_lstm_scan_template_matches_onnxruntime(direction: str, batch: int, hidden: int, threads: int) -> None:
     from kernorch.api import compile
     from kernorch.testing import random_array, single_op_model
     from kernorch.tools.check import run_onnxruntime
 
-    seq, batch, features, hidden = 5, 2, 3, 4
+    seq, features = 7, 3
     dirs = 2 if direction == "bidirectional" else 1
     x = random_array((seq, batch, features))
     constants = {"w": random_array((dirs, 4 * hidden, features), seed=1),
@@ -313,7 +317,7 @@ def test_lstm_scan_template_matches_onnxruntime(direction: str) -> None:
                  "p": random_array((dirs, 3 * hidden), seed=6)}  # fmt: skip
     model = single_op_model("LSTM", {"x": x}, {"hidden_size": hidden, "direction": direction}, constants,
                             input_order=["x", "w", "r", "b", "", "h0", "c0", "p"], outputs=3)  # fmt: skip
-    compiled = compile(model, cost="analytic")
+    compiled = compile(model, cost="analytic", threads=threads)
     scan = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
             if k.primitives[0].prim == "lstm_recurrence"]  # fmt: skip
     assert scan == ["c"]

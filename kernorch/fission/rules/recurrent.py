@@ -4,6 +4,12 @@ Why not unroll: the shared LSTM-TC model has 10 layers × 100 steps; unrolling g
 primitives whose sequential chain offers orchestration nothing to fuse across steps but explodes the
 state enumeration. Splitting off X·Wᵀ (one large matmul over all time steps, plus its bias) keeps the
 compute-heavy, parallel part visible to orchestration; the recurrence is one `lstm_recurrence`.
+
+The recurrent weights are handed to the scan packed for it (folded at compile time when they are constant):
+per block of `unit_block` hidden units, the four gates' columns of Rᵀ side by side, one contiguous panel
+[H, 4, unit_block] per block. A thread computing a block's gates then reads one contiguous stretch of memory
+per step. With Rᵀ as one [H, 4H] matrix, each thread's half of every row sat at the same offset of each 1 KB,
+so it mapped onto half of the L2's sets and missed the cache every step (9.2 vs 5.5 µs per step, H=256).
 """
 
 from __future__ import annotations
@@ -58,4 +64,15 @@ def lstm(ctx: RuleContext) -> list[str]:
     c0 = ctx.input(6) if ctx.has_input(6) else ctx.constant(zeros, hint="c0")
     peephole = ctx.input(7) if ctx.has_input(7) else ctx.constant(np.zeros((dirs, 3 * hidden), x_type.dtype),
                                                                   hint="peephole")  # fmt: skip
-    return ctx.emit_multi("lstm_recurrence", [gates, ctx.input(2), h0, c0, peephole], direction=direction)
+    block = unit_block(hidden)
+    # R [D, 4H, H] = [D, gate, unit block, unit in block, k] → panels [D, unit block, k, gate, unit in block]
+    blocks = reshape(ctx, ctx.input(2), [dirs, 4, hidden // block, block, hidden])
+    packed = ctx.emit("transpose", blocks, perm=(0, 2, 4, 1, 3))
+    return ctx.emit_multi("lstm_recurrence", [gates, packed, h0, c0, peephole], direction=direction,
+                          unit_block=block)  # fmt: skip
+
+
+def unit_block(hidden: int) -> int:
+    """Hidden units per block of the packed recurrent weights: 16 (one AVX-512 vector per gate) when it divides
+    the hidden size, else the largest power of two that does."""
+    return next(b for b in (16, 8, 4, 2, 1) if hidden % b == 0)
