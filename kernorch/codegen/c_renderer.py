@@ -14,6 +14,7 @@ import numpy as np
 
 from kernorch.codegen.loops import KernelLoops, Phase, Tree
 
+LANES = 16  # float32 lanes of an AVX-512 vector: partial results kept per lane by vectorized max/min
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t"}
 _FLOAT_SUFFIX = {"float32": "f", "float64": ""}
 
@@ -308,6 +309,9 @@ class _Emitter:
         guard = None
         if body[0] == "guard":
             guard, body = body[1], body[2]
+        if prim in ("reduce_max", "reduce_min") and is_float and guard is None and loops[-1][1] >= 2 * LANES:
+            self._lane_reduction(acc, acc_type, init, update, loops, body)
+            return self.temp(C_TYPES[dtype], f"({C_TYPES[dtype]}){acc}", tree)
         for position, (var, size) in enumerate(loops):
             if position == len(loops) - 1 and prim in ("reduce_sum", "reduce_prod") and guard is None:
                 # allow the sum to be reassociated across SIMD lanes (one partial sum per lane)
@@ -325,6 +329,33 @@ class _Emitter:
         self.memo = outer_memo
         self.lines.extend("}" for _ in loops)
         return self.temp(C_TYPES[dtype], f"({C_TYPES[dtype]}){acc}", tree)
+
+    def _lane_reduction(self, acc: str, acc_type: str, init: str, update: str,
+                        loops: tuple[tuple[str, int], ...], body: Tree) -> None:  # fmt: skip
+        """A float max/min with one partial result per vector lane, folded together at the end. The NaN-
+        propagating select is no reduction OpenMP's simd clause knows, so without partials the loop stays
+        scalar (softmax's row max ran at 15 GB/s). max/min are exact in any order, so the result is the same."""
+        *outer, (var, size) = loops
+        lanes, whole = f"{acc}_lane", size - size % LANES
+        self.lines.append(f"{acc_type} {lanes}[{LANES}];")
+        self.lines.append(f"for (int j = 0; j < {LANES}; j++) {lanes}[j] = {init};")
+        self.lines.extend(f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in outer)
+        self.lines += [f"for (int64_t {var}_0 = 0; {var}_0 < {whole}; {var}_0 += {LANES}) {{", "#pragma omp simd",
+                       f"for (int64_t {var}_j = 0; {var}_j < {LANES}; {var}_j++) {{",
+                       f"const int64_t {var} = {var}_0 + {var}_j;"]  # fmt: skip
+        for lane_update, tail in ((update.format(acc=f"{lanes}[{var}_j]", x="{x}"), False), (update, True)):
+            if tail:
+                if whole == size:
+                    break
+                self.lines.append(f"for (int64_t {var} = {whole}; {var} < {size}; {var}++) {{")
+            outer_memo = self.memo
+            self.memo = dict(outer_memo)  # temporaries made inside the loop die with it
+            x = self.value(body)
+            self.lines.append(lane_update.format(acc=acc, x=x))
+            self.memo = outer_memo
+            self.lines.append("}" if tail else "}}")
+        self.lines.extend("}" for _ in outer)
+        self.lines.append(f"for (int j = 0; j < {LANES}; j++) {update.format(acc=acc, x=f'{lanes}[j]')}")
 
     def store(self, phase: Phase) -> None:
         target_type = C_TYPES[self.types[phase.target]]
@@ -371,6 +402,7 @@ def scratch_bytes(loops: KernelLoops) -> list[int]:
 
 
 PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
+PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
 
 
 def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], parallel: bool, inner: list[str],
@@ -470,10 +502,14 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             emitter.store(phase)
             var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
             innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
-            if len(phase.loop_vars) == 1 and size >= PARALLEL_MIN_ELEMENTS:
+            # the threads split the innermost loop when the loops around it are too few to share out evenly
+            # (a [1, 16384, 128] GELU has one outer iteration: split outside, it ran on one thread)
+            outer_iterations = int(np.prod(phase.loop_sizes[:-1], dtype=np.int64))
+            split_inner = outer_iterations < PARALLEL_MIN_OUTER and size >= PARALLEL_MIN_ELEMENTS
+            if split_inner:
                 innermost.insert(0, "#pragma omp parallel for simd reduction(|:err) schedule(static)")
-            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], True, [*hoisted, *innermost],
-                                    parallel_inner=size))  # fmt: skip
+            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], not split_inner,
+                                    [*hoisted, *innermost], parallel_inner=size))  # fmt: skip
         return "\n".join("    " + line for line in lines)
 
     # Row schedule: a parallel loop over rows (the non-reduced axes); per row, reductions into scalars,

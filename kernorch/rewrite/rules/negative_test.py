@@ -118,6 +118,15 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                         b, "pow", "x", "y"))),
                     ("an exponent that broadcasts", lambda: build({"x": (4,)}, lambda b: emit(
                         b, "pow", "x", const(b, np.full((3, 4), 2.0)))))],
+    "separate-resize-axes": [
+        ("one axis only", lambda: build({"a": (1, 2, 3, 4)}, lambda b: emit(
+            b, "resize", "a", sizes=(1, 2, 3, 8), scales=(1.0, 1.0, 1.0, 2.0), mode="linear",
+            coordinate_mode="half_pixel", nearest_mode="floor", cubic_coeff_a=-0.75, exclude_outside=False))),
+        ("nearest gathers once either way", lambda: build({"a": (1, 2, 3, 4)}, lambda b: emit(
+            b, "resize", "a", sizes=(1, 2, 6, 8), scales=(1.0, 1.0, 2.0, 2.0), mode="nearest",
+            coordinate_mode="asymmetric", nearest_mode="floor", cubic_coeff_a=-0.75, exclude_outside=False))),
+        ("crop-and-resize extrapolates a constant", lambda: build({"a": (1, 2, 2, 2)}, lambda b: _resize_to(
+            b, "a", 4, "tf_crop_and_resize")))],
     "split-split": [("split along another axis", lambda: build({"x": (4, 6)}, lambda b: b.emit(
         "split", [b.emit("split", ["x"], {"axis": 0, "sizes": (2, 2)})[0]], {"axis": 1, "sizes": (3, 3)})))],
     "sub-constant": [("the constant is on the left", lambda: build({"x": (4,)}, lambda b: emit(

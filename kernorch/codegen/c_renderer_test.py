@@ -1,0 +1,74 @@
+"""How the C renderer shares loops out to threads and vectorizes reductions: checked in the source it emits
+and in the numbers the compiled kernel computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.codegen.backends import render_c
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.reference import run_reference
+
+
+def _gelu_graph(shape: tuple[int, ...]) -> Graph:
+    """x · (erf(x · s) + 1) with s and 1 as [1, 1, 1] constants: the loops keep a size-1 outer axis for them."""
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = TensorType(shape, "float32")
+    for name, value in (("s", 0.7071), ("one", 1.0)):
+        graph.constants[name] = np.full((1,) * len(shape), value, np.float32)
+        graph.types[name] = TensorType((1,) * len(shape), "float32")
+    chain = [("mul", ("x", "s"), "a"), ("erf", ("a",), "b"), ("add", ("b", "one"), "c"), ("mul", ("x", "c"), "y")]
+    for prim, inputs, out in chain:
+        graph.nodes.append(Node(prim, inputs, (out,), ()))
+        graph.types[out] = TensorType(shape, "float32")
+    return graph
+
+
+def _parallel_lines(source: str) -> list[tuple[str, str]]:
+    """(pragma, the loop it opens) for every parallel region of the source."""
+    lines = [line.strip() for line in source.splitlines()]
+    return [(line, lines[i + 1]) for i, line in enumerate(lines) if "omp parallel" in line]
+
+
+def test_a_long_innermost_loop_under_one_outer_iteration_is_shared_out() -> None:
+    graph = _gelu_graph((1, 512, 128))
+    kernel = make_kernel(graph, (0, 1, 2, 3), ("y",))
+    regions = _parallel_lines(render_c("k", kernel))
+    assert len(regions) == 1, regions
+    pragma, loop = regions[0]
+    assert "simd" in pragma and "65536" in loop, regions  # the flattened [512, 128] loop, not the outer [1]
+    x = np.random.default_rng(0).standard_normal((1, 512, 128)).astype(np.float32)
+    got = PlanExecutor(graph, [kernel])({"x": x})["y"]
+    np.testing.assert_allclose(got, run_reference(graph, {"x": x})["y"], rtol=2e-6, atol=1e-6)
+
+
+def _softmax_max_graph(rows: int, width: int, prim: str) -> Graph:
+    """exp(x − reduce(x)) along the last axis: the reduction and its use fused as in softmax."""
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = TensorType((rows, width), "float32")
+    graph.nodes += [Node(prim, ("x",), ("m",), (("axes", (1,)),)), Node("sub", ("x", "m"), ("d",), ()),
+                    Node("exp", ("d",), ("y",), ())]  # fmt: skip
+    graph.types.update(m=TensorType((rows, 1), "float32"), d=TensorType((rows, width), "float32"),
+                       y=TensorType((rows, width), "float32"))  # fmt: skip
+    return graph
+
+
+@pytest.mark.parametrize("prim", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("width", [256, 100, 37])
+def test_float_max_and_min_keep_one_partial_per_lane_and_propagate_nan(prim: str, width: int) -> None:
+    graph = _softmax_max_graph(64, width, prim)
+    kernel = make_kernel(graph, (0, 1, 2), ("y",))
+    source = render_c("k", kernel)
+    assert "_lane[16]" in source and "#pragma omp simd" in source, source
+    x = np.random.default_rng(1).standard_normal((64, width)).astype(np.float32)
+    x[3, width - 1] = np.nan  # in the scalar tail when the width is not a multiple of 16
+    x[5, 7] = np.nan  # in a lane
+    x[9, :] = -np.inf if prim == "reduce_max" else np.inf
+    got = PlanExecutor(graph, [kernel])({"x": x})["y"]
+    expected = run_reference(graph, {"x": x})["y"]
+    assert np.isnan(got[3]).all() and np.isnan(got[5]).all()
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=0)
