@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.loops import KernelLoops, Phase, Tree
+from kernorch.codegen.tiling import reads_transposed, tiled_loops
 
 LANES = 16  # float32 lanes of an AVX-512 vector: partial results kept per lane by vectorized max/min
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t"}
@@ -500,6 +501,10 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             emitter.hoist(phase.expr, {phase.loop_vars[-1]})
             hoisted, emitter.lines = emitter.lines, []
             emitter.store(phase)
+            if reads_transposed(phase):
+                volume = int(np.prod(phase.loop_sizes, dtype=np.int64))
+                lines.extend(tiled_loops(phase, volume >= PARALLEL_MIN_ELEMENTS, hoisted, emitter.lines))
+                continue
             var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
             innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
             # the threads split the innermost loop when the loops around it are too few to share out evenly

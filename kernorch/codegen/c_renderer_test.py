@@ -72,3 +72,23 @@ def test_float_max_and_min_keep_one_partial_per_lane_and_propagate_nan(prim: str
     expected = run_reference(graph, {"x": x})["y"]
     assert np.isnan(got[3]).all() and np.isnan(got[5]).all()
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize(("shape", "perm"), [((1, 64, 8, 40), (0, 2, 3, 1)), ((3, 37, 20), (0, 2, 1)),
+                                             ((2, 48, 33), (0, 2, 1))])  # fmt: skip
+def test_a_transposing_read_is_walked_in_tiles(shape: tuple[int, ...], perm: tuple[int, ...]) -> None:
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = TensorType(shape, "float32")
+    graph.nodes.append(Node("transpose", ("x",), ("t",), (("perm", perm),)))
+    graph.nodes.append(Node("relu", ("t",), ("y",), ()))
+    out_shape = tuple(shape[p] for p in perm)
+    graph.types.update(t=TensorType(out_shape, "float32"), y=TensorType(out_shape, "float32"))
+    kernel = make_kernel(graph, (0, 1), ("y",))
+    assert "_t += 16" in render_c("k", kernel)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(PlanExecutor(graph, [kernel])({"x": x})["y"], np.maximum(x.transpose(perm), 0))
+
+
+def test_a_contiguous_read_is_not_tiled() -> None:
+    kernel = make_kernel(_gelu_graph((2, 64, 64)), (0, 1, 2, 3), ("y",))
+    assert "_t += 16" not in render_c("k", kernel)
