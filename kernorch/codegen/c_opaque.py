@@ -14,12 +14,17 @@ def lstm_supported(kernel: CandidateKernel) -> bool:
 _MAX_THREADS = 64  # step counters the scan keeps (one cache line each); more threads than this are not used
 
 
+def _state_floats(batch: int, hidden: int) -> int:
+    """Floats of the scan's state in its scratch (h twice, c), rounded up so the counters after it start on
+    a cache line."""
+    return -(-3 * batch * hidden // 16) * 16
+
+
 def lstm_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     """One scratch buffer: h twice (read one step, written the next), c, then the threads' step counters."""
     (node,) = kernel.primitives
     dirs, seq, batch, four_h = kernel.graph.types[node.inputs[0]].shape
-    state_floats = -(-3 * batch * (four_h // 4) // 16) * 16  # counters start on a cache line
-    return [state_floats * 4 + _MAX_THREADS * 64]
+    return [_state_floats(batch, four_h // 4) * 4 + _MAX_THREADS * 64]
 
 
 def render_lstm(name: str, kernel: CandidateKernel) -> str:
@@ -49,7 +54,7 @@ def render_lstm(name: str, kernel: CandidateKernel) -> str:
     scratch = len(kernel.inputs) + len(kernel.outputs)
     D, S, B, H, U = dirs, seq, batch, hidden, block  # noqa: N806 - the math's names
     blocks = H // U
-    state_floats = -(-3 * B * H // 16) * 16
+    state_floats = _state_floats(B, H)
     return f"""
 int {name}(void **args) {{
     const float *gx = (const float *)args[{gx}], *R = (const float *)args[{rec}];

@@ -344,15 +344,14 @@ class _Emitter:
         self.lines += [f"for (int64_t {var}_0 = 0; {var}_0 < {whole}; {var}_0 += {LANES}) {{", "#pragma omp simd",
                        f"for (int64_t {var}_j = 0; {var}_j < {LANES}; {var}_j++) {{",
                        f"const int64_t {var} = {var}_0 + {var}_j;"]  # fmt: skip
-        for lane_update, tail in ((update.format(acc=f"{lanes}[{var}_j]", x="{x}"), False), (update, True)):
+        for target, tail in ((f"{lanes}[{var}_j]", False), (acc, True)):  # the whole vectors, then the rest
             if tail:
                 if whole == size:
                     break
                 self.lines.append(f"for (int64_t {var} = {whole}; {var} < {size}; {var}++) {{")
             outer_memo = self.memo
             self.memo = dict(outer_memo)  # temporaries made inside the loop die with it
-            x = self.value(body)
-            self.lines.append(lane_update.format(acc=acc, x=x))
+            self.lines.append(update.format(acc=target, x=self.value(body)))
             self.memo = outer_memo
             self.lines.append("}" if tail else "}}")
         self.lines.extend("}" for _ in outer)
