@@ -50,6 +50,7 @@ def compile(  # noqa: A001 - the public name the docs promise
 
 
 def load(directory: str | os.PathLike[str], threads: int | None = None,
-         cache_dir: str | os.PathLike[str] | None = None) -> CompiledModel:  # fmt: skip
-    """Load a saved plan without re-tuning; refuses a corrupted, tampered or mismatched artifact."""
-    return load_model(directory, threads, Path(cache_dir) if cache_dir is not None else None)
+         cache_dir: str | os.PathLike[str] | None = None, runtime: str = "kernels") -> CompiledModel:  # fmt: skip
+    """Load a saved plan without re-tuning; refuses a corrupted, tampered or mismatched artifact. `runtime`:
+    "kernels" (kernel by kernel) or "rprogram" (scheduled rTasks, calibrated in place when loaded)."""
+    return load_model(directory, threads, Path(cache_dir) if cache_dir is not None else None, runtime)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernorch.errors import KernorchError
 from kernorch.frontend import parse_input_shapes
+from kernorch.options import RUNTIMES
 
 if TYPE_CHECKING:
     from kernorch.options import Options
@@ -237,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kernorch.api import load
     from kernorch.runtime.feeds import graph_feeds
 
-    model = load(args.plan, threads=args.threads)
+    model = load(args.plan, threads=args.threads, runtime=args.runtime)
     feeds = graph_feeds(model.graph, seed=args.seed)
     for spec in args.input or []:
         name, sep, path = spec.partition("=")
@@ -252,7 +253,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, value in outputs.items():
         print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
     print(f"{len(model.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
-          f"({model.threads} threads)")  # fmt: skip
+          f"({model.threads} threads, {args.runtime} runtime)")  # fmt: skip
+    if model.executor.rprogram is not None and model.executor.rprogram.program is not None:
+        print(f"rProgram: {model.executor.rprogram.program.describe()}")
     return EXIT_OK
 
 
@@ -284,6 +287,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(result.layout_report.summary())
     if result.rewrite_report is not None:
         _explain_rewrites(result.rewrite_report)
+    if args.schedule:
+        _explain_schedule(args, result)
     if args.svg or args.html:
         from pathlib import Path
 
@@ -304,6 +309,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
             prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
             print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
     return EXIT_OK
+
+
+def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> None:
+    from pathlib import Path
+
+    from kernorch.pipeline import compile_plan
+    from kernorch.runtime.feeds import graph_feeds
+    from kernorch.tools.schedule_picture import draw_schedule, measure_schedule
+
+    compiled = compile_plan(result, _options(args))
+    executor = compiled.executor
+    report = measure_schedule(executor, graph_feeds(compiled.graph))
+    print("\n".join(report.summary()))
+    picture = draw_schedule(args.schedule, report, executor.backends, executor.threads, Path(args.model).stem)
+    print(f"schedule picture (measured timestamps): {picture}")
 
 
 def _explain_rewrites(report: RewriteReport) -> None:
@@ -464,6 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs", type=_positive_int, default=20, help="timed runs (default 20)")
     run.add_argument("--threads", type=_positive_int, default=None, help="threads (default: as saved)")
     run.add_argument("--seed", type=_non_negative_int, default=0, help="seed of random inputs (default 0)")
+    run.add_argument("--runtime", choices=RUNTIMES, default="kernels",
+                     help="kernels: kernel by kernel, each with its own parallel loops (default); rprogram: the "
+                     "kernels' rTasks scheduled on the threads of one persistent parallel region (Rammer), from "
+                     "times measured in place when the plan is loaded")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
     explain = commands.add_parser(
@@ -479,6 +503,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--svg", metavar="PLAN.svg",
                          help="draw the primitive graph with each kernel as a coloured cluster (library calls, "
                          "generated C, fallbacks; costs; primitives computed by several kernels outlined in red)")
+    explain.add_argument("--schedule", metavar="OUT.png",
+                         help="compile the plan, run it as an rProgram and draw its Gantt chart (vEU x time from "
+                         "measured timestamps, one colour per kernel); prints both runtimes' medians, the "
+                         "simulator's prediction and which kernels ran side by side")  # fmt: skip
     explain.add_argument("--html", metavar="REPORT.html",
                          help="write one self-contained page: the picture, the kernel table, rewrites, layout")
     explain.set_defaults(handler=cmd_explain)
@@ -487,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="time kernorch against onnxruntime (and its own greedy / unfused plans) side by side",
         description="Measure, in one run, onnxruntime (all graph optimizations, and none) and kernorch (optimal "
         "plan with and without primitive-graph rewrites, greedy-fusion and no-fusion plans on the same code "
-        "generator), each in its own worker process, "
+        "generator, and the optimal plan again as an rProgram), each in its own worker process, "
         "interleaved round by round, with the same inputs and thread count. Outputs are checked against "
         "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
     )  # fmt: skip

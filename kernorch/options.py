@@ -64,6 +64,9 @@ class OrchestrationLimits:
             raise KernorchError(f"solver_time_limit must be positive, got {self.solver_time_limit!r}")
 
 
+RUNTIMES = ("kernels", "rprogram")
+
+
 @dataclass(frozen=True)
 class Options:
     """Everything that shapes a compiled plan. Frozen: derive variants with `with_(...)`."""
@@ -79,6 +82,8 @@ class Options:
     cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch
     workers: str = "local"  # where candidate kernels are compiled and timed: "local" (this process), "ray" (a local
     # Ray instance or the cluster RAY_ADDRESS names) or "ray://HOST:PORT"; results merge into the local database
+    runtime: str = "kernels"  # how a compiled plan runs: "kernels" (kernel by kernel, each its own parallel loops)
+    # or "rprogram" (rTasks on one persistent region's threads, scheduled from in-place times; schedule/)
     strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
 
@@ -97,6 +102,8 @@ class Options:
             raise KernorchError(f"unknown layout policy '{self.layout}' (choose {', '.join(LAYOUT_POLICIES)})")
         if not (self.workers in ("local", "ray") or (self.workers.startswith("ray://") and len(self.workers) > 6)):
             raise KernorchError(f"unknown workers '{self.workers}' (choose local, ray, or ray://HOST:PORT)")
+        if self.runtime not in RUNTIMES:
+            raise KernorchError(f"unknown runtime '{self.runtime}' (choose {' or '.join(RUNTIMES)})")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

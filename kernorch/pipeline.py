@@ -139,7 +139,7 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
                 "layout": result.layout_report.to_json() if result.layout_report else None}  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
-                         cache_dir=options.cache)  # fmt: skip
+                         cache_dir=options.cache, runtime=options.runtime)  # fmt: skip
 
 
 def compile_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,

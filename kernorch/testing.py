@@ -71,3 +71,61 @@ def primitive_names(graph: Graph) -> list[str]:
 
 def random_array(shape: Sequence[int], dtype: str = "float32", seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def branchy_model(cells: int = 3, branches: int = 8, channels: int = 16, size: int = 14,
+                  seed: int = 0) -> onnx.ModelProto:  # fmt: skip
+    """An irregular, NAS-cell-like model: each cell applies `branches` small independent operator chains to
+    its input (pooling, depthwise and 1x1 convs, activations, gating) and sums them, so most kernels are small
+    and many of them are independent of each other. Input `input` [1, channels, size, size]."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+    count = [0]
+
+    def fresh(prefix: str) -> str:
+        count[0] += 1
+        return f"{prefix}{count[0]}"
+
+    def node(op: str, inputs: list[str], **attrs: Any) -> str:
+        out = fresh(op.lower())
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def weight(shape: tuple[int, ...], scale: float = 0.3) -> str:
+        name = fresh("w")
+        weights.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def branch(x: str, kind: int) -> str:
+        same = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+        if kind == 0:
+            return node("AveragePool", [node("Relu", [x])], **same)
+        if kind == 1:
+            return node("MaxPool", [x], **same)
+        if kind == 2:
+            return node("Conv", [x, weight((channels, 1, 3, 3))], group=channels, **{"pads": [1, 1, 1, 1]})
+        if kind == 3:
+            return node("Conv", [node("Sigmoid", [x]), weight((channels, channels, 1, 1))])
+        if kind == 4:
+            return node("Mul", [x, node("Tanh", [x])])
+        if kind == 5:
+            return node("Mul", [x, node("Sigmoid", [node("ReduceMean", [x], axes=[2, 3], keepdims=1)])])
+        if kind == 6:
+            return node("Relu", [node("Add", [node("Conv", [x, weight((channels, channels, 1, 1))]), x])])
+        return node("Abs", [node("Sub", [x, node("ReduceMean", [x], axes=[1], keepdims=1)])])
+
+    x = "input"
+    for _ in range(cells):
+        outs = [branch(x, (b * 5 + cells) % 8 if b >= 8 else b) for b in range(branches)]
+        total = outs[0]
+        for out in outs[1:]:
+            total = node("Add", [total, out])
+        x = node("Mul", [total, weight((1, channels, 1, 1), 1.0 / branches)])
+    nodes[-1].output[0] = "output"
+    shape = [1, channels, size, size]
+    values = [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape) for name in ("input", "output")]
+    graph = helper.make_graph(nodes, "branchy", values[:1], values[1:], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -20,8 +20,13 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert {"model", "contenders", "speedup_vs_best_peer"} <= set(report)
     peers = {"onnxruntime", "openvino"} if openvino_available() else {"onnxruntime"}
-    assert set(report["contenders"]) == peers | {"onnxruntime-noopt", "kernorch", "kernorch-norewrite",
-                                                 "kernorch-greedy", "kernorch-unfused"}  # fmt: skip
+    kernorch = {"kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused", "kernorch-rprogram"}
+    assert set(report["contenders"]) == peers | {"onnxruntime-noopt"} | kernorch
+    # the same plan as an rProgram: its candidates were measured, the simulator predicted it
+    rprogram = report["rprogram"]
+    assert rprogram["measured_ms"] == report["contenders"]["kernorch-rprogram"]["median_ms"]
+    assert rprogram["predicted_ms"] > 0 and "rTasks on 2 vEUs" in rprogram["program"]
+    assert rprogram["choice"] in rprogram["candidates_ms"]
     for result in report["contenders"].values():
         assert 0 < result["min_ms"] <= result["median_ms"] <= result["max_ms"]
     best_peer = min(report["contenders"][p]["median_ms"] for p in peers)  # onnxruntime-noopt is not a peer

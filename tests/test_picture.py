@@ -88,3 +88,26 @@ def test_missing_graphviz_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
     with pytest.raises(GraphvizMissing, match="apt-get install graphviz"):
         render_svg(graphviz.Digraph())
+
+
+def test_explain_draws_the_measured_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernorch.testing import branchy_model
+
+    path = tmp_path / "branchy.onnx"
+    onnx.save(branchy_model(cells=1, branches=4, channels=8, size=10), str(path))
+    png = tmp_path / "schedule.png"
+    assert main(["explain", str(path), "--cost", "analytic", "--no-rewrite", "--schedule", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+    assert re.search(r"kernel by kernel [\d.]+ ms, rProgram [\d.]+ ms .*simulator predicted [\d.]+ ms", out), out
+    assert f"schedule picture (measured timestamps): {png}" in out and "rTasks on 2 vEUs" in out
+
+
+def test_overlap_counts_only_different_kernels_side_by_side() -> None:
+    from kernorch.tools.schedule_picture import _overlaps
+
+    # kernel 1 split over both vEUs (not an overlap of different kernels); kernels 2 and 3 beside each other
+    # for 2 units of time; a device-wide call (vEU -1) is never counted
+    spans = [(1, 0, 0.0, 1.0), (1, 1, 0.0, 1.0), (2, 0, 1.0, 4.0), (3, 1, 2.0, 5.0), (4, -1, 5.0, 6.0)]
+    total, pairs = _overlaps(spans)
+    assert total == 2.0 and pairs == [(2, 3, 2.0)]

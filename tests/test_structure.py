@@ -20,15 +20,17 @@ ALLOWED = {
     "frontend": {"ir"},
     "fission": {"ir", "frontend"},
     "rewrite": {"ir", "runtime"},  # runtime: the reference interpreter in its test helpers
-    "codegen": {"ir"},
-    "runtime": {"ir", "codegen"},
+    "schedule": set(),  # rPrograms: units, barriers, the wavefront policy, the simulator (data only)
+    "codegen": {"ir", "schedule"},  # schedule: the units a plan offers for an rProgram
+    "runtime": {"ir", "codegen", "schedule"},
     "cost": {"ir", "codegen", "runtime"},
     "layout": {"ir", "cost"},  # cost: the cost-model interface its decisions are measured with
     "orchestrate": {"ir", "cost"},
     "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "orchestrate", "cost", "runtime"},
     "api": {"pipeline", "runtime", "frontend"},  # frontend: a torch module is exported to ONNX first
     "torch_backend": {"api", "frontend"},
-    "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api"},
+    "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
+              "schedule"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},
     "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools"},
     "devtools": {"api", "cli", "testing", "tools", "ir", "runtime"},  # on-demand tools driving the CLI and tests

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from kernorch.codegen.c_opaque import lstm_scratch_bytes, lstm_supported, render_lstm
-from kernorch.codegen.c_renderer import render_kernel, scratch_bytes
+from kernorch.codegen.c_renderer import render_kernel, render_kernel_tasks, scratch_bytes
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
 from kernorch.codegen.views import view_outputs
@@ -66,4 +66,12 @@ def render_c(name: str, kernel: CandidateKernel) -> str:
     return render_kernel(name, describe(kernel))
 
 
-__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "view_outputs"]
+def render_c_tasks(name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
+    """The kernel's phases as rTask functions with their trip counts (c_renderer.render_kernel_tasks); None
+    for a hand-written template (the LSTM scan synchronises its own threads: it runs whole)."""
+    if lstm_supported(kernel):
+        return None
+    return render_kernel_tasks(name, describe(kernel))
+
+
+__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "render_c_tasks", "view_outputs"]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.loops import KernelLoops, Phase, Tree
+from kernorch.codegen.sharing import Sharing
 from kernorch.codegen.tiling import reads_transposed, tiled_loops
 
 LANES = 16  # float32 lanes of an AVX-512 vector: partial results kept per lane by vectorized max/min
@@ -376,13 +377,15 @@ def _free_vars(tree: Tree) -> set[str]:
     return found
 
 
-def render_kernel(name: str, loops: KernelLoops) -> str:
+def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None) -> str:
     out: list[str] = []
     for table, values in loops.tables.items():
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
         body = ", ".join(str(int(v)) if ctype == "int64_t" else repr(float(v)) + "f" for v in values)
         out.append(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
-    out.append(f"int {name}(void **args) {{")
+    tasks = sharing is not None and sharing.tasks
+    arguments = "void **args, int ko_phase, int64_t ko_begin, int64_t ko_end" if tasks else "void **args"
+    out.append(f"int {name}({arguments}) {{")
     out.append("    int err = 0;")
     # arguments: inputs, outputs, then scratch (allocated once when the plan is created: none per call)
     ordered = [b for role in ("input", "output", "scratch") for b in loops.buffers if b.role == role]
@@ -390,9 +393,28 @@ def render_kernel(name: str, loops: KernelLoops) -> str:
         ctype = C_TYPES[buffer.dtype]
         qualifier = "const " if buffer.role == "input" else ""
         out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
-    out.append(_render_phases(loops, name))
+    phases = _render_phases(loops, name, sharing or Sharing())
+    if sharing is not None and sharing.tasks:  # one case per phase, running the task's share of its loop
+        if len(sharing.iterations) != len(phases):  # each phase must have said how it is shared out
+            raise AssertionError(f"{name}: {len(phases)} phases but {len(sharing.iterations)} trip counts")
+        cases = [f"case {p}: {{\n{_indent(lines)}\n    break; }}" for p, lines in enumerate(phases)]
+        out.append("    switch (ko_phase) {\n" + "\n".join(cases) + "\n    default: return 1;\n    }")
+    else:
+        out.extend(_indent(lines) for lines in phases)
     out.append("    return err;\n}\n")
     return "\n".join(out)
+
+
+def render_kernel_tasks(name: str, loops: KernelLoops) -> tuple[str, tuple[int, ...]]:
+    """The kernel as `int NAME(void **buffers, int ko_phase, int64_t ko_begin, int64_t ko_end)`, running
+    iterations [ko_begin, ko_end) of phase ko_phase's parallel loop on the calling thread (an rTask), and each
+    phase's trip count."""
+    sharing = Sharing(tasks=True)
+    return render_kernel(name, loops, sharing), tuple(sharing.iterations)
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines)
 
 
 def scratch_bytes(loops: KernelLoops) -> list[int]:
@@ -405,21 +427,19 @@ PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it
 PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
 
 
-def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], parallel: bool, inner: list[str],
+def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], sharing: Sharing | None, inner: list[str],
                parallel_inner: int = 1) -> list[str]:  # fmt: skip
-    """Loops over `vars_`; with `parallel`, all of them are collapsed into one OpenMP loop when the work
-    (their iterations times `parallel_inner` elements each) is large enough to pay for the threads."""
-    lines: list[str] = []
-    if not vars_:
-        return inner
+    """Loops over `vars_`. A phase's outermost nest passes its `sharing`: all of the loops are then collapsed
+    into one parallel loop when the work (their iterations times `parallel_inner` elements each) is large
+    enough to pay for the threads."""
     iterations = int(np.prod(shape, dtype=np.int64))
-    if parallel and iterations > 1 and iterations * parallel_inner >= PARALLEL_MIN_ELEMENTS:
-        lines.append(f"#pragma omp parallel for collapse({len(vars_)}) reduction(|:err) schedule(static)")
-    for var, size in zip(vars_, shape, strict=True):
-        lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
-    lines.extend(inner)
-    lines.extend("}" for _ in vars_)
-    return lines
+    if sharing is not None and vars_ and iterations > 1 and iterations * parallel_inner >= PARALLEL_MIN_ELEMENTS:
+        opened, closing = sharing.collapsed([(v, n, 1) for v, n in zip(vars_, shape, strict=True)])
+        return [*opened, *inner, *("}" for _ in range(closing))]
+    if sharing is not None:
+        sharing.serial()
+    lines = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{" for var, size in zip(vars_, shape, strict=True)]
+    return [*lines, *inner, *("}" for _ in vars_)]
 
 
 INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
@@ -480,42 +500,11 @@ def _interchanged_reduction(emitter: _Emitter, phase: Phase) -> list[str] | None
     return lines
 
 
-def _render_phases(loops: KernelLoops, prefix: str) -> str:
-    lines: list[str] = []
+def _render_phases(loops: KernelLoops, prefix: str, sharing: Sharing) -> list[list[str]]:
+    """Each phase's lines (one list per parallel loop: the row schedule has one)."""
     counter = [0]
     if loops.schedule == "phased":
-        for phase in loops.phases:
-            emitter = _Emitter(loops, prefix, counter)
-            interchanged = _interchanged_reduction(emitter, phase)
-            if interchanged is not None:
-                var_size = phase.loop_sizes[-1]
-                lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], True, interchanged,
-                                        parallel_inner=var_size * _reduce_volume(phase.expr)))  # fmt: skip
-                continue
-            if not phase.loop_vars:
-                emitter.store(phase)
-                lines.extend(["{", *emitter.lines, "}"])
-                continue
-            # what does not depend on the innermost loop is computed once before it
-            emitter.hoist(phase.expr, {phase.loop_vars[-1]})
-            hoisted, emitter.lines = emitter.lines, []
-            emitter.store(phase)
-            if reads_transposed(phase):
-                volume = int(np.prod(phase.loop_sizes, dtype=np.int64))
-                lines.extend(tiled_loops(phase, volume >= PARALLEL_MIN_ELEMENTS, hoisted, emitter.lines))
-                continue
-            var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
-            innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
-            # the threads split the innermost loop when the loops around it are too few to share out evenly
-            # (a [1, 16384, 128] GELU has one outer iteration: split outside, it ran on one thread)
-            outer_iterations = int(np.prod(phase.loop_sizes[:-1], dtype=np.int64))
-            split_inner = outer_iterations < PARALLEL_MIN_OUTER and size >= PARALLEL_MIN_ELEMENTS
-            if split_inner:
-                innermost.insert(0, "#pragma omp parallel for simd reduction(|:err) schedule(static)")
-            lines.extend(_loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], not split_inner,
-                                    [*hoisted, *innermost], parallel_inner=size))  # fmt: skip
-        return "\n".join("    " + line for line in lines)
-
+        return [_render_phase(loops, phase, _Emitter(loops, prefix, counter), sharing) for phase in loops.phases]
     # Row schedule: a parallel loop over rows (the non-reduced axes); per row, reductions into scalars,
     # then the outputs. Reduced axes have a row variable fixed at 0.
     row_vars = loops.row_vars
@@ -533,17 +522,44 @@ def _render_phases(loops: KernelLoops, prefix: str) -> str:
             body.extend(emitter.lines)
             emitter.lines = []
             emitter.store(phase)
-            body.extend(_loop_nest(phase.loop_vars, phase.loop_sizes, False, emitter.lines))
+            body.extend(_loop_nest(phase.loop_vars, phase.loop_sizes, None, emitter.lines))
         else:  # reduced-shape output: one value per row
             emitter.store(phase)
             body.extend(emitter.lines)
     outer = [(v, loops.row_shape[a]) for a, v in enumerate(row_vars) if loops.row_shape[a] != 1]
-    rows = int(np.prod([size for _, size in outer]))
     row_elements = max((int(np.prod(p.loop_sizes)) for p in loops.phases if p.loop_vars), default=1)
-    if outer and rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS:
-        lines.append(f"#pragma omp parallel for collapse({len(outer)}) reduction(|:err) schedule(static)")
-    for var, size in outer:
-        lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
-    lines.extend(body if outer else ["{", *body, "}"])
-    lines.extend("}" for _ in outer)
-    return "\n".join("    " + line for line in lines)
+    if not outer:
+        sharing.serial()
+        return [["{", *body, "}"]]
+    return [_loop_nest(tuple(v for v, _ in outer), tuple(n for _, n in outer), sharing, body, row_elements)]
+
+
+def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: Sharing) -> list[str]:
+    interchanged = _interchanged_reduction(emitter, phase)
+    if interchanged is not None:
+        var_size = phase.loop_sizes[-1]
+        return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], sharing, interchanged,
+                          parallel_inner=var_size * _reduce_volume(phase.expr))  # fmt: skip
+    if not phase.loop_vars:
+        emitter.store(phase)
+        sharing.serial()
+        return ["{", *emitter.lines, "}"]
+    # what does not depend on the innermost loop is computed once before it
+    emitter.hoist(phase.expr, {phase.loop_vars[-1]})
+    hoisted, emitter.lines = emitter.lines, []
+    emitter.store(phase)
+    if reads_transposed(phase):
+        volume = int(np.prod(phase.loop_sizes, dtype=np.int64))
+        if volume < PARALLEL_MIN_ELEMENTS:
+            sharing.serial()
+        return tiled_loops(phase, sharing if volume >= PARALLEL_MIN_ELEMENTS else None, hoisted, emitter.lines)
+    var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
+    # the threads split the innermost loop when the loops around it are too few to share out evenly
+    # (a [1, 16384, 128] GELU has one outer iteration: split outside, it ran on one thread)
+    outer_iterations = int(np.prod(phase.loop_sizes[:-1], dtype=np.int64))
+    if outer_iterations < PARALLEL_MIN_OUTER and size >= PARALLEL_MIN_ELEMENTS:
+        innermost = [*sharing.innermost(var, size), *emitter.lines, "}"]
+        return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], None, [*hoisted, *innermost])
+    innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
+    return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], sharing, [*hoisted, *innermost],
+                      parallel_inner=size)

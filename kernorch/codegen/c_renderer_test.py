@@ -92,3 +92,57 @@ def test_a_transposing_read_is_walked_in_tiles(shape: tuple[int, ...], perm: tup
 def test_a_contiguous_read_is_not_tiled() -> None:
     kernel = make_kernel(_gelu_graph((2, 64, 64)), (0, 1, 2, 3), ("y",))
     assert "_t += 16" not in render_c("k", kernel)
+
+
+def _reduce_then_subtract_graph(shape: tuple[int, int, int]) -> Graph:
+    """y = x − sum(x, axis 1): two phases (the reduction into scratch, interchanged; then the elementwise)."""
+    graph = Graph(inputs=["x"], outputs=["y"])
+    a, b, c = shape
+    graph.types.update(x=TensorType(shape, "float32"), m=TensorType((a, 1, c), "float32"),
+                       y=TensorType(shape, "float32"))  # fmt: skip
+    graph.nodes += [Node("reduce_sum", ("x",), ("m",), (("axes", (1,)),)), Node("sub", ("x", "m"), ("y",), ())]
+    return graph
+
+
+TASK_CASES = {
+    "innermost split": (_gelu_graph((1, 512, 128)), (0, 1, 2, 3), (1, 512, 128)),
+    "rows": (_softmax_max_graph(64, 256, "reduce_max"), (0, 1, 2), (64, 256)),
+    "tiles": (None, (0, 1), (1, 64, 8, 40)),
+    "ragged tiles": (None, (0, 1), (5, 301, 20)),
+    "two phases": (_reduce_then_subtract_graph((8, 64, 512)), (0, 1), (8, 64, 512)),
+}
+
+
+@pytest.mark.parametrize("case", list(TASK_CASES))
+def test_rtask_ranges_compute_what_the_whole_kernel_computes(case: str) -> None:
+    """Each phase's parallel loop cut into uneven rTasks placed on both vEUs (and one range of a single
+    iteration) computes what the kernel's own OpenMP loops compute."""
+    from kernorch.schedule.program import RProgram
+    from kernorch.schedule.simulate import UnitTimes
+    from kernorch.schedule.wavefront import _Builder
+
+    graph, nodes, shape = TASK_CASES[case]
+    if graph is None:
+        perm = (0, 2, 3, 1) if len(shape) == 4 else (0, 2, 1)
+        graph = Graph(inputs=["x"], outputs=["y"])
+        graph.types["x"] = TensorType(shape, "float32")
+        graph.nodes += [Node("transpose", ("x",), ("t",), (("perm", perm),)), Node("relu", ("t",), ("y",), ())]
+        out_shape = tuple(shape[p] for p in perm)
+        graph.types.update(t=TensorType(out_shape, "float32"), y=TensorType(out_shape, "float32"))
+    kernel = make_kernel(graph, nodes, ("y",))
+    executor = PlanExecutor(graph, [kernel])
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    expected = executor({"x": x})["y"].copy()
+    runner = executor._rprogram_runner()
+    assert any(u.iterations > 2 for u in runner.units), runner.units  # the kernel has a parallel loop
+    builder = _Builder(runner.units, 2, [UnitTimes(1e-6, 1e-6, 1e-6)] * len(runner.units))
+    for u, unit in enumerate(runner.units):
+        n = unit.iterations
+        cuts = sorted({0, n, min(1, n), n // 3, n - n // 5})
+        pieces = list(zip(cuts, cuts[1:], strict=False))
+        builder.place(u, runner.predecessors[u], pieces, [i % 2 for i in range(len(pieces))])
+    builder.close()
+    runner.use(RProgram(2, runner.units, tuple(builder.segments)))
+    executor.buffers["y"][...] = np.nan
+    runner.run()
+    np.testing.assert_array_equal(executor.buffers["y"], expected)

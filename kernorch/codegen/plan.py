@@ -7,6 +7,10 @@
   writing the buffers the table points to. Returns 0, or k+1 when kernel k failed. Python calls it once per
   stretch of native kernels (a kernel only the reference interpreter runs splits the plan).
 - `<prefix>_destroy(state)`.
+- `<prefix>_region(state, buffers, entries, offsets, veus, trace)`: one region of an rProgram (schedule/): the
+  plan's units (a generated kernel's phases, each library or opaque kernel) run as rTasks by the threads of one
+  parallel region, each following its own list of entries (codegen/rprogram.py). The lists are data: the same
+  library runs the plan kernel by kernel and as any rProgram.
 
 `buffers` is a table of pointers, one per value the native kernels touch (`NativePlan.slots`). Symbols of
 kernels are derived from the prefix and the kernel's position, and the source is regenerated from the plan
@@ -17,11 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.backends import c_scratch_bytes, choose_backend, render_c
+from kernorch.codegen.backends import c_scratch_bytes, choose_backend, render_c, render_c_tasks
 from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
 from kernorch.codegen.c_renderer import PRELUDE
 from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.rprogram import MAX_VEUS, UnitCall, render_region_runner
 from kernorch.ir.kernel import CandidateKernel
+from kernorch.schedule.program import Unit
 
 NATIVE_BACKENDS = ("c", "library", "view")  # run inside the plan's native stretches ("view": no code at all)
 _ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
@@ -38,6 +44,7 @@ class NativePlan:
     slots: dict[str, int]  # value -> its position in the buffer table
     backends: tuple[str, ...]  # per kernel: "c", "library", "view" or "reference" (run by Python)
     uses_onednn: bool
+    units: tuple[Unit, ...] = ()  # with tasks: what an rProgram schedules, in plan order
 
     @property
     def native(self) -> tuple[bool, ...]:
@@ -55,8 +62,10 @@ def translation_unit(plans: list[NativePlan]) -> str:
     return head + "\n".join(p.body for p in plans)
 
 
-def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str] | None = None) -> NativePlan:
-    """The plan's native code; `backends` (from choose_backend) may be passed when already known."""
+def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str] | None = None,
+                tasks: bool = False) -> NativePlan:  # fmt: skip
+    """The plan's native code; `backends` (from choose_backend) may be passed when already known. With
+    `tasks`, also every unit as rTasks and the rProgram region runner."""
     chosen = backends or [_backend(k) for k in kernels]
     slots: dict[str, int] = {}
     for kernel, backend in zip(kernels, chosen, strict=True):
@@ -70,7 +79,10 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
     onednn = False
     max_args = 1
     scratch: list[int] = []  # bytes of every scratch buffer of the plan, allocated in create
+    unit_calls: list[UnitCall] = []
     for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
+        if backend == "reference":
+            unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=False), "", ""))
         if backend not in NATIVE_BACKENDS:
             continue
         if backend == "view":  # its output's slot already points at the input's bytes
@@ -90,6 +102,14 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         if backend == "c":
             parts.append(render_c(name, kernel))
             calls.append(f"        case {k}: {gather} if ({name}(args)) return {k + 1}; break;")
+            tasked = render_c_tasks(f"{name}_task", kernel) if tasks else None
+            if tasked is not None:
+                parts.append(tasked[0])
+                unit_calls += [UnitCall(Unit(k, phase, trips, splittable=True, native=True), gather,
+                                        f"{name}_task(args, {phase}, ko_begin, ko_end)")
+                               for phase, trips in enumerate(tasked[1])]  # fmt: skip
+            else:
+                unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=True), gather, f"{name}(args)"))
         else:
             onednn = True
             parts.append(render_library_call(name, describe_library_call(kernel)))
@@ -99,8 +119,12 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
             calls.append(f"        case {k}: {gather} if ({name}_run(p->state[{k}], p->stream, args)) "
                          f"{{ snprintf(ko_error, sizeof ko_error, \"kernel {k}: oneDNN execution failed\"); "
                          f"return {k + 1}; }} break;")  # fmt: skip
+            unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=True), gather,
+                                       f"{name}_run(p->state[{k}], p->vstream[ko_veu], args)", library=True))
     count = max(len(kernels), 1)
     engine = "dnnl_engine_t engine; dnnl_stream_t stream;" if onednn else "void *engine; void *stream;"
+    # one oneDNN stream per vEU: library kernels run single-threaded rTasks side by side
+    engine += " dnnl_stream_t vstream[KO_MAX_VEUS];" if onednn and tasks else ""
     allocate = [f"    static const size_t scratch_bytes[] = {{{', '.join(map(str, scratch))}}};",
                 f"    for (int i = 0; i < {len(scratch)}; i++) {{",
                 "        p->scratch[i] = aligned_alloc(64, (scratch_bytes[i] + 63) / 64 * 64);",
@@ -111,9 +135,16 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
              "        dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags) != dnnl_success) {",
              '        snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN CPU engine"); goto fail; }'] \
         if onednn else []  # fmt: skip
-    teardown = ["    if (p->stream) dnnl_stream_destroy(p->stream);",
+    setup += ["    for (int v = 0; v < KO_MAX_VEUS; v++)",
+              "        if (dnnl_stream_create(&p->vstream[v], p->engine, dnnl_stream_default_flags) != dnnl_success) {",
+              '            snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN stream"); goto fail; }'] \
+        if onednn and tasks else []  # fmt: skip
+    teardown = ["    for (int v = 0; v < KO_MAX_VEUS; v++) if (p->vstream[v]) dnnl_stream_destroy(p->vstream[v]);"] \
+        if onednn and tasks else []  # fmt: skip
+    teardown += ["    if (p->stream) dnnl_stream_destroy(p->stream);",
                 "    if (p->engine) dnnl_engine_destroy(p->engine);"] if onednn else []  # fmt: skip
     parts += [
+        f"#define KO_MAX_VEUS {MAX_VEUS}" if tasks else "",
         f"typedef struct {{ {engine} void *state[{count}]; void *scratch[{max(len(scratch), 1)}]; }} {prefix}_plan;",
         f"void {prefix}_destroy(void *plan) {{",
         f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
@@ -149,9 +180,11 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         "    return 0;",
         "}",
         f"const char *{prefix}_error(void) {{ return ko_error; }}",
+        render_region_runner(prefix, unit_calls, max_args) if tasks else "",
         "",
     ]
-    return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn)
+    units = tuple(call.unit for call in unit_calls) if tasks else ()
+    return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn, units)
 
 
 def _backend(kernel: CandidateKernel) -> str:

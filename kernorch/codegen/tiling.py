@@ -13,6 +13,7 @@ from typing import Any
 
 from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import Phase
+from kernorch.codegen.sharing import Sharing, loop_headers
 
 Tree = tuple[Any, ...]
 TILE = 16  # floats per 64-byte line
@@ -69,19 +70,16 @@ def reads_transposed(phase: Phase) -> bool:
     return False
 
 
-def tiled_loops(phase: Phase, parallel: bool, hoisted: list[str], inner: list[str]) -> list[str]:
-    """The phase's loops with its last two variables walked in TILE × TILE blocks; the outer loops and both
-    block loops are shared out to the threads. `hoisted` is computed per value of the second-to-last variable,
-    `inner` is the body of the innermost loop."""
+def tiled_loops(phase: Phase, sharing: Sharing | None, hoisted: list[str], inner: list[str]) -> list[str]:
+    """The phase's loops with its last two variables walked in TILE × TILE blocks; with `sharing`, the outer
+    loops and both block loops are shared out to the threads. `hoisted` is computed per value of the
+    second-to-last variable, `inner` is the body of the innermost loop."""
     *outer, (a, size_a), (b, size_b) = zip(phase.loop_vars, phase.loop_sizes, strict=True)
-    lines = [f"#pragma omp parallel for collapse({len(outer) + 2}) reduction(|:err) schedule(static)"] \
-        if parallel else []  # fmt: skip
-    lines += [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in outer]
-    lines += [f"for (int64_t {a}_t = 0; {a}_t < {size_a}; {a}_t += {TILE}) {{",
-              f"for (int64_t {b}_t = 0; {b}_t < {size_b}; {b}_t += {TILE}) {{",
-              f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",
+    nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, TILE), (f"{b}_t", size_b, TILE)]
+    lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
+    lines += [f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",
               f"const int64_t {b}_end = {b}_t + {TILE} < {size_b} ? {b}_t + {TILE} : {size_b};",
               f"for (int64_t {a} = {a}_t; {a} < {a}_end; {a}++) {{", *hoisted,
-              f"for (int64_t {b} = {b}_t; {b} < {b}_end; {b}++) {{", *inner, "}", "}", "}", "}"]  # fmt: skip
-    lines += ["}" for _ in outer]
+              f"for (int64_t {b} = {b}_t; {b} < {b}_end; {b}++) {{", *inner, "}", "}"]  # fmt: skip
+    lines += ["}" for _ in range(closing)]
     return lines

@@ -30,7 +30,7 @@ from kernorch.runtime.compiled import CompiledModel
 from kernorch.runtime.executor import generate_source
 
 FORMAT = "kernorch-plan"
-FORMAT_VERSION = 3  # 3: lstm_recurrence takes its recurrent weights packed
+FORMAT_VERSION = 4  # 3: lstm_recurrence takes its recurrent weights packed; 4: kernels.c holds rTask variants
 REQUIRED_FILES = ("weights.npz", "kernels.c")
 MANIFEST_HASH_KEY = "manifest_sha256"
 
@@ -107,7 +107,7 @@ def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
 
 
 def load_model(directory: str | os.PathLike[str], threads: int | None = None,
-               cache_dir: Path | None = None) -> CompiledModel:  # fmt: skip
+               cache_dir: Path | None = None, runtime: str = "kernels") -> CompiledModel:  # fmt: skip
     """Load a saved plan without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise KernorchError(f"threads must be a positive integer, got {threads!r}")
@@ -137,7 +137,7 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
         raise ArtifactError(f"{source / 'kernels.c'} is not the code plan.json generates (edited, or from "
                             "another kernorch version); refusing to build it")  # fmt: skip
     # The library is built here from the verified source (cached by source, flags, compiler and ISA).
-    model = CompiledModel(graph, kernels, costs, threads or saved_threads, metadata, cache_dir)
+    model = CompiledModel(graph, kernels, costs, threads or saved_threads, metadata, cache_dir, runtime)
     built_on = plan.get("built_on", {})
     if isinstance(built_on, dict) and built_on.get("isa_digest") != isa_digest():
         model.metadata = {**metadata, "rebuilt_for_this_cpu": True}

@@ -24,9 +24,10 @@ class CompiledModel:
     threads: int = 2
     metadata: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None  # compile cache; None: kernorch.options.cache_root()
+    runtime: str = "kernels"  # "kernels" or "rprogram" (kernorch.options.Options.runtime)
 
     def __post_init__(self) -> None:
-        self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir)
+        self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir, runtime=self.runtime)
 
     @property
     def input_names(self) -> list[str]:

@@ -24,9 +24,12 @@ from kernorch.ir import foreign
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
+from kernorch.options import RUNTIMES
 from kernorch.runtime.memory import allocate, plan_memory
 from kernorch.runtime.reference import check_feeds
+from kernorch.runtime.rprogram import RProgramRunner
 from kernorch.runtime.threads import thread_count
+from kernorch.schedule.hazards import kernel_dependencies, unit_dependencies
 
 PLAN_PREFIX = "kernorch"
 Launcher = Callable[[], None]
@@ -39,7 +42,7 @@ class KernelFailed(KernorchError):
 def generate_source(kernels: list[CandidateKernel]) -> tuple[str, NativePlan]:
     """The plan's translation unit (what `kernels.c` holds) and its description."""
     backends, _ = plan_views(kernels, [_backend(kernel) for kernel in kernels])
-    plan = render_plan(PLAN_PREFIX, kernels, backends)
+    plan = render_plan(PLAN_PREFIX, kernels, backends, tasks=True)
     return plan.source, plan
 
 
@@ -65,6 +68,12 @@ class NativeLibrary:
         self._destroy = getattr(self.cdll, f"{prefix}_destroy")
         self._destroy.restype = None
         self._destroy.argtypes = [ctypes.c_void_p]
+        # rProgram entry: only in a plan rendered with its rTasks (the profiler's one-kernel plans have none)
+        self.program = getattr(self.cdll, f"{prefix}_program", None)
+        if self.program is not None:
+            self.program.restype = ctypes.c_int
+            self.program.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]  # fmt: skip
         error = getattr(self.cdll, f"{prefix}_error")
         error.restype = ctypes.c_char_p
         self.error = lambda: (error() or b"").decode(errors="replace")
@@ -84,8 +93,14 @@ class NativeLibrary:
 
 
 class PlanExecutor:
-    def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2,
-                 cache_dir: Path | None = None, share_memory: bool = True) -> None:  # fmt: skip
+    """`runtime`: "kernels" runs the plan kernel by kernel (each kernel's own parallel loops); "rprogram"
+    runs it as an rProgram on `threads` vEUs (schedule/), scheduled from times measured in place when the
+    executor is built."""
+
+    def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2, cache_dir: Path | None = None,
+                 share_memory: bool = True, runtime: str = "kernels") -> None:  # fmt: skip
+        if runtime not in RUNTIMES:
+            raise KernorchError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
@@ -97,9 +112,9 @@ class PlanExecutor:
             self.backends.append(backend)
         # Constants are copied once: contiguous, writable, owned by the executor (weights are packed from them).
         self.buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
-        for name in graph.inputs:
+        for name in graph.inputs:  # zeros: valid indices for a gather when the rProgram is calibrated on them
             t = graph.types[name]
-            self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
+            self.buffers[name] = np.zeros(t.shape, dtype=t.dtype)
         # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
         # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
         self.backends, views = plan_views(kernels, self.backends)
@@ -116,7 +131,7 @@ class PlanExecutor:
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         for name in views:  # after every buffer of its own exists; a chain resolves through its sources
             self._view_buffer(name, views)
-        self.plan = render_plan(PLAN_PREFIX, kernels, self.backends)
+        self.plan = render_plan(PLAN_PREFIX, kernels, self.backends, tasks=True)
         self.source = self.plan.source
         self.library: NativeLibrary | None = None
         self.library_path: Path | None = None
@@ -127,6 +142,55 @@ class PlanExecutor:
                 table[slot] = self.buffers[value].ctypes.data
             self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, threads)
         self.steps = self._steps()
+        self._input_slots, self._output_slots = self._bindable(views)
+        self.runtime = runtime
+        self.rprogram: RProgramRunner | None = None
+        self._launchers: dict[int, Launcher] = {}  # kernels the rProgram runs outside its regions
+        if runtime == "rprogram":
+            self.build_rprogram()
+
+    def build_rprogram(self, feeds: Mapping[str, np.ndarray] | None = None) -> RProgramRunner:
+        """Calibrate the plan's units in place (on `feeds`, else on whatever the input buffers hold), schedule
+        them with the wavefront policy and keep the result as this executor's rProgram."""
+        if feeds is not None:
+            for name, array in check_feeds(self.graph, feeds).items():
+                np.copyto(self.buffers[name], array)
+        runner = self._rprogram_runner()
+        with thread_count(self.threads):
+            runner.build()
+        self.rprogram = runner
+        return runner
+
+    def _rprogram_runner(self) -> RProgramRunner:
+        units = self.plan.units
+        reads: list[list[tuple[int, int]]] = []
+        writes: list[list[tuple[int, int]]] = []
+        for kernel, backend in zip(self.kernels, self.backends, strict=True):
+            touched = ([], []) if backend == "view" else (kernel.inputs, kernel.outputs)
+            reads.append([_interval(self.buffers[v]) for v in touched[0]])
+            writes.append([_interval(self.buffers[v]) for v in touched[1]])
+        predecessors = unit_dependencies(units, kernel_dependencies(reads, writes))
+        native = self.library
+        if native is None or native.program is None:  # only Python kernels: an rProgram of calls
+            return RProgramRunner(units, predecessors, self.threads, 0, (ctypes.c_void_p * 1)(), _no_program,
+                                  self._run_kernel, self._native_failure)  # fmt: skip
+        return RProgramRunner(units, predecessors, self.threads, native.state, native.table, native.program,
+                              self._run_kernel, self._native_failure)  # fmt: skip
+
+    def _run_kernel(self, k: int) -> None:
+        if k not in self._launchers:
+            native = self.plan.native[k]
+            self._launchers[k] = self._native_step(k, k + 1) if native else self._reference_launcher(self.kernels[k])
+        self._launchers[k]()
+
+    def _native_failure(self, failed: int) -> None:
+        library = self.library
+        assert library is not None
+        if failed < 0:
+            raise KernelFailed(f"the rProgram was refused: {library.error()}")
+        kernel = failed - 1
+        reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
+        raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
 
     def _view_buffer(self, name: str, views: dict[str, tuple[str, int]]) -> np.ndarray:
         if name not in self.buffers:
@@ -207,10 +271,56 @@ class PlanExecutor:
                         samples[k].append(time.perf_counter() - started)
         return [float(np.median(s)) for s in samples]
 
+    def _bindable(self, views: dict[str, tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+        """Graph inputs and outputs the native kernels can use in the caller's memory (value -> table slot):
+        not those a Python-run kernel touches (its launcher holds our buffer), nor a view or a view's source
+        (the view's slot was computed from our buffer), nor an output that is also an input or a constant."""
+        if self.library is None:
+            return {}, {}
+        python = {v for k, native in zip(self.kernels, self.plan.native, strict=True) if not native
+                  for v in (*k.inputs, *k.outputs)}  # fmt: skip
+        tied = python | set(views) | {source for source, _ in views.values()}
+        slots = self.plan.slots
+        inputs = {v: slots[v] for v in self.graph.inputs if v in slots and v not in tied}
+        outputs = {v: slots[v] for v in dict.fromkeys(self.graph.outputs) if v in slots and v not in tied
+                   and v not in self.graph.inputs and v not in self.graph.constants}  # fmt: skip
+        return inputs, outputs
+
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for name, array in check_feeds(self.graph, feeds).items():
-            np.copyto(self.buffers[name], array)
-        with thread_count(self.threads):
-            for step in self.steps:
-                step()
-        return {name: self.buffers[name].copy() for name in self.graph.outputs}
+        """Run one inference. Inputs that are C-contiguous are read where they are, and outputs are written
+        straight into the arrays returned (no copies) wherever only native kernels touch them."""
+        table = self.library.table if self.library is not None else None
+        outputs: dict[str, np.ndarray] = {}
+        bound: list[tuple[int, np.ndarray]] = []  # (slot, our buffer it points at again after the call)
+        try:
+            for name, array in check_feeds(self.graph, feeds).items():
+                slot = self._input_slots.get(name)
+                if table is not None and slot is not None and array.flags.c_contiguous and array.flags.aligned:
+                    bound.append((slot, self.buffers[name]))
+                    table[slot] = array.ctypes.data
+                else:
+                    np.copyto(self.buffers[name], array)
+            for name, slot in self._output_slots.items():
+                t = self.graph.types[name]
+                outputs[name] = np.empty(t.shape, dtype=t.dtype)
+                bound.append((slot, self.buffers[name]))
+                table[slot] = outputs[name].ctypes.data  # type: ignore[index]  # slots exist only with a table
+            with thread_count(self.threads):
+                if self.runtime == "rprogram" and self.rprogram is not None:
+                    self.rprogram.run()
+                else:
+                    for step in self.steps:
+                        step()
+        finally:
+            for slot, buffer in bound:  # never leave a pointer to the caller's memory in the table
+                table[slot] = buffer.ctypes.data  # type: ignore[index]
+        return {name: outputs[name] if name in outputs else self.buffers[name].copy() for name in self.graph.outputs}
+
+
+def _interval(array: np.ndarray) -> tuple[int, int]:
+    start = int(array.ctypes.data)
+    return start, start + max(int(array.nbytes), 1)
+
+
+def _no_program(*_: object) -> int:
+    return 0

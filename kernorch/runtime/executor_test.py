@@ -426,3 +426,27 @@ def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
     assert conv_kernels == (["c"] if layout == "nchw" else ["library"])
     np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
+
+
+def test_inputs_and_outputs_are_bound_without_copies_and_never_kept() -> None:
+    """A contiguous input is read in place, a strided one is copied; each call returns fresh output arrays the
+    kernels wrote directly; afterwards the executor's table points at its own buffers again."""
+    graph = Graph(inputs=["x"], outputs=["y"], types={"x": TensorType((64, 48), "float32"),
+                                                      "t": TensorType((64, 48), "float32"),
+                                                      "y": TensorType((64, 48), "float32")})  # fmt: skip
+    graph.nodes = [Node("exp", ("x",), ("t",)), Node("neg", ("t",), ("y",))]
+    kernels = [make_kernel(graph, (0,), ("t",)), make_kernel(graph, (1,), ("y",))]
+    executor = PlanExecutor(graph, kernels)
+    assert set(executor._input_slots) == {"x"} and set(executor._output_slots) == {"y"}
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 48)).astype(np.float32)
+    strided = rng.standard_normal((64, 96)).astype(np.float32)[:, ::2]
+    first = executor({"x": x})["y"]
+    second = executor({"x": strided})["y"]
+    assert first is not second and not np.shares_memory(first, second)
+    np.testing.assert_allclose(first, -np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(second, -np.exp(strided), rtol=1e-6)
+    assert not np.shares_memory(first, executor.buffers["y"])  # written in place, not copied from our buffer
+    assert executor.library is not None
+    own = {executor.plan.slots[v]: executor.buffers[v].ctypes.data for v in ("x", "y")}
+    assert all(executor.library.table[slot] == pointer for slot, pointer in own.items())

@@ -40,6 +40,7 @@ PEERS = ("onnxruntime", "openvino", "onnxruntime-noopt")
 BEST_PEERS = ("onnxruntime", "openvino")  # "best peer" is the faster of these
 COOL_DOWN_SECONDS = 0.2
 KERNORCH = ("kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused")
+RPROGRAM = "kernorch-rprogram"  # kernorch's plan, the same plan directory, run as an rProgram (schedule/)
 LAYOUT_CONTENDERS = {"kernorch-channels-last": "channels-last", "kernorch-nchw": "nchw"}
 
 
@@ -116,6 +117,14 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
         command, count = connection.recv()
         if command == "stop":
             return
+        if command == "prepare":  # the rProgram is calibrated here, once every worker is loaded and idle
+            runner = compiled.executor.build_rprogram(feeds)
+            compiled.executor.runtime = "rprogram"
+            assert runner.program is not None
+            connection.send({"outputs": run(), "predicted_ms": runner.predicted_seconds() * 1e3,
+                             "program": runner.program.describe(), "choice": runner.choice,
+                             "candidates_ms": {name: s * 1e3 for name, s in runner.measured.items()}})  # fmt: skip
+            continue
         connection.send(list(time_call(run, runs=count, warmup=0).samples))
 
 
@@ -185,10 +194,11 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
             plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
         workers: dict[str, tuple[Any, Connection]] = {}
         try:
-            for name in (*peers, *plans):
+            for name in (*peers, *plans, RPROGRAM):
                 parent, child = context.Pipe()
-                process = context.Process(target=_worker, args=(child, name, model_path, plan_dirs.get(name, ""),
-                                                                threads), daemon=True)  # fmt: skip
+                plan_dir = plan_dirs.get(name, plan_dirs["kernorch"] if name == RPROGRAM else "")
+                process = context.Process(target=_worker, args=(child, name, model_path, plan_dir, threads),
+                                          daemon=True)  # fmt: skip
                 process.start()
                 parent.send(feeds)
                 workers[name] = (process, parent)
@@ -196,6 +206,12 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
             for failure in outputs.values():
                 if isinstance(failure, WorkerFailed):
                     raise failure
+            # the same plan as an rProgram: scheduled from times measured while the other workers are idle
+            workers[RPROGRAM][1].send(("prepare", 0))
+            prepared = workers[RPROGRAM][1].recv()
+            if isinstance(prepared, WorkerFailed):
+                raise prepared
+            outputs[RPROGRAM] = prepared.pop("outputs")
             reference = outputs["onnxruntime"]
             for name, got in outputs.items():
                 worst = max(e.relative for e in compare(got, reference))
@@ -241,8 +257,26 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         "rewrites": result.rewrite_report.to_json() if result.rewrite_report is not None else None,
         "layouts": {name: report.to_json() for name, report in layouts.items() if report is not None},
         "epilogues": absorbed_epilogues(result.plan),
+        "memory": memory_report(result.plan),
         "roofline": {**bound, "kernorch_over_bound": contenders["kernorch"].median_ms / bound["bound_ms"]},
+        "rprogram": {**prepared, "measured_ms": contenders[RPROGRAM].median_ms,
+                     "simulator_error": prepared["predicted_ms"] / contenders[RPROGRAM].median_ms - 1.0,
+                     "over_kernel_by_kernel": contenders["kernorch"].median_ms / contenders[RPROGRAM].median_ms},
     }
+
+
+def memory_report(plan: Plan) -> dict[str, int]:
+    """The plan's static memory: the arena's peak bytes next to one buffer per intermediate value, and how many
+    kernels are views (run no code: a reshape, contiguous slice or split, a concat its producers write into)."""
+    from kernorch.codegen.backends import choose_backend
+    from kernorch.codegen.views import plan_views
+    from kernorch.runtime.memory import plan_memory
+
+    backends, views = plan_views(plan.kernels, [choose_backend(k)[0] or "reference" for k in plan.kernels])
+    memory = plan_memory(plan.graph, plan.kernels, {value: source for value, (source, _) in views.items()})
+    view_kernels = sum(1 for b in backends if b == "view")
+    return {"arena_bytes": memory.arena_bytes, "unshared_bytes": memory.unshared_bytes, "kernels": len(backends),
+            "view_kernels": view_kernels, "kernels_running_code": len(backends) - view_kernels}  # fmt: skip
 
 
 def absorbed_epilogues(plan: Plan) -> dict[str, int]:
@@ -263,7 +297,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
     header = f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
     lines.append(header)
     for name, r in report["contenders"].items():
-        kernels = report["kernels"].get(name, "")
+        kernels = report["kernels"].get(name if name != RPROGRAM else "kernorch", "")
         lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
                      f"{report['speedups'][name]:>12.2f}x {kernels!s:>8}")  # fmt: skip
     roof = report["roofline"]
@@ -278,6 +312,17 @@ def format_report(report: dict[str, Any]) -> list[str]:
     for name, layout in report.get("layouts", {}).items():
         lines.append(f"  layout of {name}: {layout['channels_last_convs']} of {layout['convs']} convs channels-last, "
                      f"{layout['transposes']} layout change(s)")  # fmt: skip
+    if report.get("memory"):
+        mem = report["memory"]
+        lines.append(f"  memory: arena {mem['arena_bytes'] / 2**20:.2f} MiB vs {mem['unshared_bytes'] / 2**20:.2f} MiB "
+                     f"with one buffer per value; {mem['view_kernels']} of {mem['kernels']} kernels are views "
+                     f"(run no code)")  # fmt: skip
+    if report.get("rprogram"):
+        rp = report["rprogram"]
+        candidates = ", ".join(f"{name} {ms:.3f}" for name, ms in rp["candidates_ms"].items())
+        lines.append(f"  same plan as an rProgram: {rp['over_kernel_by_kernel']:.2f}x kernel by kernel; simulator "
+                     f"predicted {rp['predicted_ms']:.3f} ms ({rp['simulator_error']:+.0%}); {rp['program']}")
+        lines.append(f"  rProgram candidates measured at load (ms): {candidates}; kept: {rp['choice']}")
     if report.get("epilogues"):
         lines.append("  library calls absorbed: " + "; ".join(f"{k} ×{n}" for k, n in report["epilogues"].items()))
     return lines

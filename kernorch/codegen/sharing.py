@@ -1,0 +1,59 @@
+"""How a generated kernel's parallel loop is shared out among threads.
+
+Kernel by kernel, a phase's parallel loop is an OpenMP worksharing loop in a parallel region of its own (a
+fork and a join per phase). In an rProgram (schedule/) the threads of one persistent region run rTasks instead:
+a task runs the iterations [ko_begin, ko_end) of one phase's parallel loop, so the loop nest is flattened into
+one loop over those iterations and each loop variable is recovered from the flat index. Which tasks exist and
+where they run is decided by the scheduler; the kernel only needs to know each phase's trip count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sharing:
+    tasks: bool = False
+    # tasks: per phase of the kernel, in order, its parallel loop's trip count (1 for a serial phase)
+    iterations: list[int] = field(default_factory=list)
+
+    def collapsed(self, loops: list[tuple[str, int, int]]) -> tuple[list[str], int]:
+        """Lines opening the nest `loops` (var, bound, step: var runs 0, step, ... while below bound), shared
+        out, and how many braces close it."""
+        if not self.tasks:
+            pragma = f"#pragma omp parallel for collapse({len(loops)}) reduction(|:err) schedule(static)"
+            return [pragma, *loop_headers(loops)], len(loops)
+        counts = [-(-bound // step) for _, bound, step in loops]
+        total = 1
+        for trips in counts:
+            total *= trips
+        self.iterations.append(total)
+        lines = ["for (int64_t ko_t = ko_begin; ko_t < ko_end; ko_t++) {"]
+        inner = total
+        for position, ((var, _, step), trips) in enumerate(zip(loops, counts, strict=True)):
+            inner //= trips
+            index = f"ko_t / {inner}" if inner > 1 else "ko_t"
+            if position:  # the outermost needs no modulo: ko_t < total
+                index = f"({index}) % {trips}"
+            lines.append(f"const int64_t {var} = {index}{f' * {step}' if step != 1 else ''};")
+        return lines, 1
+
+    def innermost(self, var: str, size: int) -> list[str]:
+        """Lines opening a parallel innermost loop (one closing brace)."""
+        if not self.tasks:
+            return ["#pragma omp parallel for simd reduction(|:err) schedule(static)",
+                    f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{"]  # fmt: skip
+        self.iterations.append(size)
+        return ["#pragma omp simd reduction(|:err)", f"for (int64_t {var} = ko_begin; {var} < ko_end; {var}++) {{"]
+
+    def serial(self) -> None:
+        """The phase runs on one thread: one task covers it."""
+        if self.tasks:
+            self.iterations.append(1)
+
+
+def loop_headers(loops: list[tuple[str, int, int]]) -> list[str]:
+    """Plain nested loops (var, bound, step), outermost first; each needs one closing brace."""
+    return [f"for (int64_t {v} = 0; {v} < {bound}; {v} += {step}) {{" if step != 1
+            else f"for (int64_t {v} = 0; {v} < {bound}; {v}++) {{" for v, bound, step in loops]  # fmt: skip
