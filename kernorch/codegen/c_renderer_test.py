@@ -143,6 +143,7 @@ def test_rtask_ranges_compute_what_the_whole_kernel_computes(case: str) -> None:
         builder.place(u, runner.predecessors[u], pieces, [i % 2 for i in range(len(pieces))])
     builder.close()
     runner.use(RProgram(2, runner.units, tuple(builder.segments)))
+    executor.buffers["x"][...] = x  # the call above read x in place; the runner reads the executor's buffer
     executor.buffers["y"][...] = np.nan
     runner.run()
     np.testing.assert_array_equal(executor.buffers["y"], expected)

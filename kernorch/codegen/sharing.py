@@ -29,15 +29,20 @@ class Sharing:
         for trips in counts:
             total *= trips
         self.iterations.append(total)
-        lines = ["for (int64_t ko_t = ko_begin; ko_t < ko_end; ko_t++) {"]
+        # the loop variables' counters are computed from ko_begin once (one division each per rTask), then
+        # advanced like an odometer in the loop's increment: no division per iteration
+        lines = ["{"]
         inner = total
-        for position, ((var, _, step), trips) in enumerate(zip(loops, counts, strict=True)):
+        for position, ((var, _, _), trips) in enumerate(zip(loops, counts, strict=True)):
             inner //= trips
-            index = f"ko_t / {inner}" if inner > 1 else "ko_t"
-            if position:  # the outermost needs no modulo: ko_t < total
-                index = f"({index}) % {trips}"
-            lines.append(f"const int64_t {var} = {index}{f' * {step}' if step != 1 else ''};")
-        return lines, 1
+            index = f"ko_begin / {inner}" if inner > 1 else "ko_begin"
+            lines.append(f"int64_t {var}_c = {f'({index}) % {trips}' if position else index};")
+        advance = ""
+        for (var, _, _), trips in zip(loops, counts, strict=True):  # outermost first: it nests innermost
+            advance = f"(++{var}_c == {trips} ? ({var}_c = 0, {advance}) : 0)" if advance else f"++{var}_c"
+        lines.append(f"for (int64_t ko_t = ko_begin; ko_t < ko_end; ko_t++, {advance}) {{")
+        lines += [f"const int64_t {var} = {var}_c{f' * {step}' if step != 1 else ''};" for var, _, step in loops]
+        return lines, 2
 
     def innermost(self, var: str, size: int) -> list[str]:
         """Lines opening a parallel innermost loop (one closing brace)."""

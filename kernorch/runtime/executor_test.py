@@ -192,14 +192,20 @@ def random_plan(graph: Graph, rng: random.Random) -> list[CandidateKernel]:
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), size=st.integers(2, 6))
 def test_random_plans_match_reference(seed: int, size: int) -> None:
+    graph, plan, feeds, expected = random_case(seed, size)
+    actual = PlanExecutor(graph, plan)(feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)
+
+
+def random_case(seed: int, size: int) -> tuple[Graph, list[CandidateKernel], dict[str, np.ndarray],
+                                               dict[str, np.ndarray]]:  # fmt: skip
+    """A random graph, a random valid plan of it, an input, and what the reference interpreter computes."""
     rng = random.Random(seed)
     graph = random_graph(rng, size)
     plan = random_plan(graph, rng)
-    x = np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32)
-    expected = run_reference(graph, {"x": x})
-    actual = PlanExecutor(graph, plan)({"x": x})
-    for name, value in expected.items():
-        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)
+    feeds = {"x": np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32)}
+    return graph, plan, feeds, run_reference(graph, feeds)
 
 
 def _single(prim: str, input_types: dict[str, TensorType], attrs: dict, out: TensorType,

@@ -4,7 +4,6 @@ graphs under random plans, a branchy NAS-like model, a region given fewer thread
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 
@@ -18,8 +17,7 @@ from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import KernelFailed, PlanExecutor
-from kernorch.runtime.executor_test import random_graph, random_plan
-from kernorch.runtime.reference import run_reference
+from kernorch.runtime.executor_test import random_case
 from kernorch.schedule.program import Region, RTask
 from kernorch.testing import branchy_model
 from kernorch.tools.check import run_onnxruntime
@@ -28,14 +26,10 @@ from kernorch.tools.check import run_onnxruntime
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), size=st.integers(2, 6))
 def test_random_plans_as_rprograms_match_reference(seed: int, size: int) -> None:
-    rng = random.Random(seed)
-    graph = random_graph(rng, size)
-    plan = random_plan(graph, rng)
-    x = np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32)
-    expected = run_reference(graph, {"x": x})
+    graph, plan, feeds, expected = random_case(seed, size)
     executor = PlanExecutor(graph, plan, runtime="rprogram")
     for _ in range(2):  # a second run reuses the arena the first left dirty
-        actual = executor({"x": x})
+        actual = executor(feeds)
         for name, value in expected.items():
             np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)
 
