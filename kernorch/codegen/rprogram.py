@@ -48,7 +48,9 @@ def render_region_runner(prefix: str, units: list[UnitCall], max_args: int) -> s
         k = unit_call.unit.kernel
         failure = (f'{{ snprintf(ko_error, sizeof ko_error, "kernel {k}: oneDNN execution failed"); '
                    f"return {k + 1}; }}") if unit_call.library else f"return {k + 1};"  # fmt: skip
-        cases.append(f"    case {u}: {unit_call.gather} if ({unit_call.call}) {failure} return 0;")
+        # a range outside the unit's iterations is refused before any kernel code runs (the kernels assume it)
+        bounds = f"if (ko_begin < 0 || ko_begin >= ko_end || ko_end > {unit_call.unit.iterations}) return -1;"
+        cases.append(f"    case {u}: {bounds} {unit_call.gather} if ({unit_call.call}) {failure} return 0;")
     return f"""
 #include <time.h>
 static int64_t {prefix}_now_ns(void) {{
@@ -62,8 +64,7 @@ static int {prefix}_unit({prefix}_plan *p, void **buffers, int64_t unit, int64_t
     (void)p; (void)ko_begin; (void)ko_end; (void)ko_veu; (void)args;
     switch (unit) {{
 {chr(10).join(cases)}
-    default: snprintf(ko_error, sizeof ko_error, "rProgram names unit %lld, which does not exist", (long long)unit);
-        return -1;
+    default: return -1;
     }}
 }}
 static int {prefix}_task({prefix}_plan *p, void **buffers, const int64_t *e, int veu, int64_t *trace) {{

@@ -18,6 +18,7 @@ import numpy as np
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.plan import NativePlan, render_plan
+from kernorch.codegen.rprogram import MAX_VEUS
 from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir import foreign
@@ -187,7 +188,8 @@ class PlanExecutor:
         library = self.library
         assert library is not None
         if failed < 0:
-            raise KernelFailed(f"the rProgram was refused: {library.error()}")
+            raise KernelFailed(f"the rProgram was refused: it names a unit or range this plan does not have, or "
+                               f"more than {MAX_VEUS} vEUs")  # fmt: skip
         kernel = failed - 1
         reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
         raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")

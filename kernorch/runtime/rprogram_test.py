@@ -94,3 +94,20 @@ def test_a_failing_rtask_stops_the_region_and_names_its_kernel() -> None:
                                rtol=1e-6)  # fmt: skip
     with pytest.raises(KernelFailed, match="kernel 0 .*out of range"):
         executor({"ids": np.array([[0, 10, 0], [0, 0, 0]], dtype=np.int64)})
+
+
+def test_the_library_refuses_an_rtask_range_outside_its_unit() -> None:
+    """Even a program that skipped check_program cannot make a kernel run iterations it does not have."""
+    from kernorch.runtime.rprogram import _encode
+
+    graph = Graph(inputs=["x"], outputs=["y"], types={"x": TensorType((64, 512), "float32"),
+                                                      "y": TensorType((64, 512), "float32")})  # fmt: skip
+    graph.nodes = [Node("exp", ("x",), ("y",))]
+    executor = PlanExecutor(graph, [make_kernel(graph, (0,), ("y",))])
+    runner = executor._rprogram_runner()
+    (unit,) = runner.units
+    assert unit.splittable and unit.iterations > 1
+    beyond = Region(((RTask(0, 0, unit.iterations + 1, 0),), ()))
+    step = runner._native_step(_encode([beyond], runner.units, runner.veus))
+    with pytest.raises(KernelFailed, match="refused"):
+        step(None)
