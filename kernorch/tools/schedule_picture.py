@@ -62,8 +62,9 @@ def measure_schedule(executor: PlanExecutor, feeds: Mapping[str, np.ndarray]) ->
     by_task = [(program.units[t.unit].kernel, veu, start, end)
                for t, (veu, start, end) in zip(runner.tasks, spans, strict=True)]  # fmt: skip
     overlapped, pairs = _overlaps(by_task)
+    pairs_ms = [(a, b, seconds * 1e3) for a, b, seconds in pairs]
     return ScheduleReport(kernels_ms, rprogram_ms, simulate(program, runner.times).seconds * 1e3, program.describe(),
-                          by_task, overlapped * 1e3, pairs)  # fmt: skip
+                          by_task, overlapped * 1e3, pairs_ms)  # fmt: skip
 
 
 def _overlaps(spans: list[tuple[int, int, float, float]]) -> tuple[float, list[tuple[int, int, float]]]:
