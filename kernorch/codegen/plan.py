@@ -9,8 +9,10 @@
 - `<prefix>_destroy(state)`.
 - `<prefix>_region(state, buffers, entries, offsets, veus, trace)`: one region of an rProgram (schedule/): the
   plan's units (a generated kernel's phases, each library or opaque kernel) run as rTasks by the threads of one
-  parallel region, each following its own list of entries (codegen/rprogram.py). The lists are data: the same
-  library runs the plan kernel by kernel and as any rProgram.
+  parallel region, each following its own list of entries (codegen/rprogram.py); `<prefix>_program` runs a
+  stretch of regions and device-wide calls with one foreign call. The lists are data: the same library runs the
+  plan kernel by kernel and as any rProgram. Only with `tasks` (the executor's plans; the profiler's one-kernel
+  plans have none).
 
 `buffers` is a table of pointers, one per value the native kernels touch (`NativePlan.slots`). Symbols of
 kernels are derived from the prefix and the kernel's position, and the source is regenerated from the plan
