@@ -549,10 +549,10 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
     hoisted, emitter.lines = emitter.lines, []
     emitter.store(phase)
     if reads_transposed(phase):
-        volume = int(np.prod(phase.loop_sizes, dtype=np.int64))
-        if volume < PARALLEL_MIN_ELEMENTS:
+        parallel = int(np.prod(phase.loop_sizes, dtype=np.int64)) >= PARALLEL_MIN_ELEMENTS
+        if not parallel:
             sharing.serial()
-        return tiled_loops(phase, sharing if volume >= PARALLEL_MIN_ELEMENTS else None, hoisted, emitter.lines)
+        return tiled_loops(phase, sharing if parallel else None, hoisted, emitter.lines)
     var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
     # the threads split the innermost loop when the loops around it are too few to share out evenly
     # (a [1, 16384, 128] GELU has one outer iteration: split outside, it ran on one thread)

@@ -146,7 +146,7 @@ class PlanExecutor:
         self._input_slots, self._output_slots = self._bindable(views)
         self.runtime = runtime
         self.rprogram: RProgramRunner | None = None
-        self._launchers: dict[int, Launcher] = {}  # kernels the rProgram runs outside its regions
+        self._launchers: dict[int, Launcher] = {}  # single kernels: timed in place, or run outside rProgram regions
         if runtime == "rprogram":
             self.build_rprogram()
 
@@ -179,10 +179,14 @@ class PlanExecutor:
                               self._run_kernel, self._native_failure)  # fmt: skip
 
     def _run_kernel(self, k: int) -> None:
+        self._launcher(k)()
+
+    def _launcher(self, k: int) -> Launcher:
+        """Kernel k alone (native: one foreign call), built once."""
         if k not in self._launchers:
             native = self.plan.native[k]
             self._launchers[k] = self._native_step(k, k + 1) if native else self._reference_launcher(self.kernels[k])
-        self._launchers[k]()
+        return self._launchers[k]
 
     def _native_failure(self, failed: int) -> None:
         library = self.library
@@ -226,9 +230,7 @@ class PlanExecutor:
         def launch() -> None:
             failed = library.run(first, last)
             if failed:
-                kernel = failed - 1
-                reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
-                raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
+                self._native_failure(failed)
 
         return launch
 
@@ -260,9 +262,7 @@ class PlanExecutor:
         (native kernels one foreign call each), so caches hold what a real inference leaves in them."""
         for name, array in check_feeds(self.graph, feeds).items():
             np.copyto(self.buffers[name], array)
-        kernels = enumerate(zip(self.kernels, self.plan.native, strict=True))
-        launchers = [self._native_step(k, k + 1) if native else self._reference_launcher(kernel)
-                     for k, (kernel, native) in kernels]  # fmt: skip
+        launchers = [self._launcher(k) for k in range(len(self.kernels))]
         samples: list[list[float]] = [[] for _ in launchers]
         with thread_count(self.threads):
             for repeat in range(repeats + 1):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kernorch.codegen.rprogram import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
+from kernorch.runtime.timing import time_call
 from kernorch.schedule.program import Call, Entry, Region, RProgram, RTask, Segment, Unit, Wait, check_program
 from kernorch.schedule.simulate import UnitTimes, simulate
 from kernorch.schedule.wavefront import schedule
@@ -147,13 +148,7 @@ class RProgramRunner:
 
     def _median_seconds(self, program: RProgram, runs: int) -> float:
         self.use(program)
-        self.run()  # warm-up
-        samples = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            self.run()
-            samples.append(time.perf_counter() - started)
-        return float(np.median(samples))
+        return time_call(self.run, runs=runs).median
 
     def predicted_seconds(self) -> float:
         assert self.program is not None
@@ -197,10 +192,12 @@ class RProgramRunner:
         kernel, order = self.units[call.task.unit].kernel, call.task.order
 
         def step(trace: np.ndarray | None) -> None:
+            if trace is None:
+                self._run_call(kernel)
+                return
             start = time.monotonic_ns()
             self._run_call(kernel)
-            if trace is not None:
-                trace[2 * order], trace[2 * order + 1] = start, time.monotonic_ns()
+            trace[2 * order], trace[2 * order + 1] = start, time.monotonic_ns()
 
         return step
 

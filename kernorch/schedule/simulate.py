@@ -24,12 +24,15 @@ class UnitTimes:
     device: float  # device-wide call (its own parallel region, all threads)
 
 
+def piece_seconds(times: UnitTimes, share: float, veus: int) -> float:
+    """A piece covering `share` of its unit's iterations: the whole unit on one vEU, or its share of the
+    split time (measured with the unit split evenly over all `veus`)."""
+    return times.single if share >= 1.0 else times.split * share * veus
+
+
 def task_seconds(program: RProgram, times: list[UnitTimes], task: RTask) -> float:
-    unit = program.units[task.unit]
-    share = (task.end - task.begin) / unit.iterations
-    if share >= 1.0:
-        return times[task.unit].single
-    return times[task.unit].split * share * program.veus
+    share = (task.end - task.begin) / program.units[task.unit].iterations
+    return piece_seconds(times[task.unit], share, program.veus)
 
 
 @dataclass(frozen=True)

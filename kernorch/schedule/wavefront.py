@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kernorch.schedule.program import Call, Entry, Region, RProgram, RTask, Segment, Unit, Wait
-from kernorch.schedule.simulate import REGION_SECONDS, WAIT_SECONDS, UnitTimes
+from kernorch.schedule.simulate import REGION_SECONDS, WAIT_SECONDS, UnitTimes, piece_seconds
 
 SPLIT, SINGLE, DEVICE = "split", "single", "device"
 
@@ -114,8 +114,7 @@ class _Builder:
             task = RTask(unit, begin, end, self.order)
             self.order += 1
             self.programs[v].append(task)
-            share = (end - begin) / self.units[unit].iterations
-            seconds = self.times[unit].single if share >= 1.0 else self.times[unit].split * share * self.veus
+            seconds = piece_seconds(self.times[unit], (end - begin) / self.units[unit].iterations, self.veus)
             self.clocks[v] = start + WAIT_SECONDS * len(waits) + seconds
             self.done[v] += 1
             placed.append((v, self.done[v], self.clocks[v]))

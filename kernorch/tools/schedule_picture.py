@@ -3,7 +3,6 @@ kernel) and a summary of what ran side by side (`kernorch explain MODEL --schedu
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 
 from kernorch.errors import KernorchError
 from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.timing import time_call
 from kernorch.schedule.simulate import simulate
 
 RUNS = 20
@@ -40,12 +40,7 @@ class ScheduleReport:
 
 def _median_ms(executor: PlanExecutor, runtime: str, feeds: Mapping[str, np.ndarray]) -> float:
     executor.runtime = runtime
-    samples = []
-    for _ in range(RUNS + 1):
-        started = time.perf_counter()
-        executor(feeds)
-        samples.append(time.perf_counter() - started)
-    return float(np.median(samples[1:]) * 1e3)
+    return time_call(lambda: executor(feeds), runs=RUNS).median * 1e3
 
 
 def measure_schedule(executor: PlanExecutor, feeds: Mapping[str, np.ndarray]) -> ScheduleReport:
