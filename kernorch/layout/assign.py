@@ -100,6 +100,9 @@ def assign_layouts(graph: Graph, conv_cost: Callable[[Node, bool], float],
 
     highs = highspy.Highs()
     highs.setOptionValue("output_flag", False)
+    # HiGHS (1.16+) keeps one thread scheduler per process, sized by the first solve: every instance must ask
+    # for the same count, or the orchestration BLP's later `threads=1` fails ("Not Set", no solution)
+    highs.setOptionValue("threads", 1)
     highs.setOptionValue("time_limit", float(time_limit))
     columns: list[float] = []  # objective per column
 
