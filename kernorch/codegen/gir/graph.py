@@ -1,0 +1,119 @@
+"""GIR (PowerFusion §4): a memory-intensive kernel as a dataflow graph whose data movement is explicit.
+
+Nodes are *gOperators*: computation (elementwise, reduce, broadcast) and data movement (`move`: a load from
+or a store to a memory slice at some level; `sync`: the point after which a slice written by some parallel
+units may be read by others, with a scope). Edges are *memory slices*: `count` segments of `width`
+contiguous elements, `stride` elements apart, at one memory level. A slice here is what one instruction block
+touches: one iteration of the kernel's innermost loop with its vector lanes (`lanes` elements at once).
+
+Levels on this CPU, slowest first: `global` (a buffer in DRAM or the shared L3: which of the two is the
+performance model's call, from the buffer's size), `cache` (data a thread reuses from its own L1/L2),
+`register` (vector registers). The parallel unit is a thread; `lanes` is the vector width within it.
+
+A `GirPhase` is one parallel loop of the kernel (kernels with scratch have several, separated by device-wide
+syncs). `executions` of a gOperator is how many times its instruction block runs per kernel call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+GLOBAL, CACHE, REGISTER = "global", "cache", "register"
+LINE_BYTES = 64
+
+# gOperator kinds
+MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST = "move", "sync", "elementwise", "reduce", "broadcast"
+
+
+@dataclass(frozen=True)
+class MemorySlice:
+    buffer: str  # kernel buffer (input, output, scratch, table) or a register name
+    level: str  # GLOBAL, CACHE or REGISTER
+    count: int  # segments
+    width: int  # contiguous elements per segment
+    stride: int  # elements between segment starts; -1: irregular (a gather through computed indices)
+    itemsize: int
+    index: str = ""  # which elements (the simplified index tree, printed): equal slices hold the same data
+
+    @property
+    def elements(self) -> int:
+        return self.count * self.width
+
+    @property
+    def line_bytes(self) -> int:
+        """Bytes of cache lines the block touches: a segment shorter than a line still moves whole lines,
+        and segments closer than a line share them."""
+        if self.level == REGISTER:
+            return 0
+        segment = self.width * self.itemsize
+        if self.count == 1:
+            return segment
+        if 0 <= self.stride * self.itemsize < LINE_BYTES:
+            return max(((self.count - 1) * self.stride + self.width) * self.itemsize, segment)
+        return self.count * max(-(-segment // LINE_BYTES) * LINE_BYTES, LINE_BYTES)
+
+
+@dataclass(frozen=True)
+class GOperator:
+    kind: str  # MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST
+    name: str  # the primitive (elementwise/reduce), "load"/"store" (move), the scope (sync)
+    reads: tuple[int, ...]  # slice ids
+    writes: tuple[int, ...]
+    executions: int  # instruction blocks per kernel call
+    work: int = 1  # element operations per block and lane
+    outer_executions: int = 0  # blocks if it ran once per iteration of the loops outside the innermost (0: n/a)
+
+
+@dataclass(frozen=True)
+class ParallelUnit:
+    threads: int  # threads sharing the phase's parallel loop (1: a serial phase)
+    lanes: int  # vector lanes per instruction block (1: scalar)
+    iterations: int  # trip count of the parallel loop
+
+
+@dataclass(frozen=True)
+class GirPhase:
+    parallel: ParallelUnit
+    ops: tuple[GOperator, ...]
+    row_bytes: int = 0  # bytes one parallel iteration touches (what a thread keeps in its cache between passes)
+
+
+@dataclass(frozen=True)
+class Gir:
+    slices: tuple[MemorySlice, ...]
+    phases: tuple[GirPhase, ...]
+    buffer_bytes: dict[str, int]  # global buffers: whole size
+    roles: dict[str, str]  # buffer -> input, output, scratch, table
+
+    def with_phases(self, phases: list[GirPhase], slices: tuple[MemorySlice, ...] | None = None) -> Gir:
+        return replace(self, phases=tuple(phases), slices=self.slices if slices is None else slices)
+
+    def moves(self, direction: str, level: str = GLOBAL) -> list[tuple[GOperator, MemorySlice]]:
+        """(move, its global-side slice) for every load ("load") or store ("store") at `level`."""
+        found = []
+        for phase in self.phases:
+            for op in phase.ops:
+                if op.kind == MOVE and op.name == direction:
+                    side = self.slices[op.reads[0] if direction == "load" else op.writes[0]]
+                    if side.level == level:
+                        found.append((op, side))
+        return found
+
+    def traffic(self, direction: str, level: str = GLOBAL) -> int:
+        """Bytes of cache lines moved at `level` per kernel call, by loads or by stores."""
+        return sum(op.executions * side.line_bytes for op, side in self.moves(direction, level))
+
+    def describe(self) -> str:
+        lines = []
+        for p, phase in enumerate(self.phases):
+            unit = phase.parallel
+            lines.append(f"phase {p}: {unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")
+            for op in phase.ops:
+                reads = ", ".join(_slice_text(self.slices[s]) for s in op.reads)
+                writes = ", ".join(_slice_text(self.slices[s]) for s in op.writes)
+                lines.append(f"  {op.kind} {op.name} x{op.executions}: {reads} -> {writes}")
+        return "\n".join(lines)
+
+
+def _slice_text(s: MemorySlice) -> str:
+    return f"{s.buffer}@{s.level}[{s.count}x{s.width}/{s.stride}]"

@@ -1,0 +1,213 @@
+"""Lower a kernel's loop description (`KernelLoops`) to GIR, making the renderer's choices explicit.
+
+Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it (the renderer's
+PARALLEL_MIN_ELEMENTS rule) and how many vector lanes an instruction block has (16 float lanes when every
+access along the innermost loop is affine, else 1). Every load becomes a `move` from a global slice to a
+register slice, every store a `move` back; the pattern of a slice is the access's stride along the innermost
+loop (the reduction's innermost loop inside a reduction, unless the renderer interchanges it). Nothing is
+optimised here: each load reads global memory, even one another load or an earlier pass already brought into
+the thread's cache, and a computation invariant along the innermost loop runs per element. The rewrite rules
+(`rules.py`) are what raise, merge and swap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.c_renderer import INTERCHANGE_MIN_INNER, PARALLEL_MIN_ELEMENTS, _bare_reduction
+from kernorch.codegen.gir.graph import (
+    BROADCAST,
+    ELEMENTWISE,
+    GLOBAL,
+    MOVE,
+    REDUCE,
+    REGISTER,
+    SYNC,
+    Gir,
+    GirPhase,
+    GOperator,
+    MemorySlice,
+    ParallelUnit,
+)
+from kernorch.codegen.indexing import Digit, linearize
+from kernorch.codegen.loops import KernelLoops, Phase, Tree
+from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
+
+LANES = 16  # float32 lanes of AVX-512
+
+
+class _Lowering:
+    def __init__(self, loops: KernelLoops, threads: int) -> None:
+        self.loops = loops
+        self.threads = threads
+        self.dtypes = {b.name: b.dtype for b in loops.buffers}
+        self.slices: list[MemorySlice] = []
+        self.ops: list[GOperator] = []
+        self.invariant: set[int] = set()  # register slices invariant along the innermost loop
+
+    def slice(self, s: MemorySlice) -> int:
+        self.slices.append(s)
+        return len(self.slices) - 1
+
+    def register(self, dtype: str, lanes: int, invariant: bool) -> int:
+        sid = self.slice(MemorySlice(f"r{len(self.slices)}", REGISTER, 1, 1 if invariant else lanes, 1,
+                                     int(np.dtype(dtype).itemsize)))  # fmt: skip
+        if invariant:
+            self.invariant.add(sid)
+        return sid
+
+    def access(self, buffer: str, index: Tree, inner: str | None, ranges: dict[str, int], lanes: int,
+               tiled: bool, order: tuple[tuple[str, int], ...] = ()) -> MemorySlice:  # fmt: skip
+        """The slice one block of `index` touches. Its `index` names the data: "iteration" when the access is
+        the phase's row-major iteration number itself (whatever its loop variables are called), so phases with
+        the same trip count that write and read that way touch the same elements in the same iterations."""
+        itemsize = int(np.dtype(self.dtypes.get(buffer, "float32")).itemsize)
+        stride = 0 if inner is None or not _mentions(index, inner) else _stride(index, inner, ranges)
+        if stride == 0:
+            count, width, step = 1, 1, 0
+        elif stride == 1 or (tiled and stride is not None):  # a tiled transpose reads whole lines per tile
+            count, width, step = 1, lanes, 1
+        else:
+            count, width, step = lanes, 1, -1 if stride is None else abs(stride)
+        name = "iteration" if order and _in_iteration_order(index, order, ranges) else repr(index)
+        return MemorySlice(buffer, GLOBAL, count, width, step, itemsize, name)
+
+    def value(self, tree: Tree, ctx: dict[str, Any]) -> int:
+        """Lower a value tree; returns the register slice holding it."""
+        kind = tree[0]
+        lanes, inner = ctx["lanes"], ctx["inner"]
+        invariant = inner is None or not _mentions(tree, inner)
+        blocks = ctx["blocks"]
+        if kind == "load":
+            source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
+                                            ctx["order"]))  # fmt: skip
+            target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"]))
+            return target
+        if kind == "table":
+            source = self.slice(MemorySlice(tree[1], GLOBAL, 1, 1, 0, 4, repr(tree[2])))
+            target = self.register("float32", lanes, invariant)
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks))
+            return target
+        if kind in ("const", "scalar"):
+            return self.register("float32", lanes, True)
+        if kind == "reduce":
+            return self.reduction(tree, ctx)
+        if kind in ("op", "cast", "where"):
+            children = [c for c in tree[1:] if isinstance(c, tuple) and c and c[0] not in
+                        ("<", ">=", "==", "&&")]  # fmt: skip
+            reads = tuple(self.value(c, ctx) for c in children if isinstance(c[0], str) and c[0] in _VALUE_KINDS)
+            dtype = tree[2] if kind == "op" else tree[1] if kind == "cast" else "float32"
+            target = self.register(dtype if isinstance(dtype, str) and dtype in _ITEMSIZE else "float32", lanes,
+                                   all(r in self.invariant for r in reads))  # fmt: skip
+            name = tree[1] if kind == "op" else kind
+            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=ctx["outer"]))
+            return target
+        raise ValueError(f"not a value tree: {kind}")
+
+    def reduction(self, tree: Tree, ctx: dict[str, Any]) -> int:
+        """The body runs once per element and tap. Interchanged (the renderer puts the taps outside and the
+        output's innermost loop inside), blocks step along that loop; otherwise along the reduction's own
+        innermost loop, vectorized when it is long and affine."""
+        _, prim, dtype, loops, body = tree
+        if body[0] == "guard":
+            body = body[2]
+        volume = int(np.prod([size for _, size in loops], dtype=np.int64))
+        ranges = dict(ctx["ranges"])
+        ranges.update(dict(loops))
+        if ctx["interchanged"]:
+            inner, lanes = ctx["inner"], ctx["lanes"]
+        else:
+            inner = loops[-1][0]
+            lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
+        blocks = max(ctx["elements"] * volume // lanes, 1)
+        part = self.value(body, dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False,
+                                     outer=0, order=()))  # fmt: skip
+        target = self.register(dtype, ctx["lanes"], False)
+        self.ops.append(GOperator(REDUCE, prim, (part,), (target,), blocks))
+        return target
+
+    def store(self, phase: Phase, result: int, ctx: dict[str, Any]) -> None:
+        if phase.scalar:
+            return
+        target = self.slice(self.access(phase.target, phase.store_index, ctx["inner"], ctx["ranges"],
+                                        ctx["lanes"], ctx["tiled"], ctx["order"]))  # fmt: skip
+        if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
+            self.ops.append(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
+        self.ops.append(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"]))
+
+    def phase_ops(self, phase: Phase, outer: dict[str, int], row_elements: int) -> None:
+        ranges = dict(outer)
+        ranges.update(dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)))
+        elements = row_elements * int(np.prod(phase.loop_sizes, dtype=np.int64))
+        inner = phase.loop_vars[-1] if phase.loop_vars else None
+        reduction = _bare_reduction(phase.expr, self.dtypes.get(phase.target, "float32")) \
+            if phase.loop_vars and not phase.scalar else None  # fmt: skip
+        interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
+            and inner is not None and _mentions(reduction, inner)  # fmt: skip
+        lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
+        ctx = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
+               "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
+               "outer": elements // phase.loop_sizes[-1] if phase.loop_vars and not interchanged else 0,
+               "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else ()}
+        self.store(phase, self.value(phase.expr, ctx), ctx)
+
+
+_VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
+_ITEMSIZE = {"float32", "float64", "int64", "int32", "bool"}
+
+
+def _affine_along(tree: Any, var: str, ranges: dict[str, int]) -> bool:
+    """Every load outside nested reductions steps affinely along `var` (the loop vectorizes)."""
+    if not isinstance(tree, tuple) or not tree:
+        return True
+    if tree[0] == "load":
+        return not _mentions(tree[2], var) or _stride(tree[2], var, ranges) is not None
+    if tree[0] == "reduce":
+        return True
+    return all(_affine_along(c, var, ranges) for c in tree[1:])
+
+
+def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges: dict[str, int]) -> bool:
+    """The index is Σ var · (product of the sizes of the loops inside it): the flat iteration number."""
+    terms, constant = linearize(index, ranges)
+    terms = {t: c for t, c in terms.items() if not (isinstance(t, Digit) and ranges.get(t.var) == 1)}  # always 0
+    expected: dict[object, int] = {}
+    stride = 1
+    for var, size in reversed(order):
+        if size > 1:
+            expected[Digit(var, 1, None)] = stride
+        stride *= size
+    return constant == 0 and terms == expected
+
+
+def lower(loops: KernelLoops, threads: int = 2) -> Gir:
+    """The kernel's GIR before any rewrite."""
+    lowering = _Lowering(loops, threads)
+    phases: list[GirPhase] = []
+    buffer_bytes = {b.name: max(int(np.prod(b.shape, dtype=np.int64)), 1) * int(np.dtype(b.dtype).itemsize)
+                    for b in loops.buffers}  # fmt: skip
+    buffer_bytes.update({name: int(values.nbytes) for name, values in loops.tables.items()})
+    roles = {b.name: b.role for b in loops.buffers} | {name: "table" for name in loops.tables}
+    if loops.schedule == "row":
+        rows = int(np.prod(loops.row_shape, dtype=np.int64))
+        outer = dict(zip(loops.row_vars, loops.row_shape, strict=True))
+        row_elements = max((int(np.prod(p.loop_sizes)) for p in loops.phases if p.loop_vars), default=1)
+        for phase in loops.phases:
+            lowering.phase_ops(phase, outer, rows)
+        itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
+        threads = threads if rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS else 1
+        phases.append(GirPhase(ParallelUnit(threads, LANES, rows), tuple(lowering.ops), row_elements * itemsize))
+    else:
+        for p, phase in enumerate(loops.phases):
+            lowering.ops = []
+            if p:  # what earlier phases wrote is read only after every thread has written it
+                lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
+            lowering.phase_ops(phase, {}, 1)
+            elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
+            parallel = threads if elements >= PARALLEL_MIN_ELEMENTS else 1
+            lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
+            phases.append(GirPhase(ParallelUnit(parallel, lanes, elements), tuple(lowering.ops)))
+    return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles)
