@@ -70,16 +70,46 @@ def reads_transposed(phase: Phase) -> bool:
     return False
 
 
-def tiled_loops(phase: Phase, sharing: Sharing | None, hoisted: list[str], inner: list[str]) -> list[str]:
+def transposed_copy(phase: Phase, dtypes: dict[str, str]) -> tuple[Tree, int, int] | None:
+    """(load index, input stride along the innermost variable b, output stride along the variable a outside it)
+    when the phase only copies float32 values read transposed: unit stride along a in, along b out."""
+    expr = phase.expr
+    if expr[0] != "load" or dtypes.get(expr[1]) != "float32" or dtypes.get(phase.target) != "float32":
+        return None
+    ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
+    a, b = phase.loop_vars[-2:]
+    for index in (expr[2], phase.store_index):
+        if any(not isinstance(term, Digit) for term in linearize(index, ranges)[0]):
+            return None  # a gathered or clamped index: element by element
+    stride_in, stride_out = _stride(expr[2], b, ranges), _stride(phase.store_index, a, ranges)
+    if _stride(expr[2], a, ranges) != 1 or stride_in is None or stride_out is None:
+        return None
+    return expr[2], stride_in, stride_out
+
+
+def tiled_loops(phase: Phase, sharing: Sharing | None, hoisted: list[str], inner: list[str],
+                blocks: tuple[str, int, str, int] | None = None) -> list[str]:  # fmt: skip
     """The phase's loops with its last two variables walked in TILE × TILE blocks; with `sharing`, the outer
     loops and both block loops are shared out to the threads. `hoisted` is computed per value of the
-    second-to-last variable, `inner` is the body of the innermost loop."""
+    second-to-last variable, `inner` is the body of the innermost loop. With `blocks` (source address, its
+    stride along b, target address, its stride along a, as C expressions of the loop variables at a block's
+    corner) a whole tile of a transposing copy is moved as 8 × 8 register blocks (`ko_transpose8`)."""
     *outer, (a, size_a), (b, size_b) = zip(phase.loop_vars, phase.loop_sizes, strict=True)
     nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, TILE), (f"{b}_t", size_b, TILE)]
     lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
     lines += [f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",
-              f"const int64_t {b}_end = {b}_t + {TILE} < {size_b} ? {b}_t + {TILE} : {size_b};",
-              f"for (int64_t {a} = {a}_t; {a} < {a}_end; {a}++) {{", *hoisted,
-              f"for (int64_t {b} = {b}_t; {b} < {b}_end; {b}++) {{", *inner, "}", "}"]  # fmt: skip
+              f"const int64_t {b}_end = {b}_t + {TILE} < {size_b} ? {b}_t + {TILE} : {size_b};"]  # fmt: skip
+    elementwise = [f"for (int64_t {a} = {a}_t; {a} < {a}_end; {a}++) {{", *hoisted,
+                   f"for (int64_t {b} = {b}_t; {b} < {b}_end; {b}++) {{", *inner, "}", "}"]  # fmt: skip
+    if blocks is None:
+        lines += elementwise
+    else:
+        source, stride_in, target, stride_out = blocks
+        lines += [f"if ({a}_end - {a}_t == {TILE} && {b}_end - {b}_t == {TILE}) {{",
+                  f"for (int64_t {a}_o = 0; {a}_o < {TILE}; {a}_o += 8) {{",
+                  f"for (int64_t {b}_o = 0; {b}_o < {TILE}; {b}_o += 8) {{",
+                  f"const int64_t {a} = {a}_t + {a}_o, {b} = {b}_t + {b}_o;",
+                  f"ko_transpose8({source}, {stride_in}, {target}, {stride_out});", "}", "}", "} else {",
+                  *elementwise, "}"]  # fmt: skip
     lines += ["}" for _ in range(closing)]
     return lines

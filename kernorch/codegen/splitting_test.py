@@ -1,0 +1,63 @@
+"""Index-set splitting: the loops it emits, and the numbers they compute against the reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.codegen.backends import render_c
+from kernorch.ir.builder import PrimitiveBuilder
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.reference import run_reference
+
+
+def _run(graph: Graph, feeds: dict[str, np.ndarray]) -> tuple[str, np.ndarray, np.ndarray]:
+    kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
+    got = PlanExecutor(graph, [kernel])(feeds)[graph.outputs[0]]
+    return render_c("k", kernel), got, run_reference(graph, feeds)[graph.outputs[0]]
+
+
+def test_a_concat_along_the_innermost_axis_is_one_branch_free_copy_per_piece() -> None:
+    graph = Graph(inputs=["a", "b", "c"], outputs=[])
+    widths = {"a": 24, "b": 40, "c": 8}
+    for name, width in widths.items():
+        graph.types[name] = TensorType((1, 33, 17, width), "float32")
+    builder = PrimitiveBuilder(graph)
+    (joined,) = builder.emit("concat", ["a", "b", "c"], {"axis": 3})
+    (y,) = builder.emit("relu", [joined])
+    graph.outputs = [y]
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((1, 33, 17, w)).astype(np.float32) for n, w in widths.items()}
+    source, got, want = _run(graph, feeds)
+    for begin, end in ((0, 24), (24, 64), (64, 72)):
+        assert f"= {begin}; " in source and f"< {end}; " in source, source
+    assert "if (" not in source.split("schedule(static)")[1], source  # no select left in the loops
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_constant_pad_of_the_innermost_axis_has_a_check_free_interior() -> None:
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((64, 100), "float32")
+    builder = PrimitiveBuilder(graph)
+    (padded,) = builder.emit("pad", ["x"], {"pads": (0, 3, 0, 5), "mode": "constant", "value": 1.5})
+    (y,) = builder.emit("exp", [padded])
+    graph.outputs = [y]
+    feeds = {"x": np.random.default_rng(1).standard_normal((64, 100)).astype(np.float32)}
+    source, got, want = _run(graph, feeds)
+    assert "= 3; " in source and "< 103; " in source, source  # the interior loop
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+
+
+def test_selects_on_an_outer_axis_are_left_alone() -> None:
+    graph = Graph(inputs=["a", "b"], outputs=[])
+    graph.types.update(a=TensorType((3, 64), "float32"), b=TensorType((5, 64), "float32"))
+    builder = PrimitiveBuilder(graph)
+    (joined,) = builder.emit("concat", ["a", "b"], {"axis": 0})
+    (y,) = builder.emit("neg", [joined])
+    graph.outputs = [y]
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((3, 64)).astype(np.float32), "b": rng.standard_normal((5, 64)).astype(np.float32)}
+    source, got, want = _run(graph, feeds)
+    np.testing.assert_array_equal(got, want)
