@@ -27,7 +27,7 @@ def test_float32_math_accuracy_and_special_values() -> None:
     wide = x.astype(np.float64)
     with np.errstate(all="ignore"):
         references = [np.exp(wide), np.tanh(wide), torch.erf(torch.from_numpy(wide)).numpy(), 1 / (1 + np.exp(-wide))]
-    limits = {"exp": (2e-7, None), "tanh": (4e-7, 4e-7), "erf": (None, 5e-7), "sigmoid": (None, 2e-7)}
+    limits = {"exp": (2e-7, None), "tanh": (None, 2e-7), "erf": (None, 5e-7), "sigmoid": (None, 2e-7)}
     for (name, (max_rel, max_abs)), got, ref in zip(limits.items(), outputs, references, strict=True):
         representable = np.isfinite(ref) & (np.abs(ref) > 1e-37) & (np.abs(ref) < 3.4e38)
         error = np.abs(got[representable] - ref[representable])
@@ -36,5 +36,8 @@ def test_float32_math_accuracy_and_special_values() -> None:
         if max_abs is not None:
             assert error.max() < max_abs, name
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=name)
+        if name in ("tanh", "erf"):  # a cast to an integer must see exactly ±1 where float32 has it
+            saturated = np.abs(ref.astype(np.float32)) == 1
+            np.testing.assert_array_equal(got[saturated], ref[saturated].astype(np.float32), err_msg=name)
         overflow = ~np.isnan(ref) & (np.abs(ref) > np.finfo(np.float32).max)
         np.testing.assert_array_equal(got[overflow], np.float32(np.inf), err_msg=name)

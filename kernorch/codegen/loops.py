@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.indexing import simplify, simplify_indices
+from kernorch.codegen.rows import ancestors, kept_in_row, row_schedule
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
@@ -467,19 +468,30 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
     nodes = [graph.nodes[i] for i in kernel.nodes]
     reductions = [n for n in nodes if (PRIMITIVES[n.prim].kind == Kind.REDUCE and n.prim != "expand")
                   or is_depthwise(graph, n)]  # fmt: skip
-    row = _row_schedule(graph, nodes, reductions, kernel.outputs)
+    row = row_schedule(graph, nodes, reductions, kernel.outputs)
     phases: list[Phase] = []
     if row is not None:
         full_shape, axes = row
         row_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
         row_vars = tuple(f"o{j}" for j in range(len(full_shape)))
         outer_index = [lit(0) if a in axes else ("var", row_vars[a]) for a in range(len(full_shape))]
+        kept = kept_in_row(graph, nodes, reductions, kernel.outputs, full_shape)
+        before = [n for n in reductions if kept is None or kept[0] not in ancestors(graph, nodes, n)]
         for n in reductions:
+            if kept is not None and n is next((r for r in reductions if r not in before), None):
+                value, target = kept  # computed once into the row of an output buffer, read back from the cache
+                phases.append(_inner_row_phase(d, d.buffer_of[target], full_shape, axes, outer_index,
+                                               lambda index, value=value: d.value(value, index)))  # fmt: skip
+                d.materialized[value] = d.buffer_of[target]
             tree = d.node_expr(n, 0, outer_index)
             slot = f"acc{len(d.materialized)}"
             phases.append(Phase(slot, (), (), tree, scalar=True))
             d.materialized[n.outputs[0]] = slot
-        for value in kernel.outputs:
+        # the output holding the kept value overwrites it: written last, after every other output has read it
+        ordered = sorted(kernel.outputs, key=lambda o: kept is not None and o == kept[1])
+        for value in ordered:
+            if kept is not None and value == kept[0]:
+                continue  # already stored
             shape = graph.types[value].shape
             if shape != full_shape:  # one value per row
                 phases.append(Phase(d.buffer_of[value], (), (), d.value(value, outer_index),
@@ -560,25 +572,3 @@ def _inner_row_phase(d: _Describer, target: str, shape: tuple[int, ...], axes: t
         index[a] = ("var", f"i{a}")
     return Phase(target, tuple(f"i{a}" for a in axes), tuple(shape[a] for a in axes), build(index),
                  flatten(index, shape))  # fmt: skip
-
-
-def _row_schedule(graph: Graph, nodes: list[Node], reductions: list[Node],
-                  outputs: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:  # fmt: skip
-    """(full shape, reduced axes) when the kernel fits the row schedule, else None."""
-    if not reductions or any(not n.prim.startswith("reduce_") for n in reductions):
-        return None
-    full = graph.types[reductions[0].inputs[0]].shape
-    axes = tuple(reductions[0].attr("axes"))
-    if axes[-1] != len(full) - 1 and any(full[a] != 1 for a in range(axes[-1] + 1, len(full))):
-        # the innermost axis is not reduced (e.g. a channels-last instance norm): per row, the reduction would
-        # stride through memory; the phased schedule sums across rows with the innermost axis vectorized
-        return None
-    if any(graph.types[n.inputs[0]].shape != full or tuple(n.attr("axes")) != axes for n in reductions):
-        return None
-    reduced = tuple(1 if a in axes else s for a, s in enumerate(full))
-    for n in nodes:
-        if PRIMITIVES[n.prim].kind not in (Kind.ELEMENTWISE, Kind.REDUCE) or n.prim == "expand":
-            return None
-        if graph.types[n.outputs[0]].shape not in (full, reduced):
-            return None
-    return full, axes

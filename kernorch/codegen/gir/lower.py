@@ -52,8 +52,9 @@ class _Lowering:
         return len(self.slices) - 1
 
     def register(self, dtype: str, lanes: int, invariant: bool) -> int:
-        sid = self.slice(MemorySlice(f"r{len(self.slices)}", REGISTER, 1, 1 if invariant else lanes, 1,
-                                     int(np.dtype(dtype).itemsize)))  # fmt: skip
+        # an invariant value is one scalar broadcast to the lanes: stride 0
+        sid = self.slice(MemorySlice(f"r{len(self.slices)}", REGISTER, 1, 1 if invariant else lanes,
+                                     0 if invariant else 1, int(np.dtype(dtype).itemsize)))  # fmt: skip
         if invariant:
             self.invariant.add(sid)
         return sid
@@ -83,6 +84,7 @@ class _Lowering:
         if kind == "load":
             source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
                                             ctx["order"]))  # fmt: skip
+            self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
             self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"]))
             return target
@@ -129,9 +131,17 @@ class _Lowering:
         self.ops.append(GOperator(REDUCE, prim, (part,), (target,), blocks))
         return target
 
+    def index_work(self, index: Tree, blocks: int) -> None:
+        """Divisions and remainders left in an index after simplification: integer work per element (a
+        channel shuffle's composed reshapes), as an elementwise gOperator producing the address."""
+        divisions = _count(index, ("/", "%"))
+        if divisions:
+            self.ops.append(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
+
     def store(self, phase: Phase, result: int, ctx: dict[str, Any]) -> None:
         if phase.scalar:
             return
+        self.index_work(phase.store_index, ctx["blocks"])
         target = self.slice(self.access(phase.target, phase.store_index, ctx["inner"], ctx["ranges"],
                                         ctx["lanes"], ctx["tiled"], ctx["order"]))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
@@ -157,6 +167,12 @@ class _Lowering:
 
 _VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
 _ITEMSIZE = {"float32", "float64", "int64", "int32", "bool"}
+
+
+def _count(tree: Any, kinds: tuple[str, ...]) -> int:
+    if not isinstance(tree, tuple) or not tree:
+        return 0
+    return int(tree[0] in kinds) + sum(_count(child, kinds) for child in tree[1:])
 
 
 def _affine_along(tree: Any, var: str, ranges: dict[str, int]) -> bool:

@@ -133,7 +133,7 @@ def swap_invariant_elementwise(gir: Gir) -> tuple[Gir, bool]:
     phases = []
     for phase in gir.phases:
         invariant = {s for op in phase.ops for s in op.writes if gir.slices[s].level == REGISTER
-                     and gir.slices[s].width == 1 and op.kind in (MOVE, ELEMENTWISE)}  # fmt: skip
+                     and gir.slices[s].stride == 0 and op.kind in (MOVE, ELEMENTWISE)}  # fmt: skip
         ops = []
         for op in phase.ops:
             swappable = (op.kind == ELEMENTWISE and op.reads and all(r in invariant for r in op.reads)) or \
