@@ -127,7 +127,7 @@ def _options(args: argparse.Namespace) -> Options:
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
-                                                     "strict", "workers")
+                                                     "strict", "workers", "screen")
              if getattr(args, name, None) is not None}  # fmt: skip
     return Options(limits=limits).with_(**given)
 
@@ -146,6 +146,9 @@ def _add_rewrite_args(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--no-rewrite", dest="rewrite", action="store_false",
                         help="skip the primitive-graph rewrites (CSE, simplification, TASO-style substitutions)")
+    parser.add_argument("--no-screen", dest="screen", action="store_false", default=None,
+                        help="profile every candidate kernel, also the fusions the GIR performance model predicts "
+                        "more than 2x slower than their primitives one by one (left out by default)")
     parser.add_argument("--rewrite-budget", type=_seconds, default=DEFAULT_REWRITE_BUDGET, metavar="SECONDS",
                         help="time for trying the cost-guided rewrites, each judged by orchestrating its "
                         f"neighbourhood before and after (default {DEFAULT_REWRITE_BUDGET:g})")

@@ -77,6 +77,7 @@ class Options:
     limits: OrchestrationLimits = field(default_factory=OrchestrationLimits)
     rewrite: bool = True  # primitive-graph rewrites before orchestration
     rewrite_budget: float = DEFAULT_REWRITE_BUDGET_SECONDS  # seconds for the cost-guided rewrite search
+    screen: bool = True  # profiling: leave out fusions the GIR performance model predicts far slower than their parts
     layout: str = "auto"  # which values are channels-last: "auto" (whole-graph 0-1 program), "channels-last"
     # (every conv channels-last, torch.compile's rule), "nchw" (everything row-major)
     cache_dir: Path | None = None  # None: $KERNORCH_CACHE or ~/.cache/kernorch

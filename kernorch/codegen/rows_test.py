@@ -57,7 +57,7 @@ def test_another_output_reads_the_kept_value_before_it_is_overwritten(order: str
     def two(b: PrimitiveBuilder) -> list[str]:
         e, s = _softmax_parts(b)
         (y,) = b.emit("div", [e, s])
-        (w,) = b.emit("mul", [e, b.constant(np.float32(0.5))])
+        (w,) = b.emit("mul", [e, b.constant(np.array(0.5, np.float32))])
         return [w, y] if order == "scaled first" else [y, w]
 
     assert _check(_graph(two)).count("ko_expf(") == 1

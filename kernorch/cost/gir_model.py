@@ -6,7 +6,7 @@ Per phase: memory = global bytes at the bandwidth of the level the kernel's buff
 threads), with vector blocks costing about what scalar ones do (so a scalar gather phase is 16x the work of a
 vectorized one). Memory and compute overlap: the phase takes the larger, as in a roofline; a serial phase gets
 one core's share of the bandwidth. It is used to rank a kernel's alternatives and to leave out of profiling
-candidates it predicts far slower than running their parts separately (`PrunedProfile`).
+candidates it predicts far slower than running their parts separately (`GirScreen`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from kernorch.codegen.gir.graph import CACHE, ELEMENTWISE, GLOBAL, MOVE, REDUCE,
 from kernorch.codegen.gir.lower import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import NotGeneratable, describe
+from kernorch.codegen.views import view_outputs
 from kernorch.cost.bandwidth import MemoryLevels
+from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.primitives import PRIMITIVES, Kind
 
 CLOCK = 3.0e9  # cycles / s of one core (nominal: the ranking, not the absolute value, is what matters)
 ONE_CORE_SHARE = 0.7  # fraction of the all-core bandwidth one core reaches on its own
@@ -82,25 +85,6 @@ def kernel_gir(candidate: CandidateKernel, threads: int) -> Gir | None:
         return None
 
 
-@dataclass
-class GirCostModel:
-    """`cost(candidate)`: the GIR estimate for generated kernels; `fallback` prices every other kernel."""
-
-    levels: MemoryLevels
-    threads: int
-    fallback: object  # a CostModel for library calls, views and reference kernels
-    name: str = "gir"
-    _memo: dict[object, float] = field(default_factory=dict)
-
-    def cost(self, candidate: CandidateKernel) -> float:
-        key = (id(candidate.graph), candidate.key)
-        if key not in self._memo:
-            gir = kernel_gir(candidate, self.threads)
-            self._memo[key] = estimate(gir, self.levels, self.threads).seconds if gir is not None \
-                else self.fallback.cost(candidate)  # type: ignore[attr-defined]  # fmt: skip
-        return self._memo[key]
-
-
 PRUNE_FACTOR = 2.0  # a fused candidate predicted this many times slower than its primitives one by one is left out
 
 
@@ -115,7 +99,8 @@ class GirScreen:
     levels_of_machine: Callable[[], MemoryLevels]  # measured on first use (plans without fusions never need it)
     threads: int
     factor: float = PRUNE_FACTOR
-    _single: dict[tuple[int, int], float | None] = field(default_factory=dict)
+    _single: dict[int, float | None] = field(default_factory=dict)  # node -> alone, for the graph below
+    _graph: Graph | None = None
     _levels: MemoryLevels | None = None
 
     @property
@@ -124,27 +109,36 @@ class GirScreen:
             self._levels = self.levels_of_machine()
         return self._levels
 
+    def _seconds(self, kernel: CandidateKernel) -> float | None:
+        """The estimate of a kernel the C backend would generate (one description, no backend dispatch), or
+        None for anything else (library calls, opaque primitives, what codegen refuses)."""
+        if any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
+            return None
+        try:
+            loops = describe(kernel)
+        except NotGeneratable:
+            return None
+        return estimate(optimize(lower(loops, self.threads)), self.levels, self.threads).seconds
+
     def _alone(self, candidate: CandidateKernel, node: int) -> float | None:
-        key = (id(candidate.graph), node)
-        if key not in self._single:
-            outputs = candidate.graph.nodes[node].outputs
-            single = make_kernel(candidate.graph, (node,), tuple(outputs))
-            backend, _ = choose_backend(single)
-            gir = kernel_gir(single, self.threads) if backend == "c" else None
-            self._single[key] = 0.0 if backend == "view" else None if gir is None \
-                else estimate(gir, self.levels, self.threads).seconds  # fmt: skip
-        return self._single[key]
+        if candidate.graph is not self._graph:  # node indices are per graph (rewrites build new ones)
+            self._graph, self._single = candidate.graph, {}
+        if node not in self._single:
+            single = make_kernel(candidate.graph, (node,), tuple(candidate.graph.nodes[node].outputs))
+            self._single[node] = 0.0 if view_outputs(single) is not None else self._seconds(single)
+        return self._single[node]
 
     def __call__(self, candidate: CandidateKernel) -> str | None:
-        if len(candidate.nodes) < 2:
-            return None
+        kinds = {PRIMITIVES[n.prim].kind for n in candidate.primitives}
+        if len(candidate.nodes) < 2 or kinds <= {Kind.ELEMENTWISE}:
+            return None  # fusing elementwise primitives only removes traffic: never worth screening
         parts = [self._alone(candidate, node) for node in candidate.nodes]
         if any(p is None for p in parts):  # a part the model cannot price: no bound to compare with
             return None
-        gir = kernel_gir(candidate, self.threads)
-        if gir is None:
+        fused = self._seconds(candidate)
+        if fused is None:
             return None
-        fused, apart = estimate(gir, self.levels, self.threads).seconds, sum(p for p in parts if p is not None)
+        apart = sum(p for p in parts if p is not None)
         if fused <= self.factor * apart:
             return None
         return (f"GIR model: {fused * 1e6:.1f} µs fused vs {apart * 1e6:.1f} µs for its {len(parts)} primitives "

@@ -20,8 +20,10 @@ import ctypes
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from kernorch.runtime.timing import Timing, time_call
 __all__ = ["ProfileDatabase", "ProfileDatabaseError", "ProfiledCostModel", "isolate", "signature"]
 
 BATCH = 150  # C kernels compiled per translation unit
+COMPILE_JOBS = os.cpu_count() or 1  # translation units compiled at once
 VIEW_KEY = "view"  # the signature of every view kernel (a reshape alias): costs 0
 SLICE_SECONDS = 0.15  # kernels are timed in slices at least this long, each judged quiet or contended
 MAX_SPREAD = 0.5  # interquartile range / median above this: the repeats disagree, measure again
@@ -74,9 +77,11 @@ def isolate(kernel: CandidateKernel) -> CandidateKernel:
     return make_kernel(mini, tuple(range(len(nodes))), kernel.outputs)
 
 
-def signature(kernel: CandidateKernel) -> tuple[str, str]:
-    """(backend, sha256 of what determines the kernel's run time)."""
-    backend, _ = choose_backend(kernel)
+def signature(kernel: CandidateKernel, backend: str | None = None) -> tuple[str, str]:
+    """(backend, sha256 of what determines the kernel's run time); `backend` when the caller already chose it
+    (choosing describes a generated kernel, which is most of what a signature costs)."""
+    if backend is None:
+        backend, _ = choose_backend(kernel)
     if backend == "c":  # with the prelude helpers it calls: its math functions (exp, tanh...) set what it costs
         code = render_c("k", kernel)
         text = prelude_used_by(code) + code
@@ -118,6 +123,7 @@ class ProfiledCostModel:
     measured_remotely: int = 0  # kernels whose value this machine kind's Ray workers measured
     foreign: int = 0  # results from workers of another machine kind, stored apart (not used for this plan)
     remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
+    screen: Callable[[CandidateKernel], str | None] | None = None  # the orchestrator leaves out what it rejects
     contended: set[str] = field(default_factory=set)  # signatures whose value never got a quiet measurement
     _known: dict[str, float] = field(default_factory=dict)
     _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
@@ -143,7 +149,8 @@ class ProfiledCostModel:
                 self._known[VIEW_KEY] = 0.0
                 continue
             isolated = isolate(candidate)
-            kind, key = signature(isolated)
+            # generated C and library calls do not depend on where their inputs come from: same backend isolated
+            kind, key = signature(isolated, backend if backend in ("c", "library") else None)
             self._signature_of[candidate.key] = key
             if key not in self._known and key not in pending:
                 pending[key] = (kind, isolated)
@@ -159,11 +166,14 @@ class ProfiledCostModel:
         if not missing:
             return
         bar = self.progress(missing, len(missing)) if self.progress else None
+        size = max(1, min(BATCH, -(-len(missing) // COMPILE_JOBS)))  # at least one batch per compiler
+        batches = [missing[start: start + size] for start in range(0, len(missing), size)]
+        # every batch is compiled before any is timed, one compiler per core: compiling beside a measurement
+        # would disturb it, and one compiler at a time left the other core idle for half the tuning time
+        compiled = self._compile_all(batches)
         with thread_count(self.threads):
-            for start in range(0, len(missing), BATCH):
-                batch = missing[start: start + BATCH]
-                launchers = self._launchers(batch)
-                self._measure_batch(batch, launchers)
+            for batch, libraries in zip(batches, compiled, strict=True):
+                self._measure_batch(batch, self._launchers(batch, libraries))
                 if bar is not None:
                     for _ in batch:
                         next(bar, None)
@@ -186,14 +196,28 @@ class ProfiledCostModel:
                 done.add(result.signature)
         return [item for item in missing if item.key not in done]
 
-    def _launchers(self, batch: list[_Pending]) -> dict[str, Callable[[], Any]]:
-        """One launcher per kernel: the native ones of the batch compiled into one library (each as a one-kernel
-        plan, created once like a loaded plan), reference kernels through the executor."""
+    def _compile_all(self, batches: list[list[_Pending]]) -> list[tuple[Path, list[NativePlan]] | None]:
+        """Per batch, its native kernels as one-kernel plans in one compiled library (None: no native kernel)."""
+        sources: list[tuple[str, list[NativePlan]] | None] = []
+        for batch in batches:
+            native = [item for item in batch if item.kind in NATIVE_BACKENDS]
+            plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.kind]) for item in native]
+            sources.append((translation_unit(plans), plans) if plans else None)
+
+        def build(entry: tuple[str, list[NativePlan]] | None) -> tuple[Path, list[NativePlan]] | None:
+            return None if entry is None else (compile_source(entry[0], self.kernel_cache), entry[1])
+
+        with ThreadPoolExecutor(max(1, min(COMPILE_JOBS, len(sources)))) as pool:
+            return list(pool.map(build, sources))
+
+    def _launchers(self, batch: list[_Pending], libraries: tuple[Path, list[NativePlan]] | None,
+                   ) -> dict[str, Callable[[], Any]]:  # fmt: skip
+        """One launcher per kernel: the native ones from the batch's library (each a one-kernel plan, created
+        once like a loaded plan), reference kernels through the executor."""
         launchers: dict[str, Callable[[], Any]] = {}
         native = [item for item in batch if item.kind in NATIVE_BACKENDS]
-        if native:
-            plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.kind]) for item in native]
-            path = compile_source(translation_unit(plans), self.kernel_cache)
+        if libraries is not None:
+            path, plans = libraries
             for item, plan in zip(native, plans, strict=True):
                 launchers[item.key] = _native_launcher(path, plan, item.kernel, self.threads)
         for item in batch:

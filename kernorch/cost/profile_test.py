@@ -184,7 +184,9 @@ class _ScriptedMachine:
         monkeypatch.setattr(profile, "LoadWindow", Window)
         monkeypatch.setattr(profile, "time_call", time_call)
         monkeypatch.setattr(profile, "wait_for_quiet", wait_for_quiet)
-        monkeypatch.setattr(ProfiledCostModel, "_launchers", lambda self, batch: {p.key: (lambda: None) for p in batch})
+        monkeypatch.setattr(ProfiledCostModel, "_compile_all", lambda self, batches: [None for _ in batches])
+        monkeypatch.setattr(ProfiledCostModel, "_launchers",
+                            lambda self, batch, libraries: {p.key: (lambda: None) for p in batch})  # fmt: skip
 
 
 def _one_kernel() -> tuple[Graph, CandidateKernel]:

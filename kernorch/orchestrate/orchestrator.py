@@ -130,6 +130,9 @@ def orchestrate(
                 index[kernel.key] = len(kernels)
                 kernels.append(kernel)
             greedy_ids.append(index[kernel.key])
+        screen = getattr(cost_model, "screen", None)
+        if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
+            kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
         prepare = getattr(cost_model, "prepare", None)
         if prepare is not None:  # a measuring cost model times the whole batch at once
             prepare(kernels)
@@ -161,3 +164,22 @@ def orchestrate(
     validate_plan(graph, greedy_plan)
     return OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
                                reports, rejected, limits, cost_model.name, time.perf_counter() - started)  # fmt: skip
+
+
+def _screened(kernels: list[CandidateKernel], greedy_ids: list[int], screen: Callable[[CandidateKernel], str | None],
+              counts: dict[str, int], rejected: list[Rejection]) -> tuple[list[CandidateKernel], list[int]]:
+    """The candidates the cost model's screen lets through (never the greedy plan's: it keeps the BLP feasible),
+    with the greedy kernels' new positions; each one left out is a rejection with the screen's reason."""
+    greedy = set(greedy_ids)
+    kept: list[CandidateKernel] = []
+    position: dict[int, int] = {}
+    for i, kernel in enumerate(kernels):
+        reason = None if i in greedy else screen(kernel)
+        if reason is None:
+            position[i] = len(kept)
+            kept.append(kernel)
+            continue
+        counts["model"] = counts.get("model", 0) + 1
+        if counts["model"] <= 200:
+            rejected.append(Rejection(kernel.nodes, "model", reason))
+    return kept, [position[i] for i in greedy_ids]

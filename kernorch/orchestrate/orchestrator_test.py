@@ -7,6 +7,7 @@ from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
 from kernorch.fission import fission
 from kernorch.frontend import import_model
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.orchestrate import OrchestrationLimits, orchestrate, validate_plan
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
 
@@ -76,3 +77,34 @@ def test_an_epilogue_oneDNN_cannot_express_is_never_chosen() -> None:
     (refused,) = [r for r in result.rejected if r.rule == "backend"]
     assert refused.nodes == (0, 1) and "no eltwise algorithm" in refused.reason
     assert result.subgraphs[0].rejected_counts["backend"] == 1
+
+
+class _Screening:
+    """The analytic cost with a screen that refuses every fusion of three or more primitives."""
+
+    name = "screened"
+
+    def __init__(self) -> None:
+        self.priced: list[tuple[int, ...]] = []
+
+    def screen(self, kernel: CandidateKernel) -> str | None:
+        return "too big for this test" if len(kernel.nodes) >= 3 else None
+
+    def cost(self, kernel: CandidateKernel) -> float:
+        self.priced.append(kernel.nodes)
+        return COST.cost(kernel)
+
+
+def test_a_screened_candidate_is_never_priced_and_is_rejected_with_the_reason() -> None:
+    graph = fission(import_model(conv_norm_act_block()))
+    screening = _Screening()
+    result = orchestrate(graph, screening)
+    greedy = {k.nodes for k in result.greedy_plan.kernels}
+    assert all(len(nodes) < 3 or nodes in greedy for nodes in screening.priced)  # the greedy plan stays
+    assert any(r.rule == "model" and r.reason == "too big for this test" for r in result.rejected)
+    assert sum(s.rejected_counts.get("model", 0) for s in result.subgraphs) > 0
+    assert all(len(k.nodes) < 3 or k.nodes in greedy for k in result.plan.kernels)
+    validate_plan(graph, result.plan.kernels)
+    assert result.plan.cost <= result.greedy_plan.cost * (1 + 1e-9)
+    unscreened = orchestrate(graph, COST)
+    assert unscreened.plan.cost <= result.plan.cost * (1 + 1e-9)  # screening only removes choices
