@@ -1,10 +1,11 @@
 """How far each generated memory-bound kernel of a plan is from its roofline, measured in place.
 
-For every kernel the C backend generates (fused elementwise/reduce/layout/pooling code; library calls and
-views are left out): its median time inside real inferences (`PlanExecutor.kernel_times`), the bytes it
-must move (each input read once, each output written once: `kernel_bytes`), the achieved GB/s, and its
-roofline time (those bytes at the measured bandwidth of the memory level its working set fits in, plus one
-dispatch; `cost/bandwidth.py`). `ratio` = measured / roofline: 1.0 is as fast as this machine streams.
+For every memory-bound kernel the C backend generates (fused elementwise/reduce/layout/pooling code; library
+calls, views, the LSTM scan and generated depthwise convolutions are left out): its median time inside real
+inferences (`PlanExecutor.kernel_times`), the bytes it must move (each input read once, each output written
+once: `kernel_bytes`), the achieved GB/s, and its roofline time (those bytes at the measured bandwidth of the
+memory level its working set fits in, plus one dispatch; `cost/bandwidth.py`). `ratio` = measured / roofline:
+1.0 is as fast as this machine streams.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.bandwidth import MemoryLevels
+from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.runtime.executor import PlanExecutor
 
 
@@ -43,8 +45,8 @@ def memory_kernels(executor: PlanExecutor, feeds: Mapping[str, np.ndarray], leve
     times = executor.kernel_times(feeds, repeats)
     rows = []
     for k, (kernel, backend, seconds) in enumerate(zip(executor.kernels, executor.backends, times, strict=True)):
-        if backend != "c":
-            continue
+        if backend != "c" or any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
+            continue  # library calls, and C that is not memory-bound (the LSTM scan, depthwise convolutions)
         moved = kernel_bytes(kernel)
         rows.append(KernelRoofline(k, "+".join(dict.fromkeys(n.prim for n in kernel.primitives)), seconds, moved,
                                    levels.level_for(moved).name, levels.roofline_seconds(moved)))  # fmt: skip

@@ -1,0 +1,40 @@
+"""The roofline report of a plan's generated kernels: which kernels it lists and the arithmetic of its columns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
+from kernorch.ir.builder import PrimitiveBuilder
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.tools.kernel_roofline import memory_kernels, summary, table
+
+LEVELS = MemoryLevels((MemoryLevel("L2", 1 << 20, 100e9), MemoryLevel("L3", 32 << 20, 50e9),
+                       MemoryLevel("DRAM", 1 << 62, 10e9)), 1e-6)  # fmt: skip
+
+
+def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((256, 512), "float32")
+    b = PrimitiveBuilder(graph)
+    w = b.constant(np.random.default_rng(0).standard_normal((512, 64)).astype(np.float32))
+    (e,) = b.emit("exp", ["x"])  # kernel 0: generated
+    (m,) = b.emit("matmul", [e, w])  # kernel 1: a library call, not listed
+    (r,) = b.emit("relu", [m])  # kernel 2: generated, smaller
+    graph.outputs = [r]
+    kernels = [make_kernel(graph, (i,), graph.nodes[i].outputs) for i in range(3)]
+    executor = PlanExecutor(graph, kernels)
+    rows = memory_kernels(executor, {"x": np.ones((256, 512), np.float32)}, LEVELS, repeats=3)
+    assert sorted(r.kernel for r in rows) == [0, 2]
+    assert rows == sorted(rows, key=lambda r: -r.seconds)
+    exp_row = next(r for r in rows if r.kernel == 0)
+    assert exp_row.bytes_moved == 2 * 256 * 512 * 4 and exp_row.level == "L2"
+    assert exp_row.roofline_seconds == exp_row.bytes_moved / 100e9 + 1e-6
+    assert exp_row.ratio == exp_row.seconds / exp_row.roofline_seconds
+    assert exp_row.gbs == exp_row.bytes_moved / exp_row.seconds / 1e9
+    lines = table(rows, top=1)
+    assert len(lines) == 3 and lines[2].startswith(f"| 1 | {rows[0].kernel} |")
+    assert summary(rows, over_seconds=0.0, within=1e9).startswith("2 generated kernels")
