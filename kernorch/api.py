@@ -36,7 +36,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     Options (see `kernorch.options.Options`): threads=2; cost="profile" (time candidate kernels on this
     machine, cached in SQLite) or "analytic" (roofline of `device`: "cpu" = this machine calibrated, or a
     preset); limits=OrchestrationLimits(); rewrite=True; rewrite_budget=60 (seconds of cost-guided rewrite
-    search); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
+    search); screen=True (profiling skips fusions the GIR performance model predicts more than 2x slower than
+    their primitives apart); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
     """
     chosen = (options or Options()).with_(**option_overrides)
     if is_torch_module(model):
