@@ -21,6 +21,7 @@ from kernorch.runtime.threads import thread_count
 from kernorch.runtime.timing import time_call
 
 VERSION = 2  # 2: several working sets per level, dispatch taken off
+_MEASURED: dict[tuple[str, int], MemoryLevels] = {}  # per process: a few seconds of compiling and timing, once
 
 
 @dataclass(frozen=True)
@@ -67,34 +68,62 @@ def measure_levels(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS
         if cached["fingerprint"] == machine and cached["threads"] == threads and cached["version"] == VERSION:
             return MemoryLevels(tuple(MemoryLevel(**lv) for lv in cached["levels"]), float(cached["dispatch"]))
     except (OSError, ValueError, TypeError, KeyError):
-        pass  # missing or corrupt: measure again
-    from kernorch.cost.analytic import _single_kernel  # the one-kernel plan builder calibration already uses
-
-    cores = min(threads, os.cpu_count() or 1)
-    l2, l3 = _cache_bytes(2, 1 << 20) * cores, _cache_bytes(3, 32 << 20)
-    with thread_count(threads):
-        dispatch = time_call(_single_kernel("relu", (16,), cache_dir=cache_dir, threads=threads), runs=1000).median
-
-    def streamed(working_set: int, runs: int) -> float:
-        """Bytes / s of the streaming kernel on this working set (input + output), its dispatch taken off."""
-        floats = max(working_set // 8, 1024)
-        launch = _single_kernel("relu", (floats,), cache_dir=cache_dir, threads=threads)
-        with thread_count(threads):
-            best = time_call(launch, runs=runs, warmup=3).best
-        return 8 * floats / max(best - dispatch, best / 2)
-
-    # each level: the best the kernel reaches on working sets that fit it (small ones are dominated by the call,
-    # so several sizes); a level is never priced slower than the one below it
-    dram = streamed(max(4 * l3, 128 << 20), 5)
-    cached = max(streamed(l3 // f, 20) for f in (2, 4, 8))
-    private = max(streamed(l2 // f, 50) for f in (1, 2, 4))
-    levels = [MemoryLevel("L2", l2, max(private, cached, dram)), MemoryLevel("L3", l3, max(cached, dram)),
-              MemoryLevel("DRAM", 1 << 62, dram)]  # fmt: skip
-    result = MemoryLevels(tuple(levels), max(dispatch, 1e-7))
+        pass  # missing or corrupt: measure again (or take what this process measured already)
+    if (machine, threads) not in _MEASURED:  # another cache directory on the same machine: the same bandwidths
+        _MEASURED[(machine, threads)] = _measure(cache_dir, threads)
+    result = _MEASURED[(machine, threads)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"fingerprint": machine, "threads": threads, "version": VERSION,
-                                    "levels": [asdict(lv) for lv in levels], "dispatch": result.dispatch}))  # fmt: skip
+                                    "levels": [asdict(lv) for lv in result.levels],
+                                    "dispatch": result.dispatch}))  # fmt: skip
     except OSError:
         pass  # a cache: measure again next time
     return result
+
+
+def _measure(cache_dir: Path | None, threads: int) -> MemoryLevels:
+    from kernorch.ir.graph import Graph, Node
+    from kernorch.ir.kernel import make_kernel
+    from kernorch.ir.types import TensorType
+    from kernorch.runtime.executor import PlanExecutor
+
+    cores = min(threads, os.cpu_count() or 1)
+    l2, l3 = _cache_bytes(2, 1 << 20) * cores, _cache_bytes(3, 32 << 20)
+    # each level: the best the kernel reaches on working sets (input + output) that fit it (small ones are
+    # dominated by the call, so several sizes); one plan of streaming kernels, compiled once
+    sets = {"dispatch": [128], "L2": [l2 // f for f in (1, 2, 4)], "L3": [l3 // f for f in (2, 4, 8)],
+            "DRAM": [max(4 * l3, 128 << 20)]}  # fmt: skip
+    sizes = [max(ws // 8, 16) for level in sets.values() for ws in level]
+    graph = Graph(inputs=[f"x{i}" for i in range(len(sizes))], outputs=[f"y{i}" for i in range(len(sizes))])
+    for i, n in enumerate(sizes):
+        graph.types[f"x{i}"] = graph.types[f"y{i}"] = TensorType((n,), "float32")
+        graph.nodes.append(Node("relu", (f"x{i}",), (f"y{i}",)))
+    executor = PlanExecutor(graph, [make_kernel(graph, (i,), (f"y{i}",)) for i in range(len(sizes))], threads,
+                            cache_dir, share_memory=False)  # fmt: skip
+    seconds = []
+    with thread_count(threads):
+        for i in range(len(sizes)):
+            launch = executor.kernel_launcher(i)
+            executor.buffers[f"x{i}"][...] = 1.0
+            runs = 1000 if i == 0 else 5 if sizes[i] * 8 > l3 else 30
+            timing = time_call(launch, runs=runs, warmup=3)
+            seconds.append(timing.median if i == 0 else timing.best)
+    dispatch = seconds[0]
+
+    def best(level: str) -> float:
+        """Bytes / s on the level's working sets, the dispatch taken off."""
+        first = _offset(sets, level)
+        return max(8 * sizes[first + j] / max(seconds[first + j] - dispatch, seconds[first + j] / 2)
+                   for j in range(len(sets[level])))  # fmt: skip
+
+    dram, cached, private = best("DRAM"), best("L3"), best("L2")
+    levels = [MemoryLevel("L2", l2, max(private, cached, dram)), MemoryLevel("L3", l3, max(cached, dram)),
+              MemoryLevel("DRAM", 1 << 62, dram)]  # a level is never priced slower than the one below it
+    return MemoryLevels(tuple(levels), max(dispatch, 1e-7))
+
+
+def _offset(sets: dict[str, list[int]], level: str) -> int:
+    """Index of the level's first working set in the flattened list."""
+    names = list(sets)
+    return sum(len(sets[name]) for name in names[: names.index(level)])

@@ -181,6 +181,10 @@ class PlanExecutor:
     def _run_kernel(self, k: int) -> None:
         self._launcher(k)()
 
+    def kernel_launcher(self, k: int) -> Launcher:
+        """Kernel k alone (native: one foreign call), for timing it in place."""
+        return self._launcher(k)
+
     def _launcher(self, k: int) -> Launcher:
         """Kernel k alone (native: one foreign call), built once."""
         if k not in self._launchers:
