@@ -60,7 +60,7 @@ class Recording:
         if key not in self.rows and math.isfinite(measured) and choose_backend(kernel)[0] == "c":
             gir = kernel_gir(kernel, self.threads)
             if gir is not None:
-                self.rows[key] = (measured, estimate(gir, self.levels, self.threads).seconds,
+                self.rows[key] = (measured, estimate(gir, self.levels, self.threads),
                                   self.roofline.cost(kernel))  # fmt: skip
         return measured
 

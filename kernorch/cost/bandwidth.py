@@ -101,6 +101,7 @@ def _measure(cache_dir: Path | None, threads: int) -> MemoryLevels:
         graph.nodes.append(Node("relu", (f"x{i}",), (f"y{i}",)))
     executor = PlanExecutor(graph, [make_kernel(graph, (i,), (f"y{i}",)) for i in range(len(sizes))], threads,
                             cache_dir, share_memory=False)  # fmt: skip
+    labels = [level for level, working_sets in sets.items() for _ in working_sets]
     seconds = []
     with thread_count(threads):
         for i in range(len(sizes)):
@@ -110,20 +111,11 @@ def _measure(cache_dir: Path | None, threads: int) -> MemoryLevels:
             timing = time_call(launch, runs=runs, warmup=3)
             seconds.append(timing.median if i == 0 else timing.best)
     dispatch = seconds[0]
-
-    def best(level: str) -> float:
-        """Bytes / s on the level's working sets, the dispatch taken off."""
-        first = _offset(sets, level)
-        return max(8 * sizes[first + j] / max(seconds[first + j] - dispatch, seconds[first + j] / 2)
-                   for j in range(len(sets[level])))  # fmt: skip
-
-    dram, cached, private = best("DRAM"), best("L3"), best("L2")
+    rate: dict[str, float] = {}  # per level: the best bytes / s of its working sets, the dispatch taken off
+    for label, floats, took in zip(labels[1:], sizes[1:], seconds[1:], strict=True):
+        rate[label] = max(rate.get(label, 0.0), 8 * floats / max(took - dispatch, took / 2))
+    dram, cached, private = rate["DRAM"], rate["L3"], rate["L2"]
     levels = [MemoryLevel("L2", l2, max(private, cached, dram)), MemoryLevel("L3", l3, max(cached, dram)),
               MemoryLevel("DRAM", 1 << 62, dram)]  # a level is never priced slower than the one below it
     return MemoryLevels(tuple(levels), max(dispatch, 1e-7))
 
-
-def _offset(sets: dict[str, list[int]], level: str) -> int:
-    """Index of the level's first working set in the flattened list."""
-    names = list(sets)
-    return sum(len(sets[name]) for name in names[: names.index(level)])

@@ -34,44 +34,29 @@ _CYCLES = {"div": 4, "sqrt": 4, "reciprocal": 4, "exp": 10, "log": 12, "tanh": 1
            "index": 5}  # an integer division or remainder by a constant in an address (multiply and shift)
 
 
-@dataclass(frozen=True)
-class GirEstimate:
-    seconds: float
-    global_bytes: int  # cache-line bytes moved to and from global memory
-    cache_bytes: int
-    compute_seconds: float
-
-
-def estimate(gir: Gir, levels: MemoryLevels, threads: int) -> GirEstimate:
+def estimate(gir: Gir, levels: MemoryLevels, threads: int) -> float:
+    """Predicted seconds of one call of the kernel."""
     working_set = sum(size for name, size in gir.buffer_bytes.items() if gir.roles.get(name) != "table")
     global_bw = levels.level_for(working_set).bandwidth
     cache_bw = levels.levels[0].bandwidth
     total = levels.dispatch
-    global_bytes = cache_bytes = 0
-    compute_total = 0.0
     for p, phase in enumerate(gir.phases):
         used = max(min(phase.parallel.threads, threads), 1)
-        share = 1.0 if used >= threads else ONE_CORE_SHARE * used / max(threads - 1, 1) if threads > 1 else 1.0
+        share = 1.0 if used >= threads else min(1.0, ONE_CORE_SHARE * used)  # a serial phase: one core's share
         memory = 0.0
         cycles = 0.0
         for op in phase.ops:
             if op.kind == MOVE:
                 side = gir.slices[op.reads[0] if op.name == "load" else op.writes[0]]
                 moved = op.executions * side.line_bytes
-                if side.level == GLOBAL:
-                    global_bytes += moved
-                    memory += moved / (global_bw * share)
-                elif side.level == CACHE:
-                    cache_bytes += moved
-                    memory += moved / (cache_bw * share)
+                if side.level in (GLOBAL, CACHE):
+                    memory += moved / ((global_bw if side.level == GLOBAL else cache_bw) * share)
                 if side.count > 1 and side.width == 1:  # a gather: one load instruction per element
                     cycles += op.executions * side.count
             elif op.kind in (ELEMENTWISE, REDUCE):
                 cycles += op.executions * op.work * _CYCLES.get(op.name, 1)
-        compute = cycles / (CLOCK * used)
-        compute_total += compute
-        total += max(memory, compute) + (levels.dispatch if p and used > 1 else 0.0)
-    return GirEstimate(total, global_bytes, cache_bytes, compute_total)
+        total += max(memory, cycles / (CLOCK * used)) + (levels.dispatch if p and used > 1 else 0.0)
+    return total
 
 
 def kernel_gir(candidate: CandidateKernel, threads: int) -> Gir | None:
@@ -118,7 +103,7 @@ class GirScreen:
             loops = describe(kernel)
         except NotGeneratable:
             return None
-        return estimate(optimize(lower(loops, self.threads)), self.levels, self.threads).seconds
+        return estimate(optimize(lower(loops, self.threads)), self.levels, self.threads)
 
     def _alone(self, candidate: CandidateKernel, node: int) -> float | None:
         if candidate.graph is not self._graph:  # node indices are per graph (rewrites build new ones)

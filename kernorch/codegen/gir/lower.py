@@ -1,8 +1,8 @@
 """Lower a kernel's loop description (`KernelLoops`) to GIR, making the renderer's choices explicit.
 
 Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it (the renderer's
-PARALLEL_MIN_ELEMENTS rule) and how many vector lanes an instruction block has (16 float lanes when every
-access along the innermost loop is affine, else 1). Every load becomes a `move` from a global slice to a
+PARALLEL_MIN_ELEMENTS rule) and how many vector lanes an instruction block has (the renderer's LANES when
+every access along the innermost loop is affine, else 1). Every load becomes a `move` from a global slice to a
 register slice, every store a `move` back; the pattern of a slice is the access's stride along the innermost
 loop (the reduction's innermost loop inside a reduction, unless the renderer interchanges it). Nothing is
 optimised here: each load reads global memory, even one another load or an earlier pass already brought into
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.c_renderer import INTERCHANGE_MIN_INNER, PARALLEL_MIN_ELEMENTS, _bare_reduction
+from kernorch.codegen.c_renderer import INTERCHANGE_MIN_INNER, LANES, PARALLEL_MIN_ELEMENTS, _bare_reduction
 from kernorch.codegen.gir.graph import (
     BROADCAST,
     ELEMENTWISE,
@@ -32,16 +32,12 @@ from kernorch.codegen.gir.graph import (
     ParallelUnit,
 )
 from kernorch.codegen.indexing import Digit, linearize
-from kernorch.codegen.loops import KernelLoops, Phase, Tree
+from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
-
-LANES = 16  # float32 lanes of AVX-512
 
 
 class _Lowering:
-    def __init__(self, loops: KernelLoops, threads: int) -> None:
-        self.loops = loops
-        self.threads = threads
+    def __init__(self, loops: KernelLoops) -> None:
         self.dtypes = {b.name: b.dtype for b in loops.buffers}
         self.slices: list[MemorySlice] = []
         self.ops: list[GOperator] = []
@@ -98,11 +94,10 @@ class _Lowering:
         if kind == "reduce":
             return self.reduction(tree, ctx)
         if kind in ("op", "cast", "where"):
-            children = [c for c in tree[1:] if isinstance(c, tuple) and c and c[0] not in
-                        ("<", ">=", "==", "&&")]  # fmt: skip
-            reads = tuple(self.value(c, ctx) for c in children if isinstance(c[0], str) and c[0] in _VALUE_KINDS)
+            # operands are value trees (an index condition of a select is address work, not a value)
+            reads = tuple(self.value(c, ctx) for c in tree[1:] if isinstance(c, tuple) and c and c[0] in _VALUE_KINDS)
             dtype = tree[2] if kind == "op" else tree[1] if kind == "cast" else "float32"
-            target = self.register(dtype if isinstance(dtype, str) and dtype in _ITEMSIZE else "float32", lanes,
+            target = self.register(dtype if dtype in SUPPORTED_DTYPES else "float32", lanes,
                                    all(r in self.invariant for r in reads))  # fmt: skip
             name = tree[1] if kind == "op" else kind
             self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=ctx["outer"]))
@@ -166,7 +161,6 @@ class _Lowering:
 
 
 _VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
-_ITEMSIZE = {"float32", "float64", "int64", "int32", "bool"}
 
 
 def _count(tree: Any, kinds: tuple[str, ...]) -> int:
@@ -201,7 +195,7 @@ def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges:
 
 def lower(loops: KernelLoops, threads: int = 2) -> Gir:
     """The kernel's GIR before any rewrite."""
-    lowering = _Lowering(loops, threads)
+    lowering = _Lowering(loops)
     phases: list[GirPhase] = []
     buffer_bytes = {b.name: max(int(np.prod(b.shape, dtype=np.int64)), 1) * int(np.dtype(b.dtype).itemsize)
                     for b in loops.buffers}  # fmt: skip
