@@ -6,6 +6,8 @@ fixed point terminates; the float results differ at most by reassociation.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 
@@ -50,6 +52,25 @@ def small_integer_power(ctx: RewriteContext) -> Replacement | None:
     square = ctx.emit("mul", base, base)
     result = {2: square, 3: ctx.emit("mul", square, base), 4: ctx.emit("mul", square, square)}[int(power)]
     return {ctx.node.outputs[0]: result}
+
+
+@rewrite_rule("tanh-plus-one", roots=["add"])
+def tanh_plus_one(ctx: RewriteContext) -> Replacement | None:
+    """1 + tanh(u) is 2·sigmoid(2u) (GELU-tanh's `0.5·x·(1 + tanh(u))`): the generated sigmoid is one exp and
+    one division, tanh is that plus a polynomial and two selects. Exact in real arithmetic, and more accurate
+    in float32 where tanh(u) is near -1 (no cancellation)."""
+    split = _split_constant(ctx, ctx.node.inputs)
+    if split is None or not _float(ctx, ctx.node.outputs[0]):
+        return None
+    value, one = split
+    constant = ctx.const(one)
+    inner = ctx.producer(value)
+    if (constant is None or constant.size != 1 or float(constant.reshape(())) != 1.0 or inner is None
+            or inner.prim != "tanh" or not ctx.single_use(value)
+            or ctx.type(ctx.node.outputs[0]) != ctx.type(value)):  # fmt: skip
+        return None
+    two = ctx.constant(np.asarray(2.0, dtype=constant.dtype))
+    return {ctx.node.outputs[0]: ctx.emit("mul", ctx.emit("sigmoid", ctx.emit("mul", inner.inputs[0], two)), two)}
 
 
 @rewrite_rule("reduce-reduce", roots=["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])

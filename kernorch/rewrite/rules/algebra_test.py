@@ -124,3 +124,27 @@ def test_small_integer_powers_become_products(power: float) -> None:
     assert fired == ["small-power"]
     assert prims(rewritten) == ["mul"] * {2.0: 1, 3.0: 2, 4.0: 2}[power]
     assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(shape=shapes, constant_first=st.booleans())
+def test_one_plus_tanh_is_twice_a_sigmoid(shape: tuple[int, ...], constant_first: bool) -> None:
+    def body(b):  # type: ignore[no-untyped-def]
+        t = emit(b, "tanh", "x")
+        return emit(b, "add", *((const(b, 1.0), t) if constant_first else (t, const(b, 1.0))))
+
+    graph = build({"x": shape}, body)
+    rewritten, fired = rewrite_with(graph, "tanh-plus-one")
+    assert sorted(prims(rewritten)) == ["mul", "mul", "sigmoid"] and fired == ["tanh-plus-one"]
+    assert_equivalent(graph, rewritten)
+
+
+def test_tanh_plus_another_constant_or_a_shared_tanh_is_kept() -> None:
+    two = build({"x": (3,)}, lambda b: emit(b, "add", emit(b, "tanh", "x"), const(b, 2.0)))
+    assert not rewrite_with(two, "tanh-plus-one")[1]
+
+    def shared(b):  # type: ignore[no-untyped-def]
+        t = emit(b, "tanh", "x")
+        return emit(b, "mul", emit(b, "add", t, const(b, 1.0)), t)
+
+    assert not rewrite_with(build({"x": (3,)}, shared), "tanh-plus-one")[1]
