@@ -41,6 +41,11 @@ class BlpResult:
     solves: int
 
 
+# A value whose producers times consumers exceed this gets its own "is computed" variable (see below): shared
+# models solve as fast either way, a branchy graph of 1321 candidates 31 -> 7 s.
+AGGREGATE_OVER = 400
+
+
 def solve_blp(
     candidates: list[CandidateKernel],
     costs: list[float],
@@ -84,20 +89,38 @@ def solve_blp(
         if value not in producers:
             raise OrchestrationError(f"no candidate kernel writes required value '{value}'")
         add_row(1.0, infinity, {column[j]: 1.0 for j in producers[value]})
+    # A chosen kernel's inputs must be computed: x_k <= sum of x_j over the producers j of each input v. Written
+    # directly, every consumer of v repeats v's producer list (227k nonzeros for 927 candidates of a branchy
+    # graph, 19 s to solve). Where a value has many producers and many consumers, a continuous y_v in [0, 1]
+    # stands for "v is computed" instead: y_v <= sum_j x_j once, and x_k <= y_v per consumer. The LP relaxation
+    # is the same (y_v = min(1, sum_j x_j) at best), so is the integer optimum, with far fewer nonzeros.
+    consumers: dict[str, list[int]] = {}
     for k in variables:
-        for value in candidates[k].inputs:
-            if value in available:
-                continue
-            entries = {column[j]: 1.0 for j in producers.get(value, [])}
+        for value in dict.fromkeys(candidates[k].inputs):
+            if value not in available:
+                consumers.setdefault(value, []).append(k)
+    aggregated = sorted(v for v, ks in consumers.items() if len(producers.get(v, [])) * len(ks) > AGGREGATE_OVER)
+    computed = {v: n + i for i, v in enumerate(aggregated)}
+    if aggregated:
+        highs.addVars(len(aggregated), np.zeros(len(aggregated)), np.ones(len(aggregated)))
+    for value, ks in consumers.items():
+        sources = {column[j]: 1.0 for j in producers.get(value, [])}
+        if value in computed:
+            add_row(0.0, infinity, {**sources, computed[value]: -1.0})
+        for k in ks:
+            entries = {computed[value]: 1.0} if value in computed else dict(sources)
             entries[column[k]] = entries.get(column[k], 0.0) - 1.0
             add_row(0.0, infinity, entries)
 
     if warm_start:
         solution = highspy.HighsSolution()
-        values = np.zeros(n)
+        values = np.zeros(n + len(aggregated))
         for k in warm_start:
             if k in column:
                 values[column[k]] = 1.0
+                for value in candidates[k].outputs:
+                    if value in computed:
+                        values[computed[value]] = 1.0
         solution.col_value = list(values)
         highs.setSolution(solution)
 
