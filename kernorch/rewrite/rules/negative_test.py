@@ -118,6 +118,12 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                         b, "pow", "x", "y"))),
                     ("an exponent that broadcasts", lambda: build({"x": (4,)}, lambda b: emit(
                         b, "pow", "x", const(b, np.full((3, 4), 2.0)))))],
+    "tanh-plus-one": [("another constant", lambda: build({"x": (4,)}, lambda b: emit(
+                          b, "add", emit(b, "tanh", "x"), const(b, 2.0)))),
+                      ("a tanh used elsewhere too", lambda: build({"x": (4,)}, lambda b: (lambda t: emit(
+                          b, "mul", emit(b, "add", t, const(b, 1.0)), t))(emit(b, "tanh", "x")))),
+                      ("a one that broadcasts", lambda: build({"x": (4,)}, lambda b: emit(
+                          b, "add", emit(b, "tanh", "x"), const(b, np.ones((3, 4))))))],
     "separate-resize-axes": [
         ("one axis only", lambda: build({"a": (1, 2, 3, 4)}, lambda b: emit(
             b, "resize", "a", sizes=(1, 2, 3, 8), scales=(1.0, 1.0, 1.0, 2.0), mode="linear",
