@@ -24,6 +24,7 @@ _FLOAT_SUFFIX = {"float32": "f", "float64": ""}
 PRELUDE = """#include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 /* 8-float vectors through the compiler's vector extension, not <immintrin.h>: that header alone costs 0.36 s of

@@ -22,7 +22,8 @@ from kernorch.machine import isa_digest
 from kernorch.options import cache_root, writable_dir
 
 # -fno-math-errno and -fno-trapping-math let floor/sqrt vectorize; unlike -ffast-math they keep NaN/inf semantics.
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math")
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
+          "-Werror=implicit-function-declaration")  # a call without a prototype is a codegen bug, never a guess
 
 
 class CompileError(KernorchError):
