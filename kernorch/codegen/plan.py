@@ -47,6 +47,7 @@ class NativePlan:
     backends: tuple[str, ...]  # per kernel: "c", "library", "view" or "reference" (run by Python)
     uses_onednn: bool
     units: tuple[Unit, ...] = ()  # with tasks: what an rProgram schedules, in plan order
+    tasks: bool = False  # rendered with its rTask variants and region runner (an rProgram can run it)
 
     @property
     def native(self) -> tuple[bool, ...]:
@@ -186,7 +187,8 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         "",
     ]
     units = tuple(call.unit for call in unit_calls) if tasks else ()
-    return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn, units)
+    return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn, units,
+                      tasks)
 
 
 def _backend(kernel: CandidateKernel) -> str:

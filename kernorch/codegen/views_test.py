@@ -113,7 +113,7 @@ def test_a_concat_is_placed_inside_its_output_when_the_plan_allows(piece_is_view
     assert np.shares_memory(executor.buffers["a"], executor.buffers["c"]) == placed
     if twice:  # a is placed in c; the second concat copies it
         assert executor.backends[graph.nodes.index(graph.nodes[-2])] == "c"
-    assert executor.source == generate_source(kernels)[0]  # a saved plan regenerates the same code
+    assert tuple(executor.backends) == generate_source(kernels)[1].backends  # a saved plan regenerates the same code
     x = np.random.default_rng(1).standard_normal((1, 2, 3)).astype(np.float32)
     expected = run_reference(graph, {"x": x})
     for name, value in executor({"x": x}).items():

@@ -52,7 +52,8 @@ def save_model(model: CompiledModel, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     graph = model.graph
     (target / "weights.npz").write_bytes(constants_npz(graph))
-    (target / "kernels.c").write_text(model.executor.source)
+    # with its rTasks whatever runtime the model ran in: what a load regenerates and compares it with
+    (target / "kernels.c").write_text(generate_source(model.kernels)[0])
     stale = target / "kernels.so"  # written by older versions; never read, so never left behind to mislead
     if stale.is_file():
         stale.unlink()

@@ -132,23 +132,31 @@ class PlanExecutor:
                     self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
         for name in views:  # after every buffer of its own exists; a chain resolves through its sources
             self._view_buffer(name, views)
-        self.plan = render_plan(PLAN_PREFIX, kernels, self.backends, tasks=True)
+        self.cache_dir = cache_dir
+        self._views = views
+        self.runtime = runtime
+        self.rprogram: RProgramRunner | None = None
+        # Kernel by kernel, the plan is compiled without its rTask variants (half the code: a compile takes half
+        # the time); they are compiled when an rProgram is first built.
+        self._compile(tasks=runtime == "rprogram")
+        if runtime == "rprogram":
+            self.build_rprogram()
+
+    def _compile(self, tasks: bool) -> None:
+        """Render and compile the plan (with its rTasks or not) and bind every buffer to the new library."""
+        self.plan = render_plan(PLAN_PREFIX, self.kernels, self.backends, tasks=tasks)
         self.source = self.plan.source
         self.library: NativeLibrary | None = None
         self.library_path: Path | None = None
         if any(self.plan.native):
-            self.library_path = compile_source(self.source, cache_dir)
+            self.library_path = compile_source(self.source, self.cache_dir)
             table = (ctypes.c_void_p * max(len(self.plan.slots), 1))()
             for value, slot in self.plan.slots.items():
                 table[slot] = self.buffers[value].ctypes.data
-            self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, threads)
+            self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, self.threads)
         self.steps = self._steps()
-        self._input_slots, self._output_slots = self._bindable(views)
-        self.runtime = runtime
-        self.rprogram: RProgramRunner | None = None
+        self._input_slots, self._output_slots = self._bindable(self._views)
         self._launchers: dict[int, Launcher] = {}  # single kernels: timed in place, or run outside rProgram regions
-        if runtime == "rprogram":
-            self.build_rprogram()
 
     def build_rprogram(self, feeds: Mapping[str, np.ndarray] | None = None) -> RProgramRunner:
         """Calibrate the plan's units in place (on `feeds`, else on whatever the input buffers hold), schedule
@@ -163,6 +171,8 @@ class PlanExecutor:
         return runner
 
     def _rprogram_runner(self) -> RProgramRunner:
+        if not self.plan.tasks:  # compiled kernel by kernel until now
+            self._compile(tasks=True)
         units = self.plan.units
         reads: list[list[tuple[int, int]]] = []
         writes: list[list[tuple[int, int]]] = []

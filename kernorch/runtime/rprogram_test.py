@@ -42,6 +42,19 @@ def branchy() -> tuple[object, dict[str, np.ndarray], np.ndarray]:
     return compiled, feeds, run_onnxruntime(model, feeds)["output"]
 
 
+def test_a_plan_run_kernel_by_kernel_compiles_its_rtasks_when_an_rprogram_is_built() -> None:
+    graph, plan, feeds, expected = random_case(7, 5)
+    executor = PlanExecutor(graph, plan)
+    assert not executor.plan.tasks and "_task(" not in executor.source  # half the code to compile
+    before = executor(feeds)
+    executor.build_rprogram(feeds)
+    executor.runtime = "rprogram"
+    assert executor.plan.tasks and "_task(" in executor.source
+    for name, value in expected.items():
+        np.testing.assert_allclose(before[name], value, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(executor(feeds)[name], value, rtol=1e-4, atol=1e-5)
+
+
 def test_branchy_model_runs_branches_side_by_side(branchy: tuple) -> None:
     compiled, feeds, expected = branchy
     executor = compiled.executor
