@@ -137,4 +137,3 @@ def test_one_plus_tanh_is_twice_a_sigmoid(shape: tuple[int, ...], constant_first
     rewritten, fired = rewrite_with(graph, "tanh-plus-one")
     assert sorted(prims(rewritten)) == ["mul", "mul", "sigmoid"] and fired == ["tanh-plus-one"]
     assert_equivalent(graph, rewritten)
-
