@@ -118,4 +118,3 @@ def _measure(cache_dir: Path | None, threads: int) -> MemoryLevels:
     levels = [MemoryLevel("L2", l2, max(private, cached, dram)), MemoryLevel("L3", l3, max(cached, dram)),
               MemoryLevel("DRAM", 1 << 62, dram)]  # a level is never priced slower than the one below it
     return MemoryLevels(tuple(levels), max(dispatch, 1e-7))
-

@@ -143,5 +143,3 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
     if isinstance(built_on, dict) and built_on.get("isa_digest") != isa_digest():
         model.metadata = {**metadata, "rebuilt_for_this_cpu": True}
     return model
-
-
