@@ -206,6 +206,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     for i, s in enumerate(result.subgraphs):
         print(f"{i:>3} {s.first_node:>5} {s.primitives:>5} {s.states:>6} {s.candidates:>6} {s.solve_seconds:>8.3f}  "
               f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}"
+              + (f" (the BLP of #{s.same_as}: its solution reused)" if s.same_as is not None else "")
               + ("  [candidate cap hit: optimal over the enumerated candidates only]" if s.candidates_capped else ""))
     plan, greedy = result.plan, result.greedy_plan
     print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; "

@@ -46,6 +46,23 @@ class BlpResult:
 AGGREGATE_OVER = 400
 
 
+def instance_key(candidates: list[CandidateKernel], costs: list[float], required: set[str],
+                 available: set[str]) -> tuple[object, ...]:
+    """What `solve_blp` sees of an instance, with values renamed by first appearance: two subgraphs with the same
+    key are the same BLP (same candidates reading and writing the same positions, same costs, same required and
+    available values), so one's optimal selection is the other's. A transformer's layers are such twins."""
+    labels: dict[str, int] = {}
+
+    def label(value: str) -> int:
+        return labels.setdefault(value, len(labels))
+
+    shapes = tuple((tuple(label(v) for v in k.inputs), tuple(label(v) for v in k.outputs), cost)
+                   for k, cost in zip(candidates, costs, strict=True))  # fmt: skip
+    wanted = tuple(sorted(label(v) for v in required if v not in available))
+    present = tuple(sorted(i for v, i in labels.items() if v in available))
+    return shapes, wanted, present
+
+
 def solve_blp(
     candidates: list[CandidateKernel],
     costs: list[float],

@@ -20,7 +20,7 @@ from kernorch.ir.plan import PlanError, executable_order, validate_plan
 from kernorch.ir.types import TensorType
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate import blp
-from kernorch.orchestrate.blp import solve_blp
+from kernorch.orchestrate.blp import instance_key, solve_blp
 from kernorch.orchestrate.candidates import enumerate_candidates
 from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.subgraph import Subgraph, build_subgraphs
@@ -230,3 +230,33 @@ def test_costs_are_never_infinite_in_the_model() -> None:
     result = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
     assert all(len(kernels[k].nodes) == 1 for k in result.chosen)
     assert np.isfinite(result.cost)
+
+
+def _renamed(graph: Graph, prefix: str) -> Graph:
+    def name(value: str) -> str:
+        return prefix + value
+
+    return Graph(inputs=[name(v) for v in graph.inputs], outputs=[name(v) for v in graph.outputs],
+                 nodes=[Node(n.prim, tuple(map(name, n.inputs)), tuple(map(name, n.outputs))) for n in graph.nodes],
+                 types={name(v): t for v, t in graph.types.items()})  # fmt: skip
+
+
+def test_an_instance_renamed_has_the_same_key_and_its_solution_by_position_is_optimal_there() -> None:
+    rng = random.Random(7)
+    graph = random_dag(rng, 7)
+    twin = _renamed(graph, "layer2.")
+    limits = OrchestrationLimits(max_kernel_size=4)
+    kernels, required = candidates_for(graph, limits)
+    twin_kernels, twin_required = candidates_for(twin, limits)
+    costs = [rng.uniform(1, 10) for _ in kernels]
+    key = instance_key(kernels, costs, required, set(graph.inputs))
+    assert instance_key(twin_kernels, costs, twin_required, set(twin.inputs)) == key
+    result = solve_blp(kernels, costs, required, set(graph.inputs), time_limit=30)
+    reused = [twin_kernels[k] for k in result.chosen]
+    validate_plan(twin, reused)
+    assert result.cost == pytest.approx(oracle(twin_kernels, costs, twin_required, set(twin.inputs)), rel=1e-9)
+    # anything the solver sees differently is another instance
+    assert instance_key(kernels, [*costs[:-1], costs[-1] * 2], required, set(graph.inputs)) != key
+    assert instance_key(kernels, costs, required, set()) != key
+    assert instance_key(kernels, costs, required | {graph.nodes[0].outputs[0]}, set(graph.inputs)) != key
+    assert instance_key(kernels[:-1], costs[:-1], required, set(graph.inputs)) != key

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernorch.cost.model import CostModel
@@ -13,7 +13,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.plan import Plan, executable_order, validate_plan
 from kernorch.options import OrchestrationLimits
-from kernorch.orchestrate.blp import solve_blp
+from kernorch.orchestrate.blp import BlpResult, instance_key, solve_blp
 from kernorch.orchestrate.candidates import Rejection, enumerate_candidates
 from kernorch.orchestrate.greedy import greedy_kernels
 from kernorch.orchestrate.pruning import LinearEpilogues
@@ -38,6 +38,7 @@ class SubgraphReport:
     enumerate_seconds: float
     candidates_capped: bool
     rejected_counts: dict[str, int] = field(default_factory=dict)
+    same_as: int | None = None  # an earlier subgraph whose BLP instance this is: its solution was reused
 
 
 @dataclass
@@ -66,7 +67,7 @@ class OrchestrationResult:
                 {"primitives": s.primitives, "states": s.states, "candidates": s.candidates,
                  "solve_seconds": round(s.solve_seconds, 4), "status": s.status, "gap": s.gap,
                  "lazy_cuts": s.lazy_cuts, "cost": s.cost, "greedy_cost": s.greedy_cost,
-                 "candidates_capped": s.candidates_capped}
+                 "candidates_capped": s.candidates_capped, "same_as": s.same_as}
                 for s in self.subgraphs
             ],
             "plan_cost": self.plan.cost,
@@ -117,6 +118,7 @@ def orchestrate(
     reports: list[SubgraphReport] = []
     rejected: list[Rejection] = []
     subgraphs = plan_subgraphs(graph, limits)
+    solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
         candidates = enumerate_candidates(sub, limits, epilogues)
@@ -145,7 +147,13 @@ def orchestrate(
                     if candidates.rejected_counts["backend"] <= 200:
                         rejected.append(Rejection(kernel.nodes, "backend", reason))
         enumerate_seconds = time.perf_counter() - enumerate_started
-        result = solve_blp(kernels, costs, sub.required_outputs, available, limits.solver_time_limit, greedy_ids)
+        key = instance_key(kernels, costs, sub.required_outputs, available)
+        same_as, result = solved.get(key, (None, None))
+        if result is None:
+            result = solve_blp(kernels, costs, sub.required_outputs, available, limits.solver_time_limit, greedy_ids)
+            solved[key] = (len(reports), result)
+        else:  # the same instance as an earlier subgraph's: its selection, by position, is optimal here too
+            result = replace(result, solve_seconds=0.0)
         greedy_order, stuck = executable_order(greedy, available)
         assert not stuck, "greedy kernels must be executable"
         greedy_plan.extend(greedy[i] for i in greedy_order)
@@ -158,7 +166,7 @@ def orchestrate(
             node_sets=candidates.node_sets, solve_seconds=result.solve_seconds, status=result.status,
             optimal=result.optimal, gap=result.gap, lazy_cuts=result.lazy_cuts, cost=result.cost,
             greedy_cost=sum(costs[i] for i in greedy_ids), enumerate_seconds=enumerate_seconds,
-            candidates_capped=candidates.capped, rejected_counts=dict(candidates.rejected_counts),
+            candidates_capped=candidates.capped, rejected_counts=dict(candidates.rejected_counts), same_as=same_as,
         ))  # fmt: skip
     validate_plan(graph, plan_kernels)
     validate_plan(graph, greedy_plan)

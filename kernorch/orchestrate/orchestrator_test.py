@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kernorch.codegen.backends import choose_backend
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
 from kernorch.fission import fission
 from kernorch.frontend import import_model
+from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
-from kernorch.orchestrate import OrchestrationLimits, orchestrate, validate_plan
+from kernorch.ir.types import TensorType
+from kernorch.orchestrate import OrchestrationLimits, orchestrate, orchestrator, validate_plan
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
 
 COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["a100"]))
@@ -108,3 +112,26 @@ def test_a_screened_candidate_is_never_priced_and_is_rejected_with_the_reason() 
     assert result.plan.cost <= result.greedy_plan.cost * (1 + 1e-9)
     unscreened = orchestrate(graph, COST)
     assert unscreened.plan.cost <= result.plan.cost * (1 + 1e-9)  # screening only removes choices
+
+
+def test_a_subgraph_that_repeats_an_earlier_blp_reuses_its_solution_and_the_plan_is_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    graph = Graph(inputs=["x"], types={"x": TensorType((64, 64), "float32")})
+    value = "x"
+    for block in range(4):  # four identical blocks x -> exp -> add(x) -> tanh -> mul(exp): twins after layer 0
+        names = [f"b{block}_{i}" for i in range(4)]
+        graph.nodes += [Node("exp", (value,), (names[0],)), Node("add", (names[0], value), (names[1],)),
+                        Node("tanh", (names[1],), (names[2],)), Node("mul", (names[2], names[0]), (names[3],))]
+        graph.types.update({n: graph.types["x"] for n in names})
+        value = names[3]
+    graph.outputs = [value]
+    limits = OrchestrationLimits(max_subgraph_size=4)
+    result = orchestrate(graph, COST, limits)
+    assert [s.same_as for s in result.subgraphs] == [None, 0, 0, 0]
+    assert [s["same_as"] for s in result.to_json()["subgraphs"]] == [None, 0, 0, 0]
+    validate_plan(graph, result.plan.kernels)
+    monkeypatch.setattr(orchestrator, "instance_key", lambda *_: object())  # every instance solved afresh
+    fresh = orchestrate(graph, COST, limits)
+    assert all(s.same_as is None for s in fresh.subgraphs)
+    assert result.plan.cost == pytest.approx(fresh.plan.cost, rel=1e-12)
+    assert result.all_optimal and fresh.all_optimal
