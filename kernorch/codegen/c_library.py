@@ -43,6 +43,39 @@ def _array(name: str, values: tuple[int, ...]) -> str:
     return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
 
 
+def padded_pitch(rows: int, columns: int) -> int | None:
+    """The row pitch (elements) kernorch gives a constant matmul weight that oneDNN keeps in a plain layout, or
+    None to keep it dense. oneDNN 3.2's plain-layout sgemm (what it runs without AVX-512) slows 1.5-2x when
+    the weights' rows are a multiple of 64 bytes apart (measured on Zen 3, 2 threads: [128,384]x[384,1536]
+    1355 -> 870 us, [128,256]x[256,1024] 831 -> 445 us with 16 more floats per row; no shape of the shared
+    models got slower): rows 64 bytes further apart no longer collide in the same cache sets while it
+    packs them. A matrix-vector product (few rows) reads each weight once either way: kept dense."""
+    return columns + 16 if rows >= 32 and columns >= 128 and columns % 16 == 0 else None
+
+
+def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
+    """C that re-creates the matmul primitive with weights rows `pitch` elements apart when oneDNN chose the
+    dense plain layout for them (it packs them itself otherwise, e.g. blocked for brgemm on AVX-512); the
+    reorder below then packs the weights into that padded layout once."""
+    dims = call.weights.dims
+    dense = [1] * len(dims)
+    padded = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        dense[i] = dense[i + 1] * dims[i + 1]
+        padded[i] = pitch if i == len(dims) - 2 else padded[i + 1] * dims[i + 1]
+    return [_array("s_dense", tuple(dense)), _array("s_padded", tuple(padded)),
+            f"    KO_CHECK(ko_md(&md_dense, {len(dims)}, d1, s_dense));",
+            "    if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), md_dense)) {",
+            "        dnnl_primitive_desc_t padded_pd = NULL;",
+            f"        KO_CHECK(ko_md(&md_padded, {len(dims)}, d1, s_padded));",
+            f"        if (dnnl_matmul_primitive_desc_create(&padded_pd, engine, md[0], md_padded, {bias_md}, md[2], "
+            "attr) == dnnl_success) {",
+            "            dnnl_primitive_desc_destroy(pd);",
+            "            pd = padded_pd;",
+            "        }",
+            "    }"]  # fmt: skip
+
+
 def library_implementation(call: LibraryCall) -> str:
     """Which code runs `call`, for `kernorch explain`."""
     return "oneDNN" if direct_conv_rejection(call) else "direct C convolution (few output channels)"
@@ -75,7 +108,7 @@ def render_library_call(name: str, call: LibraryCall) -> str:
              f'    static const char ko_where[] = "{name}";',
              f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
              "    dnnl_memory_desc_t md[16] = {0};",
-             "    dnnl_memory_desc_t md_any = NULL;",
+             "    dnnl_memory_desc_t md_any = NULL, md_dense = NULL, md_padded = NULL;",
              "    dnnl_primitive_attr_t attr = NULL;",
              "    dnnl_post_ops_t ops = NULL;",
              "    dnnl_primitive_desc_t pd = NULL, reorder_pd = NULL;",
@@ -117,6 +150,9 @@ def render_library_call(name: str, call: LibraryCall) -> str:
         algorithm = "dnnl_convolution_direct" if call.op == "convolution" else "dnnl_deconvolution_direct"
         lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, md[0], "
                      f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
+    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) if call.op == "matmul" else None
+    if call.weights.constant and pitch is not None:
+        lines += _padded_weights(call, pitch, bias_md)
     lines.append("    KO_CHECK(dnnl_primitive_create(&s->prim, pd));")
     # weights: constant ones are reordered once into the layout the primitive chose
     if call.weights.constant:
@@ -149,6 +185,8 @@ def render_library_call(name: str, call: LibraryCall) -> str:
               "fail:",
               "    for (int i = 0; i < 16; i++) if (md[i]) dnnl_memory_desc_destroy(md[i]);",
               "    if (md_any) dnnl_memory_desc_destroy(md_any);",
+              "    if (md_dense) dnnl_memory_desc_destroy(md_dense);",
+              "    if (md_padded) dnnl_memory_desc_destroy(md_padded);",
               "    if (user) dnnl_memory_destroy(user);",
               "    if (reorder) dnnl_primitive_destroy(reorder);",
               "    if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);",

@@ -408,6 +408,40 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same() -> None:
+    """Weights oneDNN keeps plain get rows 16 floats further apart (c_library.padded_pitch): a 2-D weight read
+    transposed with a bias, and a batched 3-D weight whose batch stride follows the padded pitch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.codegen.c_library import padded_pitch
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    assert padded_pitch(48, 144) == 160 and padded_pitch(1, 144) is None and padded_pitch(48, 100) is None
+    x, wt, bias = random_array((48, 40)), random_array((144, 40), seed=1), random_array((144,), seed=2)
+    xb, wb = random_array((2, 48, 40), seed=3), random_array((2, 40, 144), seed=4)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["wt"], ["w"], perm=[1, 0]), helper.make_node("MatMul", ["x", "w"], ["m"]),
+         helper.make_node("Add", ["m", "bias"], ["y"]), helper.make_node("MatMul", ["xb", "wb"], ["yb"])],
+        "mm_pitch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (48, 40)),
+         helper.make_tensor_value_info("xb", TensorProto.FLOAT, (2, 48, 40))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (48, 144)),
+         helper.make_tensor_value_info("yb", TensorProto.FLOAT, (2, 48, 144))],
+        [numpy_helper.from_array(wt, "wt"), numpy_helper.from_array(bias, "bias"), numpy_helper.from_array(wb, "wb")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic")
+    assert compiled.executor.backends == ["library", "library"]
+    source = compiled.executor.source
+    assert "s_padded[] = {160, 1}" in source and "s_padded[] = {6400, 160, 1}" in source
+    feeds = {"x": x, "xb": xb}
+    expected, actual = run_onnxruntime(model, feeds), compiled.run(feeds)
+    for name in ("y", "yb"):
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
     """Depthwise convs: generated C (a per-channel window reduction) on NCHW buffers, oneDNN channels-last."""
