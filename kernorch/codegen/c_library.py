@@ -39,6 +39,11 @@ _ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hards
 _DEFAULT_ALPHA = {"swish": 1.0, "soft_relu": 1.0}
 
 
+def _pointer(tensor: Tensor) -> str:
+    """The tensor's first element: its argument, or an offset into it (a strided view of a slice or split)."""
+    return f"(float *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
+
+
 def _array(name: str, values: tuple[int, ...]) -> str:
     return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
 
@@ -159,7 +164,7 @@ def render_library_call(name: str, call: LibraryCall) -> str:
         lines += ["    {",
                   "        const_dnnl_memory_desc_t chosen = "
                   "dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);",
-                  f"        KO_CHECK(dnnl_memory_create(&user, md[1], engine, a[{call.weights.slot}]));",
+                  f"        KO_CHECK(dnnl_memory_create(&user, md[1], engine, {_pointer(call.weights)}));",
                   "        if (dnnl_memory_desc_equal(chosen, md[1])) {",
                   "            s->mem[1] = user; user = NULL;",
                   "        } else {",
@@ -200,7 +205,7 @@ def render_library_call(name: str, call: LibraryCall) -> str:
               f"    {name}_state *s = ({name}_state *)state;"]  # fmt: skip
     for i, (_, tensor, packed) in enumerate(memories):
         if not packed:
-            lines.append(f"    if (dnnl_memory_set_data_handle(s->mem[{i}], a[{tensor.slot}]) != dnnl_success) "
+            lines.append(f"    if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) "
                          "return 1;")  # fmt: skip
     lines += [f"    return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;",
               "}", ""]  # fmt: skip

@@ -18,7 +18,8 @@ from kernorch.codegen.epilogue import Binary, Eltwise, Epilogue, EpilogueError, 
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
-from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind
+from kernorch.ir.strided import StridedView, row_major, strided_view
 
 LIBRARY_DTYPE = "float32"  # oneDNN's f32 primitives; other dtypes fall back to the reference
 ONEDNN_OP = {"conv": "convolution", "conv_transpose": "deconvolution", "matmul": "matmul"}
@@ -30,6 +31,7 @@ class Tensor:
     dims: tuple[int, ...]  # in oneDNN's order
     strides: tuple[int, ...]  # elements, one per dim
     constant: bool = False  # known when the plan is created: weights may be packed once
+    offset: int = 0  # elements into the buffer (a strided view of a slice or split, strided.py)
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,6 @@ class LibraryCall:
     epilogue: Epilogue | None = None
 
 
-def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
-    return tuple(strides)
-
-
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
     linear = [i for i in kernel.nodes if PRIMITIVES[kernel.graph.nodes[i].prim].kind == Kind.LINEAR]
     if len(linear) != 1:
@@ -61,21 +56,26 @@ def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
     return linear[0], kernel.graph.nodes[linear[0]]
 
 
-def operand_transposes(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str, str]:
-    """Matmul operands that are a last-two-axes transpose computed inside the kernel: operand → source."""
-    producers = {graph.nodes[i].outputs[0]: graph.nodes[i] for i in kernel.nodes}
-    swaps: dict[str, str] = {}
+def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str, StridedView]:
+    """Matmul operands computed inside the kernel by layout primitives only (strided.py): operand → its view.
+    Raises NotGeneratable when such a chain needs a copy or the kernel would have to write a value of it."""
+    views: dict[str, StridedView] = {}
     if node.prim != "matmul":
-        return swaps
-    for value in node.inputs:
-        producer = producers.get(value)
-        if producer is None:
+        return views
+    nodes = set(kernel.nodes)
+    for value in dict.fromkeys(node.inputs):
+        producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+        if producer is None or graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
             continue
-        rank = graph.types[value].rank
-        if producer.prim == "transpose" and rank >= 2 and \
-                tuple(producer.attr("perm")) == (*range(rank - 2), rank - 1, rank - 2):  # fmt: skip
-            swaps[value] = producer.inputs[0]
-    return swaps
+        view = strided_view(graph, nodes, value)
+        if view is None:
+            raise NotGeneratable(f"matmul operand {value}: its layout primitives are no strided view")
+        written = [out for i in view.nodes for out in graph.nodes[i].outputs if out in kernel.outputs]
+        if written:
+            raise NotGeneratable(f"matmul operand {value} is read through strides; the kernel cannot also write "
+                                 f"{written[0]}")
+        views[value] = view
+    return views
 
 
 def channel_axis(graph: Graph, node: Node) -> int:
@@ -91,8 +91,8 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     for value in (*node.inputs, *node.outputs):
         if graph.types[value].dtype != LIBRARY_DTYPE:
             raise NotGeneratable(f"library calls need {LIBRARY_DTYPE}, {value} is {graph.types[value].dtype}")
-    swaps = operand_transposes(graph, kernel, node)
-    absorbed = {i for i in kernel.nodes if graph.nodes[i].outputs[0] in swaps}
+    views = operand_views(graph, kernel, node)
+    absorbed = {i for view in views.values() for i in view.nodes}
     try:
         epilogue = compile_epilogue(graph, index, kernel.nodes, kernel.outputs, channel_axis(graph, node), absorbed)
     except EpilogueError as error:
@@ -100,7 +100,7 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
     out_shape = graph.types[node.outputs[0]].shape
     if node.prim == "matmul":
-        call = _matmul(graph, node, swaps, slots, epilogue)
+        call = _matmul(graph, node, views, slots, epilogue)
     else:
         call = _convolution(graph, node, slots, epilogue)
     to_dnnl = _dnnl_order(node, len(out_shape))
@@ -182,7 +182,7 @@ def _convolution(graph: Graph, node: Node, slots: dict[str, int], epilogue: Epil
                        epilogue=epilogue)  # fmt: skip
 
 
-def _matmul(graph: Graph, node: Node, swaps: dict[str, str], slots: dict[str, int],
+def _matmul(graph: Graph, node: Node, views: dict[str, StridedView], slots: dict[str, int],
             epilogue: Epilogue) -> LibraryCall:  # fmt: skip
     a, b = node.inputs
     a_shape, b_shape = graph.types[a].shape, graph.types[b].shape
@@ -197,17 +197,22 @@ def _matmul(graph: Graph, node: Node, swaps: dict[str, str], slots: dict[str, in
     dst_dims = (*batch, a_shape[-2], b_shape[-1])
 
     def operand(value: str, shape: tuple[int, ...]) -> Tensor:
-        source = swaps.get(value, value)
-        if value in swaps:  # the buffer holds the untransposed matrix: swap the last two strides
-            stored = (*shape[:-2], shape[-1], shape[-2])
-            strides = row_major(stored)
-            strides = (*strides[:-2], strides[-1], strides[-2])
-        else:
-            strides = row_major(shape)
-        return Tensor(slots[source], shape, strides, source in graph.constants)
+        view = views.get(value)
+        if view is None:
+            return Tensor(slots[value], shape, row_major(shape), value in graph.constants)
+        if len(view.shape) < 2:
+            raise NotGeneratable(f"matmul operand {value}: a 1-D strided view")
+        extent = max(s * n for s, n in zip(view.strides, view.shape, strict=True))
+        strides = (extent,) * (len(shape) - len(view.shape)) + view.strides  # leading size-1 batch axes
+        return Tensor(slots[view.source], shape, strides, view.source in graph.constants, view.offset)
 
     return LibraryCall("matmul", operand(a, a_shape), operand(b, b_shape), None,
                        Tensor(slots[epilogue.output], dst_dims, row_major(dst_dims)), epilogue=epilogue)  # fmt: skip
+
+
+def _operand_summary(graph: Graph, view: StridedView) -> str:
+    prims = [graph.nodes[i].prim for i in view.nodes]
+    return "transposed operand" if prims == ["transpose"] else f"strided operand ({' → '.join(prims)})"
 
 
 def absorbed_summary(kernel: CandidateKernel) -> str | None:
@@ -221,7 +226,7 @@ def absorbed_summary(kernel: CandidateKernel) -> str | None:
     _, node = linear_node(kernel)
     epilogue = call.epilogue
     assert epilogue is not None
-    parts = ["transposed operand"] * (len(kernel.nodes) - 1 - len(epilogue.absorbed))
+    parts = [_operand_summary(kernel.graph, view) for view in operand_views(kernel.graph, kernel, node).values()]
     parts += ["bias"] if epilogue.bias else []
     parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
     layout = " (channels-last)" if node.attr("channels_last", False) else ""

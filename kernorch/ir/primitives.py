@@ -325,6 +325,11 @@ def _concat_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
     return [TensorType(tuple(shape), _same_dtype(types))]
 
 
+# Layout primitives whose (one) output re-indexes the elements of their first input affinely for some shapes:
+# a chain of them can be read through strides instead of copied (ir/strided.py decides when).
+STRIDED_VIEW_PRIMS = frozenset({"transpose", "reshape", "slice", "split"})
+
+
 _register("concat", Kind.LAYOUT, _concat_infer,
           lambda inputs, attrs: [np.concatenate(inputs, axis=attrs["axis"])], "join along `axis`")  # fmt: skip
 

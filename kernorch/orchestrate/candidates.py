@@ -57,11 +57,14 @@ def output_sets(sub: Subgraph, mask: int, epilogues: LinearEpilogues,
     consumed_outside: set[str] = set()
     for i in iter_bits(outside_mask):
         consumed_outside.update(graph.nodes[sub.node_ids[i]].inputs)
-    produced = [v for node in members for v in graph.nodes[node].outputs]
+    linear = [n for n in members if PRIMITIVES[graph.nodes[n].prim].kind == Kind.LINEAR]
+    # a library call reads its operand views through strides: their values are never written, so another
+    # kernel (which may repeat the same views) provides them where they are needed outside
+    read_through = epilogues.operand_views(linear[0]) if linear else set()
+    produced = [v for node in members if node not in read_through for v in graph.nodes[node].outputs]
     boundary = [v for v in produced if v in sub.required_outputs or v in consumed_outside]
     mandatory = [v for v in boundary if v not in consumed_inside]
     optional = [v for v in boundary if v in consumed_inside]
-    linear = [n for n in members if PRIMITIVES[graph.nodes[n].prim].kind == Kind.LINEAR]
     if linear and (len(mandatory) > 1 or optional):
         # a library call writes only its final value: everything else exists only inside the call
         trapped = (optional or mandatory[:-1])[0]

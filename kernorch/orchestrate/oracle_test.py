@@ -3,9 +3,9 @@
 The oracle enumerates kernels from the definitions (Korch §4.1) by brute force over node subsets: connected
 convex node sets within the size limit, and for each every output set that holds the values needed
 outside it (required outputs, values other nodes read) plus any subset of those also consumed inside. The
-library-call rules come from their specification: one linear primitive per kernel, joined only by matmul
-operand transposes and elementwise primitives downstream of it that keep its shape, and then writing a
-single value. Each kernel costs a pseudo-random function of (node set, output set), the same for both
+library-call rules come from their specification: one linear primitive per kernel, joined only by the layout
+primitives an operand of a matmul is computed by (read through strides: their values are never written)
+and elementwise primitives downstream of it that keep its shape, and then writing a single value. Each kernel costs a pseudo-random function of (node set, output set), the same for both
 sides. Dijkstra over sets of available values gives the cheapest executable selection.
 
 The DAGs mix elementwise, reduction, layout and linear primitives on several shapes, with constants, and
@@ -120,11 +120,12 @@ def oracle_kernels(graph: Graph, node_ids: list[int], required: set[str]) -> lis
                 allowed = {i for i in descendants[root] if graph.nodes[i].prim in ("exp", "add", "sub") and
                            graph.types[graph.nodes[i].outputs[0]].shape == out_shape and
                            _elementwise_path(graph, root, i, out_shape)}  # fmt: skip
-                allowed |= {i for i in chosen if graph.nodes[i].prim == "transpose" and
-                            graph.nodes[i].outputs[0] in graph.nodes[root].inputs}  # fmt: skip
+                operand_views = _layout_chains(graph, root)
+                allowed |= operand_views & chosen
                 if not (chosen - {root}) <= allowed:
                     continue
-            produced = [o for i in sorted(chosen) for o in graph.nodes[i].outputs]
+            read_through = operand_views if linear else set()  # read through strides, never written
+            produced = [o for i in sorted(chosen) if i not in read_through for o in graph.nodes[i].outputs]
             inside = {v for i in chosen for v in graph.nodes[i].inputs}
             outside = {v for j in node_ids if j not in chosen for v in graph.nodes[j].inputs}
             boundary = [v for v in produced if v in required or v in outside]
@@ -139,6 +140,20 @@ def oracle_kernels(graph: Graph, node_ids: list[int], required: set[str]) -> lis
                         continue  # a library call writes only its final value
                     kernels.append((frozenset(chosen), outputs))
     return kernels
+
+
+def _layout_chains(graph: Graph, root: int) -> set[int]:
+    """Layout primitives from which the matmul `root` reads an operand through layout primitives only."""
+    producers = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs}
+    found: set[int] = set()
+    stack = [producers[v] for v in graph.nodes[root].inputs if v in producers]
+    while stack:
+        node = stack.pop()
+        if node in found or graph.nodes[node].prim not in ("transpose", "reshape", "slice", "split"):
+            continue
+        found.add(node)
+        stack.extend(producers[v] for v in graph.nodes[node].inputs if v in producers)
+    return found
 
 
 def _elementwise_path(graph: Graph, root: int, target: int, shape: tuple[int, ...]) -> bool:

@@ -4,8 +4,8 @@ A monotone rule, once violated by a node set, is violated by every superset, so 
 growing that set (all rules below are monotone; a non-monotone rule would only reject the set itself).
 Kernels are connected by construction: the enumeration grows sets through data edges only.
 
-The rules encode what the backends can generate: a library call (matmul/conv) takes at most a
-transposed operand and a bias; opaque primitives run alone; kernels have a maximum size.
+The rules encode what the backends can generate: a library call (matmul/conv) takes operands read
+through strides and an epilogue; opaque primitives run alone; kernels have a maximum size.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kernorch.ir.graph import Graph
-from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.subgraph import Subgraph, iter_bits
 
@@ -24,7 +24,8 @@ class LinearEpilogues:
     """What each linear primitive may absorb into its library call (Korch §5: compute-intensive kernels go to
     vendor libraries with what they can fuse):
 
-    - matmul operand transposes of the last two axes: consumed through strides, no copy;
+    - matmul operands computed by layout primitives (transposes, reshapes, slices, splits): read through
+      strides, no copy;
     - an epilogue: elementwise primitives downstream of the linear output that keep its shape (bias,
       per-channel scale and shift, activations, a residual add), which become post-ops of the call.
       Whether a particular set compiles to post-ops is the backend's decision (codegen/epilogue.py); a set
@@ -47,21 +48,21 @@ class LinearEpilogues:
     def _producers(self) -> dict[str, int]:
         return {out: i for i, node in enumerate(self.graph.nodes) for out in node.outputs}
 
-    def transposed_operands(self, linear: int) -> set[int]:
-        """Transposes swapping the last two axes of a matmul operand: consumed through strides, no copy."""
+    def operand_views(self, linear: int) -> set[int]:
+        """Layout primitives (transpose, reshape, slice, split) computing a matmul operand from a buffer: read
+        through strides, no copy, when the chain is a strided view (ir/strided.py decides; a chain that
+        is not costs infinity with the reason)."""
         node = self.graph.nodes[linear]
         found: set[int] = set()
         if node.prim != "matmul":
             return found
-        for value in node.inputs:
-            producer = self._producers.get(value)
-            if producer is None:
+        frontier = list(node.inputs)
+        while frontier:
+            producer = self._producers.get(frontier.pop())
+            if producer is None or producer in found or self.graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
                 continue
-            candidate = self.graph.nodes[producer]
-            rank = self.graph.types[value].rank
-            if candidate.prim == "transpose" and rank >= 2 and \
-                    tuple(candidate.attr("perm")) == (*range(rank - 2), rank - 1, rank - 2):  # fmt: skip
-                found.add(producer)
+            found.add(producer)
+            frontier.append(self.graph.nodes[producer].inputs[0])
         return found
 
     def epilogue_reach(self, linear: int) -> set[int]:
@@ -84,7 +85,7 @@ class LinearEpilogues:
 
     def companions(self, linear: int) -> frozenset[int]:
         if linear not in self._companions:
-            self._companions[linear] = frozenset(self.transposed_operands(linear) | self.epilogue_reach(linear))
+            self._companions[linear] = frozenset(self.operand_views(linear) | self.epilogue_reach(linear))
         return self._companions[linear]
 
 
@@ -128,7 +129,7 @@ def _linear_epilogue(sub: Subgraph, mask: int, limits: OrchestrationLimits, epil
         if node not in allowed:
             name = sub.graph.nodes[linear[0]].prim
             return (f"{name} fused with {sub.graph.nodes[node].prim}: a library call absorbs only operand "
-                    "transposes and elementwise primitives after it that keep its output shape")  # fmt: skip
+                    "views and elementwise primitives after it that keep its output shape")  # fmt: skip
     return None
 
 

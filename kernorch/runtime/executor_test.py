@@ -408,6 +408,48 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> None:
+    """split → reshape → transpose of a fused QKV projection (gpt2's attention) is no copy: each attention
+    matmul reads its heads straight out of the projection's output, at an offset and with row stride 3·H·D."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.codegen.library import absorbed_summary
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    seq, heads, dim = 40, 2, 24
+    x, w = random_array((seq, 32)), random_array((32, 3 * heads * dim), seed=1)
+    qkv = [f"{n}" for n in ("q", "k", "v")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Split", ["p", "sizes"], [f"{n}2" for n in qkv], axis=1)]
+    for n in qkv:
+        nodes.append(helper.make_node("Reshape", [f"{n}2", "heads"], [f"{n}3"]))
+    nodes += [helper.make_node("Transpose", ["q3"], ["q4"], perm=[1, 0, 2]),
+              helper.make_node("Transpose", ["k3"], ["k4"], perm=[1, 2, 0]),
+              helper.make_node("Transpose", ["v3"], ["v4"], perm=[1, 0, 2]),
+              helper.make_node("MatMul", ["q4", "k4"], ["s"]), helper.make_node("Softmax", ["s"], ["a"], axis=-1),
+              helper.make_node("MatMul", ["a", "v4"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qkv_views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (seq, 32))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (heads, seq, dim))],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([heads * dim] * 3, np.int64), "sizes"),
+         numpy_helper.from_array(np.array([seq, heads, dim], np.int64), "heads")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic")
+    summaries = [absorbed_summary(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+                 if b == "library"]  # fmt: skip
+    # the split became a slice per piece (rewrite split-to-slices), each read by its matmul through strides
+    assert sum((s or "").count("strided operand (slice → reshape → transpose") for s in summaries) == 3, summaries
+    assert all(b in ("library", "c", "view") for b in compiled.executor.backends)
+    layout_kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+                      if b == "c" and all(n.prim in ("split", "reshape", "transpose") for n in k.primitives)]
+    assert not layout_kernels, [k.describe() for k in layout_kernels]  # no copy of q, k or v
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+
+
 def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same() -> None:
     """Weights oneDNN keeps plain get rows 16 floats further apart (c_library.padded_pitch): a 2-D weight read
     transposed with a bias, and a batched 3-D weight whose batch stride follows the padded pitch."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.ir.graph import Node
+from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
+from kernorch.ir.strided import strided_view
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 from kernorch.rewrite.rules.common import channel_vector, swap_last_two
 
@@ -98,6 +100,43 @@ def split_of_split(ctx: RewriteContext) -> Replacement | None:
     kept = [*pieces[:piece], *pieces[piece + len(inner_sizes) :]]
     replacement.update({outer.outputs[i]: new for i, new in zip(others, kept, strict=True)})
     return replacement
+
+
+@rewrite_rule("split-to-slices", roots=["split"])
+def split_to_slices(ctx: RewriteContext) -> Replacement | None:
+    """A split into pieces that are not contiguous blocks, one of them read by a matmul through layout primitives
+    that are a strided view, is one slice per piece. The matmul then reads its piece through strides (no copy)
+    from a kernel holding the piece's own chain; with the split at the chain's root, that kernel would hold the
+    other pieces' source too and stop being convex wherever they feed the matmul's inputs (gpt2: v is split
+    from the projection q and k come from, and softmax(q kᵀ) feeds the matmul with v).
+
+    Where the orchestrator copies the pieces anyway, three slices cost what one split does plus two dispatches.
+    """
+    node = ctx.node
+    shape = ctx.type(node.inputs[0]).shape
+    axis = node.attr("axis")
+    if all(d == 1 for d in shape[:axis]) or not any(_strided_matmul_operand(ctx, p) for p in node.outputs):
+        return None  # contiguous pieces are views already (codegen/views.py)
+    replacement, start = {}, 0
+    for piece, size in zip(node.outputs, node.attr("sizes"), strict=True):
+        ranges = tuple((start, start + size, 1) if a == axis else (0, d, 1) for a, d in enumerate(shape))
+        replacement[piece] = ctx.emit("slice", node.inputs[0], ranges=ranges)
+        start += size
+    return replacement
+
+
+def _strided_matmul_operand(ctx: RewriteContext, piece: str) -> bool:
+    """A matmul reads `piece` through layout primitives that, with the split, are a strided view (ir/strided.py)."""
+    frontier = [(piece, frozenset({ctx.position}))]
+    while frontier:
+        value, chain = frontier.pop()
+        for position in ctx.consumer_positions(value):
+            user = ctx.graph.nodes[position]
+            if user.prim == "matmul" and strided_view(ctx.graph, set(chain), value) is not None:
+                return True
+            if user.prim in STRIDED_VIEW_PRIMS and len(chain) < 8:
+                frontier.extend((out, chain | {position}) for out in user.outputs)
+    return False
 
 
 @rewrite_rule("reshape-through-matmul", roots=["matmul"])

@@ -245,3 +245,22 @@ def test_pointwise_conv_of_resized_maps_runs_before_the_resizes(mode: str, plain
     assert sorted(prims(rewritten)) == sorted([*expected, "add"])
     assert all(node.attr("sizes")[1] == 5 for node in rewritten.nodes if node.prim == "resize")
     assert_equivalent(graph, rewritten, rtol=1e-4)
+
+
+def test_a_qkv_split_along_the_last_axis_becomes_one_slice_per_piece() -> None:
+    rng = np.random.default_rng(0)
+
+    def attention(b):  # type: ignore[no-untyped-def]
+        projection = emit(b, "matmul", "x", const(b, rng.standard_normal((8, 12))))
+        q, k, v = b.emit("split", (projection,), {"axis": 1, "sizes": (4, 4, 4)})
+        heads = [emit(b, "transpose", emit(b, "reshape", piece, shape=(5, 2, 2)), perm=(1, 0, 2))
+                 for piece in (q, k, v)]
+        scores = emit(b, "matmul", heads[0], emit(b, "transpose", heads[1], perm=(0, 2, 1)))
+        return emit(b, "matmul", scores, heads[2])
+
+    graph = build({"x": (5, 8)}, attention)
+    rewritten, fired = rewrite_with(graph, "split-to-slices")
+    assert fired == ["split-to-slices"]
+    assert prims(rewritten).count("slice") == 3 and "split" not in prims(rewritten)
+    assert_equivalent(graph, rewritten)
+

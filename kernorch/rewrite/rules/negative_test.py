@@ -135,6 +135,12 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
             b, "a", 4, "tf_crop_and_resize")))],
     "split-split": [("split along another axis", lambda: build({"x": (4, 6)}, lambda b: b.emit(
         "split", [b.emit("split", ["x"], {"axis": 0, "sizes": (2, 2)})[0]], {"axis": 1, "sizes": (3, 3)})))],
+    "split-to-slices": [
+        ("pieces that are contiguous blocks (views)", lambda: build({"x": (1, 4, 3)}, lambda b: (lambda p: emit(
+            b, "matmul", p[0], emit(b, "transpose", p[1], perm=(0, 2, 1))))(
+            b.emit("split", ("x",), {"axis": 1, "sizes": (2, 2)})))),
+        ("no matmul reads a piece", lambda: build({"x": (3, 4)}, lambda b: emit(
+            b, "add", *b.emit("split", ("x",), {"axis": 1, "sizes": (2, 2)}))))],
     "sub-constant": [("the constant is on the left", lambda: build({"x": (4,)}, lambda b: emit(
                          b, "sub", const(b, 1.0), "x"))),
                      ("integers", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", "x", _int_const(b, 1)),
