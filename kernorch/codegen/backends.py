@@ -1,7 +1,7 @@
 """Which backend runs a kernel — decided here, so orchestration never needs to know C or torch.
 
 - "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
-- "library": a linear primitive with what it absorbs (operand transposes, bias, post-ops) as one oneDNN
+- "library": a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one oneDNN
   call, generated as C (library.py / c_library.py);
 - "view": a kernel that only re-labels contiguous bytes of its input (a reshape, a contiguous slice or split,
   views.py): its outputs alias the input's buffer, so it costs nothing and runs no code;

@@ -70,6 +70,9 @@ def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str
         view = strided_view(graph, nodes, value)
         if view is None:
             raise NotGeneratable(f"matmul operand {value}: its layout primitives are no strided view")
+        if len(view.shape) >= 2 and 1 not in view.strides[-2:]:
+            raise NotGeneratable(f"matmul operand {value}: neither of its last two axes is contiguous (oneDNN "
+                                 "would run its reference matmul)")
         written = [out for i in view.nodes for out in graph.nodes[i].outputs if out in kernel.outputs]
         if written:
             raise NotGeneratable(f"matmul operand {value} is read through strides; the kernel cannot also write "

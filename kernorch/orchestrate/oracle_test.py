@@ -5,8 +5,9 @@ convex node sets within the size limit, and for each every output set that holds
 outside it (required outputs, values other nodes read) plus any subset of those also consumed inside. The
 library-call rules come from their specification: one linear primitive per kernel, joined only by the layout
 primitives an operand of a matmul is computed by (read through strides: their values are never written)
-and elementwise primitives downstream of it that keep its shape, and then writing a single value. Each kernel costs a pseudo-random function of (node set, output set), the same for both
-sides. Dijkstra over sets of available values gives the cheapest executable selection.
+and elementwise primitives downstream of it that keep its shape, and then writing a single value. Each
+kernel costs a pseudo-random function of (node set, output set), the same for both sides. Dijkstra over
+sets of available values gives the cheapest executable selection.
 
 The DAGs mix elementwise, reduction, layout and linear primitives on several shapes, with constants, and
 are orchestrated whole and partitioned (the composed plan is the sum of the per-subgraph optima).

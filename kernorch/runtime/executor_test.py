@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import NotGeneratable, choose_backend
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.plan import executable_order, validate_plan
@@ -448,6 +448,26 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
     assert not layout_kernels, [k.describe() for k in layout_kernels]  # no copy of q, k or v
     np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
+
+
+def test_a_matmul_operand_view_without_a_contiguous_inner_axis_is_refused() -> None:
+    from kernorch.codegen.library import describe_library_call
+    from kernorch.ir.kernel import make_kernel
+    from kernorch.ir.types import TensorType
+
+    graph = Graph(inputs=["x"], outputs=["y"], name="rotated")
+    graph.constants = {"w": np.ones((5, 3), np.float32)}
+    graph.types = {"x": TensorType((4, 5, 6), "float32"), "t": TensorType((6, 4, 5), "float32"),
+                   "w": TensorType((5, 3), "float32"), "y": TensorType((6, 4, 3), "float32")}  # fmt: skip
+    graph.nodes = [Node("transpose", ("x",), ("t",), (("perm", (2, 0, 1)),)), Node("matmul", ("t", "w"), ("y",))]
+    with pytest.raises(NotGeneratable, match="neither of its last two axes is contiguous"):
+        describe_library_call(make_kernel(graph, (0, 1), ("y",)))
+    swapped = Node("transpose", ("x",), ("t",), (("perm", (0, 2, 1)),))  # rows of x are its columns: stride 1
+    graph.nodes[0] = swapped
+    graph.types["t"] = TensorType((4, 6, 5), "float32")
+    graph.types["y"] = TensorType((4, 6, 3), "float32")
+    call = describe_library_call(make_kernel(graph, (0, 1), ("y",)))
+    assert call.src.strides == (30, 1, 6)
 
 
 def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same() -> None:
