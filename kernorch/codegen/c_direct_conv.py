@@ -13,9 +13,24 @@ from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall
 
-VECTOR = 16  # floats per AVX-512 register: input channels are consumed in these steps
+VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4
-ACCUMULATORS = 24  # of the 32 vector registers: the rest hold the weights and the loaded source
+# The vector width and the register budget are the compiler's (-march=native): the same source, so a plan saved
+# on one CPU regenerates identically on another. AVX-512 has 32 registers (24 accumulators, the rest hold the
+# weights and the loaded source); AVX2 has 16 of half the width (12 accumulators). With AVX-512's blocking on
+# AVX2, every 16-lane accumulator took two registers and spilled: candy's last conv ran in 61 ms.
+VECTOR_TYPES = """#ifndef KO_VC
+#define KO_VC
+#ifdef __AVX512F__
+#define KO_VC_LANES 16
+#define KO_VC_ACCUMULATORS 24
+#else
+#define KO_VC_LANES 8
+#define KO_VC_ACCUMULATORS 12
+#endif
+typedef float ko_vc __attribute__((vector_size(KO_VC_LANES * 4)));
+typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4)));  /* an unaligned load */
+#endif"""
 
 
 def direct_conv_rejection(call: LibraryCall) -> str | None:
@@ -44,40 +59,39 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
     w_o, w_i, w_y, w_x = call.weights.strides
     stride_y, stride_x = call.strides
     dilate_y, dilate_x = (d + 1 for d in call.dilates)
-    block = min(8, ACCUMULATORS // out_channels)  # output pixels per register block
+    block = f"{name}_block"  # output pixels per register block: a C constant, from the register budget
     packed = out_channels * kernel_h * kernel_w * in_channels
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
 
-    def body(pixels: int) -> list[str]:
-        """Accumulate `pixels` outputs from x0 on, all output channels, then reduce and store them."""
-        return [f"            ko_v16 acc[{pixels}][{out_channels}];",
+    def body(pixels: int | str) -> list[str]:
+        """Accumulate `pixels` (a count or a C constant) outputs from x0 on, all output channels, then reduce and
+        store them."""
+        return [f"            ko_vc acc[{pixels}][{out_channels}];",
                 f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) "
-                "acc[i][o] = (ko_v16){0};",
+                "acc[i][o] = (ko_vc){0};",
                 f"            for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++) {{",
                 f"                const float *at = in + (long)(y * {stride_y} + ky * {dilate_y}) * {src_y} + "
                 f"(long)(x0 * {stride_x} + kx * {dilate_x}) * {src_x};",
                 f"                const float *tap = s->w + (ky * {kernel_w} + kx) * {in_channels};",
-                f"                for (int c = 0; c < {in_channels}; c += {VECTOR}) {{",
-                f"                    ko_v16 w[{out_channels}];",
+                f"                for (int c = 0; c < {in_channels}; c += KO_VC_LANES) {{",
+                f"                    ko_vc w[{out_channels}];",
                 f"                    for (int o = 0; o < {out_channels}; o++) "
-                f"w[o] = *(const ko_v16 *)(tap + o * {kernel_h * kernel_w * in_channels} + c);",
+                f"w[o] = *(const ko_vc *)(tap + o * {kernel_h * kernel_w * in_channels} + c);",
                 f"                    for (int i = 0; i < {pixels}; i++) {{",
-                f"                        ko_v16 v = *(const ko_v16u *)(at + (long)i * {stride_x * src_x} + c);",
+                f"                        ko_vc v = *(const ko_vcu *)(at + (long)i * {stride_x * src_x} + c);",
                 f"                        for (int o = 0; o < {out_channels}; o++) acc[i][o] += v * w[o];",
                 "                    }",
                 "                }",
                 "            }",
                 f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) {{",
                 "                float sum = s->bias[o];",
-                f"                for (int l = 0; l < {VECTOR}; l++) sum += acc[i][o][l];",
+                "                for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",
                 f"                out[(long)o * {dst_c} + (long)(x0 + i) * {dst_x}] = sum;",
                 "            }"]  # fmt: skip
 
-    lines = ["#ifndef KO_V16",
-             "#define KO_V16",
-             "typedef float ko_v16 __attribute__((vector_size(64)));",
-             "typedef float ko_v16u __attribute__((vector_size(64), aligned(4)));  /* an unaligned load */",
-             "#endif",
+    lines = [VECTOR_TYPES,
+             f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? "
+             f"KO_VC_ACCUMULATORS / {out_channels} : 8 }};",
              f"typedef struct {{ float *w; float bias[{out_channels}]; }} {name}_state;",
              f"static void {name}_destroy(void *state) {{",
              f"    {name}_state *s = ({name}_state *)state;",

@@ -105,3 +105,18 @@ def test_post_ops_stay_with_onednn() -> None:
     _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
     relu = (Eltwise("relu", 0.0, 0.0), None)
     assert direct_conv_rejection(dataclasses.replace(calls[0], post_ops=(relu,))) == "post-ops run in oneDNN"
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
+def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
+    """The vector width and register blocking are the compiler's (#ifdef __AVX512F__), so the source does not
+    depend on the machine: both branches must compile (only this machine's one runs in the other tests)."""
+    from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
+    from kernorch.codegen.compiler import onednn_paths
+
+    _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
+    source = tmp_path / "conv.c"
+    source.write_text("#include <stdlib.h>\n" + ONEDNN_PRELUDE + render_library_call("k", calls[0]))
+    include, _ = onednn_paths()
+    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
+                    "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
