@@ -13,8 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-from gemm_vs_mkl import onednn_seconds, weight_gemms
+from gemm_vs_mkl import geometric_mean, onednn_seconds, weight_gemms
 
 from kernorch.codegen import c_library
 
@@ -41,7 +40,7 @@ def main() -> int:
         ratios.append(min(dense) / min(padded))
         print(f"{m:>6} {k:>6} {n:>6}  {pitch:>5}  {min(dense) * 1e6:>8.1f}  {min(padded) * 1e6:>9.1f}  "
               f"{ratios[-1]:>12.2f}  {', '.join(models)}")
-    print(f"geometric mean dense/padded time: {float(np.exp(np.mean(np.log(ratios)))):.2f} over {len(ratios)} shapes")
+    print(f"geometric mean dense/padded time: {geometric_mean(ratios):.2f} over {len(ratios)} shapes")
     return 0
 
 

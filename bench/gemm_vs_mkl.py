@@ -42,6 +42,10 @@ def weight_gemms(models: Path) -> dict[tuple[int, int, int], list[str]]:
     return shapes
 
 
+def geometric_mean(ratios: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(ratios))))
+
+
 def onednn_seconds(m: int, k: int, n: int, threads: int) -> float:
     rng = np.random.default_rng(0)
     graph = Graph(inputs=["a"], outputs=["c"], name="gemm")
@@ -101,7 +105,7 @@ def main() -> int:
         ratios.append(ours / theirs)
         print(f"{m:>6} {k:>6} {n:>6}  {ours * 1e6:>9.1f}  {theirs * 1e6:>13.1f}  {ours / theirs:>10.2f}  "
               f"{', '.join(models)}")
-    print(f"geometric mean oneDNN/MKL time: {float(np.exp(np.mean(np.log(ratios)))):.2f} over {len(ratios)} shapes")
+    print(f"geometric mean oneDNN/MKL time: {geometric_mean(ratios):.2f} over {len(ratios)} shapes")
     return 0
 
 
