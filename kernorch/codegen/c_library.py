@@ -14,6 +14,7 @@ from kernorch.codegen.c_direct_conv import direct_conv_rejection, render_direct_
 from kernorch.codegen.c_renderer import c_literal
 from kernorch.codegen.epilogue import Eltwise
 from kernorch.codegen.library import LibraryCall, Tensor
+from kernorch.ir.strided import row_major
 
 ONEDNN_PRELUDE = """#include <stdio.h>
 #include <omp.h>
@@ -63,12 +64,8 @@ def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
     dense plain layout for them (it packs them itself otherwise, e.g. blocked for brgemm on AVX-512); the
     reorder below then packs the weights into that padded layout once."""
     dims = call.weights.dims
-    dense = [1] * len(dims)
-    padded = [1] * len(dims)
-    for i in range(len(dims) - 2, -1, -1):
-        dense[i] = dense[i + 1] * dims[i + 1]
-        padded[i] = pitch if i == len(dims) - 2 else padded[i + 1] * dims[i + 1]
-    return [_array("s_dense", tuple(dense)), _array("s_padded", tuple(padded)),
+    padded = row_major((*dims[:-1], pitch))  # rows `pitch` apart; a batch of K rows K * pitch apart
+    return [_array("s_dense", row_major(dims)), _array("s_padded", padded),
             f"    KO_CHECK(ko_md(&md_dense, {len(dims)}, d1, s_dense));",
             "    if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), md_dense)) {",
             "        dnnl_primitive_desc_t padded_pd = NULL;",

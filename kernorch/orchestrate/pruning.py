@@ -35,6 +35,7 @@ class LinearEpilogues:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self._companions: dict[int, frozenset[int]] = {}
+        self._operand_views: dict[int, frozenset[int]] = {}
 
     @cached_property
     def _consumers(self) -> dict[str, list[int]]:
@@ -48,22 +49,23 @@ class LinearEpilogues:
     def _producers(self) -> dict[str, int]:
         return {out: i for i, node in enumerate(self.graph.nodes) for out in node.outputs}
 
-    def operand_views(self, linear: int) -> set[int]:
+    def operand_views(self, linear: int) -> frozenset[int]:
         """Layout primitives (transpose, reshape, slice, split) computing a matmul operand from a buffer: read
         through strides, no copy, when the chain is a strided view (ir/strided.py decides; a chain that
-        is not costs infinity with the reason)."""
+        is not costs infinity with the reason). Asked for every candidate node set: computed once."""
+        if linear in self._operand_views:
+            return self._operand_views[linear]
         node = self.graph.nodes[linear]
         found: set[int] = set()
-        if node.prim != "matmul":
-            return found
-        frontier = list(node.inputs)
+        frontier = list(node.inputs) if node.prim == "matmul" else []
         while frontier:
             producer = self._producers.get(frontier.pop())
             if producer is None or producer in found or self.graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
                 continue
             found.add(producer)
             frontier.append(self.graph.nodes[producer].inputs[0])
-        return found
+        self._operand_views[linear] = frozenset(found)
+        return self._operand_views[linear]
 
     def epilogue_reach(self, linear: int) -> set[int]:
         """Elementwise primitives reachable from the linear output through elementwise primitives that keep
