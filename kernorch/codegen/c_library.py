@@ -10,6 +10,7 @@ so two models built from the same library do not share weights.
 
 from __future__ import annotations
 
+from kernorch.codegen.c_depthwise_conv import depthwise_rejection, render_depthwise_conv
 from kernorch.codegen.c_direct_conv import direct_conv_rejection, render_direct_conv
 from kernorch.codegen.c_renderer import c_literal
 from kernorch.codegen.epilogue import Eltwise
@@ -80,13 +81,19 @@ def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
 
 def library_implementation(call: LibraryCall) -> str:
     """Which code runs `call`, for `kernorch explain`."""
-    return "oneDNN" if direct_conv_rejection(call) else "direct C convolution (few output channels)"
+    if direct_conv_rejection(call) is None:
+        return "direct C convolution (few output channels)"
+    if depthwise_rejection(call) is None:
+        return "direct C depthwise convolution"
+    return "oneDNN"
 
 
 def render_library_call(name: str, call: LibraryCall) -> str:
     """C for one library kernel: a state struct and `<name>_create/_run/_destroy`."""
     if direct_conv_rejection(call) is None:  # few output channels: oneDNN's vectors would sit mostly idle
         return render_direct_conv(name, call)
+    if depthwise_rejection(call) is None:  # oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
+        return render_depthwise_conv(name, call)
     memories: list[tuple[str, Tensor, bool]] = [("DNNL_ARG_SRC", call.src, False),
                                                 ("DNNL_ARG_WEIGHTS", call.weights, call.weights.constant),
                                                 ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip
