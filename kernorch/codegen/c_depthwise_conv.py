@@ -9,13 +9,17 @@ The kernel: each parallel item is one output row (n, y) and a chunk of channels 
 two threads idle on a 7x7 map). Inside the image, a block of `B` output pixels and one vector of channels
 accumulates in `B` registers: per filter row, the `KW` tap weights are loaded once and every input pixel
 the block needs is loaded once and multiplied into each accumulator that uses it (written out at generation
-time for the conv's stride and dilation). Pixels whose taps leave the image (padding) take a bounds-checked
-loop, channels past the last full vector a scalar one. The bias starts the sums; the post-ops (c_post_ops.py)
-then run over the item's outputs while they are in L1. Weights are repacked once at create, tap-major with
-the channels contiguous: [KH][KW][C rounded up to 16]. A run allocates nothing.
+time for the conv's stride and dilation); the columns left after the full blocks are one shorter block.
+A channel count that is no multiple of the vector ends with a vector moved back to end at the last channel
+(shufflenet's 58 and 116). Pixels whose taps leave the image (padding) take a bounds-checked loop. The bias
+starts the sums; the post-ops (c_post_ops.py) then run over the item's outputs while they are in L1. Weights
+are repacked once at create, tap-major with the channels contiguous: [KH][KW][C rounded up to 16]. A run
+allocates nothing.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from kernorch.codegen.c_direct_conv import VECTOR_TYPES
 from kernorch.codegen.c_post_ops import post_op_statements, post_ops_rejection
@@ -56,48 +60,90 @@ def _chunking(rows: int, channels: int) -> tuple[int, int]:
     return chunk, -(-channels // chunk)
 
 
-def _interior_block(call: LibraryCall, block: int, pitch: int) -> list[str]:
-    """Accumulate `block` pixels from x on for the channel vector at c: straight-line loads and FMAs."""
-    kernel_w = call.weights.dims[4]
-    _, _, src_y, src_x = call.src.strides
-    _, _, _, dst_x = call.dst.strides
-    stride_y, stride_x = call.strides
-    dilate_y, dilate_x = (d + 1 for d in call.dilates)
-    pad_y, pad_x = call.pad_begin
-    lines = [f"                ko_vc acc{i} = *(const ko_vc *)(s->bias + c);" for i in range(block)]
-    lines += ["                for (int ky = ky0; ky < ky1; ky++) {",
-              f"                    const float *r = in + (long)(y * {stride_y} - {pad_y} + ky * {dilate_y}) * {src_y}"
-              f" + (long)(x * {stride_x} - {pad_x}) * {src_x} + c;",
-              f"                    const float *wt = s->w + (long)ky * {kernel_w * pitch} + c;"]  # fmt: skip
-    lines += [f"                    const ko_vc w{k} = *(const ko_vc *)(wt + {k * pitch});" for k in range(kernel_w)]
-    uses: dict[int, list[tuple[int, int]]] = {}  # input pixel (from the block's first tap) -> (pixel, tap)
-    for i in range(block):
-        for k in range(kernel_w):
-            uses.setdefault(i * stride_x + k * dilate_x, []).append((i, k))
-    for position in sorted(uses):
-        fmas = " ".join(f"acc{i} += v * w{k};" for i, k in uses[position])
-        lines.append(f"                    {{ const ko_vc v = *(const ko_vcu *)(r + {position * src_x}); {fmas} }}")
-    lines.append("                }")
-    lines += [f"                *(ko_vcu *)(out + (long)(x + {i}) * {dst_x} + c) = acc{i};" for i in range(block)]
-    return lines
+@dataclass(frozen=True)
+class _Geometry:
+    """The conv's sizes and element strides, as the C below uses them."""
 
+    call: LibraryCall
+    pitch: int  # packed weights: elements between two taps
 
-def _interior_tail(call: LibraryCall, block: int, pitch: int) -> list[str]:
-    """The channels past the last full vector, for the same block of pixels: scalar, no bounds checks."""
-    kernel_w = call.weights.dims[4]
-    _, _, src_y, src_x = call.src.strides
-    _, _, _, dst_x = call.dst.strides
-    stride_y, stride_x = call.strides
-    dilate_y, dilate_x = (d + 1 for d in call.dilates)
-    pad_y, pad_x = call.pad_begin
-    return [f"            for (; c < c1; c++) for (int i = 0; i < {block}; i++) {{",
-            "                float acc = s->bias[c];",
-            f"                for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
-            f"                    acc += in[(y * {stride_y} - {pad_y} + ky * {dilate_y}) * {src_y}L + "
-            f"((long)(x + i) * {stride_x} - {pad_x} + kx * {dilate_x}) * {src_x} + c] * "
-            f"s->w[(ky * {kernel_w} + kx) * {pitch}L + c];",
-            f"                out[(long)(x + i) * {dst_x} + c] = acc;",
-            "            }"]  # fmt: skip
+    @property
+    def kernel_w(self) -> int:
+        return self.call.weights.dims[4]
+
+    def source_row(self, tap_y: str) -> str:
+        """Offset of the input row filter row `tap_y` reads for output row y."""
+        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
+
+    def source_column(self, x: str, tap_x: str) -> str:
+        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
+
+    def tap(self, tap_y: str, tap_x: str) -> str:
+        return f"({tap_y} * {self.kernel_w} + {tap_x}) * {self.pitch}L"
+
+    def vectors(self, body: list[str], scalar: list[str], indent: str) -> list[str]:
+        """`body` for every vector of channels in [c0, c1), the last one moved back to end at c1 (it recomputes
+        a few channels of the one before: the same values); `scalar` per channel when there is no full vector."""
+        return [f"{indent}if (c1 - c0 >= KO_VC_LANES) {{",
+                f"{indent}    for (int c = c0; c < c1; c += KO_VC_LANES) {{",
+                f"{indent}        if (c > c1 - KO_VC_LANES) c = c1 - KO_VC_LANES;",
+                *(f"{indent}        {line}" for line in body),
+                f"{indent}    }}",
+                f"{indent}}} else {{",
+                f"{indent}    for (int c = c0; c < c1; c++) {{",
+                *(f"{indent}        {line}" for line in scalar),
+                f"{indent}    }}",
+                f"{indent}}}"]  # fmt: skip
+
+    def interior(self, block: int) -> list[str]:
+        """`block` pixels from x on whose taps are all inside the image: per channel vector, straight-line loads
+        and FMAs (each input pixel loaded once per filter row, into every accumulator that uses it)."""
+        (_, stride_x), (_, dilate_x) = self.call.strides, self.call.dilates
+        src_x, dst_x = self.call.src.strides[3], self.call.dst.strides[3]
+        body = [f"ko_vc acc{i} = *(const ko_vcu *)(s->bias + c);" for i in range(block)]
+        body += ["for (int ky = ky0; ky < ky1; ky++) {",
+                 f"    const float *r = in + {self.source_row('ky')} + {self.source_column('x', '0')} * {src_x} + c;",
+                 f"    const float *wt = s->w + {self.tap('ky', '0')} + c;"]  # fmt: skip
+        body += [f"    const ko_vc w{k} = *(const ko_vcu *)(wt + {k * self.pitch});" for k in range(self.kernel_w)]
+        uses: dict[int, list[tuple[int, int]]] = {}  # input pixel (from the block's first tap) -> (pixel, tap)
+        for i in range(block):
+            for k in range(self.kernel_w):
+                uses.setdefault(i * stride_x + k * (dilate_x + 1), []).append((i, k))
+        for position in sorted(uses):
+            fmas = " ".join(f"acc{i} += v * w{k};" for i, k in uses[position])
+            body.append(f"    {{ const ko_vc v = *(const ko_vcu *)(r + {position * src_x}); {fmas} }}")
+        body.append("}")
+        body += [f"*(ko_vcu *)(out + (long)(x + {i}) * {dst_x} + c) = acc{i};" for i in range(block)]
+        scalar = [f"for (int i = 0; i < {block}; i++) {{",
+                  "    float acc = s->bias[c];",
+                  f"    for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)",
+                  f"        acc += in[{self.source_row('ky')} + {self.source_column('x + i', 'kx')} * {src_x} + c] * "
+                  f"s->w[{self.tap('ky', 'kx')} + c];",
+                  f"    out[(long)(x + i) * {dst_x} + c] = acc;",
+                  "}"]  # fmt: skip
+        return self.vectors(body, scalar, "            ")
+
+    def edge(self, begin: str, end: str) -> list[str]:
+        """Pixels [begin, end) with taps outside the image (padding): bounds checked per tap."""
+        width, src_x, dst_x = self.call.src.dims[3], self.call.src.strides[3], self.call.dst.strides[3]
+
+        def accumulate(zero: str, load: str, weight: str) -> list[str]:
+            return [f"{zero}",
+                    f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++) {{",
+                    f"    const long ix = {self.source_column('x', 'kx')};",
+                    f"    if (ix < 0 || ix >= {width}) continue;",
+                    f"    acc += {load}(in + {self.source_row('ky')} + ix * {src_x} + c) * "
+                    f"{weight}(s->w + {self.tap('ky', 'kx')} + c);",
+                    "}"]  # fmt: skip
+
+        body = [*accumulate("ko_vc acc = *(const ko_vcu *)(s->bias + c);", "*(const ko_vcu *)", "*(const ko_vcu *)"),
+                f"*(ko_vcu *)(out + (long)x * {dst_x} + c) = acc;"]  # fmt: skip
+        scalar = [*accumulate("float acc = s->bias[c];", "*", "*"), f"out[(long)x * {dst_x} + c] = acc;"]
+        return [f"        for (int x = {begin}; x < {end}; x++) {{",
+                *self.vectors(body, scalar, "            "),
+                "        }"]  # fmt: skip
 
 
 def render_depthwise_conv(name: str, call: LibraryCall) -> str:
@@ -105,18 +151,20 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
     batch, channels, height, width = call.src.dims
     kernel_h, kernel_w = call.weights.dims[3:]
     _, _, out_h, out_w = call.dst.dims
-    src_n, _, src_y, src_x = call.src.strides
+    src_n = call.src.strides[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
     w_c, _, _, w_y, w_x = call.weights.strides
     stride_y, stride_x = call.strides
     dilate_y, dilate_x = (d + 1 for d in call.dilates)
     pad_y, pad_x = call.pad_begin
     pitch = -(-channels // CHANNEL_PAD) * CHANNEL_PAD
+    geometry = _Geometry(call, pitch)
     block = _block_size(kernel_w)
     chunk, chunks = _chunking(batch * out_h, channels)
-    # output columns whose taps all fall inside the image
+    # output columns whose taps all fall inside the image: full blocks, then one shorter block
     first = min(-(-pad_x // stride_x), out_w)
     last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
+    blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     operands, pointers = [], []
     for position, (_, tensor) in enumerate(call.post_ops):
@@ -127,34 +175,8 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
         operands.append(f"t{position}[n * {strides[0]}L + (long)c * {strides[1]} + y * {strides[2]}L + "
                         f"(long)x * {strides[3]}]")  # fmt: skip
     epilogue = post_op_statements(call.post_ops, operands)
-
-    def edge(columns: str) -> list[str]:
-        """Pixels with taps outside the image: bounds checked per tap."""
-        return [f"        for (int x = {columns}) {{",
-                f"            float *o = out + (long)x * {dst_x};",
-                "            int c = c0;",
-                "            for (; c + KO_VC_LANES <= c1; c += KO_VC_LANES) {",
-                "                ko_vc acc = *(const ko_vc *)(s->bias + c);",
-                "                for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < "
-                f"{kernel_w}; kx++) {{",
-                f"                    const long ix = (long)x * {stride_x} - {pad_x} + kx * {dilate_x};",
-                f"                    if (ix < 0 || ix >= {width}) continue;",
-                f"                    acc += *(const ko_vcu *)(in + (y * {stride_y} - {pad_y} + ky * {dilate_y}) * "
-                f"{src_y}L + ix * {src_x} + c) * *(const ko_vc *)(s->w + (ky * {kernel_w} + kx) * {pitch}L + c);",
-                "                }",
-                "                *(ko_vcu *)(o + c) = acc;",
-                "            }",
-                "            for (; c < c1; c++) {",
-                "                float acc = s->bias[c];",
-                f"                for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {kernel_w}; kx++) {{",
-                f"                    const long ix = (long)x * {stride_x} - {pad_x} + kx * {dilate_x};",
-                f"                    if (ix < 0 || ix >= {width}) continue;",
-                f"                    acc += in[(y * {stride_y} - {pad_y} + ky * {dilate_y}) * {src_y}L + ix * {src_x}"
-                f" + c] * s->w[(ky * {kernel_w} + kx) * {pitch}L + c];",
-                "                }",
-                "                o[c] = acc;",
-                "            }",
-                "        }"]  # fmt: skip
+    remainder = ["        {", f"            const int x = {blocked};", *geometry.interior(last - blocked),
+                 "        }"] if last > blocked else []  # fmt: skip
 
     lines = [VECTOR_TYPES,
              f"typedef struct {{ float *w; float *bias; }} {name}_state;",
@@ -198,20 +220,15 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
              f"        const int c1 = c0 + {chunk} < {channels} ? c0 + {chunk} : {channels};",
              f"        const float *in = src + n * {src_n}L;",
              f"        float *out = dst + n * {dst_n}L + y * {dst_y}L;",
-             "        int ky0 = 0, ky1 = " f"{kernel_h};",
+             f"        int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
              f"        while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y} < 0) ky0++;",
              f"        while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y} >= {height}) ky1--;",
-             *edge(f"0; x < {first}; x++"),
-             f"        int rest = {first};  /* the first column the interior blocks leave */",
-             f"        for (int x = {first}; x + {block} <= {last}; x += {block}) {{",
-             "            int c = c0;",
-             "            for (; c + KO_VC_LANES <= c1; c += KO_VC_LANES) {",
-             *_interior_block(call, block, pitch),
-             "            }",
-             *_interior_tail(call, block, pitch),
-             f"            rest = x + {block};",
+             *geometry.edge("0", str(first)),
+             f"        for (int x = {first}; x < {blocked}; x += {block}) {{",
+             *geometry.interior(block),
              "        }",
-             *edge(f"rest; x < {out_w}; x++"),
+             *remainder,
+             *geometry.edge(str(last), str(out_w)),
              ]  # fmt: skip
     if epilogue:
         lines += [f"        for (int x = 0; x < {out_w}; x++) {{",

@@ -80,7 +80,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         dict(channels=16, kernel=3, size=(8, 11), batch=2, dilations=(2, 2), pads=(2, 2, 2, 2), bias=False,
              epilogue="residual"), ("add",)),
     "7x7 over a wide row, fewer channels than a vector, relu6": (
-        dict(channels=8, kernel=7, size=(5, 40), pads=(3, 3, 3, 3), epilogue="relu6"), ("clip",)),
+        dict(channels=6, kernel=7, size=(5, 40), pads=(3, 3, 3, 3), epilogue="relu6"), ("clip",)),
     "a per-channel operand broadcast over the map": (
         dict(channels=24, kernel=3, size=(6, 10), pads=(1, 1, 1, 1), epilogue="swish, scaled per channel"),
         ("swish", "mul")),
