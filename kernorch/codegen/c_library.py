@@ -13,6 +13,7 @@ from __future__ import annotations
 from kernorch.codegen.c_depthwise_conv import depthwise_rejection, render_depthwise_conv
 from kernorch.codegen.c_direct_conv import direct_conv_rejection, render_direct_conv
 from kernorch.codegen.c_renderer import c_literal
+from kernorch.codegen.c_winograd_conv import render_winograd_conv, winograd_rejection
 from kernorch.codegen.epilogue import Eltwise
 from kernorch.codegen.library import LibraryCall, Tensor
 from kernorch.ir.strided import row_major
@@ -85,6 +86,8 @@ def library_implementation(call: LibraryCall) -> str:
         return "direct C convolution (few output channels)"
     if depthwise_rejection(call) is None:
         return "direct C depthwise convolution"
+    if winograd_rejection(call) is None:
+        return "Winograd F(2x2, 3x3) convolution in C"
     return "oneDNN"
 
 
@@ -94,6 +97,8 @@ def render_library_call(name: str, call: LibraryCall) -> str:
         return render_direct_conv(name, call)
     if depthwise_rejection(call) is None:  # oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
         return render_depthwise_conv(name, call)
+    if winograd_rejection(call) is None:  # oneDNN has no Winograd convolution without AVX-512
+        return render_winograd_conv(name, call)
     memories: list[tuple[str, Tensor, bool]] = [("DNNL_ARG_SRC", call.src, False),
                                                 ("DNNL_ARG_WEIGHTS", call.weights, call.weights.constant),
                                                 ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip
