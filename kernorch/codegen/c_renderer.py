@@ -12,13 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops import KernelLoops, Phase, Tree
-from kernorch.codegen.sharing import Sharing
+from kernorch.codegen.loops import C_TYPES, KernelLoops, Phase, Tree
+from kernorch.codegen.reductions import (
+    free_vars,
+    interchanged_reduction,
+    reduce_volume,
+    reduction_identity,
+    splits_among_threads,
+)
+from kernorch.codegen.sharing import PARALLEL_MIN_ELEMENTS, Sharing
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tiling import reads_transposed, tiled_loops, transposed_copy
 
 LANES = 16  # float32 lanes of an AVX-512 vector: partial results kept per lane by vectorized max/min
-C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t"}
 _FLOAT_SUFFIX = {"float32": "f", "float64": ""}
 
 PRELUDE = """#include <math.h>
@@ -320,7 +326,7 @@ class _Emitter:
         loops below reuse it (per-row statistics such as 1/sqrt(var + eps) are computed once per row)."""
         if not isinstance(tree, tuple) or tree in self.memo:
             return
-        if tree[0] in ("load", "op", "cast") and not (_free_vars(tree) & inner):
+        if tree[0] in ("load", "op", "cast") and not (free_vars(tree) & inner):
             self.value(tree)
             return
         if tree[0] in ("op", "cast"):
@@ -357,15 +363,7 @@ class _Emitter:
         # float sums accumulate in float: the SIMD reduction keeps one partial sum per lane, which bounds the
         # error like a pairwise sum, and double would halve the vector width and convert every element
         acc_type = C_TYPES[dtype]
-        if prim == "reduce_sum":
-            init, update = "0", "{acc} += {x};"
-        elif prim == "reduce_prod":
-            init, update = "1", "{acc} *= {x};"
-        else:
-            big = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "bool": "1"}[dtype]
-            init = big if prim == "reduce_min" else ("-INFINITY" if is_float else
-                                                     {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype])
-            update = "{acc} = KO_MAX({acc}, {x});" if prim == "reduce_max" else "{acc} = KO_MIN({acc}, {x});"
+        init, update = reduction_identity(prim, dtype)
         self.lines.append(f"{acc_type} {acc} = {init};")
         guard = None
         if body[0] == "guard":
@@ -423,19 +421,6 @@ class _Emitter:
         self.lines.append(f"{phase.target}[{self.index(phase.store_index)}] = ({target_type})({value});")
 
 
-def _free_vars(tree: Tree) -> set[str]:
-    if not isinstance(tree, tuple):
-        return set()
-    if tree[0] == "var":
-        return {tree[1]}
-    if tree[0] == "reduce":
-        return _free_vars(tree[4]) - {var for var, _ in tree[3]}
-    found: set[str] = set()
-    for child in tree[1:]:
-        found |= _free_vars(child)
-    return found
-
-
 def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None) -> str:
     out: list[str] = []
     for table, values in loops.tables.items():
@@ -482,7 +467,6 @@ def scratch_bytes(loops: KernelLoops) -> list[int]:
             for b in loops.buffers if b.role == "scratch"]  # fmt: skip
 
 
-PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
 PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
 
 
@@ -499,64 +483,6 @@ def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], sharing: Sharing 
         sharing.serial()
     lines = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{" for var, size in zip(vars_, shape, strict=True)]
     return [*lines, *inner, *("}" for _ in vars_)]
-
-
-INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
-
-
-def _bare_reduction(tree: Tree, dtype: str) -> Tree | None:
-    if tree[0] == "cast" and tree[1] == dtype:
-        tree = tree[2]
-    return tree if tree[0] == "reduce" and tree[2] == dtype else None
-
-
-def _reduce_volume(tree: Tree) -> int:
-    reduction = tree[2] if tree[0] == "cast" else tree
-    return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
-
-
-def _interchanged_reduction(emitter: _Emitter, phase: Phase) -> list[str] | None:
-    """A phase storing a reduction (pooling, a reduction over outer axes), emitted with the reduction loops
-    outside and the output's innermost axis inside, accumulating in the target buffer: the inner loop is
-    unit-stride on channels-last data and vectorizes, and a padding check that does not depend on it is
-    evaluated once per tap instead of once per element. None when the phase does not fit."""
-    if not phase.loop_vars or phase.scalar:
-        return None
-    dtype = emitter.types[phase.target]
-    reduction = _bare_reduction(phase.expr, dtype)
-    var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
-    if reduction is None or size < INTERCHANGE_MIN_INNER or var not in _free_vars(reduction):
-        return None
-    _, prim, _, loops, body = reduction
-    guard = None
-    if body[0] == "guard":
-        guard, body = body[1], body[2]
-    if guard is not None and var in _free_vars(guard):
-        return None
-    is_float = dtype in _FLOAT_SUFFIX
-    if prim == "reduce_sum":
-        init, update = "0", "{t} += {x};"
-    elif prim == "reduce_prod":
-        init, update = "1", "{t} *= {x};"
-    elif prim == "reduce_max":
-        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]
-        update = "{t} = KO_MAX({t}, {x});"
-    else:
-        init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "bool": "1"}[dtype]
-        update = "{t} = KO_MIN({t}, {x});"
-    target = f"{phase.target}[{emitter.index(phase.store_index)}]"
-    lines = ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {target} = {init};"]
-    lines += [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in loops]
-    if guard is not None:
-        lines.append(f"if ({emitter.cond(guard)}) {{")
-    emitter.lines = []
-    x = emitter.value(body)
-    lines += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines,
-              update.format(t=target, x=x), "}"]  # fmt: skip
-    if guard is not None:
-        lines.append("}")
-    lines += ["}" for _ in loops]
-    return lines
 
 
 def _render_phases(loops: KernelLoops, prefix: str, sharing: Sharing) -> list[list[str]]:
@@ -594,11 +520,13 @@ def _render_phases(loops: KernelLoops, prefix: str, sharing: Sharing) -> list[li
 
 
 def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: Sharing) -> list[str]:
-    interchanged = _interchanged_reduction(emitter, phase)
+    # a long reduction with nothing around it to share out among threads is split among them (reductions.py);
+    # not as rTasks, whose iterations must be independent
+    split = not sharing.tasks and splits_among_threads(phase, emitter.types[phase.target])
+    interchanged = interchanged_reduction(emitter, phase, split)
     if interchanged is not None:
-        var_size = phase.loop_sizes[-1]
-        return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], sharing, interchanged,
-                          parallel_inner=var_size * _reduce_volume(phase.expr))  # fmt: skip
+        return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], None if split else sharing, interchanged,
+                          parallel_inner=phase.loop_sizes[-1] * reduce_volume(phase.expr))  # fmt: skip
     if not phase.loop_vars:
         emitter.store(phase)
         sharing.serial()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
+
 
 @dataclass
 class Sharing:

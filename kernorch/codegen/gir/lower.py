@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.c_renderer import INTERCHANGE_MIN_INNER, LANES, PARALLEL_MIN_ELEMENTS, _bare_reduction
+from kernorch.codegen.c_renderer import LANES, PARALLEL_MIN_ELEMENTS
 from kernorch.codegen.gir.graph import (
     BROADCAST,
     ELEMENTWISE,
@@ -33,6 +33,7 @@ from kernorch.codegen.gir.graph import (
 )
 from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree
+from kernorch.codegen.reductions import INTERCHANGE_MIN_INNER, bare_reduction, splits_among_threads
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
 
 
@@ -148,7 +149,7 @@ class _Lowering:
         ranges.update(dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)))
         elements = row_elements * int(np.prod(phase.loop_sizes, dtype=np.int64))
         inner = phase.loop_vars[-1] if phase.loop_vars else None
-        reduction = _bare_reduction(phase.expr, self.dtypes.get(phase.target, "float32")) \
+        reduction = bare_reduction(phase.expr, self.dtypes.get(phase.target, "float32")) \
             if phase.loop_vars and not phase.scalar else None  # fmt: skip
         interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
             and inner is not None and _mentions(reduction, inner)  # fmt: skip
@@ -217,7 +218,8 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
                 lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
             lowering.phase_ops(phase, {}, 1)
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
-            parallel = threads if elements >= PARALLEL_MIN_ELEMENTS else 1
+            split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
+            parallel = threads if elements >= PARALLEL_MIN_ELEMENTS or split else 1
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             phases.append(GirPhase(ParallelUnit(parallel, lanes, elements), tuple(lowering.ops)))
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles)

@@ -1,0 +1,141 @@
+"""Reductions in generated C: the accumulator's identity and update, and the loop orders of a phase that
+stores a reduction (c_renderer.py emits everything else).
+
+- *Interchanged*: the reduction loops outside and the output's innermost axis inside, accumulating in the
+  target buffer. The inner loop is unit-stride on channels-last data and vectorizes (pooling; a reduction
+  over outer axes), and a padding check that does not depend on it is evaluated once per tap.
+- *Split*: the same, when the loops around the innermost axis have a single iteration (an instance norm's
+  per-channel mean of a [1, H, W, C] map, a global pooling with batch 1), so no thread would be left to share
+  them: the reduction loops are shared out instead. Each thread accumulates its part into partial results
+  of its own (on the stack: at most SPLIT_MAX_OUTPUTS of them), which are then combined in thread order,
+  so a run with the same thread count always sums in the same order. candy's instance-norm means ran on
+  one thread at ~18 GB/s before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kernorch.codegen.loops import C_TYPES, Phase, Tree
+from kernorch.codegen.sharing import PARALLEL_MIN_ELEMENTS
+
+if TYPE_CHECKING:
+    from kernorch.codegen.c_renderer import _Emitter
+
+INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
+SPLIT_MAX_OUTPUTS = 1024  # per-thread partial results of a split reduction, kept on the stack
+
+
+def reduction_identity(prim: str, dtype: str) -> tuple[str, str]:
+    """(the accumulator's initial value, its update as a format string with {acc} and {x})."""
+    is_float = dtype.startswith("float")
+    if prim == "reduce_sum":
+        return "0", "{acc} += {x};"
+    if prim == "reduce_prod":
+        return "1", "{acc} *= {x};"
+    if prim == "reduce_max":
+        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]
+        return init, "{acc} = KO_MAX({acc}, {x});"
+    init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "bool": "1"}[dtype]
+    return init, "{acc} = KO_MIN({acc}, {x});"
+
+
+def free_vars(tree: Any) -> set[str]:
+    if not isinstance(tree, tuple):
+        return set()
+    if tree[0] == "var":
+        return {tree[1]}
+    if tree[0] == "reduce":
+        return free_vars(tree[4]) - {var for var, _ in tree[3]}
+    found: set[str] = set()
+    for child in tree[1:]:
+        found |= free_vars(child)
+    return found
+
+
+def bare_reduction(tree: Tree, dtype: str) -> Tree | None:
+    if tree[0] == "cast" and tree[1] == dtype:
+        tree = tree[2]
+    return tree if tree[0] == "reduce" and tree[2] == dtype else None
+
+
+def reduce_volume(tree: Tree) -> int:
+    reduction = tree[2] if tree[0] == "cast" else tree
+    return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
+
+
+def _interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int], ...], Tree | None, Tree] | None:
+    """(prim, reduction loops, guard, body) of a phase storing a reduction that can run interchanged: its
+    innermost output axis long enough to vectorize, used by the body and not by the guard."""
+    if not phase.loop_vars or phase.scalar:
+        return None
+    reduction = bare_reduction(phase.expr, dtype)
+    var = phase.loop_vars[-1]
+    if reduction is None or phase.loop_sizes[-1] < INTERCHANGE_MIN_INNER or var not in free_vars(reduction):
+        return None
+    _, prim, _, loops, body = reduction
+    guard = None
+    if body[0] == "guard":
+        guard, body = body[1], body[2]
+    if guard is not None and var in free_vars(guard):
+        return None
+    return prim, loops, guard, body
+
+
+def splits_among_threads(phase: Phase, dtype: str) -> bool:
+    """The phase's reduction runs split among threads: interchangeable, nothing outside the innermost output
+    axis to share, few enough outputs for partials on the stack, enough work for a parallel region."""
+    if _interchangeable(phase, dtype) is None:
+        return False
+    size = phase.loop_sizes[-1]
+    return int(np.prod(phase.loop_sizes[:-1], dtype=np.int64)) == 1 and size <= SPLIT_MAX_OUTPUTS and \
+        size * reduce_volume(phase.expr) >= PARALLEL_MIN_ELEMENTS  # fmt: skip
+
+
+def interchanged_reduction(emitter: _Emitter, phase: Phase, split: bool = False) -> list[str] | None:
+    """The phase's lines with the reduction loops outside the output's innermost axis (`split`: shared out
+    among threads, module docstring); None when the phase does not fit."""
+    dtype = emitter.types[phase.target]
+    parts = _interchangeable(phase, dtype)
+    if parts is None:
+        return None
+    prim, loops, guard, body = parts
+    var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
+    init, update = reduction_identity(prim, dtype)
+    target = f"{phase.target}[{emitter.index(phase.store_index)}]"
+    accumulator = f"ko_part[{var}]" if split else target
+    taps = [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in loops]
+    if guard is not None:
+        taps.append(f"if ({emitter.cond(guard)}) {{")
+    emitter.lines = []
+    x = emitter.value(body)
+    taps += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines,
+             update.format(acc=accumulator, x=x), "}"]  # fmt: skip
+    if guard is not None:
+        taps.append("}")
+    taps += ["}" for _ in loops]
+    start = ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {accumulator} = {init};"]
+    if not split:
+        return [*start, *taps]
+    ctype = C_TYPES[dtype]
+    return ["{",
+            "const int ko_team = omp_get_max_threads();",
+            f"{ctype} ko_parts[ko_team][{size}];",
+            "int ko_used = 1;",
+            "#pragma omp parallel reduction(|:err)",
+            "{",
+            f"{ctype} *ko_part = ko_parts[omp_get_thread_num()];",
+            "#pragma omp single",
+            "ko_used = omp_get_num_threads();",
+            *start,
+            f"#pragma omp for collapse({len(loops)}) schedule(static)",
+            *taps,
+            "}",
+            f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{",
+            f"{ctype} ko_acc = ko_parts[0][{var}];",
+            "for (int ko_t = 1; ko_t < ko_used; ko_t++) " + update.format(acc="ko_acc", x=f"ko_parts[ko_t][{var}]"),
+            f"{target} = ko_acc;",
+            "}",
+            "}"]  # fmt: skip

@@ -1,0 +1,54 @@
+"""Split reductions (reductions.py): a long reduction with nothing around it to share out is split among
+threads, combined in thread order; checked in the emitted source and in the numbers the kernel computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.codegen.backends import render_c, render_c_tasks
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.reference import run_reference
+
+
+def _centred_graph(shape: tuple[int, ...], prim: str) -> Graph:
+    """x − reduce(x) over the spatial axes of a channels-last map: an instance norm's first step."""
+    graph = Graph(inputs=["x"], outputs=["y"])
+    reduced = (shape[0], 1, 1, shape[3])
+    graph.types.update(x=TensorType(shape, "float32"), m=TensorType(reduced, "float32"),
+                       y=TensorType(shape, "float32"))  # fmt: skip
+    graph.nodes += [Node(prim, ("x",), ("m",), (("axes", (1, 2)),)), Node("sub", ("x", "m"), ("y",), ())]
+    return graph
+
+
+@pytest.mark.parametrize("prim", ["reduce_sum", "reduce_max"])
+def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str) -> None:
+    graph = _centred_graph((1, 96, 80, 40), prim)
+    kernel = make_kernel(graph, (0, 1), ("y",))
+    source = render_c("k", kernel)
+    assert "ko_parts[ko_team][40]" in source and "#pragma omp for collapse(2) schedule(static)" in source, source
+    x = np.random.default_rng(0).standard_normal((1, 96, 80, 40)).astype(np.float32)
+    x[0, 95, 79, 3] = 50.0  # the maximum of channel 3 in the last thread's part
+    executor = PlanExecutor(graph, [kernel], threads=2)
+    got = executor({"x": x})["y"].copy()
+    expected = run_reference(graph, {"x": x})["y"]
+    atol = 1e-6 * float(np.abs(expected).max())  # a sum of 7680 values: float32 rounding of the sum
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol)
+    np.testing.assert_array_equal(executor({"x": x})["y"], got)  # same threads, same order of summation
+    single = PlanExecutor(graph, [kernel], threads=1)({"x": x})["y"]
+    np.testing.assert_allclose(single, got, rtol=1e-5, atol=atol)
+
+
+def test_a_reduction_with_a_batch_to_share_out_is_not_split() -> None:
+    graph = _centred_graph((4, 48, 40, 40), "reduce_sum")
+    assert "ko_parts" not in render_c("k", make_kernel(graph, (0, 1), ("y",)))
+
+
+def test_rtasks_keep_the_reduction_whole() -> None:
+    """An rTask runs a share of a phase's iterations on its own: a split would need a combining step."""
+    graph = _centred_graph((1, 96, 80, 40), "reduce_sum")
+    tasked = render_c_tasks("k_task", make_kernel(graph, (0, 1), ("y",)))
+    assert tasked is not None and "ko_parts" not in tasked[0]
