@@ -28,6 +28,7 @@ from kernorch.codegen.library import LibraryCall
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow: both threads busy, little imbalance
 MAX_BLOCK = 8  # output pixels per register block
+ALIASING_CHANNELS = 128  # from here on, a power-of-two channel count stays with oneDNN (depthwise_rejection)
 
 
 def depthwise_rejection(call: LibraryCall) -> str | None:
@@ -43,6 +44,11 @@ def depthwise_rejection(call: LibraryCall) -> str | None:
         return "weights are not constant"
     if call.src.offset or call.dst.offset:
         return "an offset source or destination"
+    if channels >= ALIASING_CHANNELS and channels & (channels - 1) == 0:
+        # pixels a power of two of 512+ bytes apart (and rows a multiple of 4 KB) fall into the same L1 sets:
+        # a register block's taps evict each other. segformer_b0's 128/256/1024-channel maps ran 1.3-3.5x
+        # slower than oneDNN's; its 640-channel one 2.1x faster (bench/conv_kernels.py)
+        return f"{channels} channels: a power of two, whose pixels alias in the L1 cache"
     return post_ops_rejection(call.post_ops)
 
 

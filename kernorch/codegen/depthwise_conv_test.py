@@ -105,6 +105,7 @@ def test_depthwise_conv_matches_onnxruntime(case: str) -> None:
 @pytest.mark.parametrize(("changes", "reason"), [
     (dict(group_channels=2), "not depthwise (one input and one output channel per group)"),
     (dict(epilogue="softplus"), "no C for the soft_relu post-op"),
+    (dict(channels=128), "128 channels: a power of two, whose pixels alias in the L1 cache"),
 ])  # fmt: skip
 def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
     arguments: dict[str, Any] = dict(channels=16, kernel=3, size=(7, 9), pads=(1, 1, 1, 1)) | changes
