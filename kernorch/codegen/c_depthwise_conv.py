@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.c_direct_conv import VECTOR_TYPES
-from kernorch.codegen.c_post_ops import post_op_statements, post_ops_rejection
+from kernorch.codegen.c_direct_conv import VECTOR_TYPES, run_prologue
+from kernorch.codegen.c_post_ops import binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.library import LibraryCall
 
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
@@ -172,14 +172,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
     last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
     blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
-    operands, pointers = [], []
-    for position, (_, tensor) in enumerate(call.post_ops):
-        if tensor is None:
-            continue
-        strides = [0 if d == 1 else s for d, s in zip(tensor.dims, tensor.strides, strict=True)]
-        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
-        operands.append(f"t{position}[n * {strides[0]}L + (long)c * {strides[1]} + y * {strides[2]}L + "
-                        f"(long)x * {strides[3]}]")  # fmt: skip
+    pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
     remainder = ["        {", f"            const int x = {blocked};", *geometry.interior(last - blocked),
                  "        }"] if last > blocked else []  # fmt: skip
@@ -213,11 +206,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
              f"    if (bias) for (int c = 0; c < {channels}; c++) s->bias[c] = bias[c];",
              "    return s;",
              "}",
-             f"static int {name}_run(void *state, void *stream, void **a) {{",
-             "    (void)stream;",
-             f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const float *src = (const float *)a[{call.src.slot}];",
-             f"    float *dst = (float *)a[{call.dst.slot}];",
+             *run_prologue(name, call),
              *pointers,
              "    #pragma omp parallel for schedule(static)",
              f"    for (long item = 0; item < {batch * out_h * chunks}L; item++) {{",

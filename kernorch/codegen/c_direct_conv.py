@@ -33,6 +33,15 @@ typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4))); 
 #endif"""
 
 
+def run_prologue(name: str, call: LibraryCall) -> list[str]:
+    """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
+    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
+            "    (void)stream;",
+            f"    const {name}_state *s = (const {name}_state *)state;",
+            f"    const float *src = (const float *)a[{call.src.slot}];",
+            f"    float *dst = (float *)a[{call.dst.slot}];"]  # fmt: skip
+
+
 def direct_conv_rejection(call: LibraryCall) -> str | None:
     """Why the direct kernel does not run `call` (None when it does)."""
     if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
@@ -114,11 +123,7 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
              f"    for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;",
              "    return s;",
              "}",
-             f"static int {name}_run(void *state, void *stream, void **a) {{",
-             "    (void)stream;",
-             f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const float *src = (const float *)a[{call.src.slot}];",
-             f"    float *dst = (float *)a[{call.dst.slot}];",
+             *run_prologue(name, call),
              "    #pragma omp parallel for schedule(static)",
              f"    for (long row = 0; row < {call.dst.dims[0] * out_h}L; row++) {{",
              f"        const long n = row / {out_h}, y = row % {out_h};",

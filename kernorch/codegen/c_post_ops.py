@@ -51,6 +51,19 @@ def post_ops_rejection(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], .
     return None
 
 
+def binary_operands(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]) -> tuple[list[str], list[str]]:
+    """(C declaring a pointer per binary operand, the C expression of each one's element) for a kernel that
+    loops over the output with `long n`, `int c` (channel), `y` and `x`: dims of size 1 broadcast."""
+    pointers, operands = [], []
+    for position, (_, tensor) in enumerate(post_ops):
+        if tensor is None:
+            continue
+        n, c, y, x = (0 if d == 1 else s for d, s in zip(tensor.dims, tensor.strides, strict=True))
+        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
+        operands.append(f"t{position}[n * {n}L + (long)c * {c} + (long)y * {y} + (long)x * {x}]")
+    return pointers, operands
+
+
 def post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...],
                        operand: list[str]) -> list[str]:  # fmt: skip
     """One statement per post-op on `v`; `operand[i]` is the C expression of binary post-op i's element (the

@@ -18,8 +18,8 @@ subtract (and halve, in G), so results differ from the direct sum by rounding, ~
 
 from __future__ import annotations
 
-from kernorch.codegen.c_direct_conv import VECTOR_TYPES
-from kernorch.codegen.c_post_ops import post_op_statements, post_ops_rejection
+from kernorch.codegen.c_direct_conv import VECTOR_TYPES, run_prologue
+from kernorch.codegen.c_post_ops import binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.library import LibraryCall
 
 TILES = 18  # tiles per item: three micro-kernel rows of 6
@@ -64,14 +64,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
     items = -(-tiles // TILES)
     v_floats, m_floats = 16 * TILES * in_channels, 16 * TILES * out_channels
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
-    operands, pointers = [], []
-    for position, (_, tensor) in enumerate(call.post_ops):
-        if tensor is None:
-            continue
-        strides = [0 if d == 1 else s for d, s in zip(tensor.dims, tensor.strides, strict=True)]
-        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
-        operands.append(f"t{position}[n * {strides[0]}L + (long)c * {strides[1]} + (long)y * {strides[2]} + "
-                        f"(long)x * {strides[3]}]")  # fmt: skip
+    pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
     post = ["                        for (int l = 0; l < KO_VC_LANES; l++) {",
             "                            const int c = co + l;",
@@ -118,11 +111,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
              "    }",
              "    return s;",
              "}",
-             f"static int {name}_run(void *state, void *stream, void **a) {{",
-             "    (void)stream;",
-             f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const float *src = (const float *)a[{call.src.slot}];",
-             f"    float *dst = (float *)a[{call.dst.slot}];",
+             *run_prologue(name, call),
              *pointers,
              "    const int threads = omp_get_max_threads() < s->threads ? omp_get_max_threads() : s->threads;",
              "    #pragma omp parallel num_threads(threads)",

@@ -4,7 +4,7 @@ tiles, bias, and the epilogues it applies itself."""
 
 from __future__ import annotations
 
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen import c_winograd_conv
 from kernorch.codegen.c_winograd_conv import winograd_rejection
-from kernorch.codegen.depthwise_conv_test import EPILOGUES, compiled_calls
+from kernorch.codegen.depthwise_conv_test import EPILOGUES, assert_compiles_for, compiled_calls
 from kernorch.codegen.direct_conv_test import assert_close
 from kernorch.testing import random_array
 
@@ -91,17 +91,9 @@ def test_small_convs_stay_with_onednn() -> None:
 
 
 @pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
-def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Any,
+def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
-    from kernorch.codegen.c_renderer import PRELUDE
-    from kernorch.codegen.compiler import onednn_paths
-
     monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
     arguments, _ = CASES["padded, odd output, batch 2, a residual"]
     _, _, calls = compiled_calls(conv3x3_model(**arguments))
-    source = tmp_path / "conv.c"
-    source.write_text(ONEDNN_PRELUDE + PRELUDE + render_library_call("k", calls[0]))
-    include, _ = onednn_paths()
-    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
-                    "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
+    assert_compiles_for(isa, calls[0], tmp_path)
