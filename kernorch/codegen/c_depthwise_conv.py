@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.c_direct_conv import VECTOR_TYPES, run_prologue
+from kernorch.codegen.c_direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
 from kernorch.codegen.c_post_ops import binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.library import LibraryCall
 
@@ -38,12 +38,9 @@ def depthwise_rejection(call: LibraryCall) -> str | None:
     channels = call.src.dims[1]
     if call.weights.dims[:3] != (channels, 1, 1) or call.dst.dims[1] != channels:
         return "not depthwise (one input and one output channel per group)"
-    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
-        return "not channels-last"
-    if not call.weights.constant:
-        return "weights are not constant"
-    if call.src.offset or call.dst.offset:
-        return "an offset source or destination"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
     if channels >= ALIASING_CHANNELS and channels & (channels - 1) == 0:
         # pixels a power of two of 512+ bytes apart (and rows a multiple of 4 KB) fall into the same L1 sets:
         # a register block's taps evict each other. segformer_b0's 128/256/1024-channel maps ran 1.3-3.5x

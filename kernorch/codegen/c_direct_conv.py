@@ -33,6 +33,18 @@ typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4))); 
 #endif"""
 
 
+def operand_rejection(call: LibraryCall) -> str | None:
+    """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
+    in the source and destination, weights known at create (they are repacked there), no offsets."""
+    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
+        return "not channels-last"
+    if not call.weights.constant:
+        return "weights are not constant"
+    if call.src.offset or call.dst.offset:
+        return "an offset source or destination"
+    return None
+
+
 def run_prologue(name: str, call: LibraryCall) -> list[str]:
     """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
     return [f"static int {name}_run(void *state, void *stream, void **a) {{",

@@ -18,7 +18,7 @@ subtract (and halve, in G), so results differ from the direct sum by rounding, ~
 
 from __future__ import annotations
 
-from kernorch.codegen.c_direct_conv import VECTOR_TYPES, run_prologue
+from kernorch.codegen.c_direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
 from kernorch.codegen.c_post_ops import binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.library import LibraryCall
 
@@ -38,12 +38,9 @@ def winograd_rejection(call: LibraryCall) -> str | None:
         return "not 3x3, stride 1, undilated"
     if in_channels % CHANNEL_MULTIPLE or out_channels % CHANNEL_MULTIPLE:
         return f"channels are not multiples of {CHANNEL_MULTIPLE}"
-    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
-        return "not channels-last"
-    if not call.weights.constant:
-        return "weights are not constant"
-    if call.src.offset or call.dst.offset:
-        return "an offset source or destination"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
     batch, _, out_h, out_w = call.dst.dims
     if batch * out_h * out_w * in_channels * out_channels * 9 < MIN_MACS:
         return "too small for the transforms to pay"
