@@ -43,8 +43,8 @@ def depthwise_rejection(call: LibraryCall) -> str | None:
         return operands
     if channels >= ALIASING_CHANNELS and channels & (channels - 1) == 0:
         # pixels a power of two of 512+ bytes apart (and rows a multiple of 4 KB) fall into the same L1 sets:
-        # a register block's taps evict each other. segformer_b0's 128/256/1024-channel maps ran 1.3-3.5x
-        # slower than oneDNN's; its 640-channel one 2.1x faster (bench/conv_kernels.py)
+        # a register block's taps evict each other. segformer_b0's 128/256/1024-channel maps ran 1.1-3.5x
+        # slower than oneDNN's; its 640-channel one 1.1-2.1x faster (bench/conv_kernels.py)
         return f"{channels} channels: a power of two, whose pixels alias in the L1 cache"
     return post_ops_rejection(call.post_ops)
 
