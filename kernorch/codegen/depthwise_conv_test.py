@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.c_depthwise_conv import depthwise_rejection
-from kernorch.codegen.direct_conv_test import assert_close
+from kernorch.codegen.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.library import LibraryCall, describe_library_call
 from kernorch.testing import random_array
 from kernorch.tools.check import run_onnxruntime
@@ -133,20 +133,6 @@ def test_explain_names_the_depthwise_conv(tmp_path: Path) -> None:
     expected = ["oneDNN", "direct C depthwise convolution", "direct C convolution (few output channels)"]
     assert [line.split(", by ")[-1] for line in lines] == expected, lines
     assert "conv (channels-last) ← bias, swish" in lines[1]
-
-
-def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path) -> None:
-    """The call's C compiles with the given ISA flags: the vector width and blocking are the compiler's
-    (#ifdef __AVX512F__), so both branches must compile though only this machine's one runs in the tests."""
-    from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
-    from kernorch.codegen.c_renderer import PRELUDE
-    from kernorch.codegen.compiler import onednn_paths
-
-    source = directory / "conv.c"
-    source.write_text(ONEDNN_PRELUDE + PRELUDE + render_library_call("k", call))
-    include, _ = onednn_paths()
-    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
-                    "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
 
 
 @pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.c_direct_conv import direct_conv_rejection
 from kernorch.codegen.epilogue import Eltwise
-from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.library import LibraryCall, describe_library_call
 from kernorch.testing import random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -107,16 +107,22 @@ def test_post_ops_stay_with_onednn() -> None:
     assert direct_conv_rejection(dataclasses.replace(calls[0], post_ops=(relu,))) == "post-ops run in oneDNN"
 
 
-@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
-def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
-    """The vector width and register blocking are the compiler's (#ifdef __AVX512F__), so the source does not
-    depend on the machine: both branches must compile (only this machine's one runs in the other tests)."""
+def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path) -> None:
+    """The call's C compiles with the given ISA flags: the direct kernels' vector width and blocking are the
+    compiler's (#ifdef __AVX512F__), so the source does not depend on the machine and both branches must
+    compile, though only this machine's one runs in the other tests."""
     from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
+    from kernorch.codegen.c_renderer import PRELUDE
     from kernorch.codegen.compiler import onednn_paths
 
-    _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
-    source = tmp_path / "conv.c"
-    source.write_text("#include <stdlib.h>\n" + ONEDNN_PRELUDE + render_library_call("k", calls[0]))
+    source = directory / "conv.c"
+    source.write_text(ONEDNN_PRELUDE + PRELUDE + render_library_call("k", call))
     include, _ = onednn_paths()
     subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
                     "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
+def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
+    _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
+    assert_compiles_for(isa, calls[0], tmp_path)

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen import c_winograd_conv
 from kernorch.codegen.c_winograd_conv import winograd_rejection
-from kernorch.codegen.depthwise_conv_test import EPILOGUES, assert_compiles_for, compiled_calls
-from kernorch.codegen.direct_conv_test import assert_close
+from kernorch.codegen.depthwise_conv_test import EPILOGUES, compiled_calls
+from kernorch.codegen.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.testing import random_array
 
 
