@@ -30,6 +30,10 @@ VECTOR_TYPES = """#ifndef KO_VC
 #endif
 typedef float ko_vc __attribute__((vector_size(KO_VC_LANES * 4)));
 typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4)));  /* an unaligned load */
+/* half a vector, for channel counts below KO_VC_LANES (efficientvit's 8-channel stem on AVX-512) */
+#define KO_VH_LANES (KO_VC_LANES / 2)
+typedef float ko_vh __attribute__((vector_size(KO_VH_LANES * 4)));
+typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
 #endif"""
 
 

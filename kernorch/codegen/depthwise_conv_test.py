@@ -84,6 +84,10 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "a per-channel operand broadcast over the map": (
         dict(channels=24, kernel=3, size=(6, 10), pads=(1, 1, 1, 1), epilogue="swish, scaled per channel"),
         ("swish", "mul")),
+    "efficientvit's stem: 8 channels (half an AVX-512 vector), hardswish": (
+        dict(channels=8, kernel=3, size=(12, 19), pads=(1, 1, 1, 1), epilogue="hardswish"), ("hardswish",)),
+    "12 channels: a half vector moved back": (
+        dict(channels=12, kernel=3, size=(7, 11), strides=(2, 2), pads=(1, 1, 1, 1), epilogue="swish"), ("swish",)),
     "shufflenet's stride 2 with 58 channels, unpadded": (
         dict(channels=58, kernel=3, size=(9, 9), strides=(2, 2)), ()),
 }  # fmt: skip
