@@ -48,9 +48,14 @@ typedef float ko_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 #else
 #define KO_VECTOR_SHUFFLE 0
 #endif
-/* NaN-propagating max/min like numpy; `|` rather than `||` keeps the loop branch-free (vectorizable) */
-#define KO_MAX(a, b) ((((a) > (b)) | ((a) != (a))) ? (a) : (b))
-#define KO_MIN(a, b) ((((a) < (b)) | ((a) != (a))) ? (a) : (b))
+/* NaN-propagating max/min like numpy: the plain compare-select (one vmaxps), and where the operands are
+   unordered (a NaN in either) their sum, which is NaN. Written as named temporaries in GNU statement expressions
+   (operands are evaluated once): GCC 12 left the former `((a > b) | (a != a)) ? a : b` as a scalar loop with
+   branches once a max fed a min (hardswish: 200 us for 401,408 floats, 22 us as this) */
+#define KO_MAX(a, b) ({ __typeof__(a) ko_a_ = (a), ko_b_ = (b), ko_m_ = ko_a_ > ko_b_ ? ko_a_ : ko_b_; \
+                        ((ko_a_ != ko_a_) | (ko_b_ != ko_b_)) ? ko_a_ + ko_b_ : ko_m_; })
+#define KO_MIN(a, b) ({ __typeof__(a) ko_a_ = (a), ko_b_ = (b), ko_m_ = ko_a_ < ko_b_ ? ko_a_ : ko_b_; \
+                        ((ko_a_ != ko_a_) | (ko_b_ != ko_b_)) ? ko_a_ + ko_b_ : ko_m_; })
 static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     if (i < 0) i += n;
     if (i < 0 || i >= n) { *err = 1; return 0; }
