@@ -473,6 +473,7 @@ def scratch_bytes(loops: KernelLoops) -> list[int]:
 
 
 PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
+SHORT_INNER = 4  # an innermost loop this short is unrolled, and the loop outside it vectorized (short_innermost)
 
 
 def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], sharing: Sharing | None, inner: list[str],
@@ -536,6 +537,8 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
         emitter.store(phase)
         sharing.serial()
         return ["{", *emitter.lines, "}"]
+    if short_innermost(phase):
+        return _unrolled_innermost(phase, emitter, sharing)
     # what does not depend on the innermost loop is computed once before it
     emitter.hoist(phase.expr, {phase.loop_vars[-1]})
     hoisted, emitter.lines = emitter.lines, []
@@ -566,3 +569,31 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
             innermost += [f"for (int64_t {var} = {begin}; {var} < {end}; {var}++) {{", *emitter.lines, "}"]
     return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], sharing, [*hoisted, *innermost],
                       parallel_inner=size)
+
+
+def short_innermost(phase: Phase) -> bool:
+    """The phase's innermost loop has a few iterations (at most SHORT_INNER) inside a longer loop, and no
+    reduction: an NCHW -> NHWC transpose of 3 channels, a channel shuffle's pairs."""
+    return len(phase.loop_vars) >= 2 and phase.loop_sizes[-1] <= SHORT_INNER and \
+        phase.loop_sizes[-2] >= 2 * SHORT_INNER and not _has_reduction(phase.expr)  # fmt: skip
+
+
+def _has_reduction(tree: Any) -> bool:
+    return isinstance(tree, tuple) and bool(tree) and (tree[0] == "reduce" or any(_has_reduction(c) for c in tree[1:]))
+
+
+def _unrolled_innermost(phase: Phase, emitter: _Emitter, sharing: Sharing) -> list[str]:
+    """A `short_innermost` phase with its innermost loop unrolled and the loop outside it vectorized: each value
+    of the short axis becomes a unit-stride stream, which the vectorizer interleaves, instead of a scalar loop of
+    two or three iterations inside a collapsed parallel loop that recovers every variable with a division per
+    iteration. The [1, 3, 224, 224] input transpose: 38 -> 6 µs; shufflenet's [28, 28, 58, 2] shuffle: 24 -> 4."""
+    (a, size_a), (b, size_b) = zip(phase.loop_vars[-2:], phase.loop_sizes[-2:], strict=True)
+    emitter.hoist(phase.expr, {a, b})
+    hoisted, emitter.lines = emitter.lines, []
+    emitter.store(phase)
+    short = [f"#pragma GCC unroll {size_b}", f"for (int64_t {b} = 0; {b} < {size_b}; {b}++) {{", *emitter.lines, "}"]
+    outer_vars, outer_sizes = phase.loop_vars[:-2], phase.loop_sizes[:-2]
+    if int(np.prod(outer_sizes, dtype=np.int64)) < PARALLEL_MIN_OUTER and size_a * size_b >= PARALLEL_MIN_ELEMENTS:
+        return _loop_nest(outer_vars, outer_sizes, None, [*hoisted, *sharing.innermost(a, size_a), *short, "}"])
+    vectorized = ["#pragma omp simd reduction(|:err)", f"for (int64_t {a} = 0; {a} < {size_a}; {a}++) {{", *short, "}"]
+    return _loop_nest(outer_vars, outer_sizes, sharing, [*hoisted, *vectorized], parallel_inner=size_a * size_b)

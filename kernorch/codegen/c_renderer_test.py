@@ -147,3 +147,26 @@ def test_rtask_ranges_compute_what_the_whole_kernel_computes(case: str) -> None:
     executor.buffers["y"][...] = np.nan
     runner.run()
     np.testing.assert_array_equal(executor.buffers["y"], expected)
+
+
+@pytest.mark.parametrize(("shape", "perm", "shared"), [
+    ((1, 3, 224, 224), (0, 2, 3, 1), "collapse(2)"),  # NCHW -> NHWC of an RGB image: 3-channel pixels
+    ((1, 2, 58, 28, 28), (0, 3, 4, 2, 1), "collapse(3)"),  # shufflenet's shuffle, channels-last: [.., 58, 2] pairs
+    ((3, 8192), (1, 0), "parallel for simd"),  # no loop outside the pair: the vectorized loop is shared out
+])  # fmt: skip
+def test_a_short_innermost_loop_is_unrolled_and_the_loop_outside_it_vectorized(
+        shape: tuple[int, ...], perm: tuple[int, ...], shared: str) -> None:  # fmt: skip
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = TensorType(shape, "float32")
+    graph.types["y"] = TensorType(tuple(shape[p] for p in perm), "float32")
+    graph.nodes.append(Node("transpose", ("x",), ("y",), (("perm", perm),)))
+    kernel = make_kernel(graph, (0,), ("y",))
+    source = render_c("k", kernel)
+    short = graph.types["y"].shape[-1]
+    assert f"#pragma GCC unroll {short}" in source, source
+    lines = [line.strip() for line in source.splitlines()]
+    vectorized = lines[lines.index(f"#pragma GCC unroll {short}") - 2]
+    assert "omp" in vectorized and "simd" in vectorized, source  # the loop outside the short one
+    assert [shared in pragma for pragma, _ in _parallel_lines(source)] == [True], source  # the loops outside it
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(PlanExecutor(graph, [kernel])({"x": x})["y"], np.transpose(x, perm))

@@ -44,19 +44,23 @@ def test_a_streaming_kernel_costs_its_bytes_at_the_level_it_fits_in() -> None:
         assert math.isclose(_seconds(_kernel(graph, [y])), moved / bandwidth + 1e-6, rel_tol=1e-9), shape
 
 
-def test_a_strided_read_costs_a_line_per_element_unless_tiled() -> None:
-    graph, b = _graph((1024, 4, 1024))
-    (t,) = b.emit("transpose", ["x"], {"perm": (0, 2, 1)})  # [1024, 1024, 4]: innermost reads 4 KB apart
+def _transposed_relu(shape: tuple[int, ...], perm: tuple[int, ...]) -> float:
+    graph, b = _graph(shape)
+    (t,) = b.emit("transpose", ["x"], {"perm": perm})
     (y,) = b.emit("relu", [t])
-    strided = _seconds(_kernel(graph, [y]))
-    graph2, b2 = _graph((1024, 4, 1024))
-    (y2,) = b2.emit("relu", ["x"])
-    contiguous = _seconds(_kernel(graph2, [y2]))
-    assert strided > 5 * contiguous  # 64 bytes per 4-byte element read
-    graph3, b3 = _graph((4, 1024, 1024))
-    (t3,) = b3.emit("transpose", ["x"], {"perm": (0, 2, 1)})  # a 1024 x 1024 transpose: the renderer tiles it
-    (y3,) = b3.emit("relu", [t3])
-    assert _seconds(_kernel(graph3, [y3])) < 1.5 * contiguous
+    return _seconds(_kernel(graph, [y]))
+
+
+def test_a_strided_read_costs_a_line_per_element_unless_tiled_or_interleaved() -> None:
+    graph, b = _graph((512, 8, 1024))
+    (y,) = b.emit("relu", ["x"])
+    contiguous = _seconds(_kernel(graph, [y]))
+    # [512, 1024, 8]: the innermost loop reads 4 KB apart, 64 bytes per 4-byte element
+    assert _transposed_relu((512, 8, 1024), (0, 2, 1)) > 5 * contiguous
+    # [8, 1024, 512]: a 1024 x 512 transpose per image, which the renderer tiles
+    assert _transposed_relu((8, 512, 1024), (0, 2, 1)) < 1.5 * contiguous
+    # [1024, 1024, 4]: 4 planes interleaved, the short innermost loop unrolled and the one outside it vectorized
+    assert _transposed_relu((1024, 4, 1024), (0, 2, 1)) < 1.5 * contiguous
 
 
 def test_transcendental_work_on_a_small_buffer_is_compute_bound() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.c_renderer import LANES, PARALLEL_MIN_ELEMENTS
+from kernorch.codegen.c_renderer import LANES, PARALLEL_MIN_ELEMENTS, short_innermost
 from kernorch.codegen.gir.graph import (
     BROADCAST,
     ELEMENTWISE,
@@ -57,15 +57,19 @@ class _Lowering:
         return sid
 
     def access(self, buffer: str, index: Tree, inner: str | None, ranges: dict[str, int], lanes: int,
-               tiled: bool, order: tuple[tuple[str, int], ...] = ()) -> MemorySlice:  # fmt: skip
+               tiled: bool, order: tuple[tuple[str, int], ...] = (),
+               short: tuple[str, int] | None = None) -> MemorySlice:  # fmt: skip
         """The slice one block of `index` touches. Its `index` names the data: "iteration" when the access is
         the phase's row-major iteration number itself (whatever its loop variables are called), so phases with
-        the same trip count that write and read that way touch the same elements in the same iterations."""
+        the same trip count that write and read that way touch the same elements in the same iterations.
+        `short` is the unrolled innermost loop (var, size) of a `short_innermost` phase: an access strided by
+        its size along `inner` and unit-stride along it is interleaved, the unrolled blocks sharing its lines."""
         itemsize = int(np.dtype(self.dtypes.get(buffer, "float32")).itemsize)
         stride = 0 if inner is None or not _mentions(index, inner) else _stride(index, inner, ranges)
+        interleaved = short is not None and stride == short[1] and _stride(index, short[0], ranges) == 1
         if stride == 0:
             count, width, step = 1, 1, 0
-        elif stride == 1 or (tiled and stride is not None):  # a tiled transpose reads whole lines per tile
+        elif stride == 1 or interleaved or (tiled and stride is not None):  # a tiled transpose reads whole lines
             count, width, step = 1, lanes, 1
         else:
             count, width, step = lanes, 1, -1 if stride is None else abs(stride)
@@ -80,7 +84,7 @@ class _Lowering:
         blocks = ctx["blocks"]
         if kind == "load":
             source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
-                                            ctx["order"]))  # fmt: skip
+                                            ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
             self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"]))
@@ -139,16 +143,20 @@ class _Lowering:
             return
         self.index_work(phase.store_index, ctx["blocks"])
         target = self.slice(self.access(phase.target, phase.store_index, ctx["inner"], ctx["ranges"],
-                                        ctx["lanes"], ctx["tiled"], ctx["order"]))  # fmt: skip
+                                        ctx["lanes"], ctx["tiled"], ctx["order"], ctx.get("short")))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
             self.ops.append(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
         self.ops.append(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"]))
 
-    def phase_ops(self, phase: Phase, outer: dict[str, int], row_elements: int) -> None:
+    def phase_ops(self, phase: Phase, outer: dict[str, int], row_elements: int, phased: bool = True) -> None:
         ranges = dict(outer)
         ranges.update(dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)))
         elements = row_elements * int(np.prod(phase.loop_sizes, dtype=np.int64))
         inner = phase.loop_vars[-1] if phase.loop_vars else None
+        # the renderer unrolls a short innermost loop of a phased kernel and vectorizes the one outside it
+        short = (phase.loop_vars[-1], phase.loop_sizes[-1]) if phased and short_innermost(phase) else None
+        if short is not None:
+            inner = phase.loop_vars[-2]
         reduction = bare_reduction(phase.expr, self.dtypes.get(phase.target, "float32")) \
             if phase.loop_vars and not phase.scalar else None  # fmt: skip
         interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
@@ -156,7 +164,8 @@ class _Lowering:
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
         ctx = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
                "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
-               "outer": elements // phase.loop_sizes[-1] if phase.loop_vars and not interchanged else 0,
+               "outer": elements // phase.loop_sizes[-1] // (phase.loop_sizes[-2] if short else 1)
+               if phase.loop_vars and not interchanged else 0, "short": short,
                "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else ()}
         self.store(phase, self.value(phase.expr, ctx), ctx)
 
@@ -207,7 +216,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
         outer = dict(zip(loops.row_vars, loops.row_shape, strict=True))
         row_elements = max((int(np.prod(p.loop_sizes)) for p in loops.phases if p.loop_vars), default=1)
         for phase in loops.phases:
-            lowering.phase_ops(phase, outer, rows)
+            lowering.phase_ops(phase, outer, rows, phased=False)
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         threads = threads if rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS else 1
         phases.append(GirPhase(ParallelUnit(threads, LANES, rows), tuple(lowering.ops), row_elements * itemsize))
