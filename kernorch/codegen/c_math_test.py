@@ -7,7 +7,7 @@ import ctypes
 import numpy as np
 import torch
 
-from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.compiler import compile_source, load_library
 
 SOURCE = PRELUDE + """

@@ -2,7 +2,7 @@
 
 A direct kernel (c_depthwise_conv.py) applies its epilogue to the values it has just written, still in cache:
 each post-op becomes one C statement updating the running float `v`. The scalar helpers are the generated
-kernels' (c_renderer's PRELUDE: ko_expf, ko_tanhf, ko_erff), so a loop over channels vectorizes. The formulas
+kernels' (c_prelude.PRELUDE: ko_expf, ko_tanhf, ko_erff), so a loop over channels vectorizes. The formulas
 are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's primitives against.
 """
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernorch.codegen.c_post_ops import post_op_statements, post_ops_rejection
-from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.epilogue import Binary, Eltwise
 

@@ -112,7 +112,7 @@ def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path
     compiler's (#ifdef __AVX512F__), so the source does not depend on the machine and both branches must
     compile, though only this machine's one runs in the other tests."""
     from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
-    from kernorch.codegen.c_renderer import PRELUDE
+    from kernorch.codegen.c_prelude import PRELUDE
     from kernorch.codegen.compiler import onednn_paths
 
     source = directory / "conv.c"

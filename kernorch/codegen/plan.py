@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kernorch.codegen.backends import c_scratch_bytes, choose_backend, render_c, render_c_tasks
 from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
-from kernorch.codegen.c_renderer import PRELUDE
+from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.rprogram import MAX_VEUS, UnitCall, render_region_runner
 from kernorch.ir.kernel import CandidateKernel

@@ -52,3 +52,27 @@ def test_rtasks_keep_the_reduction_whole() -> None:
     graph = _centred_graph((1, 96, 80, 40), "reduce_sum")
     tasked = render_c_tasks("k_task", make_kernel(graph, (0, 1), ("y",)))
     assert tasked is not None and "ko_parts" not in tasked[0]
+
+
+@pytest.mark.parametrize(("prim", "channels"), [("window_max", 24), ("window_max", 37), ("window_sum", 24)])
+def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: str, channels: int) -> None:
+    """A channels-last 3x3 stride-2 pool runs interchanged: the taps outside, the channels inside, the running
+    values in `ko_acc` (stored once). A NaN in the window's first tap, in a later one, or in the channel tail
+    reaches the output; -inf and the padding do not."""
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types.update(x=TensorType((1, 15, 13, channels), "float32"), y=TensorType((1, 8, 7, channels), "float32"))
+    attrs = (("kernel", (3, 3, 1)), ("strides", (2, 2, 1)), ("dilations", (1, 1, 1)), ("pads", (1, 1, 0, 1, 1, 0)),
+             ("ceil_mode", False))  # fmt: skip
+    graph.nodes.append(Node(prim, ("x",), ("y",), attrs))
+    kernel = make_kernel(graph, (0,), ("y",))
+    source = render_c("k", kernel)
+    assert f"ko_acc[{channels}];" in source, source
+    x = np.random.default_rng(2).standard_normal((1, 15, 13, channels)).astype(np.float32)
+    x[0, 0, 0, 3] = np.nan  # the first tap of output (0, 0), a padded window
+    x[0, 6, 6, 5] = np.nan  # the last tap of output (3, 3) (and the first of (3, 3)'s neighbours)
+    x[0, 9, 4, channels - 1] = np.nan  # the last channel
+    x[0, 2:5, 2:5, 7] = -np.inf  # a whole window of -inf: its max is -inf
+    got = PlanExecutor(graph, [kernel], threads=2)({"x": x})["y"]
+    expected = run_reference(graph, {"x": x})["y"]
+    assert np.isnan(got[0, 0, 0, 3]) and np.isnan(got[0, 3, 3, 5]) and np.isnan(got[0, 4, 2, channels - 1])
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

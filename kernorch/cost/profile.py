@@ -32,7 +32,7 @@ import numpy as np
 
 from kernorch.codegen.backends import choose_backend, render_c
 from kernorch.codegen.c_library import render_library_call
-from kernorch.codegen.c_renderer import prelude_used_by
+from kernorch.codegen.c_prelude import prelude_used_by
 from kernorch.codegen.compiler import CFLAGS, compile_source
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit

@@ -243,7 +243,7 @@ def test_a_value_far_above_the_roofline_is_measured_again(tmp_path: Path, monkey
 def test_a_signature_changes_with_the_prelude_helpers_the_kernel_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Adding a helper to the C prelude must not invalidate every stored measurement; changing one a kernel
     calls (here exp, inside softmax) must."""
-    from kernorch.codegen import c_renderer
+    from kernorch.codegen import c_prelude
     from kernorch.ir.kernel import make_kernel
 
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
@@ -252,8 +252,8 @@ def test_a_signature_changes_with_the_prelude_helpers_the_kernel_calls_only(monk
     exp_kernel = isolate(make_kernel(graph, (exp,), graph.nodes[exp].outputs))
     max_kernel = isolate(make_kernel(graph, (max_node,), graph.nodes[max_node].outputs))
     before = (signature(exp_kernel), signature(max_kernel))
-    prelude = c_renderer.PRELUDE
-    monkeypatch.setattr(c_renderer, "PRELUDE", prelude + "static inline int ko_new(int a) { return a; }\n")
+    prelude = c_prelude.PRELUDE
+    monkeypatch.setattr(c_prelude, "PRELUDE", prelude + "static inline int ko_new(int a) { return a; }\n")
     assert (signature(exp_kernel), signature(max_kernel)) == before
-    monkeypatch.setattr(c_renderer, "PRELUDE", prelude.replace("4.999999403953552e-1f", "0.5f"))
+    monkeypatch.setattr(c_prelude, "PRELUDE", prelude.replace("4.999999403953552e-1f", "0.5f"))
     assert signature(exp_kernel) != before[0] and signature(max_kernel) == before[1]

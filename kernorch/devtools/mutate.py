@@ -25,6 +25,7 @@ BLP = "kernorch/orchestrate/blp_test.py"
 ORACLE = "kernorch/orchestrate/oracle_test.py"
 CANDIDATES = "kernorch/orchestrate/candidates_test.py"
 EPILOGUES = "kernorch/codegen/epilogue_test.py"
+REDUCTIONS = "kernorch/codegen/reductions_test.py"
 LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
 API = "tests/test_api.py"
@@ -45,9 +46,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '"div": f"({a} * {b})" if is_float', (RANDOM_PLANS,)),
     Mutant("C < becomes <=", "kernorch/codegen/c_renderer.py", '"less": f"({a} < {b})"', '"less": f"({a} <= {b})"',
            (TIES, RANDOM_PLANS)),
-    Mutant("C max picks the smaller", "kernorch/codegen/c_renderer.py", "ko_m_ = ko_a_ > ko_b_ ? ko_a_ : ko_b_",
+    Mutant("C max picks the smaller", "kernorch/codegen/c_prelude.py", "ko_m_ = ko_a_ > ko_b_ ? ko_a_ : ko_b_",
            "ko_m_ = ko_a_ < ko_b_ ? ko_a_ : ko_b_", (RANDOM_PLANS,)),
-    Mutant("integer division floors", "kernorch/codegen/c_renderer.py", "return b ? a / b : 0;",
+    Mutant("integer division floors", "kernorch/codegen/c_prelude.py", "return b ? a / b : 0;",
            "return b ? (a - (((a % b) + b) % b)) / b : 0;", (RANDOM_PLANS,)),
     Mutant("pow becomes mul", "kernorch/codegen/c_renderer.py", """"pow": f"{_math('pow', dtype)}({a}, {b})\"""",
            """"pow": f"({a} * {b})\"""", (RANDOM_PLANS,)),
@@ -62,11 +63,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("pooling border check dropped too often", "kernorch/codegen/loops.py",
            "(kernel[j] - 1) * dilations[j] < in_shape[lead + j]:",
            "(kernel[j] - 1) * dilations[j] <= in_shape[lead + j]:", (EXECUTOR,)),
-    Mutant("interchanged max starts at 0", "kernorch/codegen/c_renderer.py",
+    Mutant("running max starts at 0", "kernorch/codegen/reductions.py",
            'init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
-           '        update = "{t} = KO_MAX({t}, {x});"',
+           '        return init, "KO_MAX_INTO({acc}, {x});"',
            'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
-           '        update = "{t} = KO_MAX({t}, {x});"', (EXECUTOR, COMPILED_NODE_TESTS)),
+           '        return init, "KO_MAX_INTO({acc}, {x});"', (EXECUTOR, COMPILED_NODE_TESTS)),
+    Mutant("running max drops a new NaN", "kernorch/codegen/c_prelude.py",
+           "(acc) = ((ko_x_ > (acc)) | (ko_x_ != ko_x_)) ? ko_x_ : (acc); })",
+           "(acc) = (ko_x_ > (acc)) ? ko_x_ : (acc); })", (REDUCTIONS,)),
     Mutant("depthwise taps shifted", "kernorch/codegen/loops.py", 'lit(-attrs["pads"][j])),',
            'lit(1 - attrs["pads"][j])),', (EXECUTOR,)),
     # library calls and their epilogues
@@ -81,8 +85,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("deconv weights not transposed", "kernorch/codegen/library.py",
            "w_strides = (strides[2], strides[1], *strides[3:])", "w_strides = (strides[1], strides[2], *strides[3:])",
            (COMPILED_NODE_TESTS,)),
-    Mutant("transposed matmul operand read untransposed", "kernorch/codegen/library.py",
-           "strides = (*strides[:-2], strides[-1], strides[-2])", "strides = tuple(strides)", (API, EXECUTOR)),
+    Mutant("transposed matmul operand read untransposed", "kernorch/ir/strided.py",
+           "tuple(shape[p] for p in perm), tuple(strides[p] for p in perm)",
+           "tuple(shape[p] for p in perm), tuple(strides)", (API, EXECUTOR)),
     Mutant("dilation passed as is", "kernorch/codegen/library.py",
            'tuple(int(d) - 1 for d in attrs["dilations"])', 'tuple(int(d) for d in attrs["dilations"])',
            (COMPILED_NODE_TESTS,)),
