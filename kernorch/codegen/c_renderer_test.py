@@ -59,18 +59,19 @@ def _softmax_max_graph(rows: int, width: int, prim: str) -> Graph:
 
 @pytest.mark.parametrize("prim", ["reduce_max", "reduce_min"])
 @pytest.mark.parametrize("width", [256, 100, 37])
-def test_float_max_and_min_keep_one_partial_per_lane_and_propagate_nan(prim: str, width: int) -> None:
+def test_float_max_and_min_are_simd_reductions_that_propagate_nan(prim: str, width: int) -> None:
     graph = _softmax_max_graph(64, width, prim)
     kernel = make_kernel(graph, (0, 1, 2), ("y",))
     source = render_c("k", kernel)
-    assert "_lane[16]" in source and "#pragma omp simd" in source, source
+    assert f"#pragma omp simd reduction({prim[7:]}:" in source, source
     x = np.random.default_rng(1).standard_normal((64, width)).astype(np.float32)
-    x[3, width - 1] = np.nan  # in the scalar tail when the width is not a multiple of 16
+    x[3, width - 1] = np.nan  # the last element (the vector loop's tail when the width is not a multiple of 16)
     x[5, 7] = np.nan  # in a lane
+    x[7, 0] = np.nan  # the first element
     x[9, :] = -np.inf if prim == "reduce_max" else np.inf
     got = PlanExecutor(graph, [kernel])({"x": x})["y"]
     expected = run_reference(graph, {"x": x})["y"]
-    assert np.isnan(got[3]).all() and np.isnan(got[5]).all()
+    assert np.isnan(got[3]).all() and np.isnan(got[5]).all() and np.isnan(got[7]).all()
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=0)
 
 

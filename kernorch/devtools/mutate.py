@@ -68,6 +68,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '        return init, "KO_MAX_INTO({acc}, {x});"',
            'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
            '        return init, "KO_MAX_INTO({acc}, {x});"', (EXECUTOR, COMPILED_NODE_TESTS)),
+    Mutant("simd max forgets a NaN", "kernorch/codegen/c_renderer.py", 'f"{nan} |= {x} != {x};"',
+           'f"{nan} |= 0;"', ("kernorch/codegen/c_renderer_test.py::"
+                              "test_float_max_and_min_are_simd_reductions_that_propagate_nan",)),
     Mutant("running max drops a new NaN", "kernorch/codegen/c_prelude.py",
            "(acc) = ((ko_x_ > (acc)) | (ko_x_ != ko_x_)) ? ko_x_ : (acc); })",
            "(acc) = (ko_x_ > (acc)) ? ko_x_ : (acc); })", (REDUCTIONS,)),
