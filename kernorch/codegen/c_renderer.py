@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops import C_TYPES, KernelLoops, Phase, Tree
+from kernorch.codegen.loops import C_TYPES, KernelLoops, Phase, Tree, count_kinds
 from kernorch.codegen.reductions import (
     free_vars,
     interchanged_reduction,
@@ -420,11 +420,7 @@ def short_innermost(phase: Phase) -> bool:
     """The phase's innermost loop has a few iterations (at most SHORT_INNER) inside a longer loop, and no
     reduction: an NCHW -> NHWC transpose of 3 channels, a channel shuffle's pairs."""
     return len(phase.loop_vars) >= 2 and phase.loop_sizes[-1] <= SHORT_INNER and \
-        phase.loop_sizes[-2] >= 2 * SHORT_INNER and not _has_reduction(phase.expr)  # fmt: skip
-
-
-def _has_reduction(tree: Any) -> bool:
-    return isinstance(tree, tuple) and bool(tree) and (tree[0] == "reduce" or any(_has_reduction(c) for c in tree[1:]))
+        phase.loop_sizes[-2] >= 2 * SHORT_INNER and not count_kinds(phase.expr, ("reduce",))  # fmt: skip
 
 
 def _unrolled_innermost(phase: Phase, emitter: _Emitter, sharing: Sharing) -> list[str]:

@@ -172,6 +172,13 @@ def tree_size(tree: Any) -> int:
     return 1 + sum(tree_size(t) for t in tree)
 
 
+def count_kinds(tree: Any, kinds: tuple[str, ...]) -> int:
+    """How many nodes of `tree` are of one of `kinds` ("reduce", "/", ...)."""
+    if not isinstance(tree, tuple) or not tree:
+        return 0
+    return int(tree[0] in kinds) + sum(count_kinds(child, kinds) for child in tree[1:])
+
+
 # ------------------------------------------------------------------------------------ the description
 
 class _Describer:

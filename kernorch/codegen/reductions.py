@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kernorch.codegen.c_renderer import _Emitter
 
 INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
-SPLIT_MAX_OUTPUTS = 1024  # per-thread partial results of a split reduction, kept on the stack
+SPLIT_MAX_OUTPUTS = 1024  # running values of an interchanged reduction kept on the stack (split: one row per thread)
 
 
 def reduction_identity(prim: str, dtype: str) -> tuple[str, str]:

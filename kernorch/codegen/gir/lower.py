@@ -32,7 +32,7 @@ from kernorch.codegen.gir.graph import (
     ParallelUnit,
 )
 from kernorch.codegen.indexing import Digit, linearize
-from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree
+from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
 from kernorch.codegen.reductions import INTERCHANGE_MIN_INNER, bare_reduction, splits_among_threads
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
 
@@ -134,7 +134,7 @@ class _Lowering:
     def index_work(self, index: Tree, blocks: int) -> None:
         """Divisions and remainders left in an index after simplification: integer work per element (a
         channel shuffle's composed reshapes), as an elementwise gOperator producing the address."""
-        divisions = _count(index, ("/", "%"))
+        divisions = count_kinds(index, ("/", "%"))
         if divisions:
             self.ops.append(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
 
@@ -171,12 +171,6 @@ class _Lowering:
 
 
 _VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
-
-
-def _count(tree: Any, kinds: tuple[str, ...]) -> int:
-    if not isinstance(tree, tuple) or not tree:
-        return 0
-    return int(tree[0] in kinds) + sum(_count(child, kinds) for child in tree[1:])
 
 
 def _affine_along(tree: Any, var: str, ranges: dict[str, int]) -> bool:
