@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kernorch.codegen.c_lstm_stack import lstm_stack_scratch_bytes, lstm_stack_supported, render_lstm_stack
 from kernorch.codegen.c_opaque import lstm_scratch_bytes, lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel, render_kernel_tasks, scratch_bytes
 from kernorch.codegen.library import describe_library_call
@@ -18,6 +21,19 @@ from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
 from kernorch.codegen.views import view_outputs
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
+
+# Hand-written C templates for opaque primitives: (applies?, what it is, scratch bytes, render). Each runs whole:
+# it synchronises its own threads (the LSTM scan a barrier per step, the stack a counter per layer).
+_TEMPLATES: list[tuple[Callable[[CandidateKernel], bool], str, Callable[[CandidateKernel], list[int]],
+                       Callable[[str, CandidateKernel], str]]] = [
+    (lstm_supported, "LSTM scan C template", lstm_scratch_bytes, render_lstm),
+    (lstm_stack_supported, "stacked LSTM layers as waves, C template", lstm_stack_scratch_bytes, render_lstm_stack),
+]
+
+
+def _template(kernel: CandidateKernel) -> tuple[str, Callable[[CandidateKernel], list[int]],
+                                                Callable[[str, CandidateKernel], str]] | None:  # fmt: skip
+    return next(((what, scratch, render) for applies, what, scratch, render in _TEMPLATES if applies(kernel)), None)
 
 
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
@@ -41,8 +57,8 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
         except NotGeneratable as error:
             return (None, str(error)) if len(prims) > 1 else ("reference", f"reference implementation ({error})")
         return "library", f"oneDNN {call.op}" + (f" + {call.epilogue.describe()}" if call.epilogue else "")
-    if lstm_supported(kernel):
-        return "c", "LSTM scan C template"
+    if (template := _template(kernel)) is not None:
+        return "c", template[0]
     try:
         describe(kernel)
         return "c", "generated C"
@@ -54,22 +70,22 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
 
 def c_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     """Scratch buffers a "c" kernel takes after its outputs (the plan allocates them once)."""
-    if lstm_supported(kernel):
-        return lstm_scratch_bytes(kernel)
+    if (template := _template(kernel)) is not None:
+        return template[1](kernel)
     return scratch_bytes(describe(kernel))
 
 
 def render_c(name: str, kernel: CandidateKernel) -> str:
     """The C function for a kernel whose backend is "c"."""
-    if lstm_supported(kernel):
-        return render_lstm(name, kernel)
+    if (template := _template(kernel)) is not None:
+        return template[2](name, kernel)
     return render_kernel(name, describe(kernel))
 
 
 def render_c_tasks(name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
     """The kernel's phases as rTask functions with their trip counts (c_renderer.render_kernel_tasks); None
-    for a hand-written template (the LSTM scan synchronises its own threads: it runs whole)."""
-    if lstm_supported(kernel):
+    for a hand-written template (it synchronises its own threads: it runs whole)."""
+    if _template(kernel) is not None:
         return None
     return render_kernel_tasks(name, describe(kernel))
 

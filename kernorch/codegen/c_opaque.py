@@ -27,6 +27,37 @@ def lstm_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     return [_state_floats(batch, four_h // 4) * 4 + _MAX_THREADS * 64]
 
 
+def gate_block(gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int, unit: int) -> str:
+    """C statements for one block of `unit` hidden units at one step: their four gates (the row `gates_x` +
+    h·Rᵀ, from the block's weight panel [H, 4, unit]) and the cell update, which writes c and h_out.
+    Every name is a pointer already at the block's first unit (h: the whole previous h)."""
+    H, U = hidden, unit  # noqa: N806 - the math's names
+    return f"""                        {{
+                        float acc[4][{U}];
+                        for (int q = 0; q < 4; q++)
+                            for (int j = 0; j < {U}; j++) acc[q][j] = ({gates_x})[q * {H} + j];
+                        for (int64_t k = 0; k < {H}; k++) {{
+                            const float hk = ({h})[k];
+                            const float *row = ({panel}) + k * {4 * U};
+                            for (int q = 0; q < 4; q++) {{
+                                #pragma omp simd
+                                for (int j = 0; j < {U}; j++) acc[q][j] += hk * row[q * {U} + j];
+                            }}
+                        }}
+                        const float *pi = {peephole}, *po = pi + {H}, *pf = pi + {2 * H};
+                        float *cb_ = {c}, *ho_ = {h_out};
+                        #pragma omp simd
+                        for (int j = 0; j < {U}; j++) {{
+                            const float i = ko_sigmoidf(acc[0][j] + pi[j] * cb_[j]);
+                            const float f = ko_sigmoidf(acc[2][j] + pf[j] * cb_[j]);
+                            const float cell = f * cb_[j] + i * ko_tanhf(acc[3][j]);
+                            const float o = ko_sigmoidf(acc[1][j] + po[j] * cell);
+                            cb_[j] = cell;
+                            ho_[j] = o * ko_tanhf(cell);
+                        }}
+                        }}"""
+
+
 def render_lstm(name: str, kernel: CandidateKernel) -> str:
     """gates_x [D,S,B,4H] (= X·Wᵀ + biases), R packed [D,H/U,H,4,U] (U = unit_block), h0/c0 [D,B,H], P [D,3H]
     → Y [S,D,B,H], Y_h, Y_c. Gate order i, o, f, c (ONNX); peepholes i, o, f.
@@ -85,28 +116,8 @@ int {name}(void **args) {{
                     const float *panel = Rd + blk * {H * 4 * U};
                     for (int64_t b = 0; b < {B}; b++) {{
                         const float *gxt = gx + ((d * {S} + t) * {B} + b) * {4 * H} + u, *hb = hin + b * {H};
-                        float acc[4][{U}];
-                        for (int q = 0; q < 4; q++)
-                            for (int j = 0; j < {U}; j++) acc[q][j] = gxt[q * {H} + j];
-                        for (int64_t k = 0; k < {H}; k++) {{
-                            const float hk = hb[k];
-                            const float *row = panel + k * {4 * U};
-                            for (int q = 0; q < 4; q++) {{
-                                #pragma omp simd
-                                for (int j = 0; j < {U}; j++) acc[q][j] += hk * row[q * {U} + j];
-                            }}
-                        }}
                         float *cb = c + b * {H} + u, *ho = hout + b * {H} + u;
-                        const float *pi = Pd + u, *po = Pd + {H} + u, *pf = Pd + {2 * H} + u;
-                        #pragma omp simd
-                        for (int j = 0; j < {U}; j++) {{
-                            const float i = ko_sigmoidf(acc[0][j] + pi[j] * cb[j]);
-                            const float f = ko_sigmoidf(acc[2][j] + pf[j] * cb[j]);
-                            const float cell = f * cb[j] + i * ko_tanhf(acc[3][j]);
-                            const float o = ko_sigmoidf(acc[1][j] + po[j] * cell);
-                            cb[j] = cell;
-                            ho[j] = o * ko_tanhf(cell);
-                        }}
+{gate_block("gxt", "hb", "panel", "cb", "ho", "Pd + u", H, U)}
                         if (Y) memcpy(Y + ((t * {D} + d) * {B} + b) * {H} + u, ho, sizeof(float) * {U});
                     }}
                 }}

@@ -81,7 +81,7 @@ class KernelLoops:
 
 SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "bool"}
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t"}
-UNSUPPORTED_PRIMS = {"lstm_recurrence"}
+UNSUPPORTED_PRIMS = {"lstm_recurrence", "lstm_stack"}
 
 
 # ----------------------------------------------------------------------------------------- index trees

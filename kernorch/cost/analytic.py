@@ -61,6 +61,14 @@ def primitive_flops(graph: Graph, node: Node) -> float:
         dirs, seq, batch, four_h = graph.types[node.inputs[0]].shape
         hidden = four_h // 4
         return float(dirs * seq * batch * (2 * four_h * hidden + 40 * hidden))
+    if node.prim == "lstm_stack":  # every layer's scan, and the input projections of the layers above the first
+        _, seq, batch, _ = graph.types[node.inputs[0]].shape
+        total, features = 0.0, 0
+        for at in (0, *range(5, len(node.inputs), 6)):  # per layer: its gates (layer 0) or panels, then R
+            hidden = graph.types[node.inputs[at + (2 if at else 1)]].shape[2]
+            total += seq * batch * (2 * 4 * hidden * (hidden + features) + 40 * hidden)
+            features = hidden
+        return total
     if kind == Kind.ELEMENTWISE:
         return float(out.numel * _TRANSCENDENTAL.get(node.prim, 1))
     if kind == Kind.REDUCE:

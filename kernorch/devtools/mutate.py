@@ -29,6 +29,7 @@ REDUCTIONS = "kernorch/codegen/reductions_test.py"
 LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
 API = "tests/test_api.py"
+LSTM_STACK = "kernorch/codegen/lstm_stack_test.py"
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("reduction axes not relabelled", "kernorch/layout/modes.py",
            '"axes": tuple(sorted(position[a] for a in attrs["axes"]))', '"axes": tuple(sorted(attrs["axes"]))',
            (LAYOUT,)),
+    # stacked LSTM waves
+    Mutant("stack rTask does not wait for the layer below", "kernorch/codegen/c_lstm_stack.py",
+           "< chunk + 1) {{", "< chunk) {{", (LSTM_STACK,)),
+    Mutant("stack projection drops the bias", "kernorch/codegen/c_lstm_stack.py", "acc[i][j] = bp[j];",
+           "acc[i][j] = 0;", (LSTM_STACK,)),
+    Mutant("stack keeps a lower layer whose h is used", "kernorch/rewrite/rules/recurrent.py",
+           "any(ctx.consumers(v) or ctx.is_output(v)", "any(ctx.consumers(v) and ctx.is_output(v)", (REWRITES,)),
     # saved plans
     Mutant("shipped C not compared with the plan", "kernorch/runtime/artifact.py",
            "if regenerated.encode() != shipped_source:", "if False:", (API,)),

@@ -493,6 +493,32 @@ _register("lstm_recurrence", Kind.OPAQUE, _lstm_infer,
           "units [D, H/unit_block, H, 4, unit_block], h0, c0, peephole)")
 
 
+def _lstm_stack_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    """Layer 0's five lstm_recurrence inputs, then six per further layer (see reference_kernels.lstm_stack);
+    each layer is checked as lstm_recurrence checks it, against the hidden size of the layer below."""
+    blocks = attrs["unit_blocks"]
+    if len(types) != 5 + 6 * (len(blocks) - 1) or len(blocks) < 2:
+        raise ValueError(f"lstm_stack: {len(types)} inputs for {len(blocks)} layers")
+    outputs = _lstm_infer(types[:5], {"unit_block": blocks[0]})
+    if types[0].shape[0] != 1:
+        raise ValueError("lstm_stack: stacked layers run forward, one direction")
+    for layer, at in enumerate(range(5, len(types), 6), start=1):
+        panels, bias, packed = types[at], types[at + 1], types[at + 2]
+        seq, _, batch, features = outputs[0].shape
+        four_h = panels.shape[0] * panels.shape[2]
+        if panels.shape != (four_h // K.PANEL, features, K.PANEL) or bias.shape != (four_h,):
+            raise ValueError(f"lstm_stack: layer {layer} input weights {panels.shape} / bias {bias.shape} do not "
+                             f"fit {features} input features in panels of {K.PANEL}")  # fmt: skip
+        gates = TensorType((1, seq, batch, four_h), types[0].dtype)
+        outputs = _lstm_infer([gates, packed], {"unit_block": blocks[layer]})
+    return outputs
+
+
+_register("lstm_stack", Kind.OPAQUE, _lstm_stack_infer, lambda inputs, attrs: list(K.lstm_stack(inputs)),
+          "forward LSTM layers stacked, run as waves of (layer, steps) rTasks (inputs: layer 0's lstm_recurrence "
+          "inputs, then per layer: Wᵀ in panels, bias, packed R, h0, c0, peephole; `unit_blocks` per layer)")
+
+
 def _top_k_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
     axis, k = attrs["axis"], attrs["k"]

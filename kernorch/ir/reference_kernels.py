@@ -311,6 +311,25 @@ def lstm_recurrence(
     return ys, last_h, last_c
 
 
+PANEL = 16  # output columns per panel of a stacked layer's packed input weights (lstm_stack)
+
+
+def lstm_stack(inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward LSTM layers one above the other, each layer's input the sequence of h of the layer below.
+
+    inputs: the first layer as lstm_recurrence takes it (gates_x, packed R, h0, c0, peephole), then per further
+    layer its input weights Wᵀ [I, 4H] packed in panels of PANEL columns [4H/PANEL, I, PANEL], its bias
+    Wb + Rb [4H], packed R, h0, c0, peephole. Returns the top layer's Y, Y_h and Y_c."""
+    ys, last_h, last_c = lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], "forward")
+    for at in range(5, len(inputs), 6):
+        panels, bias, recurrence, h0, c0, peephole = inputs[at:at + 6]
+        seq, _, batch, features = ys.shape
+        weights = panels.transpose(1, 0, 2).reshape(features, -1)  # back to Wᵀ [I, 4H]
+        gates = (ys.reshape(seq * batch, features) @ weights + bias).reshape(1, seq, batch, -1)
+        ys, last_h, last_c = lstm_recurrence(gates.astype(ys.dtype), recurrence, h0, c0, peephole, "forward")
+    return ys, last_h, last_c
+
+
 # -------------------------------------------------------------------------------------- index-driven
 
 def top_k(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -90,6 +90,7 @@ class RewriteContext:
         self._staging = Graph(name=graph.name, types=types, constants=constants)
         self._builder = PrimitiveBuilder(self._staging)
         self._builder.origin = self.node.origin or "rewrite"
+        self.absorbed: list[int] = []  # positions of further nodes the replacement takes over (see `absorb`)
 
     @property
     def new_nodes(self) -> list[Node]:
@@ -117,6 +118,13 @@ class RewriteContext:
     def single_use(self, value: str) -> bool:
         """Used by exactly one node and not a graph output: its producer may be rewritten in place."""
         return len(self._index.consumers.get(value, [])) == 1 and not self.is_output(value)
+
+    def absorb(self, value: str) -> None:
+        """The replacement also takes over the node producing `value`, a node further away than the root's
+        neighbours: a cost-guided rule is then judged in a neighbourhood that includes it."""
+        position = self._index.producer.get(value)
+        if position is not None:
+            self.absorbed.append(position)
 
     def emit(self, prim: str, *inputs: str, **attrs: object) -> str:
         (output,) = self._builder.emit(prim, inputs, attrs)

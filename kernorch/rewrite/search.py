@@ -99,7 +99,8 @@ def cost_guided_rules() -> list[RewriteRule]:
 
 @dataclass(frozen=True)
 class Site:
-    """Where a rule matches: its root, and the nodes whose values it replaces (the neighbourhood's centres)."""
+    """Where a rule matches: its root, the nodes whose values it replaces and those it absorbs (the
+    neighbourhood's centres)."""
 
     rule: RewriteRule
     position: int
@@ -113,9 +114,11 @@ def find_sites(graph: Graph, rules: Iterable[RewriteRule]) -> list[Site]:
     sites = []
     for position, node in enumerate(graph.nodes):
         for rule in candidates(node.prim):
-            replacement = rule.fn(RewriteContext(graph, index, position, scratch=True))
+            context = RewriteContext(graph, index, position, scratch=True)
+            replacement = rule.fn(context)
             if replacement:
-                centres = {position, *(index.producer[v] for v in replacement if v in index.producer)}
+                centres = {position, *(index.producer[v] for v in replacement if v in index.producer),
+                           *context.absorbed}
                 sites.append(Site(rule, position, tuple(sorted(centres))))
     return sites
 

@@ -88,6 +88,39 @@ def conv_norm_act_block(channels: int = 32, size: int = 56, seed: int = 0) -> on
     return _model(graph)
 
 
+def stacked_lstm(layers: int = 4, hidden: int = 64, seq: int = 100, batch: int = 1, features: int = 32,
+                 state: bool = False, seed: int = 0) -> onnx.ModelProto:  # fmt: skip
+    """Forward LSTM layers one above the other (Squeeze between them), as PyTorch exports nn.LSTM(num_layers=L):
+    the shape of the LSTM-TC model of Rammer, small. Outputs the top layer's sequence, h and c. With `state`,
+    every layer also has an initial h and c and peepholes (nn.LSTM has none)."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    weights: dict[str, np.ndarray] = {"axis": np.array([1], np.int64)}
+    below = "x"
+    for layer in range(layers):
+        width = features if layer == 0 else hidden
+        weights[f"w{layer}"] = rng.standard_normal((1, 4 * hidden, width)) * (1.0 / np.sqrt(width))
+        weights[f"r{layer}"] = rng.standard_normal((1, 4 * hidden, hidden)) * (1.0 / np.sqrt(hidden))
+        weights[f"b{layer}"] = rng.standard_normal((1, 8 * hidden)) * 0.1
+        inputs = [below, f"w{layer}", f"r{layer}", f"b{layer}"]
+        if state:
+            for name, shape in (("h", (1, batch, hidden)), ("c", (1, batch, hidden)), ("p", (1, 3 * hidden))):
+                weights[f"{name}{layer}"] = rng.standard_normal(shape) * 0.5
+            inputs += ["", f"h{layer}", f"c{layer}", f"p{layer}"]
+        top = layer == layers - 1
+        nodes.append(helper.make_node("LSTM", inputs, ["y" + str(layer), *(["y_h", "y_c"] if top else [])],
+                                      hidden_size=hidden))  # fmt: skip
+        below = f"h_seq{layer}" if not top else "h_seq"
+        nodes.append(helper.make_node("Squeeze", [f"y{layer}", "axis"], [below]))
+    graph = helper.make_graph(
+        nodes, "stacked_lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, features])],
+        [helper.make_tensor_value_info("h_seq", TensorProto.FLOAT, [seq, batch, hidden]),
+         *(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, batch, hidden]) for name in ("y_h", "y_c"))],
+        [_init(name, array) for name, array in weights.items()],
+    )  # fmt: skip
+    return _model(graph)
+
+
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     # IR version 8 (opset 17 era) so that every onnxruntime of the last few years can load the model.
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="kernorch-demo",
