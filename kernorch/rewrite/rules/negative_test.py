@@ -36,7 +36,25 @@ def _resize_to(b: PrimitiveBuilder, x: str, size: int, coordinate_mode: str = "h
                 cubic_coeff_a=-0.75, exclude_outside=False)  # fmt: skip
 
 
+def _lstm_pair(hidden: int = 16, lower_h_used: bool = False) -> Graph:
+    """Two stacked LSTM layers after fission and the safe rules; optionally the lower layer's final h is a
+    graph output too."""
+    from onnx import TensorProto, helper
+
+    from kernorch.pipeline import import_graph
+    from kernorch.rewrite import rewrite
+    from kernorch.tools.demo_models import stacked_lstm
+
+    model = stacked_lstm(2, hidden, 5, 1, features=4)
+    if lower_h_used:
+        model.graph.node[0].output.append("y_h0")
+        model.graph.output.append(helper.make_tensor_value_info("y_h0", TensorProto.FLOAT, [1, 1, hidden]))
+    return rewrite(import_graph(model))[0]
+
+
 NEGATIVE: dict[str, list[tuple[str, Case]]] = {
+    "lstm-layers-as-waves": [("4H = 24 columns do not fill panels of 16", lambda: _lstm_pair(hidden=6)),
+                             ("the lower layer's final h is used", lambda: _lstm_pair(lower_h_used=True))],
     "cast-same-type": [("cast to another dtype", lambda: build({"x": (4,)}, lambda b: emit(b, "cast", "x",
                                                                                            to="int32")))],
     "constant-fold": [("an input is not constant", lambda: build({"x": (4,)}, lambda b: emit(b, "exp", "x")))],
