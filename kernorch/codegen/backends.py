@@ -1,17 +1,19 @@
 """Which backend runs a kernel — decided here, so orchestration never needs to know C or torch.
 
-- "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py);
+- "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py), and opaque primitives with
+  a hand-written C template (the LSTM scan, stacked LSTM layers: TEMPLATES);
 - "library": a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one oneDNN
   call, generated as C (library.py / c_library.py);
 - "view": a kernel that only re-labels contiguous bytes of its input (a reshape, a contiguous slice or split,
   views.py): its outputs alias the input's buffer, so it costs nothing and runs no code;
-- "reference": a single primitive nothing else generates (e.g. the opaque LSTM scan), run by its
+- "reference": a single primitive nothing else generates (e.g. an opaque top_k), run by its
   reference implementation so every primitive stays executable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kernorch.codegen.c_lstm_stack import lstm_stack_scratch_bytes, lstm_stack_supported, render_lstm_stack
 from kernorch.codegen.c_opaque import lstm_scratch_bytes, lstm_supported, render_lstm
@@ -22,18 +24,27 @@ from kernorch.codegen.views import view_outputs
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
-# Hand-written C templates for opaque primitives: (applies?, what it is, scratch bytes, render). Each runs whole:
-# it synchronises its own threads (the LSTM scan a barrier per step, the stack a counter per layer).
-_TEMPLATES: list[tuple[Callable[[CandidateKernel], bool], str, Callable[[CandidateKernel], list[int]],
-                       Callable[[str, CandidateKernel], str]]] = [
-    (lstm_supported, "LSTM scan C template", lstm_scratch_bytes, render_lstm),
-    (lstm_stack_supported, "stacked LSTM layers as waves, C template", lstm_stack_scratch_bytes, render_lstm_stack),
-]
+
+@dataclass(frozen=True)
+class CTemplate:
+    """A hand-written C template for an opaque primitive. It runs whole: it synchronises its own threads (the
+    LSTM scan with a barrier per step, the stack with a step counter per layer)."""
+
+    applies: Callable[[CandidateKernel], bool]
+    what: str
+    scratch_bytes: Callable[[CandidateKernel], list[int]]
+    render: Callable[[str, CandidateKernel], str]
 
 
-def _template(kernel: CandidateKernel) -> tuple[str, Callable[[CandidateKernel], list[int]],
-                                                Callable[[str, CandidateKernel], str]] | None:  # fmt: skip
-    return next(((what, scratch, render) for applies, what, scratch, render in _TEMPLATES if applies(kernel)), None)
+TEMPLATES = (
+    CTemplate(lstm_supported, "LSTM scan C template", lstm_scratch_bytes, render_lstm),
+    CTemplate(lstm_stack_supported, "stacked LSTM layers as waves, C template", lstm_stack_scratch_bytes,
+              render_lstm_stack),
+)
+
+
+def _template(kernel: CandidateKernel) -> CTemplate | None:
+    return next((template for template in TEMPLATES if template.applies(kernel)), None)
 
 
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
@@ -58,7 +69,7 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
             return (None, str(error)) if len(prims) > 1 else ("reference", f"reference implementation ({error})")
         return "library", f"oneDNN {call.op}" + (f" + {call.epilogue.describe()}" if call.epilogue else "")
     if (template := _template(kernel)) is not None:
-        return "c", template[0]
+        return "c", template.what
     try:
         describe(kernel)
         return "c", "generated C"
@@ -71,14 +82,14 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
 def c_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     """Scratch buffers a "c" kernel takes after its outputs (the plan allocates them once)."""
     if (template := _template(kernel)) is not None:
-        return template[1](kernel)
+        return template.scratch_bytes(kernel)
     return scratch_bytes(describe(kernel))
 
 
 def render_c(name: str, kernel: CandidateKernel) -> str:
     """The C function for a kernel whose backend is "c"."""
     if (template := _template(kernel)) is not None:
-        return template[2](name, kernel)
+        return template.render(name, kernel)
     return render_kernel(name, describe(kernel))
 
 

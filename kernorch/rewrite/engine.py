@@ -31,20 +31,23 @@ class RewriteRule:
     fn: RuleFunction
     cost_guided: bool  # may make the plan slower: kept only where the orchestrated plan gets cheaper
     doc: str
+    follow_up: bool = True  # cost-guided: may also fire unjudged right after another rewrite, at what it created
 
 
 REWRITE_RULES: dict[str, RewriteRule] = {}
 
 
-def rewrite_rule(name: str, roots: Iterable[str] | None = None,
-                 cost_guided: bool = False) -> Callable[[RuleFunction], RuleFunction]:  # fmt: skip
-    """Register `fn` as rule `name`; its docstring is what `kernorch explain` prints for it."""
+def rewrite_rule(name: str, roots: Iterable[str] | None = None, cost_guided: bool = False,
+                 follow_up: bool = True) -> Callable[[RuleFunction], RuleFunction]:  # fmt: skip
+    """Register `fn` as rule `name`; its docstring is what `kernorch explain` prints for it. A cost-guided rule
+    with `follow_up=False` fires only where the search judged it, never as a follow-up of another rewrite."""
 
     def register(fn: RuleFunction) -> RuleFunction:
         if name in REWRITE_RULES:
             raise ValueError(f"rewrite rule {name} registered twice")
         doc = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())  # the first paragraph
-        REWRITE_RULES[name] = RewriteRule(name, frozenset(roots) if roots is not None else None, fn, cost_guided, doc)
+        REWRITE_RULES[name] = RewriteRule(name, frozenset(roots) if roots is not None else None, fn, cost_guided, doc,
+                                          follow_up)  # fmt: skip
         return fn
 
     return register

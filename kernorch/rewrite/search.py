@@ -141,6 +141,8 @@ def apply_at(graph: Graph, rule: RewriteRule, root: str, log: list[Firing]) -> G
         """Follow-ups: a cost-guided rule may fire only at a root within two hops of a new value."""
         if not rule.cost_guided:
             return True
+        if not rule.follow_up:
+            return False
         node = context.node
         nearby = [*node.outputs, *node.inputs]
         for value in node.inputs:

@@ -18,7 +18,9 @@ from kernorch.ir.graph import Node
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 
 
-@rewrite_rule("lstm-layers-as-waves", roots=["lstm_recurrence", "lstm_stack"], cost_guided=True)
+# Not a follow-up: each merge creates a stack that enables the next (the layer below joins it), so as follow-ups
+# one judged merge would pull the whole stack in unjudged.
+@rewrite_rule("lstm-layers-as-waves", roots=["lstm_recurrence", "lstm_stack"], cost_guided=True, follow_up=False)
 def lstm_layers_as_waves(ctx: RewriteContext) -> Replacement | None:
     """A forward LSTM layer (or stack) whose input projection reads only the Y of the forward layer (or stack)
     below it joins it in one lstm_stack, run as waves of (layer, steps) rTasks."""

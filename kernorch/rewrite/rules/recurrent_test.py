@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import onnx
 
-from kernorch.ir.graph import Graph, verify
+from kernorch.ir.graph import Graph, Node, verify
 from kernorch.pipeline import import_graph
 from kernorch.rewrite import rewrite
 from kernorch.rewrite.engine import REWRITE_RULES, GraphIndex, try_rule
@@ -71,3 +71,19 @@ def test_kept_only_where_cheaper() -> None:
     rejected, report = rewrite(graph, dear_stacks)
     assert prims(rejected).count("lstm_recurrence") == 3 and "lstm_stack" not in prims(rejected)
     assert not any(t.kept for t in report.trials)
+
+
+def test_each_merge_is_judged() -> None:
+    """A kept merge does not pull the layers below into the stack unjudged (the rule is no follow-up): with
+    pairs cheap and larger stacks dear, four layers become two pairs."""
+    graph = _graph(stacked_lstm(4, 16, 5, 1, features=6))
+
+    def pairs_only(window: Graph) -> float:
+        def cost(node: Node) -> float:
+            return 1.0 if node.prim == "lstm_recurrence" or len(node.attr("unit_blocks")) == 2 else 10.0
+
+        return sum(cost(n) for n in window.nodes if n.prim.startswith("lstm"))
+
+    rewritten, _ = rewrite(graph, pairs_only)
+    stacks = [len(n.attr("unit_blocks")) for n in rewritten.nodes if n.prim == "lstm_stack"]
+    assert stacks == [2, 2]
