@@ -5,7 +5,7 @@ For each model, two plans of the same graph, both orchestrated with profiled cos
   per step);
 - waves: the rule lstm-layers-as-waves applied everywhere, so the stacked layers are one kernel whose threads
   own layers and run (layer, chunk) rTasks side by side (codegen/c_lstm_stack.py).
-Both run kernel by kernel in this process, alternately, and the medians are compared. Then what
+Both run kernel by kernel in this process, alternately; medians and best runs are compared. Then what
 `kernorch.compile`'s cost-guided search chose for the model: every merge it tried, with the local plan's
 profiled cost before and after.
 
@@ -39,7 +39,8 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
             for i in model.graph.input if i.name not in inits}  # fmt: skip
 
 
-def _median_ms(compiled: list[CompiledModel], feeds: dict[str, np.ndarray], runs: int) -> list[float]:
+def _times_ms(compiled: list[CompiledModel], feeds: dict[str, np.ndarray], runs: int) -> list[tuple[float, float]]:
+    """(median, best) ms of each model, run alternately (this host's noise comes in bursts that last seconds)."""
     samples: list[list[float]] = [[] for _ in compiled]
     for model in compiled:
         model.run(feeds)
@@ -48,7 +49,7 @@ def _median_ms(compiled: list[CompiledModel], feeds: dict[str, np.ndarray], runs
             started = time.perf_counter()
             model.run(feeds)
             samples[i].append(time.perf_counter() - started)
-    return [statistics.median(s) * 1e3 for s in samples]
+    return [(statistics.median(s) * 1e3, min(s) * 1e3) for s in samples]
 
 
 def compare(name: str, model: onnx.ModelProto, runs: int) -> None:
@@ -62,10 +63,12 @@ def compare(name: str, model: onnx.ModelProto, runs: int) -> None:
     chosen = compile_plan(chosen_result, options)
     stacks = [len(k.primitives[0].attr("unit_blocks")) for k in chosen.kernels if k.primitives[0].prim == "lstm_stack"]
     feeds = _feeds(model)
-    layered_ms, waves_ms, chosen_ms = _median_ms([layered, waves, chosen], feeds, runs)
-    print(f"{name}: layer by layer {layered_ms:.3f} ms, waves {waves_ms:.3f} ms "
-          f"({layered_ms / waves_ms:.2f}x); chosen plan {chosen_ms:.3f} ms with "
-          f"{'stacks of ' + ', '.join(map(str, stacks)) + ' layers' if stacks else 'no stack'}")  # fmt: skip
+    (layered_ms, layered_best), (waves_ms, waves_best), (chosen_ms, _) = _times_ms([layered, waves, chosen], feeds,
+                                                                                  runs)  # fmt: skip
+    stacked = f"stacks of {', '.join(map(str, stacks))} layers" if stacks else "no stack"
+    print(f"{name}: layer by layer {layered_ms:.3f} ms (best {layered_best:.3f}), waves {waves_ms:.3f} ms "
+          f"(best {waves_best:.3f}): {layered_ms / waves_ms:.2f}x, best {layered_best / waves_best:.2f}x; chosen "
+          f"plan {chosen_ms:.3f} ms with {stacked}")  # fmt: skip
     report = chosen_result.rewrite_report
     for trial in [t for t in (report.trials if report else []) if t.rule == RULE]:
         print(f"    tried at {trial.origin}: {trial.cost_before * 1e3:.3f} -> {trial.cost_after * 1e3:.3f} ms "
