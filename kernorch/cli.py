@@ -273,6 +273,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from kernorch.codegen.backends import template_summary
     from kernorch.codegen.c_library import library_implementation
     from kernorch.codegen.library import absorbed_summary, describe_library_call
 
@@ -285,6 +286,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         absorbed = absorbed_summary(kernel)
         if absorbed is not None:
             print(f"    library call: {absorbed}, by {library_implementation(describe_library_call(kernel))}")
+        if (template := template_summary(kernel)) is not None:
+            print(f"    {template}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
     if result.layout_report is not None:

@@ -15,8 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernorch.codegen.c_lstm_stack import lstm_stack_scratch_bytes, lstm_stack_supported, render_lstm_stack
-from kernorch.codegen.c_opaque import lstm_scratch_bytes, lstm_supported, render_lstm
+from kernorch.codegen.c_lstm_stack import (
+    describe_lstm_stack,
+    lstm_stack_scratch_bytes,
+    lstm_stack_supported,
+    render_lstm_stack,
+)
+from kernorch.codegen.c_opaque import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
 from kernorch.codegen.c_renderer import render_kernel, render_kernel_tasks, scratch_bytes
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
@@ -34,17 +39,24 @@ class CTemplate:
     what: str
     scratch_bytes: Callable[[CandidateKernel], list[int]]
     render: Callable[[str, CandidateKernel], str]
+    describe: Callable[[CandidateKernel], str]  # its structure, for `kernorch explain`
 
 
 TEMPLATES = (
-    CTemplate(lstm_supported, "LSTM scan C template", lstm_scratch_bytes, render_lstm),
+    CTemplate(lstm_supported, "LSTM scan C template", lstm_scratch_bytes, render_lstm, describe_lstm),
     CTemplate(lstm_stack_supported, "stacked LSTM layers as waves, C template", lstm_stack_scratch_bytes,
-              render_lstm_stack),
+              render_lstm_stack, describe_lstm_stack),
 )
 
 
 def _template(kernel: CandidateKernel) -> CTemplate | None:
     return next((template for template in TEMPLATES if template.applies(kernel)), None)
+
+
+def template_summary(kernel: CandidateKernel) -> str | None:
+    """"<template>: <its structure>" for a kernel a hand-written C template runs, else None."""
+    template = _template(kernel)
+    return None if template is None else f"{template.what}: {template.describe(kernel)}"
 
 
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
@@ -101,4 +113,5 @@ def render_c_tasks(name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, 
     return render_kernel_tasks(name, describe(kernel))
 
 
-__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "render_c_tasks", "view_outputs"]
+__all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "render_c_tasks", "template_summary",
+           "view_outputs"]

@@ -61,6 +61,16 @@ def _layers(kernel: CandidateKernel) -> tuple[int, int, list[_Layer]]:
     return seq, batch, layers
 
 
+def describe_lstm_stack(kernel: CandidateKernel) -> str:
+    """What `kernorch explain` says of the waves: layers, vEUs, rTasks."""
+    seq, batch, layers = _layers(kernel)
+    hidden = "/".join(dict.fromkeys(str(layer.hidden) for layer in layers))
+    chunks = -(-seq // CHUNK_STEPS)
+    return (f"{len(layers)} layers (hidden {hidden}) in runs of layers, one run per thread (at most "
+            f"{min(len(layers), _MAX_VEUS)}); {len(layers) * chunks} rTasks of {CHUNK_STEPS} steps, layer l+1 one "
+            f"chunk behind layer l")
+
+
 def _scratch_layout(seq: int, batch: int, layers: list[_Layer]) -> tuple[list[int], list[int], int, int, int]:
     """Float offsets of each layer's Y and c, of the vEUs' gate chunks, floats per chunk, and the counters'."""
     at, ys, cs = 0, [], []

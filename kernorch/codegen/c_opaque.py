@@ -27,6 +27,15 @@ def lstm_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     return [_state_floats(batch, four_h // 4) * 4 + _MAX_THREADS * 64]
 
 
+def describe_lstm(kernel: CandidateKernel) -> str:
+    """What `kernorch explain` says of the scan."""
+    (node,) = kernel.primitives
+    dirs, seq, batch, four_h = kernel.graph.types[node.inputs[0]].shape
+    blocks = four_h // 4 // node.attr("unit_block")
+    return (f"{seq} steps, hidden {four_h // 4}: its {blocks} blocks of {node.attr('unit_block')} units split over the "
+            f"threads, a barrier per step")
+
+
 def gate_block(gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int, unit: int) -> str:
     """C statements for one block of `unit` hidden units at one step: their four gates (the row `gates_x` +
     h·Rᵀ, from the block's weight panel [H, 4, unit]) and the cell update, which writes c and h_out.

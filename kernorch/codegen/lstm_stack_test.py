@@ -3,6 +3,8 @@ uneven splits), chunk tails, batches, initial state and peepholes, small unit bl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,17 @@ def test_stack_runs_in_an_rprogram() -> None:
     as_program = compile(model, cost="analytic", runtime="rprogram").run({"x": x})
     for name, value in by_kernel.items():
         np.testing.assert_allclose(as_program[name], value, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_explain_describes_the_waves(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import onnx
+
+    from kernorch.cli import main
+
+    path = tmp_path / "stack.onnx"
+    onnx.save(stacked_lstm(3, 16, 9, 1, features=4), path)
+    assert main(["explain", str(path), "--cost", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "stacked LSTM layers as waves, C template: 3 layers (hidden 16)" in out
+    assert "9 rTasks of 4 steps" in out  # 3 layers x 3 chunks (the last one step)
+    assert "lstm-layers-as-waves" in out
