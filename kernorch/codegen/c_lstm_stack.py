@@ -9,9 +9,9 @@ globally, so while the vEU owning layer l+1 works on chunk c the one owning laye
 Synchronisation is a barrier rTask before (l, c): wait until layer l-1 has finished chunk c, read from layer
 l-1's step counter (Rammer's step array); a finished rTask publishes its chunk with a release store. Deadlock
 freedom: every wait is for an rTask earlier in the global (chunk, layer) order, and each vEU runs its rTasks in
-that order, so the earliest unfinished rTask can always run. The one layer per vEU at a time means a layer's
-state (c, and h read from its own Y) never needs another barrier; h is read from the Y row of the previous
-step, so a block's new h never overwrites an h another block still reads.
+that order, so the earliest unfinished rTask can always run. A layer's state (c, and the h rows of its own Y)
+is touched only by the vEU owning the layer, so it needs no other barrier; h is read from the previous step's
+Y row, so a block's new h never overwrites an h another block of the same step still reads.
 
 Scratch (one buffer, planned once): each layer's Y [S, B, H_l] (the top layer writes the output Y when the plan
 keeps it), each layer's c [B, H_l], one chunk of projected gates per vEU, the step counters (one cache line each).
