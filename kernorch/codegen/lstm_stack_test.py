@@ -58,3 +58,17 @@ def test_explain_describes_the_waves(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "stacked LSTM layers as waves, C template: 3 layers (hidden 16)" in out
     assert "9 rTasks of 4 steps" in out  # 3 layers x 3 chunks (the last one step)
     assert "lstm-layers-as-waves" in out
+
+
+def test_saved_plan_with_a_stack_loads(tmp_path: Path) -> None:
+    """The plan directory holds the stack as data (its unit blocks a list) and the regenerated C matches."""
+    import kernorch
+
+    model = stacked_lstm(2, 16, 6, 1, features=4)
+    x = np.random.default_rng(3).standard_normal((6, 1, 4)).astype(np.float32)
+    compiled = compile(model, cost="analytic")
+    expected = compiled.run({"x": x})
+    loaded = kernorch.load(compiled.save(tmp_path / "plan"))
+    assert [k.primitives[0].prim for k in loaded.kernels].count("lstm_stack") == 1
+    for name, value in loaded.run({"x": x}).items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
