@@ -26,17 +26,11 @@ from kernorch.options import Options
 from kernorch.pipeline import compile_plan, import_graph, plan_graph
 from kernorch.rewrite import REWRITE_RULES, apply_rules, rewrite
 from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.feeds import graph_feeds
 from kernorch.tools.demo_models import stacked_lstm
 
 RULE = "lstm-layers-as-waves"
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
-
-
-def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    inits = {i.name for i in model.graph.initializer}
-    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-            for i in model.graph.input if i.name not in inits}  # fmt: skip
 
 
 def _times_ms(compiled: list[CompiledModel], feeds: dict[str, np.ndarray], runs: int) -> list[tuple[float, float]]:
@@ -62,7 +56,7 @@ def compare(name: str, model: onnx.ModelProto, runs: int) -> None:
     chosen_result = plan_graph(graph, options)
     chosen = compile_plan(chosen_result, options)
     stacks = [len(k.primitives[0].attr("unit_blocks")) for k in chosen.kernels if k.primitives[0].prim == "lstm_stack"]
-    feeds = _feeds(model)
+    feeds = graph_feeds(graph)
     (layered_ms, layered_best), (waves_ms, waves_best), (chosen_ms, _) = _times_ms([layered, waves, chosen], feeds,
                                                                                   runs)  # fmt: skip
     stacked = f"stacks of {', '.join(map(str, stacks))} layers" if stacks else "no stack"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.c_opaque import gate_block
+from kernorch.codegen.c_opaque import float32_alone, gate_block
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.kernel import CandidateKernel
 
@@ -40,9 +40,7 @@ class _Layer:
 
 
 def lstm_stack_supported(kernel: CandidateKernel) -> bool:
-    nodes = kernel.primitives
-    return (len(nodes) == 1 and nodes[0].prim == "lstm_stack"
-            and kernel.graph.types[nodes[0].inputs[0]].dtype == "float32")  # fmt: skip
+    return float32_alone(kernel, "lstm_stack")
 
 
 def _layers(kernel: CandidateKernel) -> tuple[int, int, list[_Layer]]:
@@ -51,12 +49,12 @@ def _layers(kernel: CandidateKernel) -> tuple[int, int, list[_Layer]]:
     _, seq, batch, four_h = types[node.inputs[0]].shape
     slot = {value: i for i, value in enumerate(kernel.inputs)}
     blocks = node.attr("unit_blocks")
+    first, *above = K.stack_layers(node.inputs)
     layers = [_Layer(four_h // 4, blocks[0], 0, dict(zip(("gates", "R", "h0", "c0", "P"),
-                                                         (slot[v] for v in node.inputs[:5]), strict=True)))]
-    for layer, at in enumerate(range(5, len(node.inputs), 6), start=1):
-        panels = types[node.inputs[at]].shape
-        names = ("panels", "bias", "R", "h0", "c0", "P")
-        args = dict(zip(names, (slot[v] for v in node.inputs[at:at + 6]), strict=True))
+                                                         (slot[v] for v in first), strict=True)))]
+    for layer, inputs in enumerate(above, start=1):
+        panels = types[inputs[0]].shape
+        args = dict(zip(("panels", "bias", "R", "h0", "c0", "P"), (slot[v] for v in inputs), strict=True))
         layers.append(_Layer(panels[0] * panels[2] // 4, blocks[layer], panels[1], args))
     return seq, batch, layers
 

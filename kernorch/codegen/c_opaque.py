@@ -5,10 +5,14 @@ from __future__ import annotations
 from kernorch.ir.kernel import CandidateKernel
 
 
-def lstm_supported(kernel: CandidateKernel) -> bool:
+def float32_alone(kernel: CandidateKernel, prim: str) -> bool:
+    """The kernel is one `prim` on float32 values: what a hand-written template here takes."""
     nodes = kernel.primitives
-    return (len(nodes) == 1 and nodes[0].prim == "lstm_recurrence"
-            and kernel.graph.types[nodes[0].inputs[0]].dtype == "float32")  # fmt: skip
+    return len(nodes) == 1 and nodes[0].prim == prim and kernel.graph.types[nodes[0].inputs[0]].dtype == "float32"
+
+
+def lstm_supported(kernel: CandidateKernel) -> bool:
+    return float32_alone(kernel, "lstm_recurrence")
 
 
 _MAX_THREADS = 64  # step counters the scan keeps (one cache line each); more threads than this are not used

@@ -18,6 +18,7 @@ import numpy as np
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.reference_kernels import stack_layers
 from kernorch.ir.types import TensorType
 from kernorch.machine import cpu_model, fingerprint
 from kernorch.options import DEFAULT_THREADS, cache_root
@@ -45,6 +46,12 @@ _TRANSCENDENTAL = {"exp": 8, "log": 8, "erf": 10, "tanh": 10, "sigmoid": 10, "po
                    "reciprocal": 4, "sin": 8, "cos": 8}  # fmt: skip
 
 
+def _lstm_step_flops(hidden: int, features: int) -> int:
+    """One LSTM step of one sequence: the gates' products with h (and with x when `features` > 0, the input
+    projection done in the same kernel), plus the cell update's ~40 operations per unit."""
+    return 2 * 4 * hidden * (hidden + features) + 40 * hidden
+
+
 def primitive_flops(graph: Graph, node: Node) -> float:
     out = graph.types[node.outputs[0]]
     kind = PRIMITIVES[node.prim].kind
@@ -59,14 +66,13 @@ def primitive_flops(graph: Graph, node: Node) -> float:
         return 2.0 * x.numel * w.numel / w.shape[0]
     if node.prim == "lstm_recurrence":
         dirs, seq, batch, four_h = graph.types[node.inputs[0]].shape
-        hidden = four_h // 4
-        return float(dirs * seq * batch * (2 * four_h * hidden + 40 * hidden))
+        return float(dirs * seq * batch * _lstm_step_flops(four_h // 4, 0))
     if node.prim == "lstm_stack":  # every layer's scan, and the input projections of the layers above the first
         _, seq, batch, _ = graph.types[node.inputs[0]].shape
         total, features = 0.0, 0
-        for at in (0, *range(5, len(node.inputs), 6)):  # per layer: its gates (layer 0) or panels, then R
-            hidden = graph.types[node.inputs[at + (2 if at else 1)]].shape[2]
-            total += seq * batch * (2 * 4 * hidden * (hidden + features) + 40 * hidden)
+        for index, layer in enumerate(stack_layers(node.inputs)):
+            hidden = graph.types[layer[1 if index == 0 else 2]].shape[2]  # packed R [D, H/U, H, 4, U]
+            total += seq * batch * _lstm_step_flops(hidden, features)
             features = hidden
         return total
     if kind == Kind.ELEMENTWISE:

@@ -497,13 +497,13 @@ def _lstm_stack_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorT
     """Layer 0's five lstm_recurrence inputs, then six per further layer (see reference_kernels.lstm_stack);
     each layer is checked as lstm_recurrence checks it, against the hidden size of the layer below."""
     blocks = attrs["unit_blocks"]
-    if len(types) != 5 + 6 * (len(blocks) - 1) or len(blocks) < 2:
+    first, *above = K.stack_layers(types)
+    if len(blocks) != 1 + len(above):
         raise ValueError(f"lstm_stack: {len(types)} inputs for {len(blocks)} layers")
-    outputs = _lstm_infer(types[:5], {"unit_block": blocks[0]})
+    outputs = _lstm_infer(first, {"unit_block": blocks[0]})
     if types[0].shape[0] != 1:
         raise ValueError("lstm_stack: stacked layers run forward, one direction")
-    for layer, at in enumerate(range(5, len(types), 6), start=1):
-        panels, bias, packed = types[at], types[at + 1], types[at + 2]
+    for layer, (panels, bias, packed, *_) in enumerate(above, start=1):
         seq, _, batch, features = outputs[0].shape
         four_h = panels.shape[0] * panels.shape[2]
         if panels.shape != (four_h // K.PANEL, features, K.PANEL) or bias.shape != (four_h,):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -312,6 +312,15 @@ def lstm_recurrence(
 
 
 PANEL = 16  # output columns per panel of a stacked layer's packed input weights (lstm_stack)
+_T = TypeVar("_T")
+
+
+def stack_layers(inputs: Sequence[_T]) -> list[Sequence[_T]]:
+    """lstm_stack's inputs per layer: the first layer's five (gates_x, packed R, h0, c0, peephole), then six per
+    further layer (Wᵀ in panels, bias, packed R, h0, c0, peephole). Raises ValueError for any other count."""
+    if len(inputs) < 11 or (len(inputs) - 5) % 6:
+        raise ValueError(f"lstm_stack: {len(inputs)} inputs are not 5 for the first layer and 6 per further layer")
+    return [inputs[:5], *(inputs[at:at + 6] for at in range(5, len(inputs), 6))]
 
 
 def lstm_stack(inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -320,9 +329,9 @@ def lstm_stack(inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np
     inputs: the first layer as lstm_recurrence takes it (gates_x, packed R, h0, c0, peephole), then per further
     layer its input weights Wᵀ [I, 4H] packed in panels of PANEL columns [4H/PANEL, I, PANEL], its bias
     Wb + Rb [4H], packed R, h0, c0, peephole. Returns the top layer's Y, Y_h and Y_c."""
-    ys, last_h, last_c = lstm_recurrence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], "forward")
-    for at in range(5, len(inputs), 6):
-        panels, bias, recurrence, h0, c0, peephole = inputs[at:at + 6]
+    first, *above = stack_layers(inputs)
+    ys, last_h, last_c = lstm_recurrence(first[0], first[1], first[2], first[3], first[4], "forward")
+    for panels, bias, recurrence, h0, c0, peephole in above:
         seq, _, batch, features = ys.shape
         weights = panels.transpose(1, 0, 2).reshape(features, -1)  # back to Wᵀ [I, 4H]
         gates = (ys.reshape(seq * batch, features) @ weights + bias).reshape(1, seq, batch, -1)

@@ -126,7 +126,7 @@ class RProgramRunner:
         refined = self._observed_times(first, runs)
         candidates = {"kernel by kernel": self.kernel_by_kernel(), "wavefront": first,
                       "wavefront, refined": schedule(self.units, self.predecessors, refined, self.veus)}  # fmt: skip
-        self.measured = self._median_seconds(candidates, 2 * runs)
+        self.measured = self._medians_in_turns(candidates, 2 * runs)
         self.choice = min(self.measured, key=lambda name: self.measured[name])
         self.use(candidates[self.choice])
         self.times = times
@@ -146,7 +146,7 @@ class RProgramRunner:
                     variant[task.unit] = "single" if whole else "split"
         return [replace(t, **{variant[u]: observed[u]}) if u in variant else t for u, t in enumerate(self.times)]
 
-    def _median_seconds(self, candidates: dict[str, RProgram], runs: int) -> dict[str, float]:
+    def _medians_in_turns(self, candidates: dict[str, RProgram], runs: int) -> dict[str, float]:
         """Median seconds of each candidate, timed in turns (one run of each, `runs` rounds): a burst of noise on
         a shared host, which lasts seconds, then falls on every candidate alike instead of on the one timed then
         (candy's kernel-by-kernel candidate once measured 117 ms beside 67 ms for a schedule that ran 90 ms)."""
