@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kernorch.codegen.c_depthwise_conv import depthwise_rejection, render_depthwise_conv
 from kernorch.codegen.c_direct_conv import direct_conv_rejection, render_direct_conv
-from kernorch.codegen.c_renderer import c_literal
+from kernorch.codegen.c_expr import c_literal
 from kernorch.codegen.c_winograd_conv import render_winograd_conv, winograd_rejection
 from kernorch.codegen.epilogue import Eltwise
 from kernorch.codegen.library import LibraryCall, Tensor

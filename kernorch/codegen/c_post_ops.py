@@ -8,7 +8,7 @@ are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's 
 
 from __future__ import annotations
 
-from kernorch.codegen.c_renderer import c_literal
+from kernorch.codegen.c_expr import c_literal
 from kernorch.codegen.epilogue import Binary, Eltwise
 from kernorch.codegen.library import Tensor
 

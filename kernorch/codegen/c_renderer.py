@@ -1,4 +1,8 @@
-"""Render `KernelLoops` as C with OpenMP: a table of primitive → C snippets, loops, pragmas.
+"""Render `KernelLoops` as C with OpenMP: loops and pragmas around the C of each value (`c_expr.py`).
+
+`render_kernel` is the one entry point: it lowers the loops to GIR and has `gir/render_c.py` render the
+rewritten GIR when it covers the kernel; this module's tree renderer handles the rest (reductions, the row
+schedule, tiled transposes, unrolled short loops, selects on indices) until the GIR renderer covers them.
 
 Every kernel becomes `int NAME(void **buffers)`: buffers in the order of `KernelLoops.buffers` minus
 scratch (inputs, then outputs). It returns 0, or 1 when a gathered index was out of range (the caller
@@ -7,11 +11,13 @@ raises). Shapes are compile-time constants; the runtime checks buffer shapes bef
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from kernorch.codegen.loops import C_TYPES, KernelLoops, Phase, Tree, count_kinds
+from kernorch.codegen.c_expr import FLOAT_SUFFIX, c_binary, c_cond, c_index, c_literal, c_unary, c_value_type
+from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.render_c import render_phases
+from kernorch.codegen.gir.rules import RULES, Rule, optimize
+from kernorch.codegen.loops import C_TYPES, KernelLoops, Phase, Tree
 from kernorch.codegen.reductions import (
     free_vars,
     interchanged_reduction,
@@ -19,64 +25,16 @@ from kernorch.codegen.reductions import (
     reduction_identity,
     splits_among_threads,
 )
-from kernorch.codegen.sharing import PARALLEL_MIN_ELEMENTS, Sharing
+from kernorch.codegen.sharing import (
+    LANES,
+    PARALLEL_MIN_ELEMENTS,
+    PARALLEL_MIN_OUTER,
+    Sharing,
+    parallel_mode,
+    short_innermost,
+)
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tiling import reads_transposed, tiled_loops, transposed_copy
-
-LANES = 16  # float32 lanes of an AVX-512 vector: a max/min reduction is vectorized from two vectors of elements on
-_FLOAT_SUFFIX = {"float32": "f", "float64": ""}
-
-def _math(name: str, dtype: str) -> str:
-    return name + _FLOAT_SUFFIX.get(dtype, "")
-
-
-def _binary(prim: str, dtype: str, a: str, b: str) -> str:
-    is_float = dtype in _FLOAT_SUFFIX
-    table = {
-        "add": f"({a} + {b})", "sub": f"({a} - {b})", "mul": f"({a} * {b})",
-        "div": f"({a} / {b})" if is_float else f"ko_idiv({a}, {b})",
-        "pow": f"{_math('pow', dtype)}({a}, {b})" if is_float else f"(({C_TYPES[dtype]})pow((double){a}, (double){b}))",
-        "fmod": f"{_math('fmod', dtype)}({a}, {b})" if is_float else f"ko_imod({a}, {b})",
-        "max": f"KO_MAX({a}, {b})", "min": f"KO_MIN({a}, {b})",
-        "equal": f"({a} == {b})", "less": f"({a} < {b})", "greater": f"({a} > {b})",
-        "less_equal": f"({a} <= {b})", "greater_equal": f"({a} >= {b})",
-        "and": f"({a} && {b})", "or": f"({a} || {b})", "xor": f"((!!{a}) != (!!{b}))",
-    }  # fmt: skip
-    return table[prim]
-
-
-def _unary(prim: str, dtype: str, a: str) -> str:
-    ctype = C_TYPES[dtype]
-    table = {
-        "neg": f"(-{a})", "abs": f"{_math('fabs', dtype)}({a})" if dtype in _FLOAT_SUFFIX else f"llabs({a})",
-        "exp": f"ko_expf({a})" if dtype == "float32" else f"exp({a})", "log": f"{_math('log', dtype)}({a})",
-        "sqrt": f"{_math('sqrt', dtype)}({a})", "reciprocal": f"(({ctype})1 / {a})",
-        "sin": f"{_math('sin', dtype)}({a})", "cos": f"{_math('cos', dtype)}({a})",
-        "tanh": f"ko_tanhf({a})" if dtype == "float32" else f"tanh({a})",
-        "erf": f"ko_erff({a})" if dtype == "float32" else f"erf({a})",
-        "sigmoid": f"ko_sigmoidf({a})" if dtype == "float32" else f"(1.0 / (1.0 + exp(-{a})))",
-        "relu": f"(((({a}) > 0) | (({a}) != ({a}))) ? ({a}) : ({ctype})0)",
-        "floor": f"{_math('floor', dtype)}({a})", "ceil": f"{_math('ceil', dtype)}({a})",
-        "round": f"{_math('nearbyint', dtype)}({a})",
-        "sign": f"(({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))", "not": f"(!{a})",
-    }  # fmt: skip
-    if prim not in table:
-        raise KeyError(prim)
-    return table[prim]
-
-
-def c_literal(value: Any, dtype: str) -> str:
-    """A C literal of `dtype` for `value` (NaN and infinities through math.h's macros)."""
-    if dtype in _FLOAT_SUFFIX:
-        number = float(value)
-        if np.isnan(number):
-            return "NAN"
-        if np.isinf(number):
-            return "INFINITY" if number > 0 else "-INFINITY"
-        return repr(number) + _FLOAT_SUFFIX[dtype]
-    if dtype == "bool":
-        return "1" if value else "0"
-    return f"((int64_t){int(value)}LL)" if dtype == "int64" else str(int(value))
 
 
 class _Emitter:
@@ -100,26 +58,7 @@ class _Emitter:
         return name
 
     def index(self, tree: Tree) -> str:
-        kind = tree[0]
-        if kind == "var":
-            return str(tree[1])
-        if kind == "lit":
-            return f"{tree[1]}LL" if abs(tree[1]) > 2**31 - 1 else str(tree[1])
-        if kind in ("+", "-", "*", "/", "%"):
-            return f"({self.index(tree[1])} {kind} {self.index(tree[2])})"
-        if kind in ("min", "max"):
-            a, b = self.index(tree[1]), self.index(tree[2])
-            return f"(({a}) {'<' if kind == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
-        if kind == "sel":
-            return f"({self.cond(tree[1])} ? {self.index(tree[2])} : {self.index(tree[3])})"
-        if kind == "index":
-            return f"ko_index((int64_t)({self.value(tree[1])}), {tree[2]}, &err)"
-        if kind == "table":
-            return f"{self.prefix}_{tree[1]}[{self.index(tree[2])}]"
-        if kind == "part":  # a merged variable's coordinate that did not collapse back
-            stride = int(np.prod(tree[2][tree[3] + 1:]))
-            return f"(({tree[1]} / {stride}) % {tree[2][tree[3]]})"
-        raise ValueError(f"not an index tree: {kind}")
+        return c_index(tree, self.value, self.prefix)
 
     def ctype_of(self, tree: Tree) -> str:
         kind = tree[0]
@@ -130,8 +69,7 @@ class _Emitter:
         if kind == "cast":
             return C_TYPES[tree[1]]
         if kind == "op":
-            boolean = tree[1] in ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
-            return "uint8_t" if boolean else C_TYPES[tree[2]]
+            return c_value_type(tree[1], tree[2])
         if kind in ("where",):
             return self.ctype_of(tree[2])
         if kind == "reduce":
@@ -143,9 +81,7 @@ class _Emitter:
         raise ValueError(kind)
 
     def cond(self, tree: Tree) -> str:
-        if tree[0] == "&&":
-            return f"({self.cond(tree[1])} && {self.cond(tree[2])})"
-        return f"({self.index(tree[1])} {tree[0]} {self.index(tree[2])})"
+        return c_cond(tree, self.value, self.prefix)
 
     def value(self, tree: Tree) -> str:
         if tree in self.memo:
@@ -170,7 +106,7 @@ class _Emitter:
             return self.temp(self.ctype_of(tree[2]), f"({condition} ? {a} : {b})", tree)
         if kind == "op":
             prim, dtype, args = tree[1], tree[2], [self.value(a) for a in tree[3:]]
-            expression = _unary(prim, dtype, args[0]) if len(args) == 1 else _binary(prim, dtype, args[0], args[1])
+            expression = c_unary(prim, dtype, args[0]) if len(args) == 1 else c_binary(prim, dtype, args[0], args[1])
             return self.temp(self.ctype_of(tree), expression, tree)
         if kind == "reduce":
             return self.reduction(tree)
@@ -214,7 +150,7 @@ class _Emitter:
         _, prim, dtype, loops, body = tree
         self.counter[0] += 1
         acc = f"t{self.counter[0]}"
-        is_float = dtype in _FLOAT_SUFFIX
+        is_float = dtype in FLOAT_SUFFIX
         # float sums accumulate in float: the SIMD reduction keeps one partial sum per lane, which bounds the
         # error like a pairwise sum, and double would halve the vector width and convert every element
         acc_type = C_TYPES[dtype]
@@ -271,7 +207,10 @@ class _Emitter:
         self.lines.append(f"{phase.target}[{self.index(phase.store_index)}] = ({target_type})({value});")
 
 
-def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None) -> str:
+def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None,
+                  rules: tuple[Rule, ...] = RULES) -> str:  # fmt: skip
+    """The kernel's C function. Its loops are lowered to GIR and rewritten by `rules`; the GIR renderer
+    (gir/render_c.py) renders what it covers, the tree renderer here the rest (`Gir.unrendered` says why)."""
     out: list[str] = []
     for table, values in loops.tables.items():
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
@@ -287,7 +226,9 @@ def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None)
         ctype = C_TYPES[buffer.dtype]
         qualifier = "const " if buffer.role == "input" else ""
         out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
-    phases = _render_phases(loops, name, sharing or Sharing())
+    sharing = sharing or Sharing()
+    gir = optimize(lower(loops), rules)
+    phases = _render_phases(loops, name, sharing) if gir.unrendered else render_phases(gir, name, sharing)
     if sharing is not None and sharing.tasks:  # one case per phase, running the task's share of its loop
         if len(sharing.iterations) != len(phases):  # each phase must have said how it is shared out
             raise AssertionError(f"{name}: {len(phases)} phases but {len(sharing.iterations)} trip counts")
@@ -315,10 +256,6 @@ def scratch_bytes(loops: KernelLoops) -> list[int]:
     """Bytes of each scratch buffer, in argument order (after the inputs and outputs)."""
     return [max(int(np.prod(b.shape, dtype=np.int64)), 1) * np.dtype(b.dtype).itemsize
             for b in loops.buffers if b.role == "scratch"]  # fmt: skip
-
-
-PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
-SHORT_INNER = 4  # an innermost loop this short is unrolled, and the loop outside it vectorized (short_innermost)
 
 
 def _loop_nest(vars_: tuple[str, ...], shape: tuple[int, ...], sharing: Sharing | None, inner: list[str],
@@ -398,10 +335,7 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
                                             f"{phase.target} + {emitter.index(phase.store_index)}", copy[2])
         return tiled_loops(phase, sharing if parallel else None, hoisted, emitter.lines, blocks)
     var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
-    # the threads split the innermost loop when the loops around it are too few to share out evenly
-    # (a [1, 16384, 128] GELU has one outer iteration: split outside, it ran on one thread)
-    outer_iterations = int(np.prod(phase.loop_sizes[:-1], dtype=np.int64))
-    if outer_iterations < PARALLEL_MIN_OUTER and size >= PARALLEL_MIN_ELEMENTS:
+    if parallel_mode(phase.loop_sizes) == "innermost":
         innermost = [*sharing.innermost(var, size), *emitter.lines, "}"]
         return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], None, [*hoisted, *innermost])
     innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines, "}"]
@@ -414,13 +348,6 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
             innermost += [f"for (int64_t {var} = {begin}; {var} < {end}; {var}++) {{", *emitter.lines, "}"]
     return _loop_nest(phase.loop_vars[:-1], phase.loop_sizes[:-1], sharing, [*hoisted, *innermost],
                       parallel_inner=size)
-
-
-def short_innermost(phase: Phase) -> bool:
-    """The phase's innermost loop has a few iterations (at most SHORT_INNER) inside a longer loop, and no
-    reduction: an NCHW -> NHWC transpose of 3 channels, a channel shuffle's pairs."""
-    return len(phase.loop_vars) >= 2 and phase.loop_sizes[-1] <= SHORT_INNER and \
-        phase.loop_sizes[-2] >= 2 * SHORT_INNER and not count_kinds(phase.expr, ("reduce",))  # fmt: skip
 
 
 def _unrolled_innermost(phase: Phase, emitter: _Emitter, sharing: Sharing) -> list[str]:

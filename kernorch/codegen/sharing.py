@@ -11,7 +11,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from kernorch.codegen.loops import Phase, count_kinds
+
 PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
+PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
+SHORT_INNER = 4  # an innermost loop this short is unrolled, and the loop outside it vectorized (short_innermost)
+LANES = 16  # float32 lanes of an AVX-512 vector (a float max/min reduction is vectorized over two or more)
+
+
+def parallel_mode(sizes: tuple[int, ...]) -> str:
+    """How a plain phase's loops (trip counts, outermost first) are shared out: "innermost" when the loops
+    around a long innermost loop are too few to share out evenly (a [1, 16384, 128] GELU has one outer
+    iteration: split outside, it ran on one thread), "outer" when the loops outside it carry enough work to
+    pay for the threads, else "serial"."""
+    if not sizes:
+        return "serial"
+    outer = int(np.prod(sizes[:-1], dtype=np.int64))
+    if outer < PARALLEL_MIN_OUTER and sizes[-1] >= PARALLEL_MIN_ELEMENTS:
+        return "innermost"
+    return "outer" if outer > 1 and outer * sizes[-1] >= PARALLEL_MIN_ELEMENTS else "serial"
+
+
+def short_innermost(phase: Phase) -> bool:
+    """The phase's innermost loop has a few iterations (at most SHORT_INNER) inside a longer loop, and no
+    reduction: an NCHW -> NHWC transpose of 3 channels, a channel shuffle's pairs."""
+    return len(phase.loop_vars) >= 2 and phase.loop_sizes[-1] <= SHORT_INNER and \
+        phase.loop_sizes[-2] >= 2 * SHORT_INNER and not count_kinds(phase.expr, ("reduce",))  # fmt: skip
 
 
 @dataclass

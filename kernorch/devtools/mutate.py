@@ -25,6 +25,7 @@ BLP = "kernorch/orchestrate/blp_test.py"
 ORACLE = "kernorch/orchestrate/oracle_test.py"
 CANDIDATES = "kernorch/orchestrate/candidates_test.py"
 EPILOGUES = "kernorch/codegen/epilogue_test.py"
+GIR_RENDERER = "kernorch/codegen/gir/render_c_test.py"
 REDUCTIONS = "kernorch/codegen/reductions_test.py"
 LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
@@ -43,19 +44,25 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     # generated C: templates and index arithmetic
-    Mutant("C div becomes mul", "kernorch/codegen/c_renderer.py", '"div": f"({a} / {b})" if is_float',
+    Mutant("C div becomes mul", "kernorch/codegen/c_expr.py", '"div": f"({a} / {b})" if is_float',
            '"div": f"({a} * {b})" if is_float', (RANDOM_PLANS,)),
-    Mutant("C < becomes <=", "kernorch/codegen/c_renderer.py", '"less": f"({a} < {b})"', '"less": f"({a} <= {b})"',
+    Mutant("C < becomes <=", "kernorch/codegen/c_expr.py", '"less": f"({a} < {b})"', '"less": f"({a} <= {b})"',
            (TIES, RANDOM_PLANS)),
     Mutant("C max picks the smaller", "kernorch/codegen/c_prelude.py", "ko_m_ = ko_a_ > ko_b_ ? ko_a_ : ko_b_",
            "ko_m_ = ko_a_ < ko_b_ ? ko_a_ : ko_b_", (RANDOM_PLANS,)),
     Mutant("integer division floors", "kernorch/codegen/c_prelude.py", "return b ? a / b : 0;",
            "return b ? (a - (((a % b) + b) % b)) / b : 0;", (RANDOM_PLANS,)),
-    Mutant("pow becomes mul", "kernorch/codegen/c_renderer.py", """"pow": f"{_math('pow', dtype)}({a}, {b})\"""",
+    Mutant("pow becomes mul", "kernorch/codegen/c_expr.py", """"pow": f"{c_math('pow', dtype)}({a}, {b})\"""",
            """"pow": f"({a} * {b})\"""", (RANDOM_PLANS,)),
     Mutant("where swaps its branches", "kernorch/codegen/c_renderer.py",
            'return self.temp(self.ctype_of(tree[2]), f"({condition} ? {a} : {b})", tree)',
            'return self.temp(self.ctype_of(tree[2]), f"({condition} ? {b} : {a})", tree)', (RANDOM_PLANS,)),
+    Mutant("GIR-rendered where swaps its branches", "kernorch/codegen/gir/render_c.py",
+           'f"({args[0]} ? {args[1]} : {args[2]})"', 'f"({args[0]} ? {args[2]} : {args[1]})"',
+           (GIR_RENDERER, RANDOM_PLANS)),
+    Mutant("GIR renderer ignores the swap rule", "kernorch/codegen/gir/render_c.py",
+           "(self.statement(op) for op in ops if not op.outer)", "(self.statement(op) for op in ops if op.outer)",
+           (GIR_RENDERER,)),
     Mutant("index remainder bound off by one", "kernorch/codegen/indexing.py",
            "if bounds is not None and bounds[0] >= 0 and bounds[1] < n:",
            "if bounds is not None and bounds[0] >= 0 and bounds[1] <= n:", (INDEXING, RANDOM_PLANS, EXECUTOR)),

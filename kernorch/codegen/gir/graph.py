@@ -12,17 +12,30 @@ performance model's call, from the buffer's size), `cache` (data a thread reuses
 
 A `GirPhase` is one parallel loop of the kernel (kernels with scratch have several, separated by device-wide
 syncs). `executions` of a gOperator is how many times its instruction block runs per kernel call.
+
+What a renderer needs beside the graph (PowerFusion §7: the parallel structure first, then the gOperators in
+order): each gOperator's `code` (a move's index expression, an elementwise primitive's operand dtype, a
+constant's value), each phase's loops and how its parallel unit maps onto them (`mode`), the kernel's buffers
+and tables. `gir/render_c.py` renders C from that alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.loops import Buffer
 
 GLOBAL, CACHE, REGISTER = "global", "cache", "register"
 LINE_BYTES = 64
 
-# gOperator kinds
-MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST = "move", "sync", "elementwise", "reduce", "broadcast"
+# gOperator kinds (a constant is a register initialised once: no instruction block of its own)
+MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST, CONSTANT = "move", "sync", "elementwise", "reduce", "broadcast", "constant"
+# how a phase's loops map onto its parallel unit: threads share the loops outside the innermost one, or the
+# innermost loop itself (too few iterations outside it), or one thread runs them all
+OUTER, INNERMOST, SERIAL = "outer", "innermost", "serial"
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,8 @@ class GOperator:
     executions: int  # instruction blocks per kernel call
     work: int = 1  # element operations per block and lane
     outer_executions: int = 0  # blocks if it ran once per iteration of the loops outside the innermost (0: n/a)
+    code: Any = None  # for a renderer: a move's index tree, an elementwise op's dtype, a constant's (value, dtype)
+    outer: bool = False  # runs once per iteration of the loops outside the innermost (swapped before the broadcast)
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,7 @@ class ParallelUnit:
     threads: int  # threads sharing the phase's parallel loop (1: a serial phase)
     lanes: int  # vector lanes per instruction block (1: scalar)
     iterations: int  # trip count of the parallel loop
+    mode: str = SERIAL  # OUTER, INNERMOST or SERIAL
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,7 @@ class GirPhase:
     parallel: ParallelUnit
     ops: tuple[GOperator, ...]
     row_bytes: int = 0  # bytes one parallel iteration touches (what a thread keeps in its cache between passes)
+    loops: tuple[tuple[str, int], ...] = ()  # (variable, trip count), outermost first
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,9 @@ class Gir:
     phases: tuple[GirPhase, ...]
     buffer_bytes: dict[str, int]  # global buffers: whole size
     roles: dict[str, str]  # buffer -> input, output, scratch, table
+    buffers: tuple[Buffer, ...] = ()  # the kernel's arguments: inputs, outputs, scratch
+    tables: dict[str, np.ndarray] = field(default_factory=dict)  # constant lookup tables (resize)
+    unrendered: str = ""  # why `gir/render_c.py` cannot render this GIR ("": it can)
 
     def with_phases(self, phases: list[GirPhase], slices: tuple[MemorySlice, ...] | None = None) -> Gir:
         return replace(self, phases=tuple(phases), slices=self.slices if slices is None else slices)

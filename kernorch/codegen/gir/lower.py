@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.c_renderer import LANES, PARALLEL_MIN_ELEMENTS, short_innermost
 from kernorch.codegen.gir.graph import (
     BROADCAST,
+    CONSTANT,
     ELEMENTWISE,
     GLOBAL,
     MOVE,
@@ -34,6 +34,8 @@ from kernorch.codegen.gir.graph import (
 from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
 from kernorch.codegen.reductions import INTERCHANGE_MIN_INNER, bare_reduction, splits_among_threads
+from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
+from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
 
 
@@ -43,6 +45,7 @@ class _Lowering:
         self.slices: list[MemorySlice] = []
         self.ops: list[GOperator] = []
         self.invariant: set[int] = set()  # register slices invariant along the innermost loop
+        self.unrendered: list[str] = []  # what gir/render_c.py cannot render yet
 
     def slice(self, s: MemorySlice) -> int:
         self.slices.append(s)
@@ -87,25 +90,36 @@ class _Lowering:
                                             ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"]))
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"],
+                                      code=tree[2]))  # fmt: skip
             return target
         if kind == "table":
             source = self.slice(MemorySlice(tree[1], GLOBAL, 1, 1, 0, 4, repr(tree[2])))
             target = self.register("float32", lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks))
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"],
+                                      code=tree[2]))  # fmt: skip
             return target
-        if kind in ("const", "scalar"):
+        if kind == "const":
+            target = self.register(tree[2], lanes, True)
+            self.ops.append(GOperator(CONSTANT, "const", (), (target,), 0, code=(tree[1], tree[2])))
+            return target
+        if kind == "scalar":
+            self.unrendered.append("a row statistic")
             return self.register("float32", lanes, True)
         if kind == "reduce":
+            self.unrendered.append("a reduction")
             return self.reduction(tree, ctx)
         if kind in ("op", "cast", "where"):
+            if kind == "where" and tree[1][0] not in _VALUE_KINDS:
+                self.unrendered.append("a select on indices (pad, concat)")
             # operands are value trees (an index condition of a select is address work, not a value)
             reads = tuple(self.value(c, ctx) for c in tree[1:] if isinstance(c, tuple) and c and c[0] in _VALUE_KINDS)
             dtype = tree[2] if kind == "op" else tree[1] if kind == "cast" else "float32"
             target = self.register(dtype if dtype in SUPPORTED_DTYPES else "float32", lanes,
                                    all(r in self.invariant for r in reads))  # fmt: skip
             name = tree[1] if kind == "op" else kind
-            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=ctx["outer"]))
+            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=ctx["outer"],
+                                      code=dtype if kind != "where" else None))  # fmt: skip
             return target
         raise ValueError(f"not a value tree: {kind}")
 
@@ -134,6 +148,8 @@ class _Lowering:
     def index_work(self, index: Tree, blocks: int) -> None:
         """Divisions and remainders left in an index after simplification: integer work per element (a
         channel shuffle's composed reshapes), as an elementwise gOperator producing the address."""
+        if count_kinds(index, ("index",)):
+            self.unrendered.append("a gathered index")
         divisions = count_kinds(index, ("/", "%"))
         if divisions:
             self.ops.append(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
@@ -146,7 +162,7 @@ class _Lowering:
                                         ctx["lanes"], ctx["tiled"], ctx["order"], ctx.get("short")))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
             self.ops.append(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
-        self.ops.append(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"]))
+        self.ops.append(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"], code=phase.store_index))
 
     def phase_ops(self, phase: Phase, outer: dict[str, int], row_elements: int, phased: bool = True) -> None:
         ranges = dict(outer)
@@ -214,6 +230,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         threads = threads if rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS else 1
         phases.append(GirPhase(ParallelUnit(threads, LANES, rows), tuple(lowering.ops), row_elements * itemsize))
+        lowering.unrendered.append("the row schedule")
     else:
         for p, phase in enumerate(loops.phases):
             lowering.ops = []
@@ -224,5 +241,24 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
             parallel = threads if elements >= PARALLEL_MIN_ELEMENTS or split else 1
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
-            phases.append(GirPhase(ParallelUnit(parallel, lanes, elements), tuple(lowering.ops)))
-    return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles)
+            lowering.unrendered += _loop_strategies(phase)
+            unit = ParallelUnit(parallel, lanes, elements, parallel_mode(phase.loop_sizes))
+            phases.append(GirPhase(unit, tuple(lowering.ops), loops=tuple(zip(phase.loop_vars, phase.loop_sizes,
+                                                                              strict=True))))  # fmt: skip
+    reasons = ", ".join(dict.fromkeys(lowering.unrendered))
+    return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
+               reasons)  # fmt: skip
+
+
+def _loop_strategies(phase: Phase) -> list[str]:
+    """The loop structures of the tree renderer (c_renderer.py) that gir/render_c.py does not render yet."""
+    if not phase.loop_vars:
+        return []
+    if short_innermost(phase):
+        return ["an unrolled short innermost loop"]
+    if reads_transposed(phase):
+        return ["a tiled transpose"]
+    ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
+    if split_innermost(phase.expr, phase.loop_vars[-1], phase.loop_sizes[-1], ranges) is not None:
+        return ["an innermost loop split where its selects change"]
+    return []

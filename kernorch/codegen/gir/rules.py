@@ -23,7 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from kernorch.codegen.gir.graph import CACHE, ELEMENTWISE, GLOBAL, MOVE, REGISTER, SYNC, Gir, GirPhase, GOperator
+from kernorch.codegen.gir.graph import (
+    CACHE,
+    CONSTANT,
+    ELEMENTWISE,
+    GLOBAL,
+    MOVE,
+    REGISTER,
+    SYNC,
+    Gir,
+    GirPhase,
+    GOperator,
+)
 
 Rule = Callable[[Gir], tuple[Gir, bool]]
 THREAD_CACHE_BYTES = 512 * 1024  # what one thread keeps of its L2 for a kernel's reused data
@@ -42,8 +53,8 @@ def merge_read_after_read(gir: Gir) -> tuple[Gir, bool]:
             if op.kind == MOVE and op.name == "load":
                 s = gir.slices[op.reads[0]]
                 key = (s.buffer, s.level, s.count, s.width, s.stride, s.index, op.executions)
-            elif op.kind == ELEMENTWISE and len(op.writes) == 1:  # the same computation on the same registers
-                key = (op.name, op.reads, op.executions)
+            elif op.kind in (ELEMENTWISE, CONSTANT) and len(op.writes) == 1:  # the same computation, same operands
+                key = (op.kind, op.name, op.reads, op.executions, op.code)
             if key is not None:
                 if key in first:
                     renamed[op.writes[0]] = first[key]
@@ -133,13 +144,15 @@ def swap_invariant_elementwise(gir: Gir) -> tuple[Gir, bool]:
     phases = []
     for phase in gir.phases:
         invariant = {s for op in phase.ops for s in op.writes if gir.slices[s].level == REGISTER
-                     and gir.slices[s].stride == 0 and op.kind in (MOVE, ELEMENTWISE)}  # fmt: skip
+                     and gir.slices[s].stride == 0 and op.kind in (MOVE, ELEMENTWISE, CONSTANT)}  # fmt: skip
         ops = []
         for op in phase.ops:
             swappable = (op.kind == ELEMENTWISE and op.reads and all(r in invariant for r in op.reads)) or \
                 (op.kind == MOVE and op.name == "load" and op.writes[0] in invariant)
-            if swappable and 0 < op.outer_executions < op.executions:
-                op = replace(op, executions=op.outer_executions)  # once per iteration of the outer loops
+            # once per iteration of the outer loops; also where that is not fewer blocks (an innermost loop of
+            # one block or less), so the renderer's loop structure is the same in every case
+            if swappable and not op.outer and op.outer_executions > 0:
+                op = replace(op, executions=min(op.executions, op.outer_executions), outer=True)
                 changed = True
             ops.append(op)
         phases.append(replace(phase, ops=tuple(ops)))

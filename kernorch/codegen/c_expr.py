@@ -1,0 +1,108 @@
+"""C for the values and indices of a loop description: literals, elementwise primitives, index arithmetic.
+
+Shared by the renderers of generated kernels (the tree renderer `c_renderer.py` and the GIR renderer
+`gir/render_c.py`) and by the epilogues of library calls, so a primitive has one C spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.loops import C_TYPES, Tree
+
+BOOLEAN_PRIMS = ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
+FLOAT_SUFFIX = {"float32": "f", "float64": ""}
+
+
+def c_math(name: str, dtype: str) -> str:
+    return name + FLOAT_SUFFIX.get(dtype, "")
+
+
+def c_binary(prim: str, dtype: str, a: str, b: str) -> str:
+    is_float = dtype in FLOAT_SUFFIX
+    table = {
+        "add": f"({a} + {b})", "sub": f"({a} - {b})", "mul": f"({a} * {b})",
+        "div": f"({a} / {b})" if is_float else f"ko_idiv({a}, {b})",
+        "pow": f"{c_math('pow', dtype)}({a}, {b})" if is_float
+               else f"(({C_TYPES[dtype]})pow((double){a}, (double){b}))",
+        "fmod": f"{c_math('fmod', dtype)}({a}, {b})" if is_float else f"ko_imod({a}, {b})",
+        "max": f"KO_MAX({a}, {b})", "min": f"KO_MIN({a}, {b})",
+        "equal": f"({a} == {b})", "less": f"({a} < {b})", "greater": f"({a} > {b})",
+        "less_equal": f"({a} <= {b})", "greater_equal": f"({a} >= {b})",
+        "and": f"({a} && {b})", "or": f"({a} || {b})", "xor": f"((!!{a}) != (!!{b}))",
+    }  # fmt: skip
+    return table[prim]
+
+
+def c_unary(prim: str, dtype: str, a: str) -> str:
+    ctype = C_TYPES[dtype]
+    table = {
+        "neg": f"(-{a})", "abs": f"{c_math('fabs', dtype)}({a})" if dtype in FLOAT_SUFFIX else f"llabs({a})",
+        "exp": f"ko_expf({a})" if dtype == "float32" else f"exp({a})", "log": f"{c_math('log', dtype)}({a})",
+        "sqrt": f"{c_math('sqrt', dtype)}({a})", "reciprocal": f"(({ctype})1 / {a})",
+        "sin": f"{c_math('sin', dtype)}({a})", "cos": f"{c_math('cos', dtype)}({a})",
+        "tanh": f"ko_tanhf({a})" if dtype == "float32" else f"tanh({a})",
+        "erf": f"ko_erff({a})" if dtype == "float32" else f"erf({a})",
+        "sigmoid": f"ko_sigmoidf({a})" if dtype == "float32" else f"(1.0 / (1.0 + exp(-{a})))",
+        "relu": f"(((({a}) > 0) | (({a}) != ({a}))) ? ({a}) : ({ctype})0)",
+        "floor": f"{c_math('floor', dtype)}({a})", "ceil": f"{c_math('ceil', dtype)}({a})",
+        "round": f"{c_math('nearbyint', dtype)}({a})",
+        "sign": f"(({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))", "not": f"(!{a})",
+    }  # fmt: skip
+    if prim not in table:
+        raise KeyError(prim)
+    return table[prim]
+
+
+def c_literal(value: Any, dtype: str) -> str:
+    """A C literal of `dtype` for `value` (NaN and infinities through math.h's macros)."""
+    if dtype in FLOAT_SUFFIX:
+        number = float(value)
+        if np.isnan(number):
+            return "NAN"
+        if np.isinf(number):
+            return "INFINITY" if number > 0 else "-INFINITY"
+        return repr(number) + FLOAT_SUFFIX[dtype]
+    if dtype == "bool":
+        return "1" if value else "0"
+    return f"((int64_t){int(value)}LL)" if dtype == "int64" else str(int(value))
+
+
+def c_value_type(prim: str, dtype: str) -> str:
+    """The C type an elementwise primitive of `dtype` operands produces (comparisons and logic: uint8_t)."""
+    return "uint8_t" if prim in BOOLEAN_PRIMS else C_TYPES[dtype]
+
+
+def c_index(tree: Tree, value: Callable[[Tree], str], prefix: str) -> str:
+    """An index tree as a C expression. `value` renders a value tree read as an index (a gather's indices);
+    `prefix` names the kernel's tables (`PREFIX_NAME`)."""
+    kind = tree[0]
+    if kind == "var":
+        return str(tree[1])
+    if kind == "lit":
+        return f"{tree[1]}LL" if abs(tree[1]) > 2**31 - 1 else str(tree[1])
+    if kind in ("+", "-", "*", "/", "%"):
+        return f"({c_index(tree[1], value, prefix)} {kind} {c_index(tree[2], value, prefix)})"
+    if kind in ("min", "max"):
+        a, b = c_index(tree[1], value, prefix), c_index(tree[2], value, prefix)
+        return f"(({a}) {'<' if kind == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
+    if kind == "sel":
+        return f"({c_cond(tree[1], value, prefix)} ? {c_index(tree[2], value, prefix)} : " \
+               f"{c_index(tree[3], value, prefix)})"
+    if kind == "index":
+        return f"ko_index((int64_t)({value(tree[1])}), {tree[2]}, &err)"
+    if kind == "table":
+        return f"{prefix}_{tree[1]}[{c_index(tree[2], value, prefix)}]"
+    if kind == "part":  # a merged variable's coordinate that did not collapse back
+        stride = int(np.prod(tree[2][tree[3] + 1:]))
+        return f"(({tree[1]} / {stride}) % {tree[2][tree[3]]})"
+    raise ValueError(f"not an index tree: {kind}")
+
+
+def c_cond(tree: Tree, value: Callable[[Tree], str], prefix: str) -> str:
+    if tree[0] == "&&":
+        return f"({c_cond(tree[1], value, prefix)} && {c_cond(tree[2], value, prefix)})"
+    return f"({c_index(tree[1], value, prefix)} {tree[0]} {c_index(tree[2], value, prefix)})"
