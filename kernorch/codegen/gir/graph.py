@@ -93,6 +93,9 @@ class GirPhase:
     ops: tuple[GOperator, ...]
     row_bytes: int = 0  # bytes one parallel iteration touches (what a thread keeps in its cache between passes)
     loops: tuple[tuple[str, int], ...] = ()  # (variable, trip count), outermost first
+    # the innermost loop's variable when that loop is a few iterations, unrolled, and the one around it is
+    # the vector loop (an NCHW -> NHWC transpose of 3 channels); "": the innermost loop is the vector loop
+    unrolled: str = ""
 
 
 @dataclass(frozen=True)

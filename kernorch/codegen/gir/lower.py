@@ -85,18 +85,20 @@ class _Lowering:
         lanes, inner = ctx["lanes"], ctx["inner"]
         invariant = inner is None or not _mentions(tree, inner)
         blocks = ctx["blocks"]
+        # a value that changes along an unrolled short innermost loop cannot run before it
+        outer = 0 if ctx.get("short") and _mentions(tree, ctx["short"][0]) else ctx["outer"]
         if kind == "load":
             source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
                                             ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"],
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
                                       code=tree[2]))  # fmt: skip
             return target
         if kind == "table":
             source = self.slice(MemorySlice(tree[1], GLOBAL, 1, 1, 0, 4, repr(tree[2])))
             target = self.register("float32", lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=ctx["outer"],
+            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
                                       code=tree[2]))  # fmt: skip
             return target
         if kind == "const":
@@ -118,7 +120,7 @@ class _Lowering:
             target = self.register(dtype if dtype in SUPPORTED_DTYPES else "float32", lanes,
                                    all(r in self.invariant for r in reads))  # fmt: skip
             name = tree[1] if kind == "op" else kind
-            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=ctx["outer"],
+            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=outer,
                                       code=dtype if kind != "where" else None))  # fmt: skip
             return target
         raise ValueError(f"not a value tree: {kind}")
@@ -180,7 +182,7 @@ class _Lowering:
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
         ctx = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
                "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
-               "outer": elements // phase.loop_sizes[-1] // (phase.loop_sizes[-2] if short else 1)
+               "outer": elements // max(phase.loop_sizes[-1], 1) // (max(phase.loop_sizes[-2], 1) if short else 1)
                if phase.loop_vars and not interchanged else 0, "short": short,
                "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else ()}
         self.store(phase, self.value(phase.expr, ctx), ctx)
@@ -242,9 +244,13 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             parallel = threads if elements >= PARALLEL_MIN_ELEMENTS or split else 1
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             lowering.unrendered += _loop_strategies(phase)
-            unit = ParallelUnit(parallel, lanes, elements, parallel_mode(phase.loop_sizes))
+            short = short_innermost(phase)
+            # an unrolled short innermost loop: the threads share what is outside the loop around it
+            work = (*phase.loop_sizes[:-2], phase.loop_sizes[-2] * phase.loop_sizes[-1]) if short else phase.loop_sizes
+            unit = ParallelUnit(parallel, lanes, elements, parallel_mode(work))
             phases.append(GirPhase(unit, tuple(lowering.ops), loops=tuple(zip(phase.loop_vars, phase.loop_sizes,
-                                                                              strict=True))))  # fmt: skip
+                                                                              strict=True)),
+                                   unrolled=phase.loop_vars[-1] if short else ""))  # fmt: skip
     reasons = ", ".join(dict.fromkeys(lowering.unrendered))
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
                reasons)  # fmt: skip
@@ -255,7 +261,7 @@ def _loop_strategies(phase: Phase) -> list[str]:
     if not phase.loop_vars:
         return []
     if short_innermost(phase):
-        return ["an unrolled short innermost loop"]
+        return []
     if reads_transposed(phase):
         return ["a tiled transpose"]
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
