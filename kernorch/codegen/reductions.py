@@ -1,5 +1,5 @@
 """Reductions in generated C: the accumulator's identity and update, and the loop orders of a phase that
-stores a reduction (c_renderer.py emits everything else).
+stores a reduction (`interchanged_lines`, used by both the tree renderer and gir/render_c.py).
 
 - *Interchanged*: the reduction loops outside and the output's innermost axis inside, accumulating in the
   target buffer. The inner loop is unit-stride on channels-last data and vectorizes (pooling; a reduction
@@ -66,7 +66,7 @@ def reduce_volume(tree: Tree) -> int:
     return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
 
 
-def _interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int], ...], Tree | None, Tree] | None:
+def interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int], ...], Tree | None, Tree] | None:
     """(prim, reduction loops, guard, body) of a phase storing a reduction that can run interchanged: its
     innermost output axis long enough to vectorize, used by the body and not by the guard."""
     if not phase.loop_vars or phase.scalar:
@@ -87,7 +87,7 @@ def _interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, in
 def splits_among_threads(phase: Phase, dtype: str) -> bool:
     """The phase's reduction runs split among threads: interchangeable, nothing outside the innermost output
     axis to share, few enough outputs for partials on the stack, enough work for a parallel region."""
-    if _interchangeable(phase, dtype) is None:
+    if interchangeable(phase, dtype) is None:
         return False
     size = phase.loop_sizes[-1]
     return int(np.prod(phase.loop_sizes[:-1], dtype=np.int64)) == 1 and size <= SPLIT_MAX_OUTPUTS and \
@@ -98,26 +98,37 @@ def interchanged_reduction(emitter: _Emitter, phase: Phase, split: bool = False)
     """The phase's lines with the reduction loops outside the output's innermost axis (`split`: shared out
     among threads, module docstring); None when the phase does not fit."""
     dtype = emitter.types[phase.target]
-    parts = _interchangeable(phase, dtype)
+    parts = interchangeable(phase, dtype)
     if parts is None:
         return None
     prim, loops, guard, body = parts
-    var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
-    init, update = reduction_identity(prim, dtype)
     target = f"{phase.target}[{emitter.index(phase.store_index)}]"
+    condition = None if guard is None else emitter.cond(guard)
+    emitter.lines = []
+    x = emitter.value(body)
+    return interchanged_lines(prim, dtype, loops, condition, (emitter.lines, x), phase.loop_vars[-1],
+                              phase.loop_sizes[-1], target, split)  # fmt: skip
+
+
+def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...], condition: str | None,
+                       body: tuple[list[str], str], var: str, size: int, target: str,
+                       split: bool) -> list[str]:  # fmt: skip
+    """An interchanged reduction's C: taps `loops` outside, guarded by `condition`, and inside them the output's
+    innermost loop over `var` running `body` (its lines, and the value they leave) into each of the `size`
+    results, stored at `target` (a C lvalue of `var`)."""
+    init, update = reduction_identity(prim, dtype)
     ctype = C_TYPES[dtype]
     # the running values stay in a local array, stored once at the end: accumulated in the output buffer, every
     # tap loaded and stored them again (a 3x3 max-pool over 24 channels: 63 -> 42 us)
     local = not split and size <= SPLIT_MAX_OUTPUTS
     accumulator = f"ko_part[{var}]" if split else f"ko_acc[{var}]" if local else target
     taps = [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in loops]
-    if guard is not None:
-        taps.append(f"if ({emitter.cond(guard)}) {{")
-    emitter.lines = []
-    x = emitter.value(body)
-    taps += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *emitter.lines,
+    if condition is not None:
+        taps.append(f"if ({condition}) {{")
+    lines, x = body
+    taps += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *lines,
              update.format(acc=accumulator, x=x), "}"]  # fmt: skip
-    if guard is not None:
+    if condition is not None:
         taps.append("}")
     taps += ["}" for _ in loops]
     start = ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {accumulator} = {init};"]

@@ -75,7 +75,10 @@ class GOperator:
     executions: int  # instruction blocks per kernel call
     work: int = 1  # element operations per block and lane
     outer_executions: int = 0  # blocks if it ran once per iteration of the loops outside the innermost (0: n/a)
-    code: Any = None  # for a renderer: a move's index tree, an elementwise op's dtype, a constant's (value, dtype)
+    # for a renderer: a move's index tree, an elementwise op's dtype, a constant's (value, dtype), a row
+    # statistic's slot, a reduction's (dtype, loops, guard, the scope of its body)
+    code: Any = None
+    scope: tuple[int, ...] = ()  # the nest of loop bodies it runs in (row steps, reductions): () the phase's
     outer: bool = False  # runs once per iteration of the loops outside the innermost (swapped before the broadcast)
 
 
@@ -88,6 +91,17 @@ class ParallelUnit:
 
 
 @dataclass(frozen=True)
+class RowStep:
+    """One step of a row-schedule phase, per row: a reduction into a row statistic (`slot`), or loops over the
+    row's elements (`loops`) storing an output, or one store per row (neither)."""
+
+    scope: tuple[int, ...]  # the scope of its gOperators
+    loops: tuple[tuple[str, int], ...]
+    slot: str  # the row statistic it defines ("": it stores)
+    result: int  # the register holding its value
+
+
+@dataclass(frozen=True)
 class GirPhase:
     parallel: ParallelUnit
     ops: tuple[GOperator, ...]
@@ -96,6 +110,10 @@ class GirPhase:
     # the innermost loop's variable when that loop is a few iterations, unrolled, and the one around it is
     # the vector loop (an NCHW -> NHWC transpose of 3 channels); "": the innermost loop is the vector loop
     unrolled: str = ""
+    steps: tuple[RowStep, ...] = ()  # a row-schedule phase: `loops` are the rows, these run per row
+    # a phase storing a reduction along its innermost axis with the taps outside that axis: "interchanged",
+    # or "split" when the taps are also shared out among the threads kernel by kernel (reductions.py)
+    reduction: str = ""
 
 
 @dataclass(frozen=True)

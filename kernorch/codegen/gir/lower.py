@@ -12,6 +12,7 @@ the thread's cache, and a computation invariant along the innermost loop runs pe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,18 +23,27 @@ from kernorch.codegen.gir.graph import (
     ELEMENTWISE,
     GLOBAL,
     MOVE,
+    OUTER,
     REDUCE,
     REGISTER,
+    SERIAL,
     SYNC,
     Gir,
     GirPhase,
     GOperator,
     MemorySlice,
     ParallelUnit,
+    RowStep,
 )
 from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
-from kernorch.codegen.reductions import INTERCHANGE_MIN_INNER, bare_reduction, splits_among_threads
+from kernorch.codegen.reductions import (
+    INTERCHANGE_MIN_INNER,
+    bare_reduction,
+    interchangeable,
+    reduce_volume,
+    splits_among_threads,
+)
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
@@ -46,6 +56,15 @@ class _Lowering:
         self.ops: list[GOperator] = []
         self.invariant: set[int] = set()  # register slices invariant along the innermost loop
         self.unrendered: list[str] = []  # what gir/render_c.py cannot render yet
+        self.scope: tuple[int, ...] = ()  # the nest of loop bodies (row steps, reductions) ops go into
+        self.scopes = 0
+
+    def emit(self, op: GOperator) -> None:
+        self.ops.append(replace(op, scope=self.scope))
+
+    def new_scope(self) -> int:
+        self.scopes += 1
+        return self.scopes
 
     def slice(self, s: MemorySlice) -> int:
         self.slices.append(s)
@@ -85,31 +104,32 @@ class _Lowering:
         lanes, inner = ctx["lanes"], ctx["inner"]
         invariant = inner is None or not _mentions(tree, inner)
         blocks = ctx["blocks"]
-        # a value that changes along an unrolled short innermost loop cannot run before it
-        outer = 0 if ctx.get("short") and _mentions(tree, ctx["short"][0]) else ctx["outer"]
+        # a value that changes along a loop the renderer keeps around the innermost one (an unrolled short
+        # innermost loop, a row step's loops) cannot run before it
+        outer = 0 if any(_mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]
         if kind == "load":
             source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
                                             ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
+            self.emit(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
                                       code=tree[2]))  # fmt: skip
             return target
         if kind == "table":
             source = self.slice(MemorySlice(tree[1], GLOBAL, 1, 1, 0, 4, repr(tree[2])))
             target = self.register("float32", lanes, invariant)
-            self.ops.append(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
+            self.emit(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
                                       code=tree[2]))  # fmt: skip
             return target
         if kind == "const":
             target = self.register(tree[2], lanes, True)
-            self.ops.append(GOperator(CONSTANT, "const", (), (target,), 0, code=(tree[1], tree[2])))
+            self.emit(GOperator(CONSTANT, "const", (), (target,), 0, code=(tree[1], tree[2])))
             return target
-        if kind == "scalar":
-            self.unrendered.append("a row statistic")
-            return self.register("float32", lanes, True)
+        if kind == "scalar":  # a row statistic an earlier row step computed
+            target = self.register("float32", lanes, True)
+            self.emit(GOperator(CONSTANT, "slot", (), (target,), 0, code=tree[1]))
+            return target
         if kind == "reduce":
-            self.unrendered.append("a reduction")
             return self.reduction(tree, ctx)
         if kind in ("op", "cast", "where"):
             if kind == "where" and tree[1][0] not in _VALUE_KINDS:
@@ -120,7 +140,7 @@ class _Lowering:
             target = self.register(dtype if dtype in SUPPORTED_DTYPES else "float32", lanes,
                                    all(r in self.invariant for r in reads))  # fmt: skip
             name = tree[1] if kind == "op" else kind
-            self.ops.append(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=outer,
+            self.emit(GOperator(ELEMENTWISE, name, reads, (target,), blocks, outer_executions=outer,
                                       code=dtype if kind != "where" else None))  # fmt: skip
             return target
         raise ValueError(f"not a value tree: {kind}")
@@ -130,8 +150,9 @@ class _Lowering:
         output's innermost loop inside), blocks step along that loop; otherwise along the reduction's own
         innermost loop, vectorized when it is long and affine."""
         _, prim, dtype, loops, body = tree
+        guard = None
         if body[0] == "guard":
-            body = body[2]
+            guard, body = body[1], body[2]
         volume = int(np.prod([size for _, size in loops], dtype=np.int64))
         ranges = dict(ctx["ranges"])
         ranges.update(dict(loops))
@@ -141,10 +162,13 @@ class _Lowering:
             inner = loops[-1][0]
             lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
         blocks = max(ctx["elements"] * volume // lanes, 1)
+        body_scope = self.new_scope()
+        around, self.scope = self.scope, (*self.scope, body_scope)
         part = self.value(body, dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False,
                                      outer=0, order=()))  # fmt: skip
+        self.scope = around
         target = self.register(dtype, ctx["lanes"], False)
-        self.ops.append(GOperator(REDUCE, prim, (part,), (target,), blocks))
+        self.emit(GOperator(REDUCE, prim, (part,), (target,), blocks, code=(dtype, loops, guard, body_scope)))
         return target
 
     def index_work(self, index: Tree, blocks: int) -> None:
@@ -154,7 +178,7 @@ class _Lowering:
             self.unrendered.append("a gathered index")
         divisions = count_kinds(index, ("/", "%"))
         if divisions:
-            self.ops.append(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
+            self.emit(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
 
     def store(self, phase: Phase, result: int, ctx: dict[str, Any]) -> None:
         if phase.scalar:
@@ -163,13 +187,15 @@ class _Lowering:
         target = self.slice(self.access(phase.target, phase.store_index, ctx["inner"], ctx["ranges"],
                                         ctx["lanes"], ctx["tiled"], ctx["order"], ctx.get("short")))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
-            self.ops.append(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
-        self.ops.append(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"], code=phase.store_index))
+            self.emit(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
+        self.emit(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"], code=phase.store_index))
 
-    def phase_ops(self, phase: Phase, outer: dict[str, int], row_elements: int, phased: bool = True) -> None:
+    def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True) -> int:
+        """Lower one phase (a row step in the row schedule), whose loops run `repeats` times (once per row in
+        the row schedule); returns the register holding its value."""
         ranges = dict(outer)
         ranges.update(dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)))
-        elements = row_elements * int(np.prod(phase.loop_sizes, dtype=np.int64))
+        elements = repeats * int(np.prod(phase.loop_sizes, dtype=np.int64))
         inner = phase.loop_vars[-1] if phase.loop_vars else None
         # the renderer unrolls a short innermost loop of a phased kernel and vectorizes the one outside it
         short = (phase.loop_vars[-1], phase.loop_sizes[-1]) if phased and short_innermost(phase) else None
@@ -180,12 +206,17 @@ class _Lowering:
         interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
             and inner is not None and _mentions(reduction, inner)  # fmt: skip
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
-        ctx = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
+        ctx: dict[str, Any] = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
                "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
                "outer": elements // max(phase.loop_sizes[-1], 1) // (max(phase.loop_sizes[-2], 1) if short else 1)
                if phase.loop_vars and not interchanged else 0, "short": short,
-               "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else ()}
-        self.store(phase, self.value(phase.expr, ctx), ctx)
+               "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
+               "pinned": (short[0],) if short else ()}
+        if not phased:  # a row step: what the renderer runs before its loops runs once per row
+            ctx.update(outer=repeats if phase.loop_vars else 0, pinned=phase.loop_vars[:-1])
+        result = self.value(phase.expr, ctx)
+        self.store(phase, result, ctx)
+        return result
 
 
 _VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
@@ -227,12 +258,17 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
         rows = int(np.prod(loops.row_shape, dtype=np.int64))
         outer = dict(zip(loops.row_vars, loops.row_shape, strict=True))
         row_elements = max((int(np.prod(p.loop_sizes)) for p in loops.phases if p.loop_vars), default=1)
+        steps = []
         for phase in loops.phases:
-            lowering.phase_ops(phase, outer, rows, phased=False)
+            lowering.scope = (lowering.new_scope(),)
+            result = lowering.phase_ops(phase, outer, rows, phased=False)
+            steps.append(RowStep(lowering.scope, tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
+                                 phase.target if phase.scalar else "", result))  # fmt: skip
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
-        threads = threads if rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS else 1
-        phases.append(GirPhase(ParallelUnit(threads, LANES, rows), tuple(lowering.ops), row_elements * itemsize))
-        lowering.unrendered.append("the row schedule")
+        shared = rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS
+        unit = ParallelUnit(threads if shared else 1, LANES, rows, OUTER if shared else SERIAL)
+        phases.append(GirPhase(unit, tuple(lowering.ops), row_elements * itemsize,
+                               tuple(zip(loops.row_vars, loops.row_shape, strict=True)), steps=tuple(steps)))
     else:
         for p, phase in enumerate(loops.phases):
             lowering.ops = []
@@ -245,15 +281,27 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             lowering.unrendered += _loop_strategies(phase)
             short = short_innermost(phase)
-            # an unrolled short innermost loop: the threads share what is outside the loop around it
-            work = (*phase.loop_sizes[:-2], phase.loop_sizes[-2] * phase.loop_sizes[-1]) if short else phase.loop_sizes
-            unit = ParallelUnit(parallel, lanes, elements, parallel_mode(work))
+            reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
+                phase.target, "float32")) is not None else ""  # fmt: skip
+            unit = ParallelUnit(parallel, lanes, elements, _mode(phase, short, reduction != ""))
             phases.append(GirPhase(unit, tuple(lowering.ops), loops=tuple(zip(phase.loop_vars, phase.loop_sizes,
                                                                               strict=True)),
-                                   unrolled=phase.loop_vars[-1] if short else ""))  # fmt: skip
+                                   unrolled=phase.loop_vars[-1] if short else "", reduction=reduction))  # fmt: skip
     reasons = ", ".join(dict.fromkeys(lowering.unrendered))
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
                reasons)  # fmt: skip
+
+
+def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
+    """How the threads share the phase's loops (what the renderer opens): an unrolled short innermost loop
+    counts with the loop around it; an interchanged reduction shares only the loops outside the output's
+    innermost axis, each of whose iterations runs all of the reduction's taps."""
+    sizes = phase.loop_sizes
+    if interchanged:
+        outer = int(np.prod(sizes[:-1], dtype=np.int64))
+        work = outer * sizes[-1] * reduce_volume(phase.expr)
+        return OUTER if outer > 1 and work >= PARALLEL_MIN_ELEMENTS else SERIAL
+    return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes)
 
 
 def _loop_strategies(phase: Phase) -> list[str]:

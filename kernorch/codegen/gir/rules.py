@@ -1,7 +1,7 @@
 """GIR rewrite rules (PowerFusion §5): each returns `(gir, changed)` and never increases global traffic.
 
-- `merge_read_after_read`: two loads of the same slice in one instruction block are one load, and the same
-  computation on the same registers is one gOperator (the renderer's memo computes each subtree once).
+- `merge_read_after_read`: two loads of the same slice in one instruction block (and loop body: `scope`) are
+  one load, and the same computation on the same registers is one gOperator.
 - `raise_thread_local_reads` (synchronization insertion, thread scope): within one parallel iteration a
   thread reads again what it read or wrote before (softmax's and layer norm's passes over a row): no other
   thread is involved, so no device-wide sync is needed and, when the iteration's bytes fit the thread's
@@ -52,9 +52,9 @@ def merge_read_after_read(gir: Gir) -> tuple[Gir, bool]:
             key: tuple[object, ...] | None = None
             if op.kind == MOVE and op.name == "load":
                 s = gir.slices[op.reads[0]]
-                key = (s.buffer, s.level, s.count, s.width, s.stride, s.index, op.executions)
+                key = (s.buffer, s.level, s.count, s.width, s.stride, s.index, op.executions, op.scope)
             elif op.kind in (ELEMENTWISE, CONSTANT) and len(op.writes) == 1:  # the same computation, same operands
-                key = (op.kind, op.name, op.reads, op.executions, op.code)
+                key = (op.kind, op.name, op.reads, op.executions, op.code, op.scope)
             if key is not None:
                 if key in first:
                     renamed[op.writes[0]] = first[key]
