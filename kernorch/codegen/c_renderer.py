@@ -333,7 +333,8 @@ def _render_phase(loops: KernelLoops, phase: Phase, emitter: _Emitter, sharing: 
         copy = transposed_copy(phase, emitter.types)
         blocks = None if copy is None else (f"{phase.expr[1]} + {emitter.index(copy[0])}", copy[1],
                                             f"{phase.target} + {emitter.index(phase.store_index)}", copy[2])
-        return tiled_loops(phase, sharing if parallel else None, hoisted, emitter.lines, blocks)
+        nest = tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True))
+        return tiled_loops(nest, sharing if parallel else None, hoisted, emitter.lines, blocks)
     var, size = phase.loop_vars[-1], phase.loop_sizes[-1]
     if parallel_mode(phase.loop_sizes) == "innermost":
         innermost = [*sharing.innermost(var, size), *emitter.lines, "}"]

@@ -87,14 +87,14 @@ def transposed_copy(phase: Phase, dtypes: dict[str, str]) -> tuple[Tree, int, in
     return expr[2], stride_in, stride_out
 
 
-def tiled_loops(phase: Phase, sharing: Sharing | None, hoisted: list[str], inner: list[str],
+def tiled_loops(loops: tuple[tuple[str, int], ...], sharing: Sharing | None, hoisted: list[str], inner: list[str],
                 blocks: tuple[str, int, str, int] | None = None) -> list[str]:  # fmt: skip
-    """The phase's loops with its last two variables walked in TILE × TILE blocks; with `sharing`, the outer
+    """A phase's `loops` with the last two variables walked in TILE × TILE blocks; with `sharing`, the outer
     loops and both block loops are shared out to the threads. `hoisted` is computed per value of the
     second-to-last variable, `inner` is the body of the innermost loop. With `blocks` (source address, its
     stride along b, target address, its stride along a, as C expressions of the loop variables at a block's
     corner) a whole tile of a transposing copy is moved as 8 × 8 register blocks (`ko_transpose8`)."""
-    *outer, (a, size_a), (b, size_b) = zip(phase.loop_vars, phase.loop_sizes, strict=True)
+    *outer, (a, size_a), (b, size_b) = loops
     nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, TILE), (f"{b}_t", size_b, TILE)]
     lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
     lines += [f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",

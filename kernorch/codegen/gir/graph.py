@@ -114,6 +114,10 @@ class GirPhase:
     # a phase storing a reduction along its innermost axis with the taps outside that axis: "interchanged",
     # or "split" when the taps are also shared out among the threads kernel by kernel (reductions.py)
     reduction: str = ""
+    # the last two loops walked in tiles (a phase reading its input transposed, tiling.py): () element by
+    # element, or (input stride along the innermost, output stride along the one outside it) for a float copy
+    # moved as 8 x 8 register blocks; None: not tiled
+    tiled: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

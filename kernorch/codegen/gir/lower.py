@@ -46,7 +46,7 @@ from kernorch.codegen.reductions import (
 )
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
-from kernorch.codegen.tiling import _mentions, _stride, reads_transposed
+from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, transposed_copy
 
 
 class _Lowering:
@@ -283,10 +283,16 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
                 phase.target, "float32")) is not None else ""  # fmt: skip
-            unit = ParallelUnit(parallel, lanes, elements, _mode(phase, short, reduction != ""))
-            phases.append(GirPhase(unit, tuple(lowering.ops), loops=tuple(zip(phase.loop_vars, phase.loop_sizes,
-                                                                              strict=True)),
-                                   unrolled=phase.loop_vars[-1] if short else "", reduction=reduction))  # fmt: skip
+            tiled = None
+            if reads_transposed(phase):  # with the strides of a float copy, moved as 8 x 8 register blocks
+                copy = transposed_copy(phase, lowering.dtypes)
+                tiled = () if copy is None else copy[1:]
+            mode = (OUTER if elements >= PARALLEL_MIN_ELEMENTS else SERIAL) if tiled is not None else \
+                _mode(phase, short, reduction != "")  # fmt: skip
+            phases.append(GirPhase(ParallelUnit(parallel, lanes, elements, mode), tuple(lowering.ops),
+                                   loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
+                                   unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
+                                   tiled=tiled))  # fmt: skip
     reasons = ", ".join(dict.fromkeys(lowering.unrendered))
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
                reasons)  # fmt: skip
@@ -310,8 +316,6 @@ def _loop_strategies(phase: Phase) -> list[str]:
         return []
     if short_innermost(phase):
         return []
-    if reads_transposed(phase):
-        return ["a tiled transpose"]
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
     if split_innermost(phase.expr, phase.loop_vars[-1], phase.loop_sizes[-1], ranges) is not None:
         return ["an innermost loop split where its selects change"]

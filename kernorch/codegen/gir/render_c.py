@@ -33,6 +33,7 @@ from kernorch.codegen.gir.graph import (
 from kernorch.codegen.loops import C_TYPES, Tree
 from kernorch.codegen.reductions import interchanged_lines, reduction_identity
 from kernorch.codegen.sharing import LANES, Sharing
+from kernorch.codegen.tiling import tiled_loops
 
 _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic inside an index tree
 
@@ -74,6 +75,8 @@ class _Phase:
         if self.phase.reduction:
             return self.interchanged(sharing)
         outside, inside = self.block(())
+        if self.phase.tiled is not None:
+            return self.tiles(sharing, outside, inside)
         loops = self.phase.loops
         if not loops:
             sharing.serial()
@@ -112,6 +115,22 @@ class _Phase:
             return [*opened, *body, *("}" for _ in range(closing))]
         sharing.serial()
         return [*_serial(tuple(rows)), *body, *("}" for _ in rows)]
+
+    def tiles(self, sharing: Sharing, outside: list[str], inside: list[str]) -> list[str]:
+        """A phase reading its input transposed, its last two loops walked in tiles (tiling.py): what runs once
+        per iteration outside the innermost loop runs per value of the loop around it."""
+        blocks = None
+        if self.phase.tiled:  # a float copy: the tile's corner in and out, moved as 8 x 8 register blocks
+            load = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "load")
+            store = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "store")
+            source, target = self.gir.slices[load.reads[0]].buffer, self.gir.slices[store.writes[0]].buffer
+            stride_in, stride_out = self.phase.tiled
+            blocks = (f"{source} + {c_index(load.code, _no_value, self.prefix)}", stride_in,
+                      f"{target} + {c_index(store.code, _no_value, self.prefix)}", stride_out)  # fmt: skip
+        parallel = self.phase.parallel.mode == OUTER
+        if not parallel:
+            sharing.serial()
+        return tiled_loops(self.phase.loops, sharing if parallel else None, outside, inside, blocks)
 
     def interchanged(self, sharing: Sharing) -> list[str]:
         """A phase storing a reduction, its taps outside the output's innermost loop (reductions.py)."""
