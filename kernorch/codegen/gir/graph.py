@@ -118,6 +118,9 @@ class GirPhase:
     # element, or (input stride along the innermost, output stride along the one outside it) for a float copy
     # moved as 8 x 8 register blocks; None: not tiled
     tiled: tuple[int, ...] | None = None
+    # the innermost loop cut into ranges where its selects change (splitting.py): (begin, end, the scope of
+    # that range's gOperators); (): one loop
+    pieces: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

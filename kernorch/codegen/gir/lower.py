@@ -22,6 +22,7 @@ from kernorch.codegen.gir.graph import (
     CONSTANT,
     ELEMENTWISE,
     GLOBAL,
+    INNERMOST,
     MOVE,
     OUTER,
     REDUCE,
@@ -131,9 +132,9 @@ class _Lowering:
             return target
         if kind == "reduce":
             return self.reduction(tree, ctx)
+        if kind == "where" and tree[1][0] not in _VALUE_KINDS:
+            return self.guarded_select(tree, ctx)
         if kind in ("op", "cast", "where"):
-            if kind == "where" and tree[1][0] not in _VALUE_KINDS:
-                self.unrendered.append("a select on indices (pad, concat)")
             # operands are value trees (an index condition of a select is address work, not a value)
             reads = tuple(self.value(c, ctx) for c in tree[1:] if isinstance(c, tuple) and c and c[0] in _VALUE_KINDS)
             dtype = tree[2] if kind == "op" else tree[1] if kind == "cast" else "float32"
@@ -144,6 +145,22 @@ class _Lowering:
                                       code=dtype if kind != "where" else None))  # fmt: skip
             return target
         raise ValueError(f"not a value tree: {kind}")
+
+    def guarded_select(self, tree: Tree, ctx: dict[str, Any]) -> int:
+        """A select on indices (pad borders, concat pieces): each side may only be evaluated where its indices
+        are valid, so each side's gOperators go into a scope of their own (a branch), and nothing in it, nor
+        the select, runs before the innermost loop."""
+        branches, reads = [], []
+        for side in tree[2:]:
+            branches.append(self.new_scope())
+            around, self.scope = self.scope, (*self.scope, branches[-1])
+            reads.append(self.value(side, dict(ctx, outer=0)))
+            self.scope = around
+        target = self.register(self.dtypes.get(tree[2][1], "float32") if tree[2][0] == "load" else "float32",
+                               ctx["lanes"], False)  # fmt: skip
+        self.emit(GOperator(ELEMENTWISE, "where", tuple(reads), (target,), ctx["blocks"],
+                            code=(tree[1], *branches)))  # fmt: skip
+        return target
 
     def reduction(self, tree: Tree, ctx: dict[str, Any]) -> int:
         """The body runs once per element and tap. Interchanged (the renderer puts the taps outside and the
@@ -190,12 +207,14 @@ class _Lowering:
             self.emit(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
         self.emit(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"], code=phase.store_index))
 
-    def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True) -> int:
+    def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True,
+                  share: float = 1.0) -> int:  # fmt: skip
         """Lower one phase (a row step in the row schedule), whose loops run `repeats` times (once per row in
-        the row schedule); returns the register holding its value."""
+        the row schedule; `share`: the part of its innermost loop a piece of a split loop runs); returns the
+        register holding its value."""
         ranges = dict(outer)
         ranges.update(dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)))
-        elements = repeats * int(np.prod(phase.loop_sizes, dtype=np.int64))
+        elements = int(repeats * int(np.prod(phase.loop_sizes, dtype=np.int64)) * share)
         inner = phase.loop_vars[-1] if phase.loop_vars else None
         # the renderer unrolls a short innermost loop of a phased kernel and vectorizes the one outside it
         short = (phase.loop_vars[-1], phase.loop_sizes[-1]) if phased and short_innermost(phase) else None
@@ -208,7 +227,8 @@ class _Lowering:
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
         ctx: dict[str, Any] = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
                "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
-               "outer": elements // max(phase.loop_sizes[-1], 1) // (max(phase.loop_sizes[-2], 1) if short else 1)
+               "outer": int(elements / share) // max(phase.loop_sizes[-1], 1) // (max(phase.loop_sizes[-2], 1)
+                                                                                 if short else 1)
                if phase.loop_vars and not interchanged else 0, "short": short,
                "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
                "pinned": (short[0],) if short else ()}
@@ -271,15 +291,21 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
                                tuple(zip(loops.row_vars, loops.row_shape, strict=True)), steps=tuple(steps)))
     else:
         for p, phase in enumerate(loops.phases):
-            lowering.ops = []
+            lowering.ops, split_loop = [], []
             if p:  # what earlier phases wrote is read only after every thread has written it
                 lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
-            lowering.phase_ops(phase, {}, 1)
+            pieces = _pieces(phase, lowering.dtypes.get(phase.target, "float32"))
+            if pieces is None:
+                lowering.phase_ops(phase, {}, 1)
+            for begin, end, expr in pieces or ():  # one scope of gOperators per piece of the split loop
+                lowering.scope = (lowering.new_scope(),)
+                lowering.phase_ops(replace(phase, expr=expr), {}, 1, share=(end - begin) / phase.loop_sizes[-1])
+                split_loop.append((begin, end, lowering.scope))
+            lowering.scope = ()
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
             split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
             parallel = threads if elements >= PARALLEL_MIN_ELEMENTS or split else 1
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
-            lowering.unrendered += _loop_strategies(phase)
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
                 phase.target, "float32")) is not None else ""  # fmt: skip
@@ -292,7 +318,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             phases.append(GirPhase(ParallelUnit(parallel, lanes, elements, mode), tuple(lowering.ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
-                                   tiled=tiled))  # fmt: skip
+                                   tiled=tiled, pieces=tuple(split_loop)))  # fmt: skip
     reasons = ", ".join(dict.fromkeys(lowering.unrendered))
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
                reasons)  # fmt: skip
@@ -310,13 +336,11 @@ def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
     return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes)
 
 
-def _loop_strategies(phase: Phase) -> list[str]:
-    """The loop structures of the tree renderer (c_renderer.py) that gir/render_c.py does not render yet."""
-    if not phase.loop_vars:
-        return []
-    if short_innermost(phase):
-        return []
+def _pieces(phase: Phase, dtype: str) -> list[tuple[int, int, Tree]] | None:
+    """A plain phase's innermost loop cut where its selects on that loop's variable change (splitting.py):
+    (begin, end, the expression on that range); None when it is not cut. Not a loop shared out itself."""
+    if not phase.loop_vars or phase.scalar or short_innermost(phase) or reads_transposed(phase) or \
+            parallel_mode(phase.loop_sizes) == INNERMOST or interchangeable(phase, dtype) is not None:  # fmt: skip
+        return None
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
-    if split_innermost(phase.expr, phase.loop_vars[-1], phase.loop_sizes[-1], ranges) is not None:
-        return ["an innermost loop split where its selects change"]
-    return []
+    return split_innermost(phase.expr, phase.loop_vars[-1], phase.loop_sizes[-1], ranges)

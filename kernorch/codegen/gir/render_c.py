@@ -89,6 +89,11 @@ class _Phase:
             innermost = [*sharing.innermost(var, size), *inside, "}"]
             return [*_serial(outer), *outside, *innermost, *("}" for _ in outer)]
         innermost = [f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *inside, "}"]
+        if self.phase.pieces:  # one branch-free loop per range of the innermost variable
+            innermost = []
+            for begin, end, scope in self.phase.pieces:
+                before, body = self.block(scope)
+                innermost += [*before, f"for (int64_t {var} = {begin}; {var} < {end}; {var}++) {{", *body, "}"]
         if mode == OUTER:
             opened, closing = sharing.collapsed([(v, n, 1) for v, n in outer])
             return [*opened, *outside, *innermost, *("}" for _ in range(closing))]
@@ -154,6 +159,17 @@ class _Phase:
         if not split:
             sharing.serial()
         return [*_serial(outer), *lines, *("}" for _ in outer)]
+
+    def guarded_select(self, op: GOperator) -> list[str]:
+        """A select on indices: each side's gOperators in its own branch, where its indices are valid."""
+        condition, *branches = op.code
+        self.counter[0] += 1
+        name = f"v{self.counter[0]}"
+        sides = [[line for part in self.block((*op.scope, branch)) for line in part] for branch in branches]
+        (then, otherwise), (a, b) = sides, op.reads
+        self.names[op.writes[0]], self.ctypes[op.writes[0]] = name, self.ctypes[a]
+        return [f"{self.ctypes[a]} {name};", f"if ({c_cond(condition, _no_value, self.prefix)}) {{", *then,
+                f"{name} = {self.names[a]};", "} else {", *otherwise, f"{name} = {self.names[b]};", "}"]  # fmt: skip
 
     def reduction(self, op: GOperator) -> list[str]:
         """The reduction's loops around its body's gOperators, accumulating in a local. Float sums accumulate in
@@ -254,6 +270,8 @@ class _Phase:
             return [f"{self.address(side.buffer, op.code)} = ({target_type})({self.names[op.reads[0]]});"]
         if op.kind != ELEMENTWISE or op.name in _SILENT:
             return []  # broadcast and sync: no statement on a CPU thread
+        if op.name == "where" and op.code is not None:
+            return self.guarded_select(op)
         args = [self.names[r] for r in op.reads]
         if op.name == "cast":
             ctype = C_TYPES[op.code]
