@@ -1,7 +1,7 @@
 """C for the values and indices of a loop description: literals, elementwise primitives, index arithmetic.
 
-Shared by the renderers of generated kernels (the tree renderer `c_renderer.py` and the GIR renderer
-`gir/render_c.py`) and by the epilogues of library calls, so a primitive has one C spelling.
+Used by the GIR renderer of generated kernels (`gir/render_c.py`) and by the epilogues of library calls, so
+a primitive has one C spelling.
 """
 
 from __future__ import annotations

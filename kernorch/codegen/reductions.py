@@ -1,5 +1,5 @@
 """Reductions in generated C: the accumulator's identity and update, and the loop orders of a phase that
-stores a reduction (`interchanged_lines`, used by both the tree renderer and gir/render_c.py).
+stores a reduction (`interchanged_lines`; gir/render_c.py emits everything else).
 
 - *Interchanged*: the reduction loops outside and the output's innermost axis inside, accumulating in the
   target buffer. The inner loop is unit-stride on channels-last data and vectorizes (pooling; a reduction
@@ -14,15 +14,12 @@ stores a reduction (`interchanged_lines`, used by both the tree renderer and gir
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kernorch.codegen.loops import C_TYPES, Phase, Tree
 from kernorch.codegen.sharing import PARALLEL_MIN_ELEMENTS
-
-if TYPE_CHECKING:
-    from kernorch.codegen.c_renderer import _Emitter
 
 INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
 SPLIT_MAX_OUTPUTS = 1024  # running values of an interchanged reduction kept on the stack (split: one row per thread)
@@ -94,26 +91,12 @@ def splits_among_threads(phase: Phase, dtype: str) -> bool:
         size * reduce_volume(phase.expr) >= PARALLEL_MIN_ELEMENTS  # fmt: skip
 
 
-def interchanged_reduction(emitter: _Emitter, phase: Phase, split: bool = False) -> list[str] | None:
-    """The phase's lines with the reduction loops outside the output's innermost axis (`split`: shared out
-    among threads, module docstring); None when the phase does not fit."""
-    dtype = emitter.types[phase.target]
-    parts = interchangeable(phase, dtype)
-    if parts is None:
-        return None
-    prim, loops, guard, body = parts
-    target = f"{phase.target}[{emitter.index(phase.store_index)}]"
-    condition = None if guard is None else emitter.cond(guard)
-    emitter.lines = []
-    x = emitter.value(body)
-    return interchanged_lines(prim, dtype, loops, condition, (emitter.lines, x), phase.loop_vars[-1],
-                              phase.loop_sizes[-1], target, split)  # fmt: skip
-
-
-def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...], condition: str | None,
+def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...],
+                       condition: tuple[list[str], str] | None,
                        body: tuple[list[str], str], var: str, size: int, target: str,
                        split: bool) -> list[str]:  # fmt: skip
-    """An interchanged reduction's C: taps `loops` outside, guarded by `condition`, and inside them the output's
+    """An interchanged reduction's C: taps `loops` outside, guarded by `condition` (the lines computing what
+    it reads, and the condition), and inside them the output's
     innermost loop over `var` running `body` (its lines, and the value they leave) into each of the `size`
     results, stored at `target` (a C lvalue of `var`)."""
     init, update = reduction_identity(prim, dtype)
@@ -124,7 +107,7 @@ def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...]
     accumulator = f"ko_part[{var}]" if split else f"ko_acc[{var}]" if local else target
     taps = [f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{" for v, n in loops]
     if condition is not None:
-        taps.append(f"if ({condition}) {{")
+        taps += [*condition[0], f"if ({condition[1]}) {{"]
     lines, x = body
     taps += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *lines,
              update.format(acc=accumulator, x=x), "}"]  # fmt: skip

@@ -131,7 +131,6 @@ class Gir:
     roles: dict[str, str]  # buffer -> input, output, scratch, table
     buffers: tuple[Buffer, ...] = ()  # the kernel's arguments: inputs, outputs, scratch
     tables: dict[str, np.ndarray] = field(default_factory=dict)  # constant lookup tables (resize)
-    unrendered: str = ""  # why `gir/render_c.py` cannot render this GIR ("": it can)
 
     def with_phases(self, phases: list[GirPhase], slices: tuple[MemorySlice, ...] | None = None) -> Gir:
         return replace(self, phases=tuple(phases), slices=self.slices if slices is None else slices)

@@ -56,7 +56,6 @@ class _Lowering:
         self.slices: list[MemorySlice] = []
         self.ops: list[GOperator] = []
         self.invariant: set[int] = set()  # register slices invariant along the innermost loop
-        self.unrendered: list[str] = []  # what gir/render_c.py cannot render yet
         self.scope: tuple[int, ...] = ()  # the nest of loop bodies (row steps, reductions) ops go into
         self.scopes = 0
 
@@ -109,18 +108,22 @@ class _Lowering:
         # innermost loop, a row step's loops) cannot run before it
         outer = 0 if any(_mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]
         if kind == "load":
+            indices: list[int] = []
+            address = self.gathered(tree[2], ctx, indices)
             source = self.slice(self.access(tree[1], tree[2], inner, ctx["ranges"], lanes, ctx["tiled"],
                                             ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
-            self.emit(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
-                                      code=tree[2]))  # fmt: skip
+            self.emit(GOperator(MOVE, "load", (source, *indices), (target,), blocks, outer_executions=outer,
+                                code=address))  # fmt: skip
             return target
         if kind == "table":
+            indices = []
+            address = self.gathered(tree[2], ctx, indices)
             source = self.slice(MemorySlice(tree[1], GLOBAL, 1, 1, 0, 4, repr(tree[2])))
             target = self.register("float32", lanes, invariant)
-            self.emit(GOperator(MOVE, "load", (source,), (target,), blocks, outer_executions=outer,
-                                      code=tree[2]))  # fmt: skip
+            self.emit(GOperator(MOVE, "load", (source, *indices), (target,), blocks, outer_executions=outer,
+                                code=address))  # fmt: skip
             return target
         if kind == "const":
             target = self.register(tree[2], lanes, True)
@@ -150,6 +153,8 @@ class _Lowering:
         """A select on indices (pad borders, concat pieces): each side may only be evaluated where its indices
         are valid, so each side's gOperators go into a scope of their own (a branch), and nothing in it, nor
         the select, runs before the innermost loop."""
+        indices: list[int] = []
+        condition = self.gathered(tree[1], dict(ctx, outer=0), indices, base=2)  # evaluated before the branches
         branches, reads = [], []
         for side in tree[2:]:
             branches.append(self.new_scope())
@@ -158,8 +163,8 @@ class _Lowering:
             self.scope = around
         target = self.register(self.dtypes.get(tree[2][1], "float32") if tree[2][0] == "load" else "float32",
                                ctx["lanes"], False)  # fmt: skip
-        self.emit(GOperator(ELEMENTWISE, "where", tuple(reads), (target,), ctx["blocks"],
-                            code=(tree[1], *branches)))  # fmt: skip
+        self.emit(GOperator(ELEMENTWISE, "where", (*reads, *indices), (target,), ctx["blocks"],
+                            code=(condition, *branches)))  # fmt: skip
         return target
 
     def reduction(self, tree: Tree, ctx: dict[str, Any]) -> int:
@@ -179,20 +184,33 @@ class _Lowering:
             inner = loops[-1][0]
             lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
         blocks = max(ctx["elements"] * volume // lanes, 1)
-        body_scope = self.new_scope()
-        around, self.scope = self.scope, (*self.scope, body_scope)
-        part = self.value(body, dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False,
-                                     outer=0, order=()))  # fmt: skip
+        inside = dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False, outer=0, order=())
+        guard_scope, body_scope = self.new_scope(), self.new_scope()  # per tap: the guard's values, then the body
+        around, indices = self.scope, list[int]()
+        self.scope = (*around, guard_scope)
+        guard = None if guard is None else self.gathered(guard, inside, indices)
+        self.scope = (*around, body_scope)
+        part = self.value(body, inside)
         self.scope = around
         target = self.register(dtype, ctx["lanes"], False)
-        self.emit(GOperator(REDUCE, prim, (part,), (target,), blocks, code=(dtype, loops, guard, body_scope)))
+        self.emit(GOperator(REDUCE, prim, (part, *indices), (target,), blocks,
+                            code=(dtype, loops, guard, body_scope, guard_scope)))  # fmt: skip
         return target
+
+    def gathered(self, index: Tree, ctx: dict[str, Any], indices: list[int], base: int = 1) -> Tree:
+        """The index (or condition) with each value it reads (a gather's indices) lowered first, its register
+        appended to `indices`, which the gOperator reads after its `base` other operands: ("index", value,
+        size) becomes ("index", ("read", k), size), k the register's place among the gOperator's reads."""
+        if not isinstance(index, tuple) or not index or not isinstance(index[0], str):
+            return index
+        if index[0] == "index":
+            indices.append(self.value(index[1], ctx))
+            return ("index", ("read", base + len(indices) - 1), index[2])
+        return (index[0], *(self.gathered(child, ctx, indices, base) for child in index[1:]))
 
     def index_work(self, index: Tree, blocks: int) -> None:
         """Divisions and remainders left in an index after simplification: integer work per element (a
         channel shuffle's composed reshapes), as an elementwise gOperator producing the address."""
-        if count_kinds(index, ("index",)):
-            self.unrendered.append("a gathered index")
         divisions = count_kinds(index, ("/", "%"))
         if divisions:
             self.emit(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
@@ -205,7 +223,9 @@ class _Lowering:
                                         ctx["lanes"], ctx["tiled"], ctx["order"], ctx.get("short")))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
             self.emit(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
-        self.emit(GOperator(MOVE, "store", (result,), (target,), ctx["blocks"], code=phase.store_index))
+        indices: list[int] = []
+        address = self.gathered(phase.store_index, ctx, indices)
+        self.emit(GOperator(MOVE, "store", (result, *indices), (target,), ctx["blocks"], code=address))
 
     def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True,
                   share: float = 1.0) -> int:  # fmt: skip
@@ -319,9 +339,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
                                    tiled=tiled, pieces=tuple(split_loop)))  # fmt: skip
-    reasons = ", ".join(dict.fromkeys(lowering.unrendered))
-    return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables),
-               reasons)  # fmt: skip
+    return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables))
 
 
 def _mode(phase: Phase, short: bool, interchanged: bool) -> str:

@@ -1,19 +1,23 @@
 """Render a rewritten GIR as C with OpenMP (PowerFusion §7): the parallel structure first, from each phase's
-parallel unit, then every gOperator in order as one statement.
+parallel unit and loops, then every gOperator in order as one statement. This is the only way generated
+memory-intensive kernels become C; a Triton renderer would read the same GIR.
 
 - A phase's `mode` says which loops its threads share (`sharing.py` opens them: an OpenMP worksharing loop
-  kernel by kernel, the iterations [ko_begin, ko_end) in an rTask). A phase after a device `sync` starts a
+  kernel by kernel, the iterations [ko_begin, ko_end) in an rTask). A phase after a device `sync` is a
   parallel loop of its own, whose region ends with a barrier.
-- A register slice is a C temporary; a constant is inlined as a literal, a table element where it is read.
+- The loop structure is the phase's: plain; an unrolled short innermost loop (`unrolled`); tiles over the
+  last two loops (`tiled`); the innermost loop cut into pieces (`pieces`); a reduction interchanged with
+  the output's innermost loop (`reduction`); or rows, each running its steps (`steps`, the row schedule).
+- A register slice is a C temporary; a constant is a literal, a table element is read where it is used.
 - A `move` is a load into a temporary or a store from one, addressed by the index tree it carries.
-- An elementwise gOperator is its primitive's C (`c_expr.py`, shared with the tree renderer).
-- A gOperator the rewrite rules swapped before the broadcast (`outer`) is emitted before the innermost loop,
-  so it runs once per iteration of the loops outside it; one `merge_read_after_read` removed is not emitted.
+- An elementwise gOperator is its primitive's C (`c_expr.py`); a select on indices branches, each side's
+  gOperators (a scope of their own) inside its branch; a reduction loops around its body's scope.
+- A gOperator the rewrite rules swapped before the broadcast (`outer`) is emitted before the innermost loop
+  (per value of the loop around it when tiled, per row in a row step), so it runs once per iteration of
+  the loops outside it; a load `merge_read_after_read` removed is not emitted.
 - `broadcast`, `sync` and address work (`index`) have no statement of their own here.
 
-Nothing here decides anything: which loops are parallel, what is hoisted, what is loaded once, all come from
-the GIR. What this renderer does not cover yet (reductions, selects on indices, tiled or unrolled loops, the
-row schedule) is listed in `Gir.unrendered`, and those kernels go through the tree renderer.
+Nothing here decides which loops are parallel, what is hoisted or what is loaded once: the GIR says so.
 """
 
 from __future__ import annotations
@@ -38,16 +42,37 @@ from kernorch.codegen.tiling import tiled_loops
 _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic inside an index tree
 
 
-def render_phases(gir: Gir, prefix: str, sharing: Sharing) -> list[list[str]]:
-    """Each phase's lines, in order (one list per parallel loop)."""
-    if gir.unrendered:
-        raise ValueError(f"the GIR renderer does not cover {gir.unrendered}")
-    counter = [0]
-    return [_Phase(gir, phase, prefix, counter).lines(sharing) for phase in gir.phases]
+def render_function(name: str, gir: Gir, sharing: Sharing) -> str:
+    """The kernel as `int NAME(void **args)`, or with `sharing.tasks` as `int NAME(void **args, int ko_phase,
+    int64_t ko_begin, int64_t ko_end)`, running iterations [ko_begin, ko_end) of phase ko_phase's parallel
+    loop on the calling thread (an rTask; `sharing.iterations` receives each phase's trip count)."""
+    out: list[str] = []
+    for table, values in gir.tables.items():
+        ctype = "int64_t" if values.dtype.kind == "i" else "float"
+        body = ", ".join(str(int(v)) if ctype == "int64_t" else repr(float(v)) + "f" for v in values)
+        out.append(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
+    arguments = "void **args, int ko_phase, int64_t ko_begin, int64_t ko_end" if sharing.tasks else "void **args"
+    out += [f"int {name}({arguments}) {{", "    int err = 0;"]
+    # arguments: inputs, outputs, then scratch (allocated once when the plan is created: none per call)
+    ordered = [b for role in ("input", "output", "scratch") for b in gir.buffers if b.role == role]
+    for position, buffer in enumerate(ordered):
+        ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
+        out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
+    counter = [0]  # temporaries are numbered across the kernel
+    phases = [_Phase(gir, phase, name, counter).lines(sharing) for phase in gir.phases]
+    if sharing.tasks:  # one case per phase, running the task's share of its loop
+        if len(sharing.iterations) != len(phases):  # each phase must have said how it is shared out
+            raise AssertionError(f"{name}: {len(phases)} phases but {len(sharing.iterations)} trip counts")
+        cases = [f"case {p}: {{\n{_indent(lines)}\n    break; }}" for p, lines in enumerate(phases)]
+        out.append("    switch (ko_phase) {\n" + "\n".join(cases) + "\n    default: return 1;\n    }")
+    else:
+        out.extend(_indent(lines) for lines in phases)
+    out.append("    return err;\n}\n")
+    return "\n".join(out)
 
 
-def _no_value(tree: Tree) -> str:
-    raise ValueError("an index that reads a value is not rendered from GIR")  # excluded by Gir.unrendered
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines)
 
 
 class _Phase:
@@ -130,8 +155,8 @@ class _Phase:
             store = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "store")
             source, target = self.gir.slices[load.reads[0]].buffer, self.gir.slices[store.writes[0]].buffer
             stride_in, stride_out = self.phase.tiled
-            blocks = (f"{source} + {c_index(load.code, _no_value, self.prefix)}", stride_in,
-                      f"{target} + {c_index(store.code, _no_value, self.prefix)}", stride_out)  # fmt: skip
+            blocks = (f"{source} + {self.index(load.code, load)}", stride_in,
+                      f"{target} + {self.index(store.code, store)}", stride_out)  # fmt: skip
         parallel = self.phase.parallel.mode == OUTER
         if not parallel:
             sharing.serial()
@@ -142,13 +167,15 @@ class _Phase:
         ops = [op for op in self.phase.ops if op.scope == ()]
         reduce = next(op for op in ops if op.kind == REDUCE)
         store = next(op for op in ops if op.kind == MOVE and op.name == "store")
-        dtype, loops, guard, body_scope = reduce.code
+        dtype, loops, guard, body_scope, guard_scope = reduce.code
         (var, size), outer = self.phase.loops[-1], self.phase.loops[:-1]
-        target = self.address(self.gir.slices[store.writes[0]].buffer, store.code)
-        condition = None if guard is None else c_cond(guard, _no_value, self.prefix)
+        target = self.address(self.gir.slices[store.writes[0]].buffer, store)
         for op in ops:
             if op.kind == CONSTANT:
                 self.statement(op)
+        condition = None
+        if guard is not None:  # the guard's values, per tap, then the guard
+            condition = ([line for part in self.block((guard_scope,)) for line in part], self.condition(guard, reduce))
         body = [line for part in self.block((body_scope,)) for line in part]
         split = self.phase.reduction == "split" and not sharing.tasks  # rTasks' iterations must be independent
         lines = interchanged_lines(reduce.name, dtype, loops, condition, (body, self.names[reduce.reads[0]]), var,
@@ -166,16 +193,16 @@ class _Phase:
         self.counter[0] += 1
         name = f"v{self.counter[0]}"
         sides = [[line for part in self.block((*op.scope, branch)) for line in part] for branch in branches]
-        (then, otherwise), (a, b) = sides, op.reads
+        (then, otherwise), (a, b) = sides, op.reads[:2]
         self.names[op.writes[0]], self.ctypes[op.writes[0]] = name, self.ctypes[a]
-        return [f"{self.ctypes[a]} {name};", f"if ({c_cond(condition, _no_value, self.prefix)}) {{", *then,
+        return [f"{self.ctypes[a]} {name};", f"if ({self.condition(condition, op)}) {{", *then,
                 f"{name} = {self.names[a]};", "} else {", *otherwise, f"{name} = {self.names[b]};", "}"]  # fmt: skip
 
     def reduction(self, op: GOperator) -> list[str]:
         """The reduction's loops around its body's gOperators, accumulating in a local. Float sums accumulate in
         float: the SIMD reduction keeps one partial sum per lane, which bounds the error like a pairwise sum,
         and double would halve the vector width and convert every element."""
-        dtype, loops, guard, body_scope = op.code
+        dtype, loops, guard, body_scope, guard_scope = op.code
         self.counter[0] += 1
         acc = f"t{self.counter[0]}"
         init, update = reduction_identity(op.name, dtype)
@@ -191,7 +218,8 @@ class _Phase:
                     lines.append(f"#pragma omp simd reduction({'+' if op.name == 'reduce_sum' else '*'}:{acc})")
                 lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
             if guard is not None:  # the guarded body may read out of bounds: evaluated only inside the guard
-                lines.append(f"if ({c_cond(guard, _no_value, self.prefix)}) {{")
+                lines += [line for part in self.block((*op.scope, guard_scope)) for line in part]
+                lines.append(f"if ({self.condition(guard, op)}) {{")
             lines += [line for part in self.block(inner_scope) for line in part]
             lines.append(update.format(acc=acc, x=self.names[op.reads[0]]))
             lines += ["}"] * (len(loops) + (guard is not None))
@@ -241,10 +269,18 @@ class _Phase:
         self.names[register], self.ctypes[register] = name, ctype
         return f"const {ctype} {name} = {expression};"
 
-    def address(self, buffer: str, index: Tree) -> str:
+    def index(self, tree: Tree, op: GOperator | None = None) -> str:
+        """An index tree in C; ("read", k) in it is the value of `op`'s k-th read (a gather's indices)."""
+        return c_index(tree, lambda read: self.names[op.reads[read[1]]] if op is not None else "", self.prefix)
+
+    def condition(self, tree: Tree, op: GOperator) -> str:
+        """A guard or a select's condition; ("read", k) in it is the value of `op`'s k-th read."""
+        return c_cond(tree, lambda read: self.names[op.reads[read[1]]], self.prefix)
+
+    def address(self, buffer: str, op: GOperator) -> str:
         if self.gir.roles.get(buffer) == "table":
-            return f"{self.prefix}_{buffer}[{c_index(index, _no_value, self.prefix)}]"
-        return f"{buffer}[{c_index(index, _no_value, self.prefix)}]"
+            return f"{self.prefix}_{buffer}[{self.index(op.code, op)}]"
+        return f"{buffer}[{self.index(op.code, op)}]"
 
     def statement(self, op: GOperator) -> list[str]:
         if op.kind == CONSTANT:  # a literal (or a row statistic's name) wherever it is read
@@ -261,13 +297,13 @@ class _Phase:
             side = self.gir.slices[op.reads[0] if op.name == "load" else op.writes[0]]
             if op.name == "load" and side.buffer in self.gir.tables:  # a constant array: read where it is used
                 table = self.gir.tables[side.buffer]
-                self.names[op.writes[0]] = self.address(side.buffer, op.code)
+                self.names[op.writes[0]] = self.address(side.buffer, op)
                 self.ctypes[op.writes[0]] = "int64_t" if table.dtype.kind == "i" else "float"
                 return []
             if op.name == "load":
-                return [self.temp(op.writes[0], self.types[side.buffer], self.address(side.buffer, op.code))]
+                return [self.temp(op.writes[0], self.types[side.buffer], self.address(side.buffer, op))]
             target_type = self.types[side.buffer]
-            return [f"{self.address(side.buffer, op.code)} = ({target_type})({self.names[op.reads[0]]});"]
+            return [f"{self.address(side.buffer, op)} = ({target_type})({self.names[op.reads[0]]});"]
         if op.kind != ELEMENTWISE or op.name in _SILENT:
             return []  # broadcast and sync: no statement on a CPU thread
         if op.name == "where" and op.code is not None:

@@ -12,8 +12,6 @@ import pytest
 from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.c_renderer import render_kernel
 from kernorch.codegen.compiler import compile_source, load_library
-from kernorch.codegen.gir.lower import lower
-from kernorch.codegen.gir.rules import RULES, optimize
 from kernorch.codegen.loops import KernelLoops, describe
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
@@ -70,7 +68,6 @@ def _broadcast_gate(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
 def test_the_swap_rule_moves_the_broadcast_work_before_the_innermost_loop() -> None:
     graph = _graph(_broadcast_gate, ((64, 512), (64, 1)))
     loops = _loops(graph)
-    assert not optimize(lower(loops)).unrendered
     rewritten, plain = render_kernel("k", loops), render_kernel("k", loops, rules=())
     # rewritten: the gate's load, multiply and sigmoid run once per row; not rewritten: once per element
     assert "ko_sigmoidf" not in _inner_body(rewritten) and "inp1[" not in _inner_body(rewritten)
@@ -118,7 +115,6 @@ def _compare_cast_select(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
 def test_gir_rendered_kernels_match_the_reference(shape: tuple[int, ...]) -> None:
     """Serial, collapsed-parallel and innermost-parallel loop structures, kernel by kernel and as rTasks."""
     graph = _graph(_compare_cast_select, (shape, shape))
-    assert not optimize(lower(_loops(graph)), RULES).unrendered
     kernel = _kernel(graph)
     rng = np.random.default_rng(2)
     feeds = {name: (rng.standard_normal(shape) * 4).astype(np.float32) for name in ("x", "b")}
@@ -127,13 +123,3 @@ def test_gir_rendered_kernels_match_the_reference(shape: tuple[int, ...]) -> Non
         got = PlanExecutor(graph, [kernel], runtime=runtime)(feeds)
         for name in graph.outputs:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name} ({runtime})")
-
-
-def test_what_the_gir_renderer_does_not_cover_says_why_and_the_tree_renderer_runs_it() -> None:
-    graph = _graph(lambda b, x, g: b.emit("reduce_sum", [b.emit("add", [x, g])[0]], {"axes": (1,)}),
-                   ((16, 64), (16, 64)))  # fmt: skip
-    loops = _loops(graph)
-    assert "a reduction" in optimize(lower(loops)).unrendered
-    feeds = {name: np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32) for name in ("x", "b")}
-    np.testing.assert_allclose(_run(render_kernel("k", loops), graph, feeds)[0],
-                               run_reference(graph, feeds)[graph.outputs[0]], rtol=1e-5, atol=1e-5)  # fmt: skip

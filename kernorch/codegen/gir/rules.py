@@ -69,7 +69,7 @@ def merge_read_after_read(gir: Gir) -> tuple[Gir, bool]:
 def _raised(gir: Gir, slices: list, op: GOperator, level: str) -> GOperator:
     """The load reading a copy of its slice at `level` (a new slice, as a sync gOperator makes one)."""
     slices.append(replace(gir.slices[op.reads[0]], level=level))
-    return replace(op, reads=(len(slices) - 1,))
+    return replace(op, reads=(len(slices) - 1, *op.reads[1:]))  # (the registers of a gathered index stay)
 
 
 def raise_thread_local_reads(gir: Gir, cache_bytes: int = THREAD_CACHE_BYTES) -> tuple[Gir, bool]:
