@@ -14,6 +14,7 @@ from kernorch.frontend import parse_input_shapes
 from kernorch.options import RUNTIMES
 
 if TYPE_CHECKING:
+    from kernorch.ir.kernel import CandidateKernel
     from kernorch.options import Options
     from kernorch.orchestrate import OrchestrationResult
     from kernorch.pipeline import Progress
@@ -306,6 +307,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"picture of the plan: {write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name)}")
         if args.html:
             print(f"report: {write_html(args.html, result, name)}")
+    if args.gir is not None:
+        _explain_gir(result.plan.kernels, args.gir)
     if args.rejected:
         counts: dict[str, int] = {}
         for report in result.subgraphs:
@@ -316,6 +319,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
             prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
             print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
     return EXIT_OK
+
+
+def _explain_gir(kernels: list[CandidateKernel], k: int) -> None:
+    """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
+    rendered from the rewritten one."""
+    from kernorch.codegen.backends import choose_backend, template_summary
+    from kernorch.codegen.c_renderer import render_kernel
+    from kernorch.codegen.gir.lower import lower
+    from kernorch.codegen.gir.rules import optimize
+    from kernorch.codegen.loops import describe
+
+    if not 0 <= k < len(kernels):
+        raise KernorchError(f"--gir {k}: the plan has kernels 0 to {len(kernels) - 1}")
+    backend, reason = choose_backend(kernels[k])
+    if backend != "c" or template_summary(kernels[k]) is not None:
+        print(f"kernel {k} has no GIR: {template_summary(kernels[k]) or reason}")
+        return
+    loops = describe(kernels[k])
+    before, after = lower(loops), optimize(lower(loops))
+    for name, gir in (("as lowered", before), ("after the rewrite rules", after)):
+        moved = gir.traffic("load") + gir.traffic("store")
+        print(f"kernel {k} GIR {name} ({moved / 1e6:.3f} MB of global reads and writes per call):")
+        print(gir.describe())
+    print(f"kernel {k} C, rendered from the rewritten GIR:")
+    print(render_kernel(f"kernel_{k}", loops))
 
 
 def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> None:
@@ -507,6 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_orchestration_args(explain)
     explain.add_argument("--rejected", type=_non_negative_int, default=0, metavar="N",
                          help="list N rejected candidates")  # fmt: skip
+    explain.add_argument("--gir", type=_non_negative_int, metavar="K",
+                         help="print generated kernel K's GIR (memory slices, gOperators, parallel units) as lowered "
+                         "and after the rewrite rules, with the global bytes each moves, and the C rendered from it")
     explain.add_argument("--svg", metavar="PLAN.svg",
                          help="draw the primitive graph with each kernel as a coloured cluster (library calls, "
                          "generated C, fallbacks; costs; primitives computed by several kernels outlined in red)")

@@ -136,6 +136,7 @@ BAD_NUMBERS = [
                            ("--rewrite-budget", ["-1", "nan", "soon"])]
 ] + [
     (["explain", "m.onnx"], "--rejected", ["-2", "many"]),
+    (["explain", "m.onnx"], "--gir", ["-1", "first"]),
     (["check", "m.onnx"], "--seed", ["-1", "x"]),
     (["check", "m.onnx"], "--rtol", ["-1e-4", "nan", "tight"]),
     (["check", "m.onnx"], "--rewrite-budget", ["-1"]),

@@ -6,6 +6,7 @@ computes; and the compiled plan (generated C + library calls) matches onnxruntim
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,16 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert "kernel 0:" in text and "rejected candidates by rule" in text and "library call" in text
     assert "rewrites:" in text and "tried reduce-to-matmul" in text and "neighbourhood plan" in text
+
+    # a generated kernel's GIR before and after the rules, and the C rendered from it; a bad index is refused
+    kernels = re.findall(r"^kernel (\d+): .*\[(.*)\]$", text, flags=re.M)
+    softmax = next(int(k) for k, prims in kernels if "exp" in prims)
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--gir", str(softmax)]) == 0
+    text = capsys.readouterr().out
+    assert f"kernel {softmax} GIR as lowered" in text and "after the rewrite rules" in text
+    assert "reduce reduce_max" in text and "ko_expf(" in text and "rendered from the rewritten GIR" in text
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--gir", "999"]) == 2
+    assert "--gir 999: the plan has kernels 0 to" in capsys.readouterr().err
 
     assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0
     rewritten = json.loads(capsys.readouterr().out)

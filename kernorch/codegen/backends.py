@@ -1,6 +1,6 @@
 """Which backend runs a kernel — decided here, so orchestration never needs to know C or torch.
 
-- "c": fused memory-intensive kernels, generated as C (see loops.py / c_renderer.py), and opaque primitives with
+- "c": fused memory-intensive kernels, generated as C (loops.py, then GIR: codegen/gir/), and opaque primitives with
   a hand-written C template (the LSTM scan, stacked LSTM layers: TEMPLATES);
 - "library": a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one oneDNN
   call, generated as C (library.py / c_library.py);

@@ -151,14 +151,24 @@ class Gir:
         return sum(op.executions * side.line_bytes for op, side in self.moves(direction, level))
 
     def describe(self) -> str:
+        """The GIR as text: per phase its parallel unit and loop structure, then each gOperator (indented by the
+        loop body it runs in; `outer`: once per iteration of the loops outside the innermost) with the slices it
+        reads and writes (buffer@level[count x width / stride])."""
         lines = []
         for p, phase in enumerate(self.phases):
             unit = phase.parallel
-            lines.append(f"phase {p}: {unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")
+            loops = " x ".join(f"{var}:{size}" for var, size in phase.loops) or "none"
+            structure = [name for name, present in (("unrolled " + phase.unrolled, phase.unrolled),
+                         ("tiled", phase.tiled is not None), (f"{len(phase.pieces)} pieces", phase.pieces),
+                         (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
+                         phase.steps)) if present]  # fmt: skip
+            lines.append(f"phase {p}: loops {loops} ({unit.mode}{', ' if structure else ''}{', '.join(structure)}); "
+                         f"{unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")  # fmt: skip
             for op in phase.ops:
                 reads = ", ".join(_slice_text(self.slices[s]) for s in op.reads)
                 writes = ", ".join(_slice_text(self.slices[s]) for s in op.writes)
-                lines.append(f"  {op.kind} {op.name} x{op.executions}: {reads} -> {writes}")
+                indent, where = "  " * (1 + len(op.scope)), " outer" if op.outer else ""
+                lines.append(f"{indent}{op.kind} {op.name} x{op.executions}{where}: {reads} -> {writes}")
         return "\n".join(lines)
 
 
