@@ -14,7 +14,6 @@ from kernorch.frontend import parse_input_shapes
 from kernorch.options import RUNTIMES
 
 if TYPE_CHECKING:
-    from kernorch.ir.kernel import CandidateKernel
     from kernorch.options import Options
     from kernorch.orchestrate import OrchestrationResult
     from kernorch.pipeline import Progress
@@ -308,7 +307,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if args.html:
             print(f"report: {write_html(args.html, result, name)}")
     if args.gir is not None:
-        _explain_gir(result.plan.kernels, args.gir)
+        _explain_gir(result, args.gir)
     if args.rejected:
         counts: dict[str, int] = {}
         for report in result.subgraphs:
@@ -321,7 +320,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _explain_gir(kernels: list[CandidateKernel], k: int) -> None:
+def _explain_gir(result: OrchestrationResult, k: int) -> None:
     """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
     rendered from the rewritten one."""
     from kernorch.codegen.backends import choose_backend, template_summary
@@ -330,6 +329,7 @@ def _explain_gir(kernels: list[CandidateKernel], k: int) -> None:
     from kernorch.codegen.gir.rules import optimize
     from kernorch.codegen.loops import describe
 
+    kernels = result.plan.kernels
     if not 0 <= k < len(kernels):
         raise KernorchError(f"--gir {k}: the plan has kernels 0 to {len(kernels) - 1}")
     backend, reason = choose_backend(kernels[k])
