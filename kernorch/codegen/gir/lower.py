@@ -1,13 +1,18 @@
-"""Lower a kernel's loop description (`KernelLoops`) to GIR, making the renderer's choices explicit.
+"""Lower a kernel's loop description (`KernelLoops`) to GIR: the choices of how it runs, made here, and what
+a renderer needs to write it (gir/render_c.py renders C from nothing else).
 
-Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it (the renderer's
-PARALLEL_MIN_ELEMENTS rule) and how many vector lanes an instruction block has (the renderer's LANES when
-every access along the innermost loop is affine, else 1). Every load becomes a `move` from a global slice to a
-register slice, every store a `move` back; the pattern of a slice is the access's stride along the innermost
-loop (the reduction's innermost loop inside a reduction, unless the renderer interchanges it). Nothing is
-optimised here: each load reads global memory, even one another load or an earlier pass already brought into
-the thread's cache, and a computation invariant along the innermost loop runs per element. The rewrite rules
-(`rules.py`) are what raise, merge and swap.
+Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it and which of its
+loops they share (`sharing.parallel_mode`, PARALLEL_MIN_ELEMENTS) and how many vector lanes an instruction
+block has (LANES when every access along the innermost loop is affine, else 1), and whose loop structure is
+decided: an unrolled short innermost loop, tiles for a transposed read, pieces of an innermost loop cut where
+its selects change, a reduction interchanged with the output's innermost loop, rows with their steps. Every
+load becomes a `move` from a global slice to a register slice, every store a `move` back; the pattern of a
+slice is the access's stride along the innermost loop (the reduction's innermost loop inside a reduction,
+unless it is interchanged). A reduction's body, each side of a select on indices, a row step and a piece of a
+split loop are scopes: their gOperators run in that loop body or branch. Nothing is optimised here: each
+load reads global memory, even one another load or an earlier pass already brought into the thread's cache,
+and a computation invariant along the innermost loop runs per element. The rewrite rules (`rules.py`) are
+what raise, merge and swap.
 """
 
 from __future__ import annotations
@@ -245,13 +250,15 @@ class _Lowering:
         interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
             and inner is not None and _mentions(reduction, inner)  # fmt: skip
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
-        ctx: dict[str, Any] = {"ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
-               "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
-               "outer": int(elements / share) // max(phase.loop_sizes[-1], 1) // (max(phase.loop_sizes[-2], 1)
-                                                                                 if short else 1)
-               if phase.loop_vars and not interchanged else 0, "short": short,
-               "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
-               "pinned": (short[0],) if short else ()}
+        # blocks per kernel call if run once per iteration of the loops outside the innermost (and the unrolled)
+        around = int(np.prod(phase.loop_sizes[:-2 if short else -1], dtype=np.int64)) * repeats
+        ctx: dict[str, Any] = {
+            "ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
+            "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
+            "outer": around if phase.loop_vars and not interchanged else 0, "short": short,
+            "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
+            "pinned": (short[0],) if short else (),  # loops a value varying along cannot run before
+        }  # fmt: skip
         if not phased:  # a row step: what the renderer runs before its loops runs once per row
             ctx.update(outer=repeats if phase.loop_vars else 0, pinned=phase.loop_vars[:-1])
         result = self.value(phase.expr, ctx)
