@@ -5,7 +5,9 @@
 A PLAN_DIR is what `kernorch optimize MODEL -o PLAN_DIR` saved. Prints the measured bandwidth of each memory
 level, then per plan a markdown table: kernel, primitives, µs, MB moved, the level its working set fits in,
 achieved GB/s, roofline µs (bytes at that level's bandwidth + one dispatch) and the ratio measured / roofline,
-then how many kernels over 20 µs are beyond 1.5x their roofline. Measure on a quiet machine.
+and the math floor (its exp/sigmoid/tanh/erf evaluations at their cost measured in a generated `y = f(x)`) with
+the ratio to the higher of the two floors, then how many kernels over 20 µs are beyond 1.5x their roofline
+(and beyond 1.5x the higher floor). Measure on a quiet machine.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import kernorch
 from kernorch.cost.bandwidth import measure_levels
 from kernorch.runtime.feeds import graph_feeds
-from kernorch.tools.kernel_roofline import memory_kernels, summary, table
+from kernorch.tools.kernel_roofline import math_seconds, memory_kernels, summary, table
 
 
 def main() -> int:
@@ -33,6 +35,9 @@ def main() -> int:
     levels = measure_levels(threads=args.threads)
     print("measured bandwidth: " + ", ".join(f"{lv.name} {lv.bandwidth / 1e9:.1f} GB/s" for lv in levels.levels)
           + f"; dispatch {levels.dispatch * 1e6:.2f} µs")  # fmt: skip
+    math = math_seconds(args.threads)
+    print("measured math (generated y = f(x) in L2, all threads): "
+          + ", ".join(f"{name} {seconds * 1e9:.3f} ns/element" for name, seconds in math.items()))  # fmt: skip
     report = {}
     for directory in args.plans:
         try:
@@ -41,13 +46,14 @@ def main() -> int:
             print(f"{directory}: {error}", file=sys.stderr)
             return 2
         executor = model.executor
-        rows = memory_kernels(executor, graph_feeds(executor.graph), levels, args.repeats)
+        rows = memory_kernels(executor, graph_feeds(executor.graph), levels, args.repeats, math)
         print(f"\n## {Path(directory).name}\n")
         print("\n".join(table(rows, args.top)))
         print(f"\n{summary(rows)}")
-        report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs} for r in rows]
+        report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs, "floor_ratio": r.floor_ratio}
+                                        for r in rows]  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps({"levels": [asdict(lv) for lv in levels.levels],
+        Path(args.json).write_text(json.dumps({"levels": [asdict(lv) for lv in levels.levels], "math": math,
                                                "dispatch": levels.dispatch, "plans": report}, indent=1))  # fmt: skip
     return 0
 

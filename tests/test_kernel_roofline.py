@@ -10,7 +10,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
-from kernorch.tools.kernel_roofline import memory_kernels, summary, table
+from kernorch.tools.kernel_roofline import math_seconds, memory_kernels, summary, table
 
 LEVELS = MemoryLevels((MemoryLevel("L2", 1 << 20, 100e9), MemoryLevel("L3", 32 << 20, 50e9),
                        MemoryLevel("DRAM", 1 << 62, 10e9)), 1e-6)  # fmt: skip
@@ -38,3 +38,18 @@ def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
     lines = table(rows, top=1)
     assert len(lines) == 3 and lines[2].startswith(f"| 1 | {rows[0].kernel} |")
     assert summary(rows, over_seconds=0.0, within=1e9).startswith("2 generated kernels")
+
+    # the math floor: the kernel's exp evaluations (one per element) at the given cost; relu has none
+    costs = {"exp": 1e-9, "sigmoid": 2e-9, "tanh": 3e-9, "erf": 4e-9}
+    rows = memory_kernels(executor, {"x": np.ones((256, 512), np.float32)}, LEVELS, repeats=3, math=costs)
+    floors = {r.kernel: r.math_seconds for r in rows}
+    assert floors[2] == 0.0 and abs(floors[0] - 256 * 512 * 1e-9) < 1e-12
+    exp_row = next(r for r in rows if r.kernel == 0)
+    assert exp_row.floor_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
+    assert "math floor" in summary(rows)
+
+
+def test_math_costs_are_measured_per_element() -> None:
+    costs = math_seconds(threads=1, elements=1 << 12)
+    assert set(costs) == {"exp", "sigmoid", "tanh", "erf"}
+    assert all(0 < seconds < 1e-6 for seconds in costs.values()), costs

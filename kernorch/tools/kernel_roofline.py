@@ -6,6 +6,12 @@ inferences (`PlanExecutor.kernel_times`), the bytes it must move (each input rea
 once: `kernel_bytes`), the achieved GB/s, and its roofline time (those bytes at the measured bandwidth of the
 memory level its working set fits in, plus one dispatch; `cost/bandwidth.py`). `ratio` = measured / roofline:
 1.0 is as fast as this machine streams.
+
+The bytes are not the only floor: a kernel computing exp, sigmoid, tanh or erf per element is bound by the
+vector units first when its data sits in L2 or L3 (the polynomial of one exp costs more than moving its 8
+bytes). `math_seconds` measures each function's cost per element in a generated kernel `y = f(x)` on all
+threads; a kernel's *math floor* is its evaluations (counted in its rewritten GIR) at those costs, and
+`floor_ratio` = measured / max(roofline, math floor).
 """
 
 from __future__ import annotations
@@ -15,10 +21,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernorch.codegen.gir.graph import ELEMENTWISE, Gir
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.bandwidth import MemoryLevels
+from kernorch.cost.gir_model import kernel_gir
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.threads import thread_count
+from kernorch.runtime.timing import time_call
+
+MATH = ("exp", "sigmoid", "tanh", "erf")  # the float32 helpers of the prelude: polynomials, not libm calls
 
 
 @dataclass(frozen=True)
@@ -29,45 +44,79 @@ class KernelRoofline:
     bytes_moved: float
     level: str  # where its working set fits
     roofline_seconds: float
+    math_seconds: float = 0.0  # its exp/sigmoid/tanh/erf evaluations at their measured cost
 
     @property
     def ratio(self) -> float:
         return self.seconds / self.roofline_seconds
 
     @property
+    def floor_ratio(self) -> float:
+        return self.seconds / max(self.roofline_seconds, self.math_seconds)
+
+    @property
     def gbs(self) -> float:
         return self.bytes_moved / self.seconds / 1e9
 
 
+def math_seconds(threads: int, elements: int = 1 << 16) -> dict[str, float]:
+    """Seconds per element of each MATH function in a generated kernel `y = f(x)` on `threads` threads, its
+    input and output in L2 (best of 30 calls, the dispatch taken off): what a fused kernel can reach."""
+    graph = Graph(inputs=[f"x{i}" for i in range(len(MATH) + 1)], outputs=[f"y{i}" for i in range(len(MATH) + 1)])
+    for i, prim in enumerate(("relu", *MATH)):  # relu: the dispatch and the streaming, to take off
+        graph.types[f"x{i}"] = graph.types[f"y{i}"] = TensorType((elements,), "float32")
+        graph.nodes.append(Node(prim, (f"x{i}",), (f"y{i}",)))
+    kernels = [make_kernel(graph, (i,), (f"y{i}",)) for i in range(len(graph.nodes))]
+    executor = PlanExecutor(graph, kernels, threads, share_memory=False)
+    best = []
+    with thread_count(threads):
+        for i in range(len(kernels)):
+            executor.buffers[f"x{i}"][...] = np.linspace(-4, 4, elements, dtype=np.float32)
+            best.append(time_call(executor.kernel_launcher(i), runs=30, warmup=3).best)
+    return {prim: max(took - best[0], took / 4) / elements for prim, took in zip(MATH, best[1:], strict=True)}
+
+
+def math_floor(gir: Gir, costs: Mapping[str, float]) -> float:
+    """Seconds of the kernel's MATH evaluations (instruction blocks x lanes of each such gOperator)."""
+    return sum(op.executions * gir.slices[op.writes[0]].width * costs[op.name] for phase in gir.phases
+               for op in phase.ops if op.kind == ELEMENTWISE and op.name in costs)  # fmt: skip
+
+
 def memory_kernels(executor: PlanExecutor, feeds: Mapping[str, np.ndarray], levels: MemoryLevels,
-                   repeats: int = 20) -> list[KernelRoofline]:  # fmt: skip
-    """Every generated memory-bound kernel of the plan, slowest first."""
+                   repeats: int = 20, math: Mapping[str, float] | None = None) -> list[KernelRoofline]:  # fmt: skip
+    """Every generated memory-bound kernel of the plan, slowest first (with `math`, seconds per element of
+    the MATH functions, each with its math floor)."""
     times = executor.kernel_times(feeds, repeats)
     rows = []
     for k, (kernel, backend, seconds) in enumerate(zip(executor.kernels, executor.backends, times, strict=True)):
         if backend != "c" or any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
             continue  # library calls, and C that is not memory-bound (the LSTM scan, depthwise convolutions)
         moved = kernel_bytes(kernel)
+        gir = kernel_gir(kernel, executor.threads) if math else None
         rows.append(KernelRoofline(k, "+".join(dict.fromkeys(n.prim for n in kernel.primitives)), seconds, moved,
-                                   levels.level_for(moved).name, levels.roofline_seconds(moved)))  # fmt: skip
+                                   levels.level_for(moved).name, levels.roofline_seconds(moved),
+                                   0.0 if gir is None or math is None else math_floor(gir, math)))  # fmt: skip
     return sorted(rows, key=lambda r: -r.seconds)
 
 
 def table(rows: list[KernelRoofline], top: int = 20) -> list[str]:
     """Markdown rows of the `top` slowest kernels."""
-    lines = ["| # | kernel | primitives | µs | MB moved | level | GB/s | roofline µs | ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| # | kernel | primitives | µs | MB moved | level | GB/s | roofline µs | ratio | math floor µs "
+             "| ratio to the higher floor |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for i, r in enumerate(rows[:top], 1):
         prims = r.primitives if len(r.primitives) <= 60 else r.primitives[:57] + "..."
         lines.append(f"| {i} | {r.kernel} | {prims} | {r.seconds * 1e6:.1f} | {r.bytes_moved / 1e6:.2f} | {r.level} "
-                     f"| {r.gbs:.1f} | {r.roofline_seconds * 1e6:.1f} | {r.ratio:.2f} |")  # fmt: skip
+                     f"| {r.gbs:.1f} | {r.roofline_seconds * 1e6:.1f} | {r.ratio:.2f} | {r.math_seconds * 1e6:.1f} "
+                     f"| {r.floor_ratio:.2f} |")  # fmt: skip
     return lines
 
 
 def summary(rows: list[KernelRoofline], over_seconds: float = 20e-6, within: float = 1.5) -> str:
     slow = [r for r in rows if r.seconds > over_seconds]
     far = [r for r in slow if r.ratio > within]
+    beyond_floor = [r for r in slow if r.floor_ratio > within]
     total = sum(r.seconds for r in rows)
     roof = sum(r.roofline_seconds for r in rows)
     return (f"{len(rows)} generated kernels, {total * 1e3:.3f} ms in place (roofline {roof * 1e3:.3f} ms); "
-            f"{len(slow)} take more than {over_seconds * 1e6:.0f} µs, {len(far)} of them beyond {within}x roofline")
+            f"{len(slow)} take more than {over_seconds * 1e6:.0f} µs, {len(far)} of them beyond {within}x roofline, "
+            f"{len(beyond_floor)} beyond {within}x the higher of roofline and math floor")
