@@ -1,5 +1,6 @@
-"""Tiled transposes: a transposing copy moves whole tiles as 8 x 8 register blocks, ragged edges element by
-element; both against the reference interpreter, in both runtimes' forms (a kernel, and rTask ranges)."""
+"""Tiled transposes: a transposing copy moves whole tiles as 8 x 8 register blocks (or strips of 8 input rows
+when the rows share an L1 set), ragged edges element by element; both against the reference interpreter, in
+both runtimes' forms (a kernel, and rTask ranges)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _transpose(shape: tuple[int, ...], perm: tuple[int, ...], then: str | None) 
 
 
 @pytest.mark.parametrize("shape, perm", [((48, 160), (1, 0)), ((37, 150), (1, 0)), ((2, 64, 70, 3), (0, 2, 1, 3)),
-                                         ((1, 150, 16384 // 64), (0, 2, 1)), ((3, 40, 33), (0, 2, 1))])  # fmt: skip
+                                         ((1, 150, 16384 // 64), (0, 2, 1)), ((3, 40, 33), (0, 2, 1)),
+                                         ((2, 64, 512), (0, 2, 1)), ((1, 20, 1024), (0, 2, 1))])  # fmt: skip
 def test_a_transposing_copy_moves_register_blocks_and_matches_the_reference(shape: tuple[int, ...],
                                                                            perm: tuple[int, ...]) -> None:  # fmt: skip
     graph = _transpose(shape, perm, None)
@@ -39,6 +41,9 @@ def test_a_transposing_copy_moves_register_blocks_and_matches_the_reference(shap
         assert "ko_transpose8(" not in source
     else:
         assert "ko_transpose8(" in source, source
+        # input rows 2 KB or more (a power of two) apart share an L1 set: strips of 8 rows, not square tiles
+        strips = shape[-1] * 4 % 2048 == 0
+        assert ("_o = 0" in source) != strips and ("_t += 8" in source) == strips, source
     np.testing.assert_array_equal(PlanExecutor(graph, [kernel])({"x": x})[graph.outputs[0]], want)
     for runtime in ("rprogram",):  # rTask ranges of the tiled loop, on both vEUs
         executor = PlanExecutor(graph, [kernel], runtime=runtime)

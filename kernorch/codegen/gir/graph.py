@@ -114,10 +114,12 @@ class GirPhase:
     # a phase storing a reduction along its innermost axis with the taps outside that axis: "interchanged",
     # or "split" when the taps are also shared out among the threads kernel by kernel (reductions.py)
     reduction: str = ""
-    # the last two loops walked in tiles (a phase reading its input transposed, tiling.py): () element by
-    # element, or (input stride along the innermost, output stride along the one outside it) for a float copy
-    # moved as 8 x 8 register blocks; None: not tiled
-    tiled: tuple[int, ...] | None = None
+    # a phase reading its input transposed (tiling.py): "elements" (TILE x TILE tiles element by element),
+    # "blocks" (a float copy: tiles moved as 8 x 8 register blocks), "strips" (a float copy whose input rows
+    # share an L1 set: 8 input rows at a time, whole); "": not tiled
+    tiled: str = ""
+    strides: tuple[int, int] = (0, 0)  # a tiled copy's input stride along the innermost loop, output stride along
+    # the one outside it
     # the innermost loop cut into ranges where its selects change (splitting.py): (begin, end, the scope of
     # that range's gOperators); (): one loop
     pieces: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
@@ -159,7 +161,7 @@ class Gir:
             unit = phase.parallel
             loops = " x ".join(f"{var}:{size}" for var, size in phase.loops) or "none"
             structure = [name for name, present in (("unrolled " + phase.unrolled, phase.unrolled),
-                         ("tiled", phase.tiled is not None), (f"{len(phase.pieces)} pieces", phase.pieces),
+                         (f"tiled: {phase.tiled}", phase.tiled), (f"{len(phase.pieces)} pieces", phase.pieces),
                          (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
                          phase.steps)) if present]  # fmt: skip
             lines.append(f"phase {p}: loops {loops} ({unit.mode}{', ' if structure else ''}{', '.join(structure)}); "

@@ -52,7 +52,7 @@ from kernorch.codegen.reductions import (
 )
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
-from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, transposed_copy
+from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
 
 
 class _Lowering:
@@ -336,16 +336,17 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
                 phase.target, "float32")) is not None else ""  # fmt: skip
-            tiled = None
-            if reads_transposed(phase):  # with the strides of a float copy, moved as 8 x 8 register blocks
+            tiled, strides = "", (0, 0)
+            if reads_transposed(phase):  # a float copy moves register blocks: in tiles, or strips of input rows
                 copy = transposed_copy(phase, lowering.dtypes)
-                tiled = () if copy is None else copy[1:]
-            mode = (OUTER if elements >= PARALLEL_MIN_ELEMENTS else SERIAL) if tiled is not None else \
+                strides = (0, 0) if copy is None else copy[1:]
+                tiled = "elements" if copy is None else "strips" if rows_share_a_set(copy[1]) else "blocks"
+            mode = (OUTER if elements >= PARALLEL_MIN_ELEMENTS else SERIAL) if tiled else \
                 _mode(phase, short, reduction != "")  # fmt: skip
             phases.append(GirPhase(ParallelUnit(parallel, lanes, elements, mode), tuple(lowering.ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
-                                   tiled=tiled, pieces=tuple(split_loop)))  # fmt: skip
+                                   tiled=tiled, strides=strides, pieces=tuple(split_loop)))  # fmt: skip
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables))
 
 

@@ -100,7 +100,7 @@ class _Phase:
         if self.phase.reduction:
             return self.interchanged(sharing)
         outside, inside = self.block(())
-        if self.phase.tiled is not None:
+        if self.phase.tiled:
             return self.tiles(sharing, outside, inside)
         loops = self.phase.loops
         if not loops:
@@ -150,17 +150,18 @@ class _Phase:
         """A phase reading its input transposed, its last two loops walked in tiles (tiling.py): what runs once
         per iteration outside the innermost loop runs per value of the loop around it."""
         blocks = None
-        if self.phase.tiled:  # a float copy: the tile's corner in and out, moved as 8 x 8 register blocks
+        if self.phase.tiled != "elements":  # a float copy: the block's corner in and out, and the strides
             load = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "load")
             store = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "store")
             source, target = self.gir.slices[load.reads[0]].buffer, self.gir.slices[store.writes[0]].buffer
-            stride_in, stride_out = self.phase.tiled
+            stride_in, stride_out = self.phase.strides
             blocks = (f"{source} + {self.index(load.code, load)}", stride_in,
                       f"{target} + {self.index(store.code, store)}", stride_out)  # fmt: skip
         parallel = self.phase.parallel.mode == OUTER
         if not parallel:
             sharing.serial()
-        return tiled_loops(self.phase.loops, sharing if parallel else None, outside, inside, blocks)
+        return tiled_loops(self.phase.loops, sharing if parallel else None, outside, inside, blocks,
+                           self.phase.tiled == "strips")  # fmt: skip
 
     def interchanged(self, sharing: Sharing) -> list[str]:
         """A phase storing a reduction, its taps outside the output's innermost loop (reductions.py)."""
