@@ -3,8 +3,10 @@ parallel unit and loops, then every gOperator in order as one statement. This is
 memory-intensive kernels become C; a Triton renderer would read the same GIR.
 
 - A phase's `mode` says which loops its threads share (`sharing.py` opens them: an OpenMP worksharing loop
-  kernel by kernel, the iterations [ko_begin, ko_end) in an rTask). A phase after a device `sync` is a
-  parallel loop of its own, whose region ends with a barrier.
+  kernel by kernel, the iterations [ko_begin, ko_end) in an rTask). Every phase is a parallel loop of its
+  own, whose region ends with a barrier: that is the device `sync`. (A phase whose sync the rules dropped
+  could share its predecessor's loop; joining such phases is not done yet: few shared-model kernels have one
+  with the same loops.)
 - The loop structure is the phase's: plain; an unrolled short innermost loop (`unrolled`); tiles over the
   last two loops (`tiled`); the innermost loop cut into pieces (`pieces`); a reduction interchanged with
   the output's innermost loop (`reduction`); or rows, each running its steps (`steps`, the row schedule).
@@ -270,9 +272,9 @@ class _Phase:
         self.names[register], self.ctypes[register] = name, ctype
         return f"const {ctype} {name} = {expression};"
 
-    def index(self, tree: Tree, op: GOperator | None = None) -> str:
+    def index(self, tree: Tree, op: GOperator) -> str:
         """An index tree in C; ("read", k) in it is the value of `op`'s k-th read (a gather's indices)."""
-        return c_index(tree, lambda read: self.names[op.reads[read[1]]] if op is not None else "", self.prefix)
+        return c_index(tree, lambda read: self.names[op.reads[read[1]]], self.prefix)
 
     def condition(self, tree: Tree, op: GOperator) -> str:
         """A guard or a select's condition; ("read", k) in it is the value of `op`'s k-th read."""
