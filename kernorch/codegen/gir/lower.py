@@ -44,8 +44,6 @@ from kernorch.codegen.gir.graph import (
 from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
 from kernorch.codegen.reductions import (
-    INTERCHANGE_MIN_INNER,
-    bare_reduction,
     interchangeable,
     reduce_volume,
     splits_among_threads,
@@ -245,10 +243,8 @@ class _Lowering:
         short = (phase.loop_vars[-1], phase.loop_sizes[-1]) if phased and short_innermost(phase) else None
         if short is not None:
             inner = phase.loop_vars[-2]
-        reduction = bare_reduction(phase.expr, self.dtypes.get(phase.target, "float32")) \
-            if phase.loop_vars and not phase.scalar else None  # fmt: skip
-        interchanged = reduction is not None and phase.loop_sizes[-1] >= INTERCHANGE_MIN_INNER \
-            and inner is not None and _mentions(reduction, inner)  # fmt: skip
+        # the same test that gives the phase its loop structure (only phased kernels interchange)
+        interchanged = phased and interchangeable(phase, self.dtypes.get(phase.target, "float32")) is not None
         lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
         # blocks per kernel call if run once per iteration of the loops outside the innermost (and the unrolled)
         around = int(np.prod(phase.loop_sizes[:-2 if short else -1], dtype=np.int64)) * repeats
