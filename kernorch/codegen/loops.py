@@ -222,6 +222,9 @@ class _Describer:
                 return ("scalar", slot)
             return ("load", slot, flatten(index, self.graph.types[name].shape))
         if name not in self.nodes:
+            constant = self.graph.constants.get(name)
+            if constant is not None and constant.size == 1:  # a literal: the compiler folds it (max with a number
+                return ("const", constant.reshape(()).item(), self.graph.types[name].dtype)  # is one instruction)
             return ("load", self.buffer_of[name], flatten(index, self.graph.types[name].shape))
         node = self.nodes[name]
         return self.node_expr(node, node.outputs.index(name), index)

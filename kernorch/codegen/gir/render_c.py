@@ -24,7 +24,9 @@ Nothing here decides which loops are parallel, what is hoisted or what is loaded
 
 from __future__ import annotations
 
-from kernorch.codegen.c_expr import FLOAT_SUFFIX, c_binary, c_cond, c_index, c_literal, c_unary, c_value_type
+import math
+
+from kernorch.codegen.c_expr import FLOAT_SUFFIX, c_binary, c_bound, c_cond, c_index, c_literal, c_unary, c_value_type
 from kernorch.codegen.gir.graph import (
     CONSTANT,
     ELEMENTWISE,
@@ -83,6 +85,7 @@ class _Phase:
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
         self.names: dict[int, str] = {}  # register slice -> the C temporary or literal holding it
         self.ctypes: dict[int, str] = {}  # register slice -> its C type
+        self.numbers: set[int] = set()  # register slices holding a float literal that is not NaN
         self.slot_types: dict[str, str] = {}  # row statistic -> its C type
 
     def block(self, scope: tuple[int, ...]) -> tuple[list[str], list[str]]:
@@ -293,6 +296,8 @@ class _Phase:
             else:
                 value, dtype = op.code
                 self.names[register], self.ctypes[register] = c_literal(value, dtype), C_TYPES[dtype]
+                if dtype in FLOAT_SUFFIX and not math.isnan(value):
+                    self.numbers.add(register)
             return []
         if op.kind == REDUCE:
             return self.reduction(op)
@@ -317,6 +322,9 @@ class _Phase:
             return [self.temp(op.writes[0], ctype, f"({ctype})({args[0]})")]
         if op.name == "where":  # a value condition: both sides are safe to compute, and a select vectorizes
             return [self.temp(op.writes[0], self.ctypes[op.reads[1]], f"({args[0]} ? {args[1]} : {args[2]})")]
+        if op.name in ("max", "min") and op.code in FLOAT_SUFFIX and any(r in self.numbers for r in op.reads):
+            number = 0 if op.reads[0] in self.numbers else 1
+            return [self.temp(op.writes[0], C_TYPES[op.code], c_bound(op.name, args[1 - number], args[number]))]
         expression = c_unary(op.name, op.code, args[0]) if len(args) == 1 else \
             c_binary(op.name, op.code, args[0], args[1])  # fmt: skip
         return [self.temp(op.writes[0], c_value_type(op.name, op.code), expression)]

@@ -123,3 +123,33 @@ def test_gir_rendered_kernels_match_the_reference(shape: tuple[int, ...]) -> Non
         got = PlanExecutor(graph, [kernel], runtime=runtime)(feeds)
         for name in graph.outputs:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name} ({runtime})")
+
+
+def _hard_swish(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
+    """x · min(max(x/6 + 1/2, 0), 1), the clip itself and max(g, NaN): one-element constants, the last NaN."""
+    def one(value: float) -> str:
+        return b.constant(np.array([value], np.float32))
+
+    (scaled,) = b.emit("add", [b.emit("mul", [x, one(1 / 6)])[0], one(0.5)])
+    (clipped,) = b.emit("min", [one(1.0), b.emit("max", [scaled, one(0.0)])[0]])
+    (swish,) = b.emit("mul", [x, clipped])
+    return [swish, clipped, *b.emit("max", [g, one(float("nan"))])]
+
+
+def test_one_element_constants_are_literals_and_bound_a_max_in_one_select() -> None:
+    graph = _graph(_hard_swish, ((16, 1000), (16, 1000)))
+    source = render_kernel("k", _loops(graph))
+    body = source[source.index("for (int64_t"):]
+    # the constants are literals (no loads), max/min by a number is one select; by NaN it keeps KO_MAX
+    assert body.count("inp") == 3 and "0.1666666716337204f" in body and "0.5f" in body
+    assert "(0.0f > " in body and "(1.0f < " in body and body.count("KO_MAX(") == 1 and "KO_MIN(" not in body
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((16, 1000)) * 4).astype(np.float32)
+    x[0, :6] = [np.nan, np.inf, -np.inf, -0.0, 3.0, -3.0]
+    feeds = {"x": x, "b": rng.standard_normal((16, 1000)).astype(np.float32)}
+    want = run_reference(graph, feeds)
+    got = _run(source, graph, feeds)
+    # a NaN passes through the clip; -inf · 0 is NaN
+    assert np.isnan(got[1][0, 0]) and np.isnan(got[0][0, 2]) and np.isnan(got[2]).all()
+    for name, value in zip(graph.outputs, got, strict=True):
+        np.testing.assert_allclose(value, want[name], rtol=1e-6, atol=1e-6)
