@@ -61,3 +61,24 @@ def test_selects_on_an_outer_axis_are_left_alone() -> None:
     feeds = {"a": rng.standard_normal((3, 64)).astype(np.float32), "b": rng.standard_normal((5, 64)).astype(np.float32)}
     source, got, want = _run(graph, feeds)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_reflecting_pad_is_cut_into_mirrored_borders_and_a_unit_stride_interior() -> None:
+    """candy's input: [1, 3, H, W] reflect-padded by 4 and laid out channels-last. The vectorized loop runs over
+    the padded width around the unrolled channels; each border mirrors, the interior reads w - 4."""
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((1, 3, 20, 37), "float32")
+    builder = PrimitiveBuilder(graph)
+    (padded,) = builder.emit("pad", ["x"], {"pads": (0, 0, 4, 4, 0, 0, 4, 4), "mode": "reflect"})
+    (y,) = builder.emit("transpose", [padded], {"perm": (0, 2, 3, 1)})
+    graph.outputs = [y]
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 3, 20, 37)).astype(np.float32)}
+    source, got, want = _run(graph, feeds)
+    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int64_t l2")]
+    assert loops == ["for (int64_t l2 = 0; l2 < 4; l2++) {", "for (int64_t l2 = 4; l2 < 41; l2++) {",
+                     "for (int64_t l2 = 41; l2 < 45; l2++) {"], source  # fmt: skip
+    pieces = [source[source.index(a): source.index(b)] for a, b in (("l2 = 0;", "l2 = 4;"), ("l2 = 4;", "l2 = 41;"),
+                                                                  ("l2 = 41;", "return err"))]  # fmt: skip
+    assert "+ (l2 + -4))]" in pieces[1]  # no select left on the width: only the height's reflection, per row
+    assert pieces[0].count("?") == pieces[1].count("?") == pieces[2].count("?") > 0
+    np.testing.assert_array_equal(got, want)

@@ -26,6 +26,7 @@ ORACLE = "kernorch/orchestrate/oracle_test.py"
 CANDIDATES = "kernorch/orchestrate/candidates_test.py"
 EPILOGUES = "kernorch/codegen/epilogue_test.py"
 GIR_RENDERER = "kernorch/codegen/gir/render_c_test.py"
+SPLITTING = "kernorch/codegen/splitting_test.py"
 REDUCTIONS = "kernorch/codegen/reductions_test.py"
 LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
@@ -54,6 +55,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "return b ? (a - (((a % b) + b) % b)) / b : 0;", (RANDOM_PLANS,)),
     Mutant("pow becomes mul", "kernorch/codegen/c_expr.py", """"pow": f"{c_math('pow', dtype)}({a}, {b})\"""",
            """"pow": f"({a} * {b})\"""", (RANDOM_PLANS,)),
+    Mutant("a split range decides a select one element off", "kernorch/codegen/splitting.py",
+           'return (c * v + k < t) == (op == "<")', 'return (c * v + k <= t) == (op == "<")',
+           (SPLITTING, RANDOM_PLANS)),
     Mutant("max by a literal lets a NaN through", "kernorch/codegen/c_expr.py",
            'return f"({number} > {a} ? {number} : {a})" if prim == "max"',
            'return f"({a} > {number} ? {a} : {number})" if prim == "max"', (GIR_RENDERER, RANDOM_PLANS)),

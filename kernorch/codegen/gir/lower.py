@@ -322,7 +322,8 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
                 lowering.phase_ops(phase, {}, 1)
             for begin, end, expr in pieces or ():  # one scope of gOperators per piece of the split loop
                 lowering.scope = (lowering.new_scope(),)
-                lowering.phase_ops(replace(phase, expr=expr), {}, 1, share=(end - begin) / phase.loop_sizes[-1])
+                share = (end - begin) / phase.loop_sizes[_vector_axis(phase)]
+                lowering.phase_ops(replace(phase, expr=expr), {}, 1, share=share)
                 split_loop.append((begin, end, lowering.scope))
             lowering.scope = ()
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
@@ -358,11 +359,19 @@ def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
     return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes)
 
 
+def _vector_axis(phase: Phase) -> int:
+    """The loop the compiler vectorizes: the innermost, or the one around an unrolled short innermost loop."""
+    return -2 if short_innermost(phase) else -1
+
+
 def _pieces(phase: Phase, dtype: str) -> list[tuple[int, int, Tree]] | None:
-    """A plain phase's innermost loop cut where its selects on that loop's variable change (splitting.py):
+    """A plain phase's vectorized loop cut where its selects on that loop's variable change (splitting.py):
     (begin, end, the expression on that range); None when it is not cut. Not a loop shared out itself."""
-    if not phase.loop_vars or phase.scalar or short_innermost(phase) or reads_transposed(phase) or \
-            parallel_mode(phase.loop_sizes) == INNERMOST or interchangeable(phase, dtype) is not None:  # fmt: skip
+    if not phase.loop_vars or phase.scalar or reads_transposed(phase) or interchangeable(phase, dtype) is not None:
         return None
+    short = short_innermost(phase)
+    if _mode(phase, short, False) == INNERMOST:
+        return None
+    axis = _vector_axis(phase)
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
-    return split_innermost(phase.expr, phase.loop_vars[-1], phase.loop_sizes[-1], ranges)
+    return split_innermost(phase.expr, phase.loop_vars[axis], phase.loop_sizes[axis], ranges)

@@ -8,7 +8,7 @@ memory-intensive kernels become C; a Triton renderer would read the same GIR.
   could share its predecessor's loop; joining such phases is not done yet: few shared-model kernels have one
   with the same loops.)
 - The loop structure is the phase's: plain; an unrolled short innermost loop (`unrolled`); tiles over the
-  last two loops (`tiled`); the innermost loop cut into pieces (`pieces`); a reduction interchanged with
+  last two loops (`tiled`); the vectorized loop cut into pieces (`pieces`); a reduction interchanged with
   the output's innermost loop (`reduction`); or rows, each running its steps (`steps`, the row schedule).
 - A register slice is a C temporary; a constant is a literal, a table element is read where it is used.
 - A `move` is a load into a temporary or a store from one, addressed by the index tree it carries.
@@ -255,14 +255,20 @@ class _Phase:
         recovered every variable with a division per iteration: the [1, 3, 224, 224] input transpose ran
         38 -> 6 µs, shufflenet's [28, 28, 58, 2] shuffle 24 -> 4)."""
         *outer, (vector, vector_size), (short, short_size) = self.phase.loops
-        body = [f"#pragma GCC unroll {short_size}", f"for (int64_t {short} = 0; {short} < {short_size}; {short}++) {{",
-                *inside, "}"]  # fmt: skip
+
+        def unrolled(body: list[str]) -> list[str]:
+            return [f"#pragma GCC unroll {short_size}",
+                    f"for (int64_t {short} = 0; {short} < {short_size}; {short}++) {{", *body, "}"]  # fmt: skip
+
         mode = self.phase.parallel.mode
         if mode == INNERMOST:
-            return [*_serial(tuple(outer)), *outside, *sharing.innermost(vector, vector_size), *body, "}",
-                    *("}" for _ in outer)]  # fmt: skip
-        vectorized = ["#pragma omp simd reduction(|:err)",
-                      f"for (int64_t {vector} = 0; {vector} < {vector_size}; {vector}++) {{", *body, "}"]  # fmt: skip
+            return [*_serial(tuple(outer)), *outside, *sharing.innermost(vector, vector_size), *unrolled(inside),
+                    "}", *("}" for _ in outer)]  # fmt: skip
+        vectorized = []  # one branch-free vector loop per range of its variable (a reflection's borders and interior)
+        for begin, end, scope in self.phase.pieces or ((0, vector_size, None),):
+            before, body = self.block(scope) if scope is not None else ([], inside)
+            vectorized += [*before, "#pragma omp simd reduction(|:err)",
+                           f"for (int64_t {vector} = {begin}; {vector} < {end}; {vector}++) {{", *unrolled(body), "}"]
         if mode == OUTER:
             opened, closing = sharing.collapsed([(v, n, 1) for v, n in outer])
             return [*opened, *outside, *vectorized, *("}" for _ in range(closing))]
