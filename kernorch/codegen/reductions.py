@@ -120,9 +120,13 @@ def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...]
         return ["{", f"{ctype} ko_acc[{size}];", *start, *taps, *store, "}"]
     if not split:
         return [*start, *taps]
+    # each thread's partial results on cache lines of their own: a line two threads' parts shared bounced
+    # between the cores on every tap (efficientnet's [3136, 144] channel sums: 33 -> 23 µs standalone)
+    per_line = 64 // np.dtype(dtype).itemsize
+    padded = -(-size // per_line) * per_line
     return ["{",
             "const int ko_team = omp_get_max_threads();",
-            f"{ctype} ko_parts[ko_team][{size}];",
+            f"{ctype} ko_parts[ko_team][{padded}] __attribute__((aligned(64)));",
             "int ko_used = 1;",
             "#pragma omp parallel reduction(|:err)",
             "{",

@@ -29,7 +29,9 @@ def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str) ->
     graph = _centred_graph((1, 96, 80, 40), prim)
     kernel = make_kernel(graph, (0, 1), ("y",))
     source = render_c("k", kernel)
-    assert "ko_parts[ko_team][40]" in source and "#pragma omp for collapse(2) schedule(static)" in source, source
+    # each thread's 40 results padded to 48 floats (whole cache lines): no line shared between two threads
+    assert "ko_parts[ko_team][48] __attribute__((aligned(64)))" in source, source
+    assert "#pragma omp for collapse(2) schedule(static)" in source, source
     x = np.random.default_rng(0).standard_normal((1, 96, 80, 40)).astype(np.float32)
     x[0, 95, 79, 3] = 50.0  # the maximum of channel 3 in the last thread's part
     executor = PlanExecutor(graph, [kernel], threads=2)
