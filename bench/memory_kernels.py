@@ -1,13 +1,15 @@
-"""The slowest generated memory-bound kernels of saved plans, measured in place, against their roofline.
+"""The slowest generated memory-bound kernels of saved plans, hot and in place, against their roofline.
 
     python bench/memory_kernels.py PLAN_DIR [PLAN_DIR ...] [--top 20] [--repeats 20] [--json OUT.json]
 
 A PLAN_DIR is what `kernorch optimize MODEL -o PLAN_DIR` saved. Prints the measured bandwidth of each memory
-level, then per plan a markdown table: kernel, primitives, µs, MB moved, the level its working set fits in,
-achieved GB/s, roofline µs (bytes at that level's bandwidth + one dispatch) and the ratio measured / roofline,
-and the math floor (its exp/sigmoid/tanh/erf evaluations at their cost measured in a generated `y = f(x)`) with
-the ratio to the higher of the two floors, then how many kernels over 20 µs are beyond 1.5x their roofline
-(and beyond 1.5x the higher floor). Measure on a quiet machine.
+level and the measured cost of exp/sigmoid/tanh/erf, then per plan a markdown table, slowest (hot) first: kernel,
+primitives, µs hot (repeated on its own, its data where its working set fits, as the roofline assumes) and
+in place (inside whole inferences), MB moved, the level its working set fits in, achieved GB/s, roofline µs
+(bytes at that level's bandwidth + one dispatch) and the ratio hot / roofline, and the math floor (a dispatch
+and its exp/sigmoid/tanh/erf evaluations at their cost in a generated `y = f(x)`) with the ratios hot and in
+place to the higher of the two floors; then how many kernels over 20 µs are beyond 1.5x their roofline and
+beyond 1.5x the higher floor. Measure on a quiet machine.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def main() -> int:
         print(f"\n## {Path(directory).name}\n")
         print("\n".join(table(rows, args.top)))
         print(f"\n{summary(rows)}")
-        report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs, "floor_ratio": r.floor_ratio}
-                                        for r in rows]  # fmt: skip
+        report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs, "floor_ratio": r.floor_ratio,
+                                                     "in_place_ratio": r.in_place_ratio} for r in rows]  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"levels": [asdict(lv) for lv in levels.levels], "math": math,
                                                "dispatch": levels.dispatch, "plans": report}, indent=1))  # fmt: skip

@@ -29,24 +29,25 @@ def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
     executor = PlanExecutor(graph, kernels)
     rows = memory_kernels(executor, {"x": np.ones((256, 512), np.float32)}, LEVELS, repeats=3)
     assert sorted(r.kernel for r in rows) == [0, 2]
-    assert rows == sorted(rows, key=lambda r: -r.seconds)
+    assert rows == sorted(rows, key=lambda r: -r.hot_seconds) and all(r.hot_seconds > 0 for r in rows)
     exp_row = next(r for r in rows if r.kernel == 0)
     assert exp_row.bytes_moved == 2 * 256 * 512 * 4 and exp_row.level == "L2"
     assert exp_row.roofline_seconds == exp_row.bytes_moved / 100e9 + 1e-6
-    assert exp_row.ratio == exp_row.seconds / exp_row.roofline_seconds
-    assert exp_row.gbs == exp_row.bytes_moved / exp_row.seconds / 1e9
+    assert exp_row.ratio == exp_row.hot_seconds / exp_row.roofline_seconds  # hot: where the roofline assumes
+    assert exp_row.gbs == exp_row.bytes_moved / exp_row.hot_seconds / 1e9
     lines = table(rows, top=1)
     assert len(lines) == 3 and lines[2].startswith(f"| 1 | {rows[0].kernel} |")
     assert summary(rows, over_seconds=0.0, within=1e9).startswith("2 generated kernels")
 
-    # the math floor: the kernel's exp evaluations (one per element) at the given cost; relu has none
+    # the math floor: a dispatch and the kernel's exp evaluations (one per element) at the given cost; relu: none
     costs = {"exp": 1e-9, "sigmoid": 2e-9, "tanh": 3e-9, "erf": 4e-9}
     rows = memory_kernels(executor, {"x": np.ones((256, 512), np.float32)}, LEVELS, repeats=3, math=costs)
     floors = {r.kernel: r.math_seconds for r in rows}
-    assert floors[2] == 0.0 and abs(floors[0] - 256 * 512 * 1e-9) < 1e-12
+    assert floors[2] == 0.0 and abs(floors[0] - (1e-6 + 256 * 512 * 1e-9)) < 1e-12
     exp_row = next(r for r in rows if r.kernel == 0)
-    assert exp_row.floor_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
-    assert "math floor" in summary(rows)
+    assert exp_row.floor_ratio == exp_row.hot_seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
+    assert exp_row.in_place_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
+    assert "math floor" in summary(rows) and "in place:" in summary(rows)
 
 
 def test_math_costs_are_measured_per_element() -> None:

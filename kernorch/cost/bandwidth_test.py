@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels, measure_levels
+from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels, _cache_bytes, measure_levels
 
 LEVELS = MemoryLevels((MemoryLevel("L2", 2 << 20, 200e9), MemoryLevel("L3", 32 << 20, 100e9),
                        MemoryLevel("DRAM", 1 << 62, 20e9)), 1e-6)  # fmt: skip
@@ -25,6 +25,7 @@ def test_measured_levels_are_cached_and_a_corrupt_cache_is_measured_again(tmp_pa
     assert all(lv.bandwidth > 1e9 for lv in levels.levels) and levels.dispatch > 0
     capacities = [lv.capacity for lv in levels.levels]
     assert capacities == sorted(capacities)
+    assert capacities[1] == _cache_bytes(3, 32 << 20) // 2  # the largest working set L3 was measured on
     path = tmp_path / "memory_levels.json"
     cached = json.loads(path.read_text())
     cached["levels"][0]["bandwidth"] = 123.0  # a value no measurement gives: proves the cache is what is read
