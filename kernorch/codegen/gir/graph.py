@@ -93,12 +93,14 @@ class ParallelUnit:
 @dataclass(frozen=True)
 class RowStep:
     """One step of a row-schedule phase, per row: a reduction into a row statistic (`slot`), or loops over the
-    row's elements (`loops`) storing an output, or one store per row (neither)."""
+    row's elements (`loops`) storing an output, or one store per row (neither); or loops storing an output
+    and summing what they store into a row statistic (`summed`)."""
 
     scope: tuple[int, ...]  # the scope of its gOperators
     loops: tuple[tuple[str, int], ...]
     slot: str  # the row statistic it defines ("": it stores)
     result: int  # the register holding its value
+    summed: bool = False  # loops that store `result` and sum it into `slot` (the sum step after it, fused)
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,16 @@ class _Phase:
         body = [f"const int64_t {var} = 0;" for var, size in self.phase.loops if size == 1]
         for step in self.phase.steps:
             outside, inside = self.block(step.scope)
-            if step.slot:
+            if step.summed:  # loops storing and summing what they store (as stored: in the buffer's type)
+                store = next(op for op in self.phase.ops if op.scope == step.scope and op.kind == MOVE
+                             and op.name == "store")  # fmt: skip
+                self.slot_types[step.slot] = ctype = self.types[self.gir.slices[store.writes[0]].buffer]
+                self.counter[0] += 1
+                acc, ((var, size),) = f"t{self.counter[0]}", step.loops
+                body += [*outside, f"{ctype} {acc} = 0;", f"#pragma omp simd reduction(+:{acc})",
+                         f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *inside,
+                         f"{acc} += ({ctype})({self.names[step.result]});", "}", f"const {ctype} {step.slot} = {acc};"]
+            elif step.slot:
                 self.slot_types[step.slot] = ctype = self.ctypes[step.result]
                 body += [*outside, *inside, f"const {ctype} {step.slot} = {self.names[step.result]};"]
             else:

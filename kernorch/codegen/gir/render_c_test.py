@@ -153,3 +153,31 @@ def test_one_element_constants_are_literals_and_bound_a_max_in_one_select() -> N
     assert np.isnan(got[1][0, 0]) and np.isnan(got[0][0, 2]) and np.isnan(got[2]).all()
     for name, value in zip(graph.outputs, got, strict=True):
         np.testing.assert_allclose(value, want[name], rtol=1e-6, atol=1e-6)
+
+
+def _softmax(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
+    """softmax(x + g) over the last axis, in the row schedule: the exponentials are kept in the output."""
+    (s,) = b.emit("add", [x, g])
+    (m,) = b.emit("reduce_max", [s], {"axes": (1,)})
+    (e,) = b.emit("exp", [b.emit("sub", [s, m])[0]])
+    (total,) = b.emit("reduce_sum", [e], {"axes": (1,)})
+    return b.emit("div", [e, total])
+
+
+def test_a_row_sums_what_it_stores_in_the_same_loop_and_divides_by_a_reciprocal() -> None:
+    graph = _graph(_softmax, ((300, 256), (300, 256)))
+    loops = _loops(graph)
+    assert loops.schedule == "row"
+    source = render_kernel("k", loops)
+    summing = source[source.index("#pragma omp simd reduction(+:"):]
+    summing = summing[: summing.index("const float acc")]
+    # the exponentials are stored and summed in one loop; no loop reads them back to sum them
+    assert "ko_expf" in summing and "out0[" in summing and source.count("#pragma omp simd reduction(+:") == 1
+    assert "((float)1 / acc" in source and " / acc" not in source.replace("((float)1 / acc", "")
+    rng = np.random.default_rng(4)
+    feeds = {name: (rng.standard_normal((300, 256)) * 3).astype(np.float32) for name in ("x", "b")}
+    feeds["x"][7, 5] = np.inf  # a row whose max is infinite: NaN where numpy's softmax is NaN
+    want = run_reference(graph, feeds)[graph.outputs[0]]
+    got = _run(source, graph, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-9)
+    np.testing.assert_allclose(got.sum(axis=1)[np.isfinite(got.sum(axis=1))], 1.0, rtol=1e-5)
