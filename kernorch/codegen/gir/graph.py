@@ -165,7 +165,8 @@ class Gir:
             structure = [name for name, present in (("unrolled " + phase.unrolled, phase.unrolled),
                          (f"tiled: {phase.tiled}", phase.tiled), (f"{len(phase.pieces)} pieces", phase.pieces),
                          (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
-                         phase.steps)) if present]  # fmt: skip
+                         phase.steps), *((f"summing as it stores into {st.slot}", True) for st in phase.steps
+                                         if st.summed)) if present]  # fmt: skip
             lines.append(f"phase {p}: loops {loops} ({unit.mode}{', ' if structure else ''}{', '.join(structure)}); "
                          f"{unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")  # fmt: skip
             for op in phase.ops:
