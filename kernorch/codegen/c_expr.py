@@ -38,8 +38,8 @@ def c_binary(prim: str, dtype: str, a: str, b: str) -> str:
 
 
 def c_bound(prim: str, a: str, number: str) -> str:
-    """max/min of `a` and a `number` that is not NaN (a literal): one compare and select, which x86 does in one
-    maxps/minps, against KO_MAX's seven operations; a NaN in `a` passes through (the compare is false)."""
+    """max/min of `a` and a `number` that is not NaN (a literal): one compare and select (GCC: a compare and a
+    blend per vector), against KO_MAX's seven operations; a NaN in `a` passes through (the compare is false)."""
     return f"({number} > {a} ? {number} : {a})" if prim == "max" else f"({number} < {a} ? {number} : {a})"
 
 

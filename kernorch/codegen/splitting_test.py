@@ -82,3 +82,6 @@ def test_a_reflecting_pad_is_cut_into_mirrored_borders_and_a_unit_stride_interio
     assert "+ (l2 + -4))]" in pieces[1]  # no select left on the width: only the height's reflection, per row
     assert pieces[0].count("?") == pieces[1].count("?") == pieces[2].count("?") > 0
     np.testing.assert_array_equal(got, want)
+    kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
+    as_tasks = PlanExecutor(graph, [kernel], runtime="rprogram")(feeds)[graph.outputs[0]]
+    np.testing.assert_array_equal(as_tasks, want)  # the rTask variant of the same loops

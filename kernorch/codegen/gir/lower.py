@@ -142,7 +142,8 @@ class _Lowering:
             return self.guarded_select(tree, ctx)
         if kind == "op" and tree[1] == "div" and tree[2] in ("float32", "float64") and tree[4][0] == "scalar":
             # by a row statistic (softmax's sum): times its reciprocal, computed once per row (a division per
-            # element cost 8 % of a [2048, 256] softmax; the product is within an ulp of the quotient)
+            # element cost 8 % of a [2048, 256] softmax; the product is within an ulp of the quotient unless
+            # the statistic is below 2^-126, where its reciprocal overflows: never a softmax's sum, >= 1)
             return self.value(("op", "mul", tree[2], tree[3], ("op", "reciprocal", tree[2], tree[4])), ctx)
         if kind in ("op", "cast", "where"):
             # operands are value trees (an index condition of a select is address work, not a value)
