@@ -109,8 +109,9 @@ def memory_kernels(executor: PlanExecutor, feeds: Mapping[str, np.ndarray], leve
         gir = kernel_gir(kernel, executor.threads) if math else None
         evaluations = 0.0 if gir is None or math is None else math_floor(gir, math)
         floor = levels.dispatch + evaluations if evaluations else 0.0
-        with thread_count(executor.threads):  # after the inferences: every buffer holds a value; best, as the
-            hot = time_call(executor.kernel_launcher(k), runs=max(repeats, 3), warmup=2).best  # bandwidths are
+        # hot: after the inferences (every buffer holds a value), the best run, as the bandwidths are timed
+        with thread_count(executor.threads):
+            hot = time_call(executor.kernel_launcher(k), runs=max(repeats, 3), warmup=2).best
         rows.append(KernelRoofline(k, "+".join(dict.fromkeys(n.prim for n in kernel.primitives)), seconds, moved,
                                    levels.level_for(moved).name, levels.roofline_seconds(moved), floor, hot))
     return sorted(rows, key=lambda r: -r.measured)
