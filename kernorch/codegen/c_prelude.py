@@ -16,9 +16,9 @@ PRELUDE = """#include <math.h>
 /* 8-float vectors through the compiler's vector extension, not <immintrin.h>: that header alone costs 0.36 s of
    every compile here, and every plan, profile batch and test compiles. GCC >= 12 and clang have
    __builtin_shufflevector; with AVX2 it becomes the unpack/shuffle/permute instructions. */
+typedef float ko_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 #if defined(__AVX2__) && (defined(__clang__) || __GNUC__ >= 12)
 #define KO_VECTOR_SHUFFLE 1
-typedef float ko_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define KO_LO(a, b) __builtin_shufflevector(a, b, 0, 8, 1, 9, 4, 12, 5, 13)
 #define KO_HI(a, b) __builtin_shufflevector(a, b, 2, 10, 3, 11, 6, 14, 7, 15)
 #define KO_Q0(a, b) __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13)
@@ -108,6 +108,37 @@ static inline void ko_transpose8(const float *restrict src, int64_t ss, float *r
 #else
     for (int64_t i = 0; i < 8; i++)
         for (int64_t j = 0; j < 8; j++) dst[i * ds + j] = src[j * ss + i];
+#endif
+}
+/* sums[j] = part[j * 8] + ... + part[j * 8 + 7]: the lane partials of 8 rows summed row by row at once, as a
+   tree of pairwise adds of shuffled vectors (14 shuffles and 7 adds where one row's horizontal sum alone was
+   7 dependent adds) */
+static inline void ko_sum8x8(const float *restrict part, float *restrict sums) {
+#if KO_VECTOR_SHUFFLE
+    const ko_v8 *p = (const ko_v8 *)part;
+    /* even and odd lanes of two rows: each half now holds two rows' pairs */
+    const ko_v8 a0 = __builtin_shufflevector(p[0], p[1], 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(p[0], p[1], 1, 3, 9, 11, 5, 7, 13, 15);
+    const ko_v8 a1 = __builtin_shufflevector(p[2], p[3], 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(p[2], p[3], 1, 3, 9, 11, 5, 7, 13, 15);
+    const ko_v8 a2 = __builtin_shufflevector(p[4], p[5], 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(p[4], p[5], 1, 3, 9, 11, 5, 7, 13, 15);
+    const ko_v8 a3 = __builtin_shufflevector(p[6], p[7], 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(p[6], p[7], 1, 3, 9, 11, 5, 7, 13, 15);
+    /* again: each half holds one partial of four rows */
+    const ko_v8 b0 = __builtin_shufflevector(a0, a1, 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(a0, a1, 1, 3, 9, 11, 5, 7, 13, 15);
+    const ko_v8 b1 = __builtin_shufflevector(a2, a3, 0, 2, 8, 10, 4, 6, 12, 14) +
+                     __builtin_shufflevector(a2, a3, 1, 3, 9, 11, 5, 7, 13, 15);
+    /* the two halves added */
+    *(ko_v8 *)sums = __builtin_shufflevector(b0, b1, 0, 1, 2, 3, 8, 9, 10, 11) +
+                     __builtin_shufflevector(b0, b1, 4, 5, 6, 7, 12, 13, 14, 15);
+#else
+    for (int64_t j = 0; j < 8; j++) {
+        float s = 0;
+        for (int64_t l = 0; l < 8; l++) s += part[j * 8 + l];
+        sums[j] = s;
+    }
 #endif
 }
 static inline float ko_tanhf(float x) {

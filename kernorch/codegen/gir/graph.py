@@ -101,6 +101,9 @@ class RowStep:
     slot: str  # the row statistic it defines ("": it stores)
     result: int  # the register holding its value
     summed: bool = False  # loops that store `result` and sum it into `slot` (the sum step after it, fused)
+    # a float sum over the row kept as one vector of lane partials per row, the partials of a block of rows
+    # summed together (`GirPhase.row_block`), and the work after the sum run across those rows at once
+    across: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class GirPhase:
     # the vector loop (an NCHW -> NHWC transpose of 3 channels); "": the innermost loop is the vector loop
     unrolled: str = ""
     steps: tuple[RowStep, ...] = ()  # a row-schedule phase: `loops` are the rows, these run per row
+    row_block: int = 0  # a row-schedule phase run in blocks of this many rows, each step over the block's rows
     # a phase storing a reduction along its innermost axis with the taps outside that axis: "interchanged",
     # or "split" when the taps are also shared out among the threads kernel by kernel (reductions.py)
     reduction: str = ""
@@ -165,8 +169,10 @@ class Gir:
             structure = [name for name, present in (("unrolled " + phase.unrolled, phase.unrolled),
                          (f"tiled: {phase.tiled}", phase.tiled), (f"{len(phase.pieces)} pieces", phase.pieces),
                          (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
-                         phase.steps), *((f"summing as it stores into {st.slot}", True) for st in phase.steps
-                                         if st.summed)) if present]  # fmt: skip
+                         phase.steps), (f"in blocks of {phase.row_block} rows", phase.row_block),
+                         *((f"summing as it stores into {st.slot}", True) for st in phase.steps if st.summed),
+                         *((f"{st.slot} summed across rows", True) for st in phase.steps if st.across))
+                         if present]  # fmt: skip
             lines.append(f"phase {p}: loops {loops} ({unit.mode}{', ' if structure else ''}{', '.join(structure)}); "
                          f"{unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")  # fmt: skip
             for op in phase.ops:

@@ -313,11 +313,15 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             steps.append(RowStep(lowering.scope, tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                  phase.target if phase.scalar else "", result))  # fmt: skip
         steps, lowering.ops = _sums_of_stored(steps, lowering.ops, lowering.slices)
+        across = _summed_across_rows(steps, lowering.ops, rows, row_elements)
+        block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         shared = rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS
-        unit = ParallelUnit(threads if shared else 1, LANES, rows, OUTER if shared else SERIAL)
+        unit = ParallelUnit(threads if shared else 1, LANES, -(-rows // block) if block else rows,
+                            OUTER if shared else SERIAL)  # fmt: skip
         phases.append(GirPhase(unit, tuple(lowering.ops), row_elements * itemsize,
-                               tuple(zip(loops.row_vars, loops.row_shape, strict=True)), steps=tuple(steps)))
+                               tuple(zip(loops.row_vars, loops.row_shape, strict=True)),
+                               steps=tuple(across or steps), row_block=block))  # fmt: skip
     else:
         for p, phase in enumerate(loops.phases):
             lowering.ops, split_loop = [], []
@@ -369,6 +373,48 @@ def _sums_of_stored(steps: list[RowStep], ops: list[GOperator],
         fused[-1] = replace(before, slot=step.slot, result=stored, summed=True)
         dropped |= {id(op) for op in ops if op.scope[: len(step.scope)] == step.scope}
     return fused, [op for op in ops if id(op) not in dropped]
+
+
+# Rows up to SHORT_ROW_ELEMENTS long pay per row more than per element: a horizontal sum of the lane partials
+# (eight dependent adds), a square root and a division per row of 32 floats. In blocks of ROW_BLOCK rows those
+# sums are one transposing add of eight partial vectors and the work after them runs across the rows as
+# vectors: segformer's [16384, 32] layer norm (variance and apply) ran 68 -> 49 us standalone, a [2048, 256]
+# one 62 -> 39. Longer rows gain less, and the renderer's unrolled row loop would grow with them.
+ROW_BLOCK = 8
+SHORT_ROW_ELEMENTS = 256
+
+
+def _summed_across_rows(steps: list[RowStep], ops: list[GOperator], rows: int,
+                        row_elements: int) -> list[RowStep] | None:  # fmt: skip
+    """The steps with those whose sum is kept as lane partials and summed across a block's rows marked, when
+    the rows are short and at least one step is such a sum; else None (the rows run one at a time)."""
+    if rows < ROW_BLOCK or row_elements > SHORT_ROW_ELEMENTS:
+        return None
+    marked = [replace(step, across=True) if _sum_across(step, ops) else step for step in steps]
+    return marked if any(step.across for step in marked) else None
+
+
+def _sum_across(step: RowStep, ops: list[GOperator]) -> bool:
+    """A row statistic that is a float32 sum over one loop of at least ROW_BLOCK elements, unguarded, with no
+    reduction inside its body and nothing computed before it in the step (the gOperators after the sum run in
+    a loop across the block's rows of their own)."""
+    if not step.slot or step.loops or step.summed:
+        return False
+    mine = [(position, op) for position, op in enumerate(ops) if op.scope[: len(step.scope)] == step.scope]
+    sums = [(position, op) for position, op in mine if op.kind == REDUCE and op.scope == step.scope]
+    if len(sums) != 1:
+        return False
+    at, reduce = sums[0]
+    dtype, taps, guard, body_scope, _ = reduce.code
+    if reduce.name != "reduce_sum" or dtype != "float32" or guard is not None or len(taps) != 1 \
+            or taps[0][1] < ROW_BLOCK:  # fmt: skip
+        return False
+    body = (*step.scope, body_scope)
+    if any(op.kind == REDUCE for _, op in mine if op.scope[: len(body)] == body):
+        return False
+    # nothing but constants before it in its own scope: the rules merge equal loads and computations within
+    # a scope, so a gOperator after the sum could otherwise come to read one from before it
+    return not any(position < at and op.kind != CONSTANT and op.scope == step.scope for position, op in mine)
 
 
 def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> int | None:

@@ -25,6 +25,8 @@ Nothing here decides which loops are parallel, what is hoisted or what is loaded
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 
 from kernorch.codegen.c_expr import FLOAT_SUFFIX, c_binary, c_bound, c_cond, c_index, c_literal, c_unary, c_value_type
 from kernorch.codegen.gir.graph import (
@@ -37,10 +39,11 @@ from kernorch.codegen.gir.graph import (
     Gir,
     GirPhase,
     GOperator,
+    RowStep,
 )
 from kernorch.codegen.loops import C_TYPES, Tree
 from kernorch.codegen.reductions import interchanged_lines, reduction_identity
-from kernorch.codegen.sharing import LANES, Sharing
+from kernorch.codegen.sharing import LANES, Sharing, loop_headers
 from kernorch.codegen.tiling import tiled_loops
 
 _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic inside an index tree
@@ -133,23 +136,11 @@ class _Phase:
     def rows(self, sharing: Sharing) -> list[str]:
         """The row schedule: one loop over the rows (row variables of size 1 are constants); per row, the
         steps in order: row statistics, loops over the row's elements, stores of one value per row."""
+        if self.phase.row_block:
+            return self.row_blocks(sharing)
         body = [f"const int64_t {var} = 0;" for var, size in self.phase.loops if size == 1]
         for step in self.phase.steps:
-            outside, inside = self.block(step.scope)
-            if step.summed:  # loops storing and summing what they store (as stored: in the buffer's type)
-                store = next(op for op in self.phase.ops if op.scope == step.scope and op.kind == MOVE
-                             and op.name == "store")  # fmt: skip
-                self.slot_types[step.slot] = ctype = self.types[self.gir.slices[store.writes[0]].buffer]
-                self.counter[0] += 1
-                acc, ((var, size),) = f"t{self.counter[0]}", step.loops
-                body += [*outside, f"{ctype} {acc} = 0;", f"#pragma omp simd reduction(+:{acc})",
-                         f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *inside,
-                         f"{acc} += ({ctype})({self.names[step.result]});", "}", f"const {ctype} {step.slot} = {acc};"]
-            elif step.slot:
-                self.slot_types[step.slot] = ctype = self.ctypes[step.result]
-                body += [*outside, *inside, f"const {ctype} {step.slot} = {self.names[step.result]};"]
-            else:
-                body += [*outside, *_serial(step.loops), *inside, *("}" for _ in step.loops)]
+            body += self.step(step)
         rows = [(var, size) for var, size in self.phase.loops if size != 1]
         if not rows:
             sharing.serial()
@@ -159,6 +150,134 @@ class _Phase:
             return [*opened, *body, *("}" for _ in range(closing))]
         sharing.serial()
         return [*_serial(tuple(rows)), *body, *("}" for _ in rows)]
+
+    def step(self, step: RowStep) -> list[str]:
+        """One row step's lines, for one row."""
+        outside, inside = self.block(step.scope)
+        if step.summed:  # loops storing and summing what they store (as stored: in the buffer's type)
+            store = next(op for op in self.phase.ops if op.scope == step.scope and op.kind == MOVE
+                         and op.name == "store")  # fmt: skip
+            self.slot_types[step.slot] = ctype = self.types[self.gir.slices[store.writes[0]].buffer]
+            self.counter[0] += 1
+            acc, ((var, size),) = f"t{self.counter[0]}", step.loops
+            return [*outside, f"{ctype} {acc} = 0;", f"#pragma omp simd reduction(+:{acc})",
+                    f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{", *inside,
+                    f"{acc} += ({ctype})({self.names[step.result]});", "}", f"const {ctype} {step.slot} = {acc};"]
+        if step.slot:
+            self.slot_types[step.slot] = ctype = self.ctypes[step.result]
+            return [*outside, *inside, f"const {ctype} {step.slot} = {self.names[step.result]};"]
+        return [*outside, *_serial(step.loops), *inside, *("}" for _ in step.loops)]
+
+    def row_blocks(self, sharing: Sharing) -> list[str]:
+        """The row schedule in blocks of `row_block` rows: each step is a loop over the block's rows (a vector
+        loop when it is one value per row); a row statistic is an array of the block's values. A sum marked
+        `across` keeps a vector of lane partials per row, and the block's partials are summed together."""
+        block = self.phase.row_block
+        rows = [(var, size) for var, size in self.phase.loops if size != 1]
+        total = math.prod(size for _, size in rows)
+        recover, inner = [], total
+        for position, (var, size) in enumerate(rows):  # the row variables from the row's flat number ko_r
+            inner //= size
+            flat = f"ko_r / {inner}" if inner > 1 else "ko_r"
+            recover.append(f"const int64_t {var} = {f'({flat}) % {size}' if position else flat};")
+        constant = [f"const int64_t {var} = 0;" for var, size in self.phase.loops if size == 1]
+        defined: list[str] = []  # the row statistics so far
+
+        # the block's row count: a constant unless the rows do not divide into blocks (a loop copying a
+        # variable count became `rep movs` in GCC, 20% of a [16384, 32] layer norm)
+        count = "ko_rows" if total % block else str(block)
+
+        def each_row(vector: bool) -> list[str]:
+            pragma = ["#pragma omp simd reduction(|:err)"] if vector else []
+            slots = [f"const {self.slot_types[slot]} {slot} = {slot}_rows[ko_j];" for slot in defined]
+            return [*pragma, f"for (int64_t ko_j = 0; ko_j < {count}; ko_j++) {{",
+                    "const int64_t ko_r = ko_r0 + ko_j;", *recover, *constant, *slots]  # fmt: skip
+
+        body = [f"const int64_t ko_rows = {total} - ko_r0 < {block} ? {total} - ko_r0 : {block};"] if total % block \
+            else []  # fmt: skip
+        for step in self.phase.steps:
+            if step.across:
+                body += self.sum_across(step, count, each_row)
+            elif step.loops and not step.summed and any(op.outer and op.scope == step.scope for op in self.phase.ops):
+                body += self.hoisted_across(step, block, each_row)
+            else:  # a vector loop across the rows only when the step has no loop (nor a reduction) of its own
+                nested = step.loops or any(op.kind == REDUCE and op.scope[: len(step.scope)] == step.scope
+                                           for op in self.phase.ops)  # fmt: skip
+                lines = self.step(step)
+                declared = [f"{self.slot_types[step.slot]} {step.slot}_rows[{block}];"] if step.slot else []
+                kept = [f"{step.slot}_rows[ko_j] = {step.slot};"] if step.slot else []
+                body += [*declared, *each_row(not nested), *lines, *kept, "}"]
+            if step.slot:
+                defined.append(step.slot)
+        if self.phase.parallel.mode == OUTER:
+            opened, closing = sharing.collapsed([("ko_r0", total, block)])
+            return [*opened, *body, *("}" for _ in range(closing))]
+        sharing.serial()
+        return [*loop_headers([("ko_r0", total, block)]), *body, "}"]
+
+    def hoisted_across(self, step: RowStep, block: int, each_row: Callable[[bool], list[str]]) -> list[str]:
+        """A loop step whose per-row gOperators (those swapped before its loops: a layer norm's square root and
+        division) run first in a vector loop across the block's rows, the values its loops read kept in arrays."""
+        outside, inside = self.block(step.scope)
+        hoisted = {w for op in self.phase.ops if op.outer and op.scope == step.scope for w in op.writes}
+        read = {r for op in self.phase.ops if op.scope[: len(step.scope)] == step.scope
+                and not (op.outer and op.scope == step.scope) for r in op.reads}  # fmt: skip
+        # a temporary is carried; a table element or a literal is an expression, evaluated where it is read
+        kept = sorted(r for r in hoisted & read if re.fullmatch(r"v\d+", self.names[r]))
+        declared = [f"{self.ctypes[r]} {self.names[r]}_rows[{block}];" for r in kept]
+        stored = [f"{self.names[r]}_rows[ko_j] = {self.names[r]};" for r in kept]
+        loaded = [f"const {self.ctypes[r]} {self.names[r]} = {self.names[r]}_rows[ko_j];" for r in kept]
+        return [*declared, *each_row(True), *outside, *stored, "}", *each_row(False), *loaded,
+                *_serial(step.loops), *inside, *("}" for _ in step.loops), "}"]  # fmt: skip
+
+    def sum_across(self, step: RowStep, count: str, each_row: Callable[[bool], list[str]]) -> list[str]:
+        """A row statistic whose float sum keeps eight lane partials per row (the summed values computed eight
+        at a time by a vector loop), the block's partials summed row by row at once (ko_sum8x8), then the
+        gOperators after the sum in a vector loop across the rows."""
+        if self.phase.row_block != 8:  # ko_sum8x8 sums 8 rows of 8 partials
+            raise AssertionError(f"rows summed across in blocks of {self.phase.row_block}, not 8")
+        ops = [op for op in self.phase.ops if op.scope == step.scope]
+        at = next(position for position, op in enumerate(ops) if op.kind == REDUCE)
+        reduce = ops[at]
+        _, ((var, size),), _, body_scope, _ = reduce.code
+        for op in ops[:at]:  # constants only (lower._sum_across)
+            self.statement(op)
+        self.counter[0] += 1
+        part, sums = f"ko_part{self.counter[0]}", f"ko_sums{self.counter[0]}"
+
+        def lanes(first: str, width: int) -> list[str]:  # the summed values of `width` elements from `first` on
+            summed = [line for lines in self.block((*step.scope, body_scope)) for line in lines]
+            return ["#pragma omp simd reduction(|:err)", f"for (int64_t ko_l = 0; ko_l < {width}; ko_l++) {{",
+                    f"const int64_t {var} = {first} + ko_l;", *summed,
+                    f"{part}[ko_j][ko_l] += (float)({self.names[reduce.reads[0]]});", "}"]  # fmt: skip
+
+        full = size // 8 * 8
+        lines = [f"float {part}[8][8] __attribute__((aligned(32)));"]
+        if count == "ko_rows":  # a last block's missing rows sum zeros
+            lines += ["for (int64_t ko_j = ko_rows; ko_j < 8; ko_j++) {",
+                      f"for (int64_t ko_l = 0; ko_l < 8; ko_l++) {part}[ko_j][ko_l] = 0;", "}"]  # fmt: skip
+        # the row's partials zeroed as one vector (GCC 12 kept them in memory, stored after every vector
+        # added, after a plain loop: 12% of a [16384, 32] layer norm), then the row's values added as vectors,
+        # the loop unrolled whole so the partials stay in a register (a loop it does not unroll stores and
+        # loads them per vector: 2x slower at 512 per row)
+        lines += [*each_row(False), "#pragma omp simd",
+                  f"for (int64_t ko_l = 0; ko_l < 8; ko_l++) {part}[ko_j][ko_l] = 0;"]  # fmt: skip
+        if full:
+            lines += [f"#pragma GCC unroll {full // 8}", f"for (int64_t ko_k = 0; ko_k < {full}; ko_k += 8) {{",
+                      *lanes("ko_k", 8), "}"]  # fmt: skip
+        if size % 8:
+            lines += lanes(str(full), size % 8)
+        lines.append("}")
+        if step.result == reduce.writes[0] and all(op.kind == CONSTANT for op in ops[at + 1 :]):  # the sum itself
+            self.slot_types[step.slot] = "float"
+            return [*lines, f"float {step.slot}_rows[8] __attribute__((aligned(32)));",
+                    f"ko_sum8x8(&{part}[0][0], {step.slot}_rows);"]  # fmt: skip
+        self.names[reduce.writes[0]], self.ctypes[reduce.writes[0]] = f"{sums}[ko_j]", "float"
+        after = [line for op in ops[at + 1 :] for line in self.statement(op)]
+        self.slot_types[step.slot] = ctype = self.ctypes[step.result]
+        return [*lines, f"float {sums}[8] __attribute__((aligned(32)));", f"ko_sum8x8(&{part}[0][0], {sums});",
+                f"{ctype} {step.slot}_rows[8];", *each_row(True), *after,
+                f"{step.slot}_rows[ko_j] = {self.names[step.result]};", "}"]  # fmt: skip
 
     def tiles(self, sharing: Sharing, outside: list[str], inside: list[str]) -> list[str]:
         """A phase reading its input transposed, its last two loops walked in tiles (tiling.py): what runs once

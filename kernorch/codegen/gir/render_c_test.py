@@ -12,6 +12,8 @@ import pytest
 from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.c_renderer import render_kernel
 from kernorch.codegen.compiler import compile_source, load_library
+from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import KernelLoops, describe
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
@@ -181,3 +183,44 @@ def test_a_row_sums_what_it_stores_in_the_same_loop_and_divides_by_a_reciprocal(
     got = _run(source, graph, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-9)
     np.testing.assert_allclose(got.sum(axis=1)[np.isfinite(got.sum(axis=1))], 1.0, rtol=1e-5)
+
+
+def _layer_norm(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
+    """(x - mean) / sqrt(mean((x - mean)²) + eps) · g over the last axis: short rows in the row schedule."""
+    width = b.graph.types[x].shape[-1]
+    axis = len(b.graph.types[x].shape) - 1
+
+    def mean(value: str) -> str:
+        (total,) = b.emit("reduce_sum", [value], {"axes": (axis,)})
+        return b.emit("mul", [total, b.constant(np.array(1 / width, np.float32))])[0]
+
+    (centred,) = b.emit("sub", [x, mean(x)])
+    (variance,) = b.emit("add", [mean(b.emit("mul", [centred, centred])[0]), b.constant(np.array(1e-5, np.float32))])
+    (scale,) = b.emit("reciprocal", [b.emit("sqrt", [variance])[0]])
+    return b.emit("mul", [b.emit("mul", [centred, scale])[0], g])
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 32), (3, 7, 36)])
+def test_short_rows_sum_across_a_block_of_rows(shape: tuple[int, ...]) -> None:
+    """Rows of 32 and 36 floats run 8 at a time: each row's sums as lane partials, the block's partials summed
+    together; 21 rows leave a last block of 5, 36 floats a last vector of 4. Against float64 numpy, kernel by
+    kernel and as rTasks (each task a range of blocks)."""
+    graph = _graph(_layer_norm, (shape, shape))
+    loops = _loops(graph)
+    assert loops.schedule == "row"
+    gir = optimize(lower(loops))
+    assert "in blocks of 8 rows" in gir.describe() and gir.describe().count("summed across rows") == 2
+    source = render_kernel("k", loops)
+    assert source.count("ko_sum8x8(") == 2 and ("ko_rows" in source) == (shape[0] * shape[1] % 8 != 0)
+    rng = np.random.default_rng(5)
+    feeds = {"x": (rng.standard_normal(shape) * 2 + 50).astype(np.float32),  # a mean far from 0
+             "b": rng.standard_normal(shape).astype(np.float32)}  # fmt: skip
+    feeds["x"][1, 2, 3] = np.nan  # a NaN spoils its own row only
+    x = feeds["x"].astype(np.float64)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    want = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-5) * feeds["b"]
+    got = _run(source, graph, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    assert np.isnan(got[1, 2]).all() and np.isfinite(np.delete(got.reshape(-1, shape[-1]), shape[1] + 2, 0)).all()
+    tasks = PlanExecutor(graph, [_kernel(graph)], runtime="rprogram")(feeds)[graph.outputs[0]]
+    np.testing.assert_allclose(tasks, want, rtol=2e-5, atol=2e-5)
