@@ -104,6 +104,11 @@ class RowStep:
     # a float sum over the row kept as one vector of lane partials per row, the partials of a block of rows
     # summed together (`GirPhase.row_block`), and the work after the sum run across those rows at once
     across: bool = False
+    # a loop step whose row length is not a multiple of the vector width ends with one more vector block of
+    # this many elements that overlaps the block before it (0: a scalar remainder): the step only maps what it
+    # reads to what it stores and reads nothing it stores, so the overlapped elements are rewritten with the
+    # values they already hold
+    overlapped_tail: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,9 @@ class Gir:
                          (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
                          phase.steps), (f"in blocks of {phase.row_block} rows", phase.row_block),
                          *((f"summing as it stores into {st.slot}", True) for st in phase.steps if st.summed),
-                         *((f"{st.slot} summed across rows", True) for st in phase.steps if st.across))
+                         *((f"{st.slot} summed across rows", True) for st in phase.steps if st.across),
+                         *((f"{st.loops[0][0]} ends in an overlapping block of {st.overlapped_tail}", True)
+                           for st in phase.steps if st.overlapped_tail))
                          if present]  # fmt: skip
             lines.append(f"phase {p}: loops {loops} ({unit.mode}{', ' if structure else ''}{', '.join(structure)}); "
                          f"{unit.iterations} iterations on {unit.threads} thread(s) x {unit.lanes} lanes")  # fmt: skip

@@ -166,7 +166,17 @@ class _Phase:
         if step.slot:
             self.slot_types[step.slot] = ctype = self.ctypes[step.result]
             return [*outside, *inside, f"const {ctype} {step.slot} = {self.names[step.result]};"]
-        return [*outside, *_serial(step.loops), *inside, *("}" for _ in step.loops)]
+        return [*outside, *self.step_loops(step, inside)]
+
+    def step_loops(self, step: RowStep, inside: list[str]) -> list[str]:
+        """A loop step's loops around its body: with an overlapping tail, a vector loop over the whole vector
+        blocks and one more over the last `overlapped_tail` elements (a loop of exactly one vector block)."""
+        if not step.overlapped_tail:
+            return [*_serial(step.loops), *inside, *("}" for _ in step.loops)]
+        ((var, size),), width = step.loops, step.overlapped_tail
+        pragma = "#pragma omp simd reduction(|:err)"
+        return [pragma, f"for (int64_t {var} = 0; {var} < {size - size % width}; {var}++) {{", *inside, "}",
+                pragma, f"for (int64_t {var} = {size - width}; {var} < {size}; {var}++) {{", *inside, "}"]
 
     def row_blocks(self, sharing: Sharing) -> list[str]:
         """The row schedule in blocks of `row_block` rows: each step is a loop over the block's rows (a vector
@@ -228,7 +238,7 @@ class _Phase:
         stored = [f"{self.names[r]}_rows[ko_j] = {self.names[r]};" for r in kept]
         loaded = [f"const {self.ctypes[r]} {self.names[r]} = {self.names[r]}_rows[ko_j];" for r in kept]
         return [*declared, *each_row(True), *outside, *stored, "}", *each_row(False), *loaded,
-                *_serial(step.loops), *inside, *("}" for _ in step.loops), "}"]  # fmt: skip
+                *self.step_loops(step, inside), "}"]  # fmt: skip
 
     def sum_across(self, step: RowStep, count: str, each_row: Callable[[bool], list[str]]) -> list[str]:
         """A row statistic whose float sum keeps eight lane partials per row (the summed values computed eight

@@ -224,3 +224,55 @@ def test_short_rows_sum_across_a_block_of_rows(shape: tuple[int, ...]) -> None:
     assert np.isnan(got[1, 2]).all() and np.isfinite(np.delete(got.reshape(-1, shape[-1]), shape[1] + 2, 0)).all()
     tasks = PlanExecutor(graph, [_kernel(graph)], runtime="rprogram")(feeds)[graph.outputs[0]]
     np.testing.assert_allclose(tasks, want, rtol=2e-5, atol=2e-5)
+
+
+def _scaled_exp(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
+    """exp(x·s - max(x·s)) · g over the last axis: softmax's numerator, a max step then a mapping loop step."""
+    axis = len(b.graph.types[x].shape) - 1
+    (scaled,) = b.emit("mul", [x, b.constant(np.array(0.35, np.float32))])
+    (top,) = b.emit("reduce_max", [scaled], {"axes": (axis,)})
+    (e,) = b.emit("exp", [b.emit("sub", [scaled, top])[0]])
+    return b.emit("mul", [e, g])
+
+
+@pytest.mark.parametrize(("shape", "overlapped"), [((40, 197), True), ((6, 37), True), ((40, 192), False),
+                                                   ((40, 11), False)])  # fmt: skip
+def test_a_mapping_row_step_ends_in_an_overlapping_vector_block(shape: tuple[int, ...], overlapped: bool) -> None:
+    """A row of 197 (37) elements maps 192 (32) in whole vector blocks and its last 16 as one more block over
+    [181, 197) ([21, 37)), rewriting the overlapped elements with the values they hold; rows of a whole number
+    of vectors, or shorter than one, have no such block. Against float64 numpy, kernel by kernel and as rTasks."""
+    graph = _graph(_scaled_exp, (shape, shape))
+    loops = _loops(graph)
+    assert loops.schedule == "row"
+    text = optimize(lower(loops)).describe()
+    assert ("ends in an overlapping block of 16" in text) == overlapped
+    source = render_kernel("k", loops)
+    width = shape[-1]
+    assert (f"= {width - 16}; " in source and f"< {width - width % 16}; " in source) == overlapped
+    rng = np.random.default_rng(7)
+    feeds = {"x": (rng.standard_normal(shape) * 4).astype(np.float32),
+             "b": rng.standard_normal(shape).astype(np.float32)}
+    feeds["x"][1, -1] = np.nan  # in the overlapped block: spoils its own row only
+    scaled = feeds["x"].astype(np.float64) * np.float64(np.float32(0.35))
+    want = np.exp(scaled - scaled.max(axis=-1, keepdims=True)) * feeds["b"]
+    got = _run(source, graph, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.isnan(got[1]).all() and np.isfinite(np.delete(got, 1, 0)).all()
+    tasks = PlanExecutor(graph, [_kernel(graph)], runtime="rprogram")(feeds)[graph.outputs[0]]
+    np.testing.assert_allclose(tasks, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_step_reading_what_it_stores_has_no_overlapping_block() -> None:
+    """softmax(x + g)'s division reads the exponentials from the output it overwrites: dividing [181, 192)
+    twice would be wrong, so that step keeps its scalar remainder."""
+    shape = (12, 197)
+    graph = _graph(_softmax, (shape, shape))
+    loops = _loops(graph)
+    assert loops.schedule == "row" and "ends in an overlapping block" not in optimize(lower(loops)).describe()
+    rng = np.random.default_rng(8)
+    x, g = (rng.standard_normal(shape).astype(np.float32) * 3 for _ in range(2))
+    s = x.astype(np.float64) + g
+    want = np.exp(s - s.max(axis=-1, keepdims=True))
+    want /= want.sum(axis=-1, keepdims=True)
+    got = _run(render_kernel("k", loops), graph, {"x": x, "b": g})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
