@@ -58,9 +58,9 @@ def test_rtasks_keep_the_reduction_whole() -> None:
 
 @pytest.mark.parametrize(("prim", "channels"), [("window_max", 24), ("window_max", 37), ("window_sum", 24)])
 def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: str, channels: int) -> None:
-    """A channels-last 3x3 stride-2 pool runs interchanged: the taps outside, the channels inside, the running
-    values in `ko_acc` (stored once). A NaN in the window's first tap, in a later one, or in the channel tail
-    reaches the output; -inf and the padding do not."""
+    """A channels-last 3x3 stride-2 pool runs interchanged: the taps outside (written out), the channels inside,
+    the running values in `ko_acc` (stored once). A NaN in the window's first tap, in a later one, or in the
+    channel tail reaches the output; -inf and the padding do not."""
     graph = Graph(inputs=["x"], outputs=["y"])
     graph.types.update(x=TensorType((1, 15, 13, channels), "float32"), y=TensorType((1, 8, 7, channels), "float32"))
     attrs = (("kernel", (3, 3, 1)), ("strides", (2, 2, 1)), ("dilations", (1, 1, 1)), ("pads", (1, 1, 0, 1, 1, 0)),
@@ -69,6 +69,7 @@ def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: s
     kernel = make_kernel(graph, (0,), ("y",))
     source = render_c("k", kernel)
     assert f"ko_acc[{channels}];" in source, source
+    assert source.count("#pragma GCC unroll 3") == 2  # the 3 x 3 taps written out
     x = np.random.default_rng(2).standard_normal((1, 15, 13, channels)).astype(np.float32)
     x[0, 0, 0, 3] = np.nan  # the first tap of output (0, 0), a padded window
     x[0, 6, 6, 5] = np.nan  # the last tap of output (3, 3) (and the first of (3, 3)'s neighbours)
