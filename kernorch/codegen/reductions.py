@@ -65,6 +65,20 @@ def reduce_volume(tree: Tree) -> int:
     return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
 
 
+def reduced_per_element(tree: Any) -> int:
+    """Elements one evaluation of `tree` runs its reductions over (a reduction inside another counts once per
+    outer tap); 1 when it has none."""
+
+    def taps(node: Any) -> int:
+        if not isinstance(node, tuple) or not node:
+            return 0
+        if node[0] == "reduce":
+            return int(np.prod([size for _, size in node[3]], dtype=np.int64)) * max(1, taps(node[4]))
+        return sum(taps(child) for child in node[1:])
+
+    return max(1, taps(tree))
+
+
 def interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int], ...], Tree | None, Tree] | None:
     """(prim, reduction loops, guard, body) of a phase storing a reduction that can run interchanged: its
     innermost output axis long enough to vectorize, used by the body and not by the guard."""

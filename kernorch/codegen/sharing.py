@@ -21,17 +21,18 @@ SHORT_INNER = 4  # an innermost loop this short is unrolled, and the loop outsid
 LANES = 16  # float32 lanes of an AVX-512 vector (a float max/min reduction is vectorized over two or more)
 
 
-def parallel_mode(sizes: tuple[int, ...]) -> str:
+def parallel_mode(sizes: tuple[int, ...], per_element: int = 1) -> str:
     """How a plain phase's loops (trip counts, outermost first) are shared out: "innermost" when the loops
     around a long innermost loop are too few to share out evenly (a [1, 16384, 128] GELU has one outer
     iteration: split outside, it ran on one thread), "outer" when the loops outside it carry enough work to
-    pay for the threads, else "serial"."""
+    pay for the threads, else "serial". `per_element`: elements each iteration reads (its reductions' taps):
+    8192 row sums of 256 floats are 2M elements of work, not 8192."""
     if not sizes:
         return "serial"
     outer = int(np.prod(sizes[:-1], dtype=np.int64))
     if outer < PARALLEL_MIN_OUTER and sizes[-1] >= PARALLEL_MIN_ELEMENTS:
         return "innermost"
-    return "outer" if outer > 1 and outer * sizes[-1] >= PARALLEL_MIN_ELEMENTS else "serial"
+    return "outer" if outer > 1 and outer * sizes[-1] * per_element >= PARALLEL_MIN_ELEMENTS else "serial"
 
 
 def short_innermost(phase: Phase) -> bool:

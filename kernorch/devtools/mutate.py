@@ -71,6 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"for (int64_t {var} = {size - width - 1}; {var} < {size - 1}; {var}++) {{"', (GIR_RENDERER, RANDOM_PLANS)),
     Mutant("a row step reading what it stores overlaps its tail", "kernorch/codegen/gir/lower.py",
            "    return not stored & read", "    return True", (GIR_RENDERER, RANDOM_PLANS)),
+    Mutant("a phase's reductions do not count as work when sharing it out", "kernorch/codegen/reductions.py",
+           "    return max(1, taps(tree))", "    return 1", (GIR_RENDERER,)),
     Mutant("max by a literal lets a NaN through", "kernorch/codegen/c_expr.py",
            'return f"({number} > {a} ? {number} : {a})" if prim == "max"',
            'return f"({a} > {number} ? {a} : {number})" if prim == "max"', (GIR_RENDERER, RANDOM_PLANS)),

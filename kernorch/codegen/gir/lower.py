@@ -46,6 +46,7 @@ from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, c
 from kernorch.codegen.reductions import (
     interchangeable,
     reduce_volume,
+    reduced_per_element,
     splits_among_threads,
 )
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
@@ -340,7 +341,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             lowering.scope = ()
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
             split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
-            parallel = threads if elements >= PARALLEL_MIN_ELEMENTS or split else 1
+            parallel = threads if elements * reduced_per_element(phase.expr) >= PARALLEL_MIN_ELEMENTS or split else 1
             lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
@@ -475,7 +476,7 @@ def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
         outer = int(np.prod(sizes[:-1], dtype=np.int64))
         work = outer * sizes[-1] * reduce_volume(phase.expr)
         return OUTER if outer > 1 and work >= PARALLEL_MIN_ELEMENTS else SERIAL
-    return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes)
+    return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes, reduced_per_element(phase.expr))
 
 
 def _vector_axis(phase: Phase) -> int:

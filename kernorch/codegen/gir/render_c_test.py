@@ -276,3 +276,26 @@ def test_a_row_step_reading_what_it_stores_has_no_overlapping_block() -> None:
     want /= want.sum(axis=-1, keepdims=True)
     got = _run(render_kernel("k", loops), graph, {"x": x, "b": g})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def _normalized_transpose(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
+    """transpose(g / sum(x over its last axis)): 8192 row sums of 64, then a transposed division."""
+    (total,) = b.emit("reduce_sum", [x], {"axes": (2,)})
+    return b.emit("transpose", [b.emit("div", [g, total])[0]], {"perm": (1, 0, 2)})
+
+
+def test_a_phase_of_few_outputs_with_long_reductions_is_shared_out() -> None:
+    """8192 sums are fewer outputs than a parallel region pays for, but 524 288 elements of work: the sum
+    phase runs on both threads (segformer's [8192, 256] sums ahead of a transpose: 113 -> 66 us)."""
+    graph = _graph(_normalized_transpose, ((2, 4096, 64), (2, 4096, 8)))
+    loops = _loops(graph)
+    assert loops.schedule == "phased" and len(loops.phases) == 2
+    first = optimize(lower(loops)).describe().splitlines()[0]
+    assert first.startswith("phase 0") and "on 2 thread(s)" in first, first
+    source = render_kernel("k", loops)
+    assert source.count("#pragma omp parallel for") == 2
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.random((2, 4096, 64), np.float32) + 0.5, "b": rng.standard_normal((2, 4096, 8), np.float32)}
+    want = np.transpose(feeds["b"] / feeds["x"].astype(np.float64).sum(axis=2, keepdims=True), (1, 0, 2))
+    got = PlanExecutor(graph, [_kernel(graph)], threads=2)(feeds)[graph.outputs[0]]  # the sums go to scratch
+    np.testing.assert_allclose(got, want, rtol=2e-6)
