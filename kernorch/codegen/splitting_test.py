@@ -89,3 +89,20 @@ def test_a_reflecting_pad_is_cut_into_mirrored_borders_and_a_unit_stride_interio
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
     as_tasks = PlanExecutor(graph, [kernel], runtime="rprogram")(feeds)[graph.outputs[0]]
     np.testing.assert_array_equal(as_tasks, want)  # the rTask variant of the same loops
+
+
+def test_a_channels_last_reflecting_pad_keeps_its_width_inside_the_vector_loop() -> None:
+    """The same pad on a channels-last [1, H, W, 3] input: the width (the vector loop around the unrolled
+    channels) and the row's reflection sum into one address; only the row's part is hoisted (hoisting the
+    width's term too read the vector loop's variable before its loop: a compile error)."""
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((1, 20, 37, 3), "float32")
+    builder = PrimitiveBuilder(graph)
+    (padded,) = builder.emit("pad", ["x"], {"pads": (0, 4, 4, 0, 0, 4, 4, 0), "mode": "reflect"})
+    (y,) = builder.emit("relu", [padded])
+    graph.outputs = [y]
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 20, 37, 3)).astype(np.float32)}
+    source, got, want = _run(graph, feeds)
+    hoisted = [line.strip() for line in source.splitlines() if line.strip().startswith("const int64_t ko_i")]
+    assert hoisted and not any("l2" in line for line in hoisted), source
+    np.testing.assert_array_equal(got, want)

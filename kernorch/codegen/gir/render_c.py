@@ -113,7 +113,8 @@ class _Phase:
         but neither a vector loop's variable, a gather's read nor a table replaced by a constant computed
         before the loops. GCC left candy's padded input transpose with its row's selects inside the vector
         loop (33 -> 8.4 us with them hoisted)."""
-        inner = {self.phase.loops[-1][0], self.phase.unrolled} if self.phase.loops else set()
+        # the innermost loop's variable and, around an unrolled short innermost loop, the vector loop's
+        inner = {var for var, _ in self.phase.loops[-2 if self.phase.unrolled else -1:]}
         if self.hoisted is None or tree[0] in ("var", "lit", "part"):
             return tree
         kinds, names = _index_parts(tree)
