@@ -106,3 +106,22 @@ def test_a_channels_last_reflecting_pad_keeps_its_width_inside_the_vector_loop()
     hoisted = [line.strip() for line in source.splitlines() if line.strip().startswith("const int64_t ko_i")]
     assert hoisted and not any("l2" in line for line in hoisted), source
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_row_hoisted_before_a_guarded_branch_is_still_declared() -> None:
+    """reflect_pad(x) + constant_pad(z) along the rows: x's mirrored row is hoisted, then z's guarded load
+    renders a branch of its own (a nested body); the row's constant must survive it (it was lost: an
+    undeclared `ko_i` and a compile error)."""
+    graph = Graph(inputs=["x", "z"], outputs=[])
+    for name in ("x", "z"):
+        graph.types[name] = TensorType((1, 22, 8, 16), "float32")
+    builder = PrimitiveBuilder(graph)
+    pads = (0, 1, 0, 0, 0, 1, 0, 0)
+    (mirrored,) = builder.emit("pad", ["x"], {"pads": pads, "mode": "reflect"})
+    (zeroed,) = builder.emit("pad", ["z"], {"pads": pads, "mode": "constant", "value": 0.0})
+    graph.outputs = builder.emit("add", [mirrored, zeroed])
+    rng = np.random.default_rng(5)
+    feeds = {name: rng.standard_normal((1, 22, 8, 16)).astype(np.float32) for name in ("x", "z")}
+    source, got, want = _run(graph, feeds)
+    assert "const int64_t ko_i" in source and "if (" in source, source
+    np.testing.assert_array_equal(got, want)

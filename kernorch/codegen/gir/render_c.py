@@ -101,11 +101,13 @@ class _Phase:
         for op in ops:
             if op.kind == CONSTANT:
                 self.statement(op)
-        self.hoisted = {} if hoist else None
+        # a nested body (a reduction's, a guarded branch's) hoists nothing; the enclosing body's constants
+        # are kept across it and go on collecting after it
+        enclosing, self.hoisted = self.hoisted, {} if hoist else None
         outside = [line for op in ops if op.outer for line in self.statement(op)]
         inside = [line for op in ops if not op.outer for line in self.statement(op)]
-        hoisted = [f"const int64_t {name} = {value};" for value, name in (self.hoisted or {}).items()]
-        self.hoisted = None
+        mine, self.hoisted = self.hoisted, enclosing
+        hoisted = [f"const int64_t {name} = {value};" for value, name in (mine or {}).items()]
         return [*hoisted, *outside], inside
 
     def hoisted_index(self, tree: Tree) -> Tree:
