@@ -60,11 +60,6 @@ def bare_reduction(tree: Tree, dtype: str) -> Tree | None:
     return tree if tree[0] == "reduce" and tree[2] == dtype else None
 
 
-def reduce_volume(tree: Tree) -> int:
-    reduction = tree[2] if tree[0] == "cast" else tree
-    return int(np.prod([size for _, size in reduction[3]], dtype=np.int64))
-
-
 def reduced_per_element(tree: Any) -> int:
     """Elements one evaluation of `tree` runs its reductions over (a reduction inside another counts once per
     outer tap); 1 when it has none."""
@@ -104,7 +99,7 @@ def splits_among_threads(phase: Phase, dtype: str) -> bool:
         return False
     size = phase.loop_sizes[-1]
     return int(np.prod(phase.loop_sizes[:-1], dtype=np.int64)) == 1 and size <= SPLIT_MAX_OUTPUTS and \
-        size * reduce_volume(phase.expr) >= PARALLEL_MIN_ELEMENTS  # fmt: skip
+        size * reduced_per_element(phase.expr) >= PARALLEL_MIN_ELEMENTS  # fmt: skip
 
 
 def interchanged_lines(prim: str, dtype: str, loops: tuple[tuple[str, int], ...],

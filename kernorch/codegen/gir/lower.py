@@ -45,7 +45,6 @@ from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
 from kernorch.codegen.reductions import (
     interchangeable,
-    reduce_volume,
     reduced_per_element,
     splits_among_threads,
 )
@@ -474,7 +473,7 @@ def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
     sizes = phase.loop_sizes
     if interchanged:
         outer = int(np.prod(sizes[:-1], dtype=np.int64))
-        work = outer * sizes[-1] * reduce_volume(phase.expr)
+        work = outer * sizes[-1] * reduced_per_element(phase.expr)
         return OUTER if outer > 1 and work >= PARALLEL_MIN_ELEMENTS else SERIAL
     return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes, reduced_per_element(phase.expr))
 

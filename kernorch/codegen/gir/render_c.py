@@ -41,7 +41,7 @@ from kernorch.codegen.gir.graph import (
     GOperator,
     RowStep,
 )
-from kernorch.codegen.loops import C_TYPES, Tree
+from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
 from kernorch.codegen.reductions import interchanged_lines, reduction_identity
 from kernorch.codegen.sharing import LANES, Sharing, loop_headers
 from kernorch.codegen.tiling import tiled_loops
@@ -115,12 +115,12 @@ class _Phase:
         but neither a vector loop's variable, a gather's read nor a table replaced by a constant computed
         before the loops. GCC left candy's padded input transpose with its row's selects inside the vector
         loop (33 -> 8.4 us with them hoisted)."""
-        # the innermost loop's variable and, around an unrolled short innermost loop, the vector loop's
-        inner = {var for var, _ in self.phase.loops[-2 if self.phase.unrolled else -1:]}
         if self.hoisted is None or tree[0] in ("var", "lit", "part"):
             return tree
-        kinds, names = _index_parts(tree)
-        if kinds & {"sel", "min", "max"} and not kinds & {"index", "table"} and not names & inner:
+        # the innermost loop's variable and, around an unrolled short innermost loop, the vector loop's
+        inner = {var for var, _ in self.phase.loops[-2 if self.phase.unrolled else -1:]}
+        if count_kinds(tree, ("sel", "min", "max")) and not count_kinds(tree, ("index", "table")) \
+                and not _loop_vars(tree) & inner:  # fmt: skip
             text = c_index(tree, lambda read: "", self.prefix)
             if text not in self.hoisted:
                 self.counter[0] += 1
@@ -502,15 +502,12 @@ class _Phase:
         return [self.temp(op.writes[0], c_value_type(op.name, op.code), expression)]
 
 
-def _index_parts(tree: Tree) -> tuple[set[str], set[str]]:
-    """The kinds of node in an index tree, and the loop variables it reads."""
-    kinds, names = {tree[0]}, {tree[1]} if tree[0] in ("var", "part") else set()
-    for child in tree[1:]:
-        if isinstance(child, tuple) and child and isinstance(child[0], str):
-            more_kinds, more_names = _index_parts(child)
-            kinds |= more_kinds
-            names |= more_names
-    return kinds, names
+def _loop_vars(tree: Tree) -> set[str]:
+    """The loop variables an index tree reads (a merged variable's coordinate, `part`, reads that variable)."""
+    if tree[0] in ("var", "part"):
+        return {tree[1]}
+    return {name for child in tree[1:] if isinstance(child, tuple) and child and isinstance(child[0], str)
+            for name in _loop_vars(child)}  # fmt: skip
 
 
 def _serial(loops: tuple[tuple[str, int], ...]) -> list[str]:
