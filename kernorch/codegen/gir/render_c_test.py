@@ -299,3 +299,18 @@ def test_a_phase_of_few_outputs_with_long_reductions_is_shared_out() -> None:
     want = np.transpose(feeds["b"] / feeds["x"].astype(np.float64).sum(axis=2, keepdims=True), (1, 0, 2))
     got = PlanExecutor(graph, [_kernel(graph)], threads=2)(feeds)[graph.outputs[0]]  # the sums go to scratch
     np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_a_value_varying_along_the_unrolled_loop_stays_inside_it() -> None:
+    """x · sigmoid(g) with g along the 3 channels of a channels-last map: the short channel loop is unrolled
+    inside the vector loop over the width, so sigmoid(g) is invariant along the vector loop yet differs per
+    channel; it must not run once before the loops like a truly loop-invariant value."""
+    shapes = ((16, 128, 3), (1, 1, 3))
+    graph = _graph(_broadcast_gate, shapes)
+    source = render_kernel("k", _loops(graph))
+    assert "#pragma GCC unroll" in source  # the case the test is about: the short innermost loop is unrolled
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal(shapes[0]).astype(np.float32),
+             "b": rng.standard_normal(shapes[1]).astype(np.float32)}  # fmt: skip
+    want = run_reference(graph, feeds)[graph.outputs[0]]
+    np.testing.assert_allclose(_run(source, graph, feeds)[0], want, rtol=1e-5, atol=1e-6)
