@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ mutate: $(STAMP_DEV)
 # On demand: 10 000 malformed ONNX inputs through `kernorch check`; prints the exit-code histogram
 fuzz: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.fuzz --count 10000
+
+# On demand (before a codegen change lands): every candidate kernel of the shared models rendered and compiled
+compile-check: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.devtools.compile_candidates $(MODELS)/*.onnx
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

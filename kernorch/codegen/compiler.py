@@ -83,7 +83,9 @@ def compile_source(source: str, cache_dir: Path | None = None) -> Path:
         result = subprocess.run([compiler, *CFLAGS, str(c_file), "-o", str(so_file), *link_flags(source), "-lm"],
                                 capture_output=True, text=True, check=False)  # fmt: skip
         if result.returncode != 0:
-            first = (result.stderr.strip().splitlines() or ["?"])[0]
+            lines = result.stderr.strip().splitlines() or ["?"]
+            # the first error, not GCC's "In function" preamble before it
+            first = next((line for line in lines if "error" in line), lines[0])
             raise CompileError(f"C compiler failed: {first}")
         os.replace(so_file, target)  # atomic: concurrent compiles of the same source are safe
     return target

@@ -1,0 +1,147 @@
+"""Render and compile every candidate kernel of models, timing none: a codegen bug that only some candidate
+reaches shows up here as a line naming the kernel, not midway through a user's `kernorch optimize`.
+
+Why: a plan test runs the kernels its plan chose, the random-plan tests the shapes they draw. A candidate the
+orchestrator enumerates but no test plan chooses (a channels-last reflecting pad with an unrolled channel loop)
+is compiled only when the profiler measures it, which on a warm profile database is never. This check
+enumerates the candidates as the orchestrator does (with the analytic cost model: no timing, and the rewrite
+search and both layouts of `layout="auto"` still run), renders every native one the way the profiler does,
+with its rTask variants, and compiles them in translation units of `BATCH` kernels, `COMPILE_JOBS` at once. A
+unit that fails is compiled kernel by kernel to name the culprits. Compiled libraries are cached by source,
+so a second run only compiles what changed.
+
+`python -m kernorch.devtools.compile_candidates ../shared/models/*.onnx` exits 1 when any kernel failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.compiler import CompileError, compile_source
+from kernorch.codegen.plan import render_plan, translation_unit
+from kernorch.cost.model import CostModel
+from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, signature
+from kernorch.ir.kernel import CandidateKernel
+
+COMPILED_BACKENDS = ("c", "library")  # a view runs no code
+
+
+@dataclass(frozen=True)
+class Failure:
+    kernel: str  # what the kernel computes (CandidateKernel.describe)
+    error: str  # the compiler's (or the renderer's) first error line
+
+
+@dataclass(frozen=True)
+class _Item:
+    key: str
+    backend: str
+    kernel: CandidateKernel
+
+
+@dataclass
+class CompilingCost:
+    """A cost model that prices like `base` and, on the way, compiles every native candidate it is asked to
+    prepare (once per signature: repeated blocks compile once)."""
+
+    base: CostModel
+    cache_dir: Path | None = None
+    failures: list[Failure] = field(default_factory=list)
+    compiled: int = 0
+    _seen: set[str] = field(default_factory=set)
+    _pending: list[_Item] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        return self.base.cost(candidate)
+
+    def prepare(self, candidates: Iterable[CandidateKernel]) -> None:
+        """Collect the native candidates not seen yet; `compile_all` compiles them (in few large units: one
+        compiler run per prepared window would spend its time on the prelude)."""
+        for candidate in candidates:
+            backend, _ = choose_backend(candidate)
+            if backend not in COMPILED_BACKENDS:
+                continue
+            isolated = isolate(candidate)
+            try:
+                _, key = signature(isolated, backend)
+            except Exception as error:  # a renderer that raises is as broken as C that does not compile
+                self.failures.append(Failure(candidate.describe(), f"rendering failed: {error!r}"))
+                continue
+            if key not in self._seen:
+                self._seen.add(key)
+                self._pending.append(_Item(key, backend, isolated))
+
+    def compile_all(self) -> None:
+        pending, self._pending = self._pending, []
+        batches = [pending[start : start + BATCH] for start in range(0, len(pending), BATCH)]
+        with ThreadPoolExecutor(max(1, min(COMPILE_JOBS, len(batches)))) as pool:
+            for failures in pool.map(self._compile, batches):
+                self.failures += failures
+        self.compiled += len(pending)
+
+    def _compile(self, batch: list[_Item]) -> list[Failure]:
+        try:
+            self._compile_unit(batch)
+            return []
+        except Exception:  # some kernel of the unit is broken: find which
+            pass
+        failures = []
+        for item in batch:
+            try:
+                self._compile_unit([item])
+            except Exception as error:
+                message = str(error) if isinstance(error, CompileError) else f"rendering failed: {error!r}"
+                failures.append(Failure(item.kernel.describe(), message))
+        return failures
+
+    def _compile_unit(self, items: list[_Item]) -> None:
+        plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.backend], tasks=item.backend == "c")
+                 for item in items]  # fmt: skip
+        compile_source(translation_unit(plans), self.cache_dir)
+
+
+def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None) -> CompilingCost:
+    """Plan `path` with the analytic cost model, compiling every candidate on the way."""
+    from kernorch.options import Options
+    from kernorch.pipeline import import_graph, make_cost_model, plan_graph
+
+    options = Options(cost="analytic", layout=layout, cache_dir=cache_dir)
+    compiling = CompilingCost(make_cost_model(options), cache_dir)
+    plan_graph(import_graph(str(path)), options, cost_model=compiling)
+    compiling.compile_all()
+    return compiling
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernorch.devtools.compile_candidates",
+                                     description="Compile every candidate kernel of ONNX models (no timing); "
+                                                 "exit 1 when any fails to render or compile.")  # fmt: skip
+    parser.add_argument("models", nargs="+", type=Path, help="ONNX files")
+    parser.add_argument("--layout", default="auto", choices=("auto", "nchw", "channels-last"),
+                        help="layout policy of the planning run (auto: both the 0-1 assignment and channels-last)")
+    args = parser.parse_args(argv)
+    broken = 0
+    for path in args.models:
+        start = time.perf_counter()
+        result = check_model(path, args.layout)
+        broken += len(result.failures)
+        print(f"{path.name}: {result.compiled} kernels compiled, {len(result.failures)} failed "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+        for failure in result.failures:
+            print(f"  {failure.kernel[:120]}: {failure.error}", flush=True)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
