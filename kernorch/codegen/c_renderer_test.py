@@ -69,9 +69,15 @@ def test_float_max_and_min_are_simd_reductions_that_propagate_nan(prim: str, wid
     x[5, 7] = np.nan  # in a lane
     x[7, 0] = np.nan  # the first element
     x[9, :] = -np.inf if prim == "reduce_max" else np.inf
+    # a NaN enters the reduction as the extreme: a true extreme (row 11: exp(x - inf) is 0, and NaN only where
+    # x is inf) is the result unless a NaN is there too (row 15, the NaN first in the row, the extreme later)
+    extreme = np.inf if prim == "reduce_max" else -np.inf
+    x[11, width // 2] = extreme
+    x[15, 1], x[15, width - 2] = np.nan, extreme
     got = PlanExecutor(graph, [kernel])({"x": x})["y"]
     expected = run_reference(graph, {"x": x})["y"]
     assert np.isnan(got[3]).all() and np.isnan(got[5]).all() and np.isnan(got[7]).all()
+    assert np.isnan(got[15]).all() and np.isnan(got[11]).sum() == 1
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=0)
 
 
