@@ -56,9 +56,9 @@ mutate: $(STAMP_DEV)
 fuzz: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.fuzz --count 10000
 
-# On demand (before a codegen change lands): every candidate kernel of the shared models rendered and compiled
+# On demand (before a codegen change lands): every candidate kernel of the shared models compiled and run once
 compile-check: $(STAMP_DEV)
-	$(BIN)/python -m kernorch.devtools.compile_candidates $(MODELS)/*.onnx
+	$(BIN)/python -m kernorch.devtools.compile_candidates --run $(MODELS)/*.onnx
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

@@ -219,7 +219,7 @@ class ProfiledCostModel:
         if libraries is not None:
             path, plans = libraries
             for item, plan in zip(native, plans, strict=True):
-                launchers[item.key] = _native_launcher(path, plan, item.kernel, self.threads)
+                launchers[item.key] = native_launcher(path, plan, item.kernel, self.threads)
         for item in batch:
             if item.kind not in NATIVE_BACKENDS:
                 launchers[item.key] = self._executor_launcher(item.kernel)
@@ -318,7 +318,7 @@ def _random_inputs(kernel: CandidateKernel) -> dict[str, np.ndarray]:
     return seeded_feeds(types, {name: 1 for name, t in types.items() if not t.is_float})
 
 
-def _native_launcher(path: Path, plan: NativePlan, kernel: CandidateKernel, threads: int) -> Callable[[], Any]:
+def native_launcher(path: Path, plan: NativePlan, kernel: CandidateKernel, threads: int) -> Callable[[], Any]:
     from kernorch.runtime.executor import NativeLibrary
 
     graph = kernel.graph

@@ -10,7 +10,10 @@ with its rTask variants, and compiles them in translation units of `BATCH` kerne
 unit that fails is compiled kernel by kernel to name the culprits. Compiled libraries are cached by source,
 so a second run only compiles what changed.
 
-`python -m kernorch.devtools.compile_candidates ../shared/models/*.onnx` exits 1 when any kernel failed.
+With `--run`, each compiled kernel also runs once on the profiler's seeded inputs and its outputs are compared
+with the reference interpreter's: a candidate that computes a wrong answer is named too.
+
+`python -m kernorch.devtools.compile_candidates [--run] ../shared/models/*.onnx` exits 1 when any kernel failed.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import CompileError, compile_source
-from kernorch.codegen.plan import render_plan, translation_unit
+from kernorch.codegen.plan import NativePlan, render_plan, translation_unit
 from kernorch.cost.model import CostModel
-from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, signature
+from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, native_launcher, signature
 from kernorch.ir.kernel import CandidateKernel
+from kernorch.runtime.reference import run_reference
 
 COMPILED_BACKENDS = ("c", "library")  # a view runs no code
+RUN_THREADS = 2
+RTOL = 1e-4  # float32 kernels against the reference: reassociated sums, approximated exp/erf/tanh
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class CompilingCost:
     base: CostModel
     cache_dir: Path | None = None
     failures: list[Failure] = field(default_factory=list)
+    run: bool = False  # also run each kernel once against the reference interpreter
     compiled: int = 0
     _seen: set[str] = field(default_factory=set)
     _pending: list[_Item] = field(default_factory=list)
@@ -85,39 +94,73 @@ class CompilingCost:
     def compile_all(self) -> None:
         pending, self._pending = self._pending, []
         batches = [pending[start : start + BATCH] for start in range(0, len(pending), BATCH)]
+        built: list[tuple[_Item, Path, NativePlan]] = []
         with ThreadPoolExecutor(max(1, min(COMPILE_JOBS, len(batches)))) as pool:
-            for failures in pool.map(self._compile, batches):
+            for failures, compiled in pool.map(self._compile, batches):
                 self.failures += failures
+                built += compiled
         self.compiled += len(pending)
+        if self.run:  # in this thread, one kernel at a time: each runs its own OpenMP parallel loops
+            for item, path, plan in built:
+                self.failures += self._run(item, path, plan)
 
-    def _compile(self, batch: list[_Item]) -> list[Failure]:
+    def _compile(self, batch: list[_Item]) -> tuple[list[Failure], list[tuple[_Item, Path, NativePlan]]]:
+        """The batch as one unit; if that fails, kernel by kernel to name the broken ones. Returns the failures
+        and what compiled (each kernel with its library and plan)."""
         try:
-            self._compile_unit(batch)
-            return []
-        except Exception:  # some kernel of the unit is broken: find which
+            path, plans = self._compile_unit(batch)
+            return [], [(item, path, plan) for item, plan in zip(batch, plans, strict=True)]
+        except Exception:
             pass
-        failures = []
+        failures, built = [], []
         for item in batch:
             try:
-                self._compile_unit([item])
+                path, (plan,) = self._compile_unit([item])
+                built.append((item, path, plan))
             except Exception as error:
                 message = str(error) if isinstance(error, CompileError) else f"rendering failed: {error!r}"
                 failures.append(Failure(item.kernel.describe(), message))
-        return failures
+        return failures, built
 
-    def _compile_unit(self, items: list[_Item]) -> None:
+    def _compile_unit(self, items: list[_Item]) -> tuple[Path, list[NativePlan]]:
         plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.backend], tasks=item.backend == "c")
                  for item in items]  # fmt: skip
-        compile_source(translation_unit(plans), self.cache_dir)
+        return compile_source(translation_unit(plans), self.cache_dir), plans
+
+    def _run(self, item: _Item, path: Path, plan: NativePlan) -> list[Failure]:
+        """With `run`: the kernel once on the profiler's seeded inputs, its outputs against the reference
+        interpreter's (float tolerance relative to the output's largest magnitude, NaN where the reference has
+        NaN; other types exactly)."""
+        try:
+            launch = native_launcher(path, plan, item.kernel, RUN_THREADS)
+            status = launch()
+            buffers = launch.keep_alive[0]  # type: ignore[attr-defined]
+            if status != 0:
+                return [Failure(item.kernel.describe(), f"the kernel returned {status}")]
+            reference = run_reference(item.kernel.graph, {name: buffers[name] for name in item.kernel.graph.inputs})
+            for name in item.kernel.outputs:
+                got, want = buffers[name], reference[name]
+                if not np.issubdtype(want.dtype, np.floating):
+                    same = np.array_equal(got, want)
+                else:
+                    scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0))
+                    same = np.allclose(got, want, rtol=RTOL, atol=RTOL * scale, equal_nan=True)
+                if not same:
+                    error = np.nanmax(np.abs(got.astype(np.float64) - want)) if got.size else 0.0
+                    return [Failure(item.kernel.describe(), f"output {name} differs from the reference "
+                                                            f"(max abs error {error:.3g})")]  # fmt: skip
+        except Exception as error:
+            return [Failure(item.kernel.describe(), f"running failed: {error!r}")]
+        return []
 
 
-def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None) -> CompilingCost:
-    """Plan `path` with the analytic cost model, compiling every candidate on the way."""
+def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None, run: bool = False) -> CompilingCost:
+    """Plan `path` with the analytic cost model, compiling (with `run`: and running) every candidate."""
     from kernorch.options import Options
     from kernorch.pipeline import import_graph, make_cost_model, plan_graph
 
     options = Options(cost="analytic", layout=layout, cache_dir=cache_dir)
-    compiling = CompilingCost(make_cost_model(options), cache_dir)
+    compiling = CompilingCost(make_cost_model(options), cache_dir, run=run)
     plan_graph(import_graph(str(path)), options, cost_model=compiling)
     compiling.compile_all()
     return compiling
@@ -130,13 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="+", type=Path, help="ONNX files")
     parser.add_argument("--layout", default="auto", choices=("auto", "nchw", "channels-last"),
                         help="layout policy of the planning run (auto: both the 0-1 assignment and channels-last)")
+    parser.add_argument("--run", action="store_true",
+                        help="also run each kernel once on seeded inputs against the reference interpreter")
     args = parser.parse_args(argv)
     broken = 0
     for path in args.models:
         start = time.perf_counter()
-        result = check_model(path, args.layout)
+        result = check_model(path, args.layout, run=args.run)
         broken += len(result.failures)
-        print(f"{path.name}: {result.compiled} kernels compiled, {len(result.failures)} failed "
+        print(f"{path.name}: {result.compiled} kernels compiled{' and run' if args.run else ''}, "
+              f"{len(result.failures)} failed "
               f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
         for failure in result.failures:
             print(f"  {failure.kernel[:120]}: {failure.error}", flush=True)

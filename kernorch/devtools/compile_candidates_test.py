@@ -68,10 +68,29 @@ def test_a_renderer_that_raises_is_a_failure(tmp_path: Path, monkeypatch: pytest
     assert len(compiling.failures) == 2 and all("rendering failed" in f.error for f in compiling.failures)
 
 
-def test_every_candidate_of_a_small_model_compiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_kernel_whose_output_differs_from_the_reference_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = check.run_reference
+
+    def off_for_sums(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = reference(graph, feeds)
+        return {name: v * 1.001 if "reduce_sum" in name else v for name, v in values.items()}
+
+    monkeypatch.setattr(check, "run_reference", off_for_sums)
+    compiling = check.CompilingCost(AnalyticCostModel(device_by_name("cpu", tmp_path, 2)), tmp_path, run=True)
+    compiling.prepare(_candidates())
+    compiling.compile_all()
+    assert [f.kernel for f in compiling.failures] == [_candidates()[1].describe()]
+    assert "differs from the reference" in compiling.failures[0].error
+
+
+def test_every_candidate_of_a_small_model_compiles_and_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = tmp_path / "block.onnx"
     onnx.save(conv_norm_act_block(channels=4, size=8), model)
-    assert check.main([str(model), "--layout", "channels-last"]) == 0
+    assert check.main([str(model), "--layout", "channels-last", "--run"]) == 0
     out = capsys.readouterr().out
     compiled = int(out.split(": ")[1].split(" kernels")[0])
     assert compiled > 10 and " 0 failed" in out, out
