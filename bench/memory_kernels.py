@@ -8,8 +8,9 @@ primitives, µs hot (repeated on its own, its data where its working set fits, a
 in place (inside whole inferences), MB moved, the level its working set fits in, achieved GB/s, roofline µs
 (bytes at that level's bandwidth + one dispatch) and the ratio hot / roofline, and the math floor (a dispatch
 and its exp/sigmoid/tanh/erf evaluations at their cost in a generated `y = f(x)`) with the ratios hot and in
-place to the higher of the two floors; then how many kernels over 20 µs are beyond 1.5x their roofline and
-beyond 1.5x the higher floor. Measure on a quiet machine.
+place to the higher of the two floors, and the GIR performance model's time for the kernel as generated (which
+counts the passes it makes, where the roofline counts each byte once) with the ratio hot / model; then how many
+kernels over 20 µs are beyond 1.5x their roofline and beyond 1.5x the higher floor. Measure on a quiet machine.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main() -> int:
         print("\n".join(table(rows, args.top)))
         print(f"\n{summary(rows)}")
         report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs, "floor_ratio": r.floor_ratio,
-                                                     "in_place_ratio": r.in_place_ratio} for r in rows]  # fmt: skip
+                                                     "in_place_ratio": r.in_place_ratio, "model_ratio": r.model_ratio}
+                                    for r in rows]  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"levels": [asdict(lv) for lv in levels.levels], "math": math,
                                                "dispatch": levels.dispatch, "plans": report}, indent=1))  # fmt: skip

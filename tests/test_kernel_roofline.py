@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
+from kernorch.cost.gir_model import estimate, kernel_gir
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
@@ -48,6 +49,12 @@ def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
     assert exp_row.floor_ratio == exp_row.hot_seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
     assert exp_row.in_place_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
     assert "math floor" in summary(rows) and "in place:" in summary(rows)
+    # the GIR model's time of the kernel as generated (here its exp instructions, more than its bytes' time)
+    gir = kernel_gir(kernels[0], executor.threads)
+    assert gir is not None and exp_row.model_seconds == estimate(gir, LEVELS, executor.threads)
+    assert exp_row.model_seconds >= exp_row.roofline_seconds
+    assert exp_row.model_ratio == exp_row.hot_seconds / exp_row.model_seconds
+    assert table(rows)[2].endswith(f"| {exp_row.model_seconds * 1e6:.1f} | {exp_row.model_ratio:.2f} |")
 
 
 def test_math_costs_are_measured_per_element() -> None:

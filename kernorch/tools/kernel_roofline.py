@@ -15,6 +15,14 @@ bytes). `math_seconds` measures each function's cost per element as a generated 
 threads with its data in L2 (the dispatch taken off, its own loads and stores kept: on this CPU they do not
 hide behind the arithmetic); a kernel's *math floor* is one dispatch plus its evaluations (counted in its
 rewritten GIR) at those costs, and `floor_ratio` = hot / max(roofline, math floor).
+
+The roofline counts each byte once; the kernel as generated may move more (an instance norm larger than a
+core's L2 reads its map once for the mean, once for the variance and once for the output; a transpose reads
+whole lines to use half of each). `model_seconds` is the GIR performance model's time for the kernel as
+generated (`cost/gir_model.py`: the bytes each of its phases moves at the level's bandwidth, or its
+instructions, whichever is longer), so `hot / model` near 1 with a high `ratio` says the kernel's structure is
+what costs (fewer passes would help, faster loops would not), and a high `hot / model` says its loops run
+below what they move.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import numpy as np
 from kernorch.codegen.gir.graph import ELEMENTWISE, Gir
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.bandwidth import MemoryLevels
-from kernorch.cost.gir_model import kernel_gir
+from kernorch.cost.gir_model import estimate, kernel_gir
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -49,6 +57,7 @@ class KernelRoofline:
     roofline_seconds: float
     math_seconds: float = 0.0  # a dispatch and its exp/sigmoid/tanh/erf evaluations at their measured cost
     hot_seconds: float = 0.0  # best of its runs repeated on its own, like the bandwidths (0: not measured)
+    model_seconds: float = 0.0  # the GIR performance model's time of the kernel as generated (0: not computed)
 
     @property
     def measured(self) -> float:
@@ -66,6 +75,10 @@ class KernelRoofline:
     @property
     def in_place_ratio(self) -> float:
         return self.seconds / max(self.roofline_seconds, self.math_seconds)
+
+    @property
+    def model_ratio(self) -> float:
+        return self.measured / self.model_seconds if self.model_seconds else 0.0
 
     @property
     def gbs(self) -> float:
@@ -109,24 +122,27 @@ def memory_kernels(executor: PlanExecutor, feeds: Mapping[str, np.ndarray], leve
         gir = kernel_gir(kernel, executor.threads) if math else None
         evaluations = 0.0 if gir is None or math is None else math_floor(gir, math)
         floor = levels.dispatch + evaluations if evaluations else 0.0
+        model = 0.0 if gir is None else estimate(gir, levels, executor.threads)
         # hot: after the inferences (every buffer holds a value), the best run, as the bandwidths are timed
         with thread_count(executor.threads):
             hot = time_call(executor.kernel_launcher(k), runs=max(repeats, 3), warmup=2).best
         rows.append(KernelRoofline(k, "+".join(dict.fromkeys(n.prim for n in kernel.primitives)), seconds, moved,
-                                   levels.level_for(moved).name, levels.roofline_seconds(moved), floor, hot))
+                                   levels.level_for(moved).name, levels.roofline_seconds(moved), floor, hot,
+                                   model))  # fmt: skip
     return sorted(rows, key=lambda r: -r.measured)
 
 
 def table(rows: list[KernelRoofline], top: int = 20) -> list[str]:
     """Markdown rows of the `top` slowest kernels (hot)."""
     lines = ["| # | kernel | primitives | µs hot | µs in place | MB moved | level | GB/s hot | roofline µs | ratio "
-             "| math floor µs | hot / higher floor | in place / higher floor |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| math floor µs | hot / higher floor | in place / higher floor | model µs | hot / model |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for i, r in enumerate(rows[:top], 1):
         prims = r.primitives if len(r.primitives) <= 60 else r.primitives[:57] + "..."
         lines.append(f"| {i} | {r.kernel} | {prims} | {r.measured * 1e6:.1f} | {r.seconds * 1e6:.1f} "
                      f"| {r.bytes_moved / 1e6:.2f} | {r.level} | {r.gbs:.1f} | {r.roofline_seconds * 1e6:.1f} "
-                     f"| {r.ratio:.2f} | {r.math_seconds * 1e6:.1f} | {r.floor_ratio:.2f} | {r.in_place_ratio:.2f} |")
+                     f"| {r.ratio:.2f} | {r.math_seconds * 1e6:.1f} | {r.floor_ratio:.2f} | {r.in_place_ratio:.2f} "
+                     f"| {r.model_seconds * 1e6:.1f} | {r.model_ratio:.2f} |")
     return lines
 
 
