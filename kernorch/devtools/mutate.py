@@ -107,6 +107,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("simd max forgets a NaN", "kernorch/codegen/gir/render_c.py", 'f"{nan} |= {x} != {x};"',
            'f"{nan} |= 0;"', ("kernorch/codegen/c_renderer_test.py::"
                               "test_float_max_and_min_are_simd_reductions_that_propagate_nan",)),
+    Mutant("a map over part of a reduction's domain is teed into it", "kernorch/codegen/tee.py",
+           "        if not _one_to_one(mapped, binding, sizes):\n            continue",
+           "        if False:\n            continue", ("kernorch/codegen/tee_test.py",)),
+    Mutant("a teed value is not stored", "kernorch/codegen/gir/lower.py",
+           "            self.store_at(tree[1], tree[2], result, ctx)\n", "", ("kernorch/codegen/tee_test.py",)),
     Mutant("running max drops a new NaN", "kernorch/codegen/c_prelude.py",
            "(acc) = ((ko_x_ > (acc)) | (ko_x_ != ko_x_)) ? ko_x_ : (acc); })",
            "(acc) = (ko_x_ > (acc)) ? ko_x_ : (acc); })", (REDUCTIONS,)),

@@ -50,6 +50,7 @@ from kernorch.codegen.reductions import (
 )
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
+from kernorch.codegen.tee import tee_maps_into_reductions
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
 
 
@@ -138,6 +139,10 @@ class _Lowering:
             return target
         if kind == "reduce":
             return self.reduction(tree, ctx)
+        if kind == "tee":  # the value, also stored (a map phase moved into the reduction computing it: tee.py)
+            result = self.value(tree[3], ctx)
+            self.store_at(tree[1], tree[2], result, ctx)
+            return result
         if kind == "where" and tree[1][0] not in _VALUE_KINDS:
             return self.guarded_select(tree, ctx)
         if kind == "op" and tree[1] == "div" and tree[2] in ("float32", "float64") and tree[4][0] == "scalar":
@@ -224,15 +229,17 @@ class _Lowering:
             self.emit(GOperator(ELEMENTWISE, "index", (), (), blocks, divisions))
 
     def store(self, phase: Phase, result: int, ctx: dict[str, Any]) -> None:
-        if phase.scalar:
-            return
-        self.index_work(phase.store_index, ctx["blocks"])
-        target = self.slice(self.access(phase.target, phase.store_index, ctx["inner"], ctx["ranges"],
-                                        ctx["lanes"], ctx["tiled"], ctx["order"], ctx.get("short")))  # fmt: skip
+        if not phase.scalar:
+            self.store_at(phase.target, phase.store_index, result, ctx)
+
+    def store_at(self, buffer: str, index: Tree, result: int, ctx: dict[str, Any]) -> None:
+        self.index_work(index, ctx["blocks"])
+        target = self.slice(self.access(buffer, index, ctx["inner"], ctx["ranges"], ctx["lanes"], ctx["tiled"],
+                                        ctx["order"], ctx.get("short")))  # fmt: skip
         if self.slices[result].width != self.slices[target].width:  # an invariant value stored along the loop
             self.emit(GOperator(BROADCAST, "broadcast", (result,), (result,), ctx["blocks"]))
         indices: list[int] = []
-        address = self.gathered(phase.store_index, ctx, indices)
+        address = self.gathered(index, ctx, indices)
         self.emit(GOperator(MOVE, "store", (result, *indices), (target,), ctx["blocks"], code=address))
 
     def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True,
@@ -267,7 +274,7 @@ class _Lowering:
         return result
 
 
-_VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table"}
+_VALUE_KINDS = {"load", "const", "op", "cast", "where", "reduce", "scalar", "table", "tee"}
 
 
 def _affine_along(tree: Any, var: str, ranges: dict[str, int]) -> bool:
@@ -296,6 +303,7 @@ def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges:
 
 def lower(loops: KernelLoops, threads: int = 2) -> Gir:
     """The kernel's GIR before any rewrite."""
+    loops = tee_maps_into_reductions(loops)
     lowering = _Lowering(loops)
     phases: list[GirPhase] = []
     buffer_bytes = {b.name: max(int(np.prod(b.shape, dtype=np.int64)), 1) * int(np.dtype(b.dtype).itemsize)
