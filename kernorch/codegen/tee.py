@@ -46,11 +46,13 @@ def _fuse(phases: list[Phase], j: int, dtypes: dict[str, str]) -> tuple[int, Pha
         return None
     reads = _buffers_read(mapped.expr) | _buffers_read(mapped.store_index)
     if any(mapped.target in _buffers_read(p.expr) | _buffers_read(p.store_index) for p in phases[j + 1 :]):
-        return None  # a later phase reads what is now written earlier: fine, but the GIR rules assume stores
+        # correct, but the rules raising a later phase's read to the cache reason from the writing phase's own
+        # store and parallel structure, not from a store inside a reduction whose taps the threads split
+        return None
     for i in range(j - 1, -1, -1):  # the nearest reduction first
         phase = phases[i]
-        if phase.target in reads or mapped.target in _buffers_read(phase.expr):
-            return None  # j reads what i writes, or i reads what j writes
+        if phase.target in reads or phase.target == mapped.target or mapped.target in _buffers_read(phase.expr):
+            return None  # j reads what i writes, both write one buffer, or i reads what j writes
         found = interchangeable(phase, dtypes.get(phase.target, "float32"))
         if found is not None and found[2] is None:
             teed = _tee_into(phase, mapped, dtypes.get(phase.target, "float32"))
@@ -115,12 +117,17 @@ def _substitute(tree: Any, binding: dict[str, Tree], zeros: set[str]) -> Any:
     return tree
 
 
+_VALUES = ("load", "const", "op", "cast", "scalar", "table")  # value trees a tee may wrap or look inside
+
+
 def _subtrees(tree: Any) -> Iterator[Tree]:
-    """Value subtrees, largest first (preorder), not entering nested reductions."""
-    if not isinstance(tree, tuple) or not tree or not isinstance(tree[0], str):
+    """Value subtrees evaluated once per evaluation of `tree`, largest first (preorder): not inside a nested
+    reduction (once per inner tap), a select's sides (a guarded side runs only where its indices are valid,
+    so stores there would skip elements) or an index (a gather's)."""
+    if not isinstance(tree, tuple) or not tree or tree[0] not in _VALUES:
         return
     yield tree
-    if tree[0] != "reduce":
+    if tree[0] in ("op", "cast"):
         for child in tree[1:]:
             yield from _subtrees(child)
 
