@@ -13,7 +13,8 @@ so a second run only compiles what changed.
 With `--run`, each compiled kernel also runs once on the profiler's seeded inputs and its outputs are compared
 with the reference interpreter's: a candidate that computes a wrong answer is named too.
 
-`python -m kernorch.devtools.compile_candidates [--run] ../shared/models/*.onnx` exits 1 when any kernel failed.
+`python -m kernorch.devtools.compile_candidates [--run] ../shared/models/*.onnx` exits 1 when any kernel failed, 2 on
+a file that is not a model; it says what it is doing per model as it goes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from kernorch.codegen.compiler import CompileError, compile_source
 from kernorch.codegen.plan import NativePlan, render_plan, translation_unit
 from kernorch.cost.model import CostModel
 from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, native_launcher, signature
+from kernorch.errors import KernorchError
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.runtime.reference import run_reference
 
@@ -47,7 +49,7 @@ SENSITIVITY = 8.0  # a kernel may be this many times as far from the reference a
 @dataclass(frozen=True)
 class Failure:
     kernel: str  # what the kernel computes (CandidateKernel.describe)
-    error: str  # the compiler's (or the renderer's) first error line
+    error: str  # the compiler's first error line, the renderer's exception, or how the output differs
 
 
 @dataclass(frozen=True)
@@ -179,14 +181,18 @@ def _magnitude(values: np.ndarray) -> float:
     return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
 
 
-def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None, run: bool = False) -> CompilingCost:
-    """Plan `path` with the analytic cost model, compiling (with `run`: and running) every candidate."""
+def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None, run: bool = False,
+                say: Callable[[str], None] = lambda line: None) -> CompilingCost:  # fmt: skip
+    """Plan `path` with the analytic cost model, compiling (with `run`: and running) every candidate; `say`
+    hears what it is doing (a large model plans for minutes and compiles for longer)."""
     from kernorch.options import Options
     from kernorch.pipeline import import_graph, make_cost_model, plan_graph
 
     options = Options(cost="analytic", layout=layout, cache_dir=cache_dir)
     compiling = CompilingCost(make_cost_model(options), cache_dir, run=run)
+    say("planning (the candidates are collected on the way)")
     plan_graph(import_graph(str(path)), options, cost_model=compiling)
+    say(f"compiling {len(compiling._pending)} kernels{' and running each' if run else ''}")
     compiling.compile_all()
     return compiling
 
@@ -204,7 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     broken = 0
     for path in args.models:
         start = time.perf_counter()
-        result = check_model(path, args.layout, run=args.run)
+
+        def say(line: str, name: str = path.name) -> None:
+            print(f"{name}: {line}...", flush=True)
+
+        try:
+            result = check_model(path, args.layout, run=args.run, say=say)
+        except KernorchError as error:  # a file that is not a model: one line, exit 2
+            print(f"{path}: {error}", file=sys.stderr)
+            return 2
         broken += len(result.failures)
         print(f"{path.name}: {result.compiled} kernels compiled{' and run' if args.run else ''}, "
               f"{len(result.failures)} failed "
