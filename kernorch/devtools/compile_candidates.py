@@ -76,6 +76,11 @@ class CompilingCost:
     def name(self) -> str:
         return self.base.name
 
+    @property
+    def pending(self) -> int:
+        """Candidates collected and not compiled yet."""
+        return len(self._pending)
+
     def cost(self, candidate: CandidateKernel) -> float:
         return self.base.cost(candidate)
 
@@ -192,7 +197,7 @@ def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None,
     compiling = CompilingCost(make_cost_model(options), cache_dir, run=run)
     say("planning (the candidates are collected on the way)")
     plan_graph(import_graph(str(path)), options, cost_model=compiling)
-    say(f"compiling {len(compiling._pending)} kernels{' and running each' if run else ''}")
+    say(f"compiling {compiling.pending} kernels{' and running each' if run else ''}")
     compiling.compile_all()
     return compiling
 
@@ -200,7 +205,9 @@ def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernorch.devtools.compile_candidates",
                                      description="Compile every candidate kernel of ONNX models (no timing); "
-                                                 "exit 1 when any fails to render or compile.")  # fmt: skip
+                                                 "exit 1 when any fails to render or compile (or, with "
+                                                 "--run, differs from the reference), 2 on a file that is not "
+                                                 "a model.")  # fmt: skip
     parser.add_argument("models", nargs="+", type=Path, help="ONNX files")
     parser.add_argument("--layout", default="auto", choices=("auto", "nchw", "channels-last"),
                         help="layout policy of the planning run (auto: both the 0-1 assignment and channels-last)")
