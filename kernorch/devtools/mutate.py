@@ -171,6 +171,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("reduction axes not relabelled", "kernorch/layout/modes.py",
            '"axes": tuple(sorted(position[a] for a in attrs["axes"]))', '"axes": tuple(sorted(attrs["axes"]))',
            (LAYOUT,)),
+    Mutant("a swapped matmul product keeps its operands' order", "kernorch/layout/materialize.py",
+           "inputs = [operand(b, lb, True), operand(a, la, True)]",
+           "inputs = [operand(a, la, True), operand(b, lb, True)]", (LAYOUT,)),
+    Mutant("a matmul operand read as stored whichever way the product needs it", "kernorch/layout/materialize.py",
+           "if (layout != identity(rank)) == transposed:", "if True:", (LAYOUT,)),
     # stacked LSTM waves
     Mutant("stack rTask does not wait for the layer below", "kernorch/codegen/c_lstm_stack.py",
            "< chunk + 1) {{", "< chunk) {{", (LSTM_STACK,)),

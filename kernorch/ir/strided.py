@@ -25,6 +25,12 @@ class StridedView:
     nodes: tuple[int, ...]  # the layout primitives absorbed, source side first
 
 
+def swap_last_two(rank: int) -> tuple[int, ...]:
+    """The permutation swapping the last two axes: what a matmul reads an operand through, or writes its
+    product through ((A @ B)ᵀ = Bᵀ @ Aᵀ), without a copy."""
+    return (*range(rank - 2), rank - 1, rank - 2)
+
+
 def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):

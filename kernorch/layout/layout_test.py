@@ -102,6 +102,44 @@ def test_a_transpose_pair_around_channels_last_cancels() -> None:
                                atol=1e-5)  # fmt: skip
 
 
+def _token_mlp_into_conv() -> Graph:
+    """SegFormer's Mix-FFN after the rewrite stage: tokens [1, 16, 8] → transpose → Wᵀ @ xᵀ [1, 12, 16] →
+    reshape to [1, 12, 4, 4] → depthwise conv → y. Channels-last, the product is just x @ W."""
+    from kernorch.ir.builder import PrimitiveBuilder
+
+    rng = np.random.default_rng(0)
+    graph = Graph(inputs=["x"], outputs=[], name="token_mlp")
+    graph.types["x"] = TensorType((1, 16, 8), "float32")
+    b = PrimitiveBuilder(graph)
+    (tokens_t,) = b.emit("transpose", ["x"], {"perm": (0, 2, 1)})
+    (hidden,) = b.emit("matmul", [b.constant(rng.standard_normal((12, 8)).astype(np.float32)), tokens_t])
+    (image,) = b.emit("reshape", [hidden], {"shape": (1, 12, 4, 4)})
+    conv_attrs = {"dilations": (1, 1), "group": 12, "pads": (1, 1, 1, 1), "strides": (1, 1)}
+    (y,) = b.emit("conv", [image, b.constant(rng.standard_normal((12, 1, 3, 3)).astype(np.float32))], conv_attrs)
+    graph.outputs = [y]
+    return graph
+
+
+def test_a_matmul_stores_its_product_in_the_layout_its_consumer_wants() -> None:
+    """With the conv channels-last, the product is stored swapped ((Wᵀ xᵀ)ᵀ = x W, read straight from x):
+    no transpose before or after the matmul, only the graph output's way back to NCHW."""
+    from kernorch.rewrite import rewrite
+
+    graph = _token_mlp_into_conv()
+    assignment = assign_layouts(graph, lambda node, last: 1.0 if last else 5.0, lambda v, s, t: 2.0)
+    rewritten, _ = rewrite(materialize(graph, assignment))  # the safe rules cancel the transpose pair
+    assert [n.prim for n in rewritten.nodes] == ["matmul", "reshape", "conv", "transpose"]
+    matmul = rewritten.nodes[0]
+    assert matmul.inputs[0] == "x" and rewritten.types[matmul.outputs[0]].shape == (1, 16, 12)
+    feeds = graph_feeds(graph)
+    (name,) = graph.outputs
+    np.testing.assert_allclose(run_reference(rewritten, feeds)[name], run_reference(graph, feeds)[name],
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    # NCHW, the matmul stays as it was: swapping its product would only move the transpose
+    nchw = materialize(graph, assign_layouts(graph, lambda node, last: 5.0 if last else 1.0, lambda v, s, t: 2.0))
+    assert [n.prim for n in nchw.nodes] == ["transpose", "matmul", "reshape", "conv"]
+
+
 @pytest.mark.parametrize("model", ["shufflenet_v2", "efficientvit_b0", "efficientnet_b0", "candy", "segformer_b0"])
 def test_channels_last_rewrites_of_shared_models_compute_the_same(model: str) -> None:
     from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
@@ -125,7 +163,7 @@ def test_channels_last_rewrites_of_shared_models_compute_the_same(model: str) ->
 
 def _random_layout_graph(rng: np.random.Generator) -> Graph:
     """conv → a random chain of axis-moving primitives (reshapes that split or merge axes, transposes, splits
-    with size-1 pieces, keepdims reductions, broadcasts, slices, concats) → conv, like attention and
+    with size-1 pieces, keepdims reductions, broadcasts, matmuls with constants) → conv, like attention and
     channel-shuffle blocks: many layouts and frames for the assignment to choose from."""
     from kernorch.ir.builder import PrimitiveBuilder
 
@@ -137,7 +175,7 @@ def _random_layout_graph(rng: np.random.Generator) -> Graph:
     for _ in range(int(rng.integers(3, 8))):
         shape = graph.types[value].shape
         rank = len(shape)
-        kind = int(rng.integers(7))
+        kind = int(rng.integers(10))
         first = int(rng.choice([2, 3]))
         if kind == 0 and rank == 4 and shape[1] % first == 0:  # split the channel axis, the pieces may move
             (value,) = b.emit("reshape", [value], {"shape": (shape[0], first, shape[1] // first, *shape[2:])})
@@ -155,6 +193,22 @@ def _random_layout_graph(rng: np.random.Generator) -> Graph:
         elif kind == 5:
             vector = rng.standard_normal(shape[-1:]).astype(np.float32)
             (value,) = b.emit("mul", [value, b.constant(vector)])
+        elif kind in (6, 7, 8):  # a matmul, its operand and product maybe swapped by transposes around it
+            swap = (*range(rank - 2), rank - 1, rank - 2)
+            if rng.random() < 0.5:
+                (value,) = b.emit("transpose", [value], {"perm": swap})
+                shape = graph.types[value].shape
+            if kind == 6:  # over the last axis, a constant on the right
+                weight = rng.standard_normal((shape[-1], int(rng.integers(2, 5)))).astype(np.float32)
+                (value,) = b.emit("matmul", [value, b.constant(weight)])
+            elif kind == 7:  # over the second-to-last axis, a constant on the left
+                weight = rng.standard_normal((int(rng.integers(2, 5)), shape[-2])).astype(np.float32)
+                (value,) = b.emit("matmul", [b.constant(weight), value])
+            else:  # two computed operands: x @ xᵀ
+                (swapped,) = b.emit("transpose", [value], {"perm": swap})
+                (value,) = b.emit("matmul", [value, swapped])
+            if rng.random() < 0.5:
+                (value,) = b.emit("transpose", [value], {"perm": swap})
         else:
             (value,) = b.emit("relu", [value])
     shape = graph.types[value].shape

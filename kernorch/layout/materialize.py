@@ -14,10 +14,11 @@ import numpy as np
 
 from kernorch.ir.graph import Graph, Node, freeze_attrs, verify
 from kernorch.ir.primitives import PRIMITIVES
+from kernorch.ir.strided import swap_last_two
 from kernorch.ir.types import TensorType
 from kernorch.layout.assign import Assignment
 from kernorch.layout.layouts import Perm, between, broadcast_operand, canonical, channels_last, identity, permute
-from kernorch.layout.modes import is_identity_memory, relabel_attrs, transpose_materialized
+from kernorch.layout.modes import Mode, is_identity_memory, relabel_attrs, transpose_materialized
 
 
 class _Rewriter:
@@ -95,6 +96,9 @@ class _Rewriter:
         mode = self.assignment.modes[index]
         origin = node.origin
         out_type = self.old.types[node.outputs[0]]
+        if node.prim == "matmul":
+            self.matmul(node, mode)
+            return
         if mode.channels_last:  # the activation exactly [N, *spatial, C] (even with C = 1); the weights as they are
             x, w = node.inputs
             inputs = [self.get(x, channels_last(self.old.types[x].rank), origin),
@@ -121,6 +125,33 @@ class _Rewriter:
         self.emit(node.prim, inputs, relabel_attrs(self.old, node, mode, moved), list(node.outputs), origin)
         for value, layout in zip(node.outputs, mode.outputs, strict=True):
             self.stored[value, layout] = value
+
+    def matmul(self, node: Node, mode: Mode) -> None:
+        """A @ B with each operand read as it is stored, and the product stored swapped as Bᵀ @ Aᵀ when its
+        mode says so. An operand read the other way than it is stored is a swap of its last two axes, which
+        the library call reads through strides (a constant is permuted instead)."""
+        a, b = node.inputs
+        out = node.outputs[0]
+        product_swapped = mode.outputs[0] != identity(len(mode.outputs[0]))
+
+        def operand(value: str, layout: Perm, transposed: bool) -> str:
+            rank = self.old.types[value].rank
+            if value in self.old.constants:
+                return self.constant(value, swap_last_two(rank) if transposed else identity(rank))
+            name = self.get(value, layout, node.origin)
+            if (layout != identity(rank)) == transposed:
+                return name  # stored as the product reads it
+            view = self.fresh(value)
+            self.emit("transpose", [name], {"perm": swap_last_two(rank)}, [view], node.origin)
+            return view
+
+        la, lb = mode.inputs
+        if product_swapped:
+            inputs = [operand(b, lb, True), operand(a, la, True)]
+        else:
+            inputs = [operand(a, la, False), operand(b, lb, False)]
+        self.emit("matmul", inputs, node.attr_dict, [out], node.origin)
+        self.stored[out, mode.outputs[0]] = out
 
     def finish(self) -> Graph:
         renames: dict[str, str] = {}

@@ -4,9 +4,10 @@ A mode fixes the layout each (non-constant) input must be stored in and the layo
 in. Primitives that only relabel axes (elementwise, reductions, pooling, slice/concat/split/pad/resize/
 expand) run in any layout with their attributes remapped; a transpose can become free (its output simply
 takes the permuted layout of its input); a reshape is free when it does not mix axes the layout separates;
-a convolution has an NCHW and a channels-last mode with measured costs. Everything else (gather, matmul,
-the LSTM scan...) runs only on row-major values. Constants take whatever layout a mode asks for at no cost:
-they are permuted when the graph is rewritten.
+a convolution has an NCHW and a channels-last mode with measured costs; a matmul reads an operand stored with
+its last two axes swapped through strides, and stores its product swapped as Bᵀ @ Aᵀ, both for free.
+Everything else (gather, the LSTM scan...) runs only on row-major values. Constants take whatever layout a
+mode asks for at no cost: they are permuted when the graph is rewritten.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.strided import swap_last_two
 from kernorch.layout.layouts import (
     Perm,
     broadcast_operand,
@@ -73,6 +75,8 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             cl_out = (canonical(channels_last(rank), out_types[0].shape),)
             modes.append(Mode(cl_in, cl_out, conv_cost(node, True), channels_last=True))
         return modes
+    if node.prim == "matmul":
+        return matmul_modes(graph, node, candidates)
     if node.prim == "transpose":
         t = tuple(node.attr("perm"))
         inv_t = inverse(t)
@@ -116,6 +120,33 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             modes.append(Mode(required, tuple(canonical(frame, t.shape) for t in out_types), frame=frame))
         return modes or [Mode(ids_in, ids_out)]
     return [Mode(ids_in, ids_out)]
+
+
+def swapped(shape: tuple[int, ...]) -> Perm | None:
+    """The layout with the last two axes swapped, when that is another memory order than row-major."""
+    if len(shape) < 2:
+        return None
+    layout = canonical(swap_last_two(len(shape)), shape)
+    return None if layout == identity(len(shape)) else layout
+
+
+def matmul_modes(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]]) -> list[Mode]:
+    """A matmul's modes: each operand row-major or swapped (the library reads it through strides) and the
+    product row-major or swapped (computed as Bᵀ @ Aᵀ), all free. A swapped layout is offered only where it
+    is already a candidate (a neighbouring transpose or reshape made it one), so matmuls do not spread
+    layouts of their own; constant operands stay row-major here and are permuted as the product needs."""
+    values = (*node.inputs, *node.outputs)
+    shapes = [graph.types[v].shape for v in values]
+    if any(len(shape) < 2 for shape in shapes):
+        return [Mode(tuple(identity(len(s)) for s in shapes[:2]), (identity(len(shapes[2])),))]
+    options: list[list[Perm]] = []
+    for value, shape in zip(values, shapes, strict=True):
+        layout = swapped(shape)
+        choices = [identity(len(shape))]
+        if layout is not None and value not in graph.constants and layout in candidates(value):
+            choices.append(layout)
+        options.append(choices)
+    return [Mode((a, b), (out,)) for a in options[0] for b in options[1] for out in options[2]]
 
 
 def window_relabel(attrs: dict[str, Any], layout: Perm, rank: int) -> dict[str, Any] | None:

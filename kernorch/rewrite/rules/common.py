@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.ir.graph import Node
+from kernorch.ir.strided import swap_last_two
 from kernorch.rewrite.engine import RewriteContext
 
-
-def swap_last_two(rank: int) -> tuple[int, ...]:
-    return (*range(rank - 2), rank - 1, rank - 2)
+__all__ = ["channel_vector", "free_swap", "swap_last_two"]
 
 
 def free_swap(ctx: RewriteContext, transpose: Node) -> bool:
