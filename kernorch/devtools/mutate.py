@@ -156,6 +156,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("div-by-constant forgets the reciprocal", "kernorch/rewrite/rules/algebra.py",
            'ctx.emit("mul", numerator, ctx.emit("reciprocal", denominator))', 'ctx.emit("mul", numerator, denominator)',
            (REWRITES,)),
+    Mutant("a pointwise conv moves before a downsample", "kernorch/rewrite/rules/linear.py",
+           "if pixels_before > pixels_after or (pixels_before == pixels_after and outputs > channels):",
+           "if pixels_before == pixels_after and outputs > channels:", (REWRITES,)),
+    Mutant("a folded pointwise conv multiplies its weights the wrong way round", "kernorch/rewrite/rules/linear.py",
+           "folded = ctx.constant((matrix.astype(np.float64) @ a.astype(np.float64)).astype(a.dtype))",
+           "folded = ctx.constant((matrix.astype(np.float64).T @ a.astype(np.float64)).astype(a.dtype))",
+           (REWRITES,)),
     Mutant("sub-constant forgets the negation", "kernorch/rewrite/rules/algebra.py",
            'ctx.emit("add", left, ctx.emit("neg", right))', 'ctx.emit("add", left, right)', (REWRITES,)),
     # layout

@@ -247,6 +247,45 @@ def test_pointwise_conv_of_resized_maps_runs_before_the_resizes(mode: str, plain
     assert_equivalent(graph, rewritten, rtol=1e-4)
 
 
+POINTWISE = dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)
+
+
+@SETTINGS
+@given(mode=st.sampled_from(["linear", "nearest", "cubic"]), outputs=st.sampled_from([2, 3, 5]),
+       size=st.sampled_from([(2, 2), (3, 5), (4, 4)]))  # fmt: skip
+def test_a_pointwise_conv_after_an_upsample_runs_before_it(mode: str, outputs: int, size: tuple[int, int]) -> None:
+    rng = np.random.default_rng(2)
+    graph = build({"x": (1, 3, *size)}, lambda b: emit(b, "conv", _resize(b, "x", (1, 3, 4, 6), mode),
+                                                        const(b, rng.standard_normal((outputs, 3, 1, 1))),
+                                                        **POINTWISE))  # fmt: skip
+    rewritten, fired = rewrite_with(graph, "pointwise-conv-before-upsample")
+    assert fired == ["pointwise-conv-before-upsample"]
+    assert prims(rewritten) == ["conv", "resize"] and rewritten.types[rewritten.nodes[0].outputs[0]].shape == \
+        (1, outputs, *size)  # fmt: skip
+    assert_equivalent(graph, rewritten, rtol=1e-4)
+
+
+@SETTINGS
+@given(batch=st.sampled_from([(), (1,), (2,)]), k=st.sampled_from([1, 3, 4]), outputs=st.sampled_from([2, 5]))
+def test_a_pointwise_conv_of_a_projected_image_folds_into_the_projection(batch: tuple[int, ...], k: int,
+                                                                         outputs: int) -> None:  # fmt: skip
+    """SegFormer's decode head: conv1x1(reshape(A @ tokens, [N, C, H, W])) = reshape((W A) @ tokens)."""
+    rng = np.random.default_rng(4)
+    channels, (h, w) = 6, (2, 3)
+    n = batch[0] if batch else 1
+
+    def body(b):  # type: ignore[no-untyped-def]
+        product = emit(b, "matmul", const(b, rng.standard_normal((channels, k))), "tokens")
+        image = emit(b, "reshape", product, shape=(n, channels, h, w))
+        return emit(b, "conv", image, const(b, rng.standard_normal((outputs, channels, 1, 1))), **POINTWISE)
+
+    graph = build({"tokens": (*batch, k, h * w)}, body)
+    rewritten, fired = rewrite_with(graph, "pointwise-conv-into-matmul")
+    assert fired == ["pointwise-conv-into-matmul"]
+    assert prims(rewritten) == ["matmul", "reshape"]
+    assert_equivalent(graph, rewritten, rtol=1e-4)
+
+
 def test_a_qkv_split_along_the_last_axis_becomes_one_slice_per_piece() -> None:
     rng = np.random.default_rng(0)
 

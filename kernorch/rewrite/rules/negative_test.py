@@ -99,6 +99,30 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
         ("the resized map is also an output", lambda: build({"a": (1, 2, 2, 2)}, lambda b: (lambda r: [r, emit(
             b, "conv", emit(b, "concat", r, r, axis=1), const(b, np.ones((3, 4, 1, 1))), **_CONV)])(
             _resize_to(b, "a", 4))))],
+    "pointwise-conv-before-upsample": [
+        ("a downsample: fewer pixels after it", lambda: build({"a": (1, 2, 4, 4)}, lambda b: emit(
+            b, "conv", _resize_to(b, "a", 2), const(b, np.ones((3, 2, 1, 1))), **_CONV))),
+        ("crop-and-resize extrapolates a constant", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", _resize_to(b, "a", 4, "tf_crop_and_resize"), const(b, np.ones((3, 2, 1, 1))), **_CONV))),
+        ("a strided conv", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", _resize_to(b, "a", 4), const(b, np.ones((3, 2, 1, 1))), **{**_CONV, "strides": (2, 2)}))),
+        ("the resize stretches the channel axis", lambda: build({"a": (1, 2, 2, 2)}, lambda b: emit(
+            b, "conv", _resize_channels(b, "a"), const(b, np.ones((3, 4, 1, 1))), **_CONV))),
+        ("the resized map is also an output", lambda: build({"a": (1, 2, 2, 2)}, lambda b: (lambda r: [r, emit(
+            b, "conv", r, const(b, np.ones((3, 2, 1, 1))), **_CONV)])(_resize_to(b, "a", 4))))],
+    "pointwise-conv-into-matmul": [
+        ("folded would cost more: 64 x 64 against 64 x 2 + 2 x 64", lambda: build({"t": (1, 64, 4)}, lambda b: emit(
+            b, "conv", emit(b, "reshape", emit(b, "matmul", const(b, np.ones((2, 64))), "t"), shape=(1, 2, 2, 2)),
+            const(b, np.ones((64, 2, 1, 1))), **_CONV))),
+        ("the product is also an output", lambda: build({"t": (1, 3, 4)}, lambda b: (lambda p: [p, emit(
+            b, "conv", emit(b, "reshape", p, shape=(1, 4, 2, 2)), const(b, np.ones((5, 4, 1, 1))), **_CONV)])(
+            emit(b, "matmul", const(b, np.ones((4, 3))), "t")))),
+        ("the projection's weight is computed", lambda: build({"t": (1, 3, 4), "w": (4, 3)}, lambda b: emit(
+            b, "conv", emit(b, "reshape", emit(b, "matmul", "w", "t"), shape=(1, 4, 2, 2)),
+            const(b, np.ones((5, 4, 1, 1))), **_CONV))),
+        ("the reshape mixes channels into the image", lambda: build({"t": (1, 3, 4)}, lambda b: emit(
+            b, "conv", emit(b, "reshape", emit(b, "matmul", const(b, np.ones((4, 3))), "t"), shape=(1, 2, 2, 4)),
+            const(b, np.ones((5, 2, 1, 1))), **_CONV)))],
     "merge-matmuls": [("different left operands", lambda: build({"a": (3, 4), "c": (3, 4)}, lambda b: [
         emit(b, "matmul", "a", const(b, np.ones((4, 2)))), emit(b, "matmul", "c", const(b, np.ones((4, 2))))]))],
     "mul-over-add": [("the sum does not come from a linear primitive", lambda: build({"x": (4,)}, lambda b: emit(
