@@ -163,6 +163,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "folded = ctx.constant((matrix.astype(np.float64) @ a.astype(np.float64)).astype(a.dtype))",
            "folded = ctx.constant((matrix.astype(np.float64).T @ a.astype(np.float64)).astype(a.dtype))",
            (REWRITES,)),
+    Mutant("a bias moves through a reshape onto an axis of the same size elsewhere", "kernorch/rewrite/rules/linear.py",
+           "if source[a] == shape[axis] and int(np.prod(source[:a])) == before),", "if source[a] == shape[axis]),",
+           (REWRITES,)),
     Mutant("sub-constant forgets the negation", "kernorch/rewrite/rules/algebra.py",
            'ctx.emit("add", left, ctx.emit("neg", right))', 'ctx.emit("add", left, right)', (REWRITES,)),
     # layout
@@ -183,6 +186,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "inputs = [operand(a, la, True), operand(b, lb, True)]", (LAYOUT,)),
     Mutant("a matmul operand read as stored whichever way the product needs it", "kernorch/layout/materialize.py",
            "if (layout != identity(rank)) == transposed:", "if True:", (LAYOUT,)),
+    Mutant("a 1x1 conv as a matmul reads its input as stored whatever the output's layout",
+           "kernorch/layout/materialize.py", "if x_last != out_last:", "if False:", (LAYOUT,)),
+    Mutant("a 1x1 conv as a matmul writing channels-last keeps its weight untransposed",
+           "kernorch/layout/materialize.py", "np.ascontiguousarray(matrix.T if out_last else matrix)",
+           "np.ascontiguousarray(matrix)", (LAYOUT,)),
     # stacked LSTM waves
     Mutant("stack rTask does not wait for the layer below", "kernorch/codegen/c_lstm_stack.py",
            "< chunk + 1) {{", "< chunk) {{", (LSTM_STACK,)),

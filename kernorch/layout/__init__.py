@@ -105,7 +105,7 @@ def choose_layouts(graph: Graph, cost_model: CostModel, policy: str = "auto") ->
     assignment = run_assignment(graph, lambda n, last: cost_model.cost(conv_kernel(n, last)),
                                 lambda v, s, t: cost_model.cost(transpose_kernel(v, s, t)), policy)  # fmt: skip
     convs = [i for i, n in enumerate(graph.nodes) if n.prim in CONV_PRIMS]
-    report = LayoutReport(policy, len(convs), sum(assignment.modes[i].channels_last for i in convs),
+    report = LayoutReport(policy, len(convs), sum(assignment.modes[i].reads_channels_last for i in convs),
                           assignment.transposes, assignment.cost, assignment.nchw_cost, assignment.seconds,
                           assignment.status)  # fmt: skip
     if not any(layout != canonical(tuple(range(len(layout))), graph.types[v].shape)

@@ -95,7 +95,8 @@ def assign_layouts(graph: Graph, conv_cost: Callable[[Node, bool], float],
                  if all(layout in cands(v) for v, layout in zip(node.outputs, m.outputs, strict=True))]  # fmt: skip
         nchw_cost += next(m.cost for m in modes if _row_major(m))
         if policy == "channels-last" and node.prim in CONV_PRIMS and any(m.channels_last for m in modes):
-            modes = [m for m in modes if m.channels_last]
+            # every conv reads channels-last (a 1x1 conv run as a matmul may write either layout)
+            modes = [m for m in modes if m.reads_channels_last]
         node_modes.append(modes)
 
     highs = highspy.Highs()

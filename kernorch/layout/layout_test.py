@@ -140,6 +140,34 @@ def test_a_matmul_stores_its_product_in_the_layout_its_consumer_wants() -> None:
     assert [n.prim for n in nchw.nodes] == ["transpose", "matmul", "reshape", "conv"]
 
 
+def test_a_pointwise_conv_reads_channels_last_and_writes_the_nchw_output_as_a_matmul() -> None:
+    """x → 3x3 conv → relu → 1x1 conv → y (NCHW): with convs cheaper channels-last, the 1x1 conv runs as a
+    matmul reading the channels-last map and writing y directly, so only the input's transpose is left."""
+    graph = conv_chain()
+    rng = np.random.default_rng(1)
+    graph.constants["w2"] = rng.standard_normal((5, 8, 1, 1)).astype(np.float32)
+    graph.types["w2"] = TensorType.of(graph.constants["w2"])
+    pointwise = (("dilations", (1, 1)), ("group", 1), ("pads", (0, 0, 0, 0)), ("strides", (1, 1)))
+    graph.nodes[2] = Node("conv", ("r", "w2"), ("c2",), pointwise)
+    graph.types.update({"c2": TensorType((1, 5, 6, 6), "float32"), "y": TensorType((1, 5, 6, 6), "float32")})
+    graph.constants["b"] = graph.constants["b"][:, :5]
+    graph.types["b"] = TensorType.of(graph.constants["b"])
+    assignment = assign_layouts(graph, lambda node, last: 1.0 if last else 5.0, lambda v, s, t: 2.0)
+    assert assignment.modes[2].as_matmul and assignment.modes[2].reads_channels_last
+    rewritten = materialize(graph, assignment)
+    assert [n.prim for n in rewritten.nodes] == ["transpose", "conv", "relu", "reshape", "transpose", "matmul",
+                                                 "reshape", "add"]  # fmt: skip
+    feeds = graph_feeds(graph)
+    np.testing.assert_allclose(run_reference(rewritten, feeds)["y"], run_reference(graph, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+    # the other way round: an NCHW input read by a 1x1 conv whose consumer wants channels-last
+    forced = assign_layouts(graph, lambda node, last: 1.0 if last else 5.0, lambda v, s, t: 2.0,
+                            policy="channels-last")  # fmt: skip
+    assert forced.modes[2].reads_channels_last
+    np.testing.assert_allclose(run_reference(materialize(graph, forced), feeds)["y"], run_reference(graph, feeds)["y"],
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
 @pytest.mark.parametrize("model", ["shufflenet_v2", "efficientvit_b0", "efficientnet_b0", "candy", "segformer_b0"])
 def test_channels_last_rewrites_of_shared_models_compute_the_same(model: str) -> None:
     from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel

@@ -99,6 +99,9 @@ class _Rewriter:
         if node.prim == "matmul":
             self.matmul(node, mode)
             return
+        if mode.as_matmul:
+            self.pointwise_conv(node, mode)
+            return
         if mode.channels_last:  # the activation exactly [N, *spatial, C] (even with C = 1); the weights as they are
             x, w = node.inputs
             inputs = [self.get(x, channels_last(self.old.types[x].rank), origin),
@@ -152,6 +155,32 @@ class _Rewriter:
             inputs = [operand(a, la, False), operand(b, lb, False)]
         self.emit("matmul", inputs, node.attr_dict, [out], node.origin)
         self.stored[out, mode.outputs[0]] = out
+
+    def pointwise_conv(self, node: Node, mode: Mode) -> None:
+        """A 1x1 conv as a matmul over the channel axis: W [O, C] @ x [N, C, pixels] when its output is
+        NCHW, x [N, pixels, C] @ Wᵀ when channels-last; x is read through a swap (strides) when it is
+        stored the other way."""
+        x, weight = node.inputs
+        x_shape, out_shape = self.old.types[x].shape, self.old.types[node.outputs[0]].shape
+        n, channels, pixels = x_shape[0], x_shape[1], int(np.prod(x_shape[2:]))
+        matrix = self.old.constants[weight].reshape(out_shape[1], channels)
+        x_last = mode.inputs[0] != identity(len(x_shape))
+        out_last = mode.outputs[0] != identity(len(out_shape))
+        stored = self.get(x, mode.inputs[0], node.origin)
+        flat = (n, pixels, channels) if x_last else (n, channels, pixels)
+        operand = self.reshaped(stored, flat, node.origin)
+        if x_last != out_last:  # read the other way round: a free swap for the library call
+            view = self.fresh(x)
+            self.emit("transpose", [operand], {"perm": (0, 2, 1)}, [view], node.origin)
+            operand = view
+        w = self.fresh(weight)
+        self.new.constants[w] = np.ascontiguousarray(matrix.T if out_last else matrix)
+        self.new.types[w] = TensorType.of(self.new.constants[w])
+        product = self.fresh(node.outputs[0])
+        self.emit("matmul", [operand, w] if out_last else [w, operand], {}, [product], node.origin)
+        self.emit("reshape", [product], {"shape": permute(out_shape, mode.outputs[0])}, list(node.outputs),
+                  node.origin)  # fmt: skip
+        self.stored[node.outputs[0], mode.outputs[0]] = node.outputs[0]
 
     def finish(self) -> Graph:
         renames: dict[str, str] = {}

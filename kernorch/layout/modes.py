@@ -34,6 +34,7 @@ from kernorch.layout.layouts import (
 _SAME_LAYOUT = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "window_max", "window_sum", "slice",
                 "concat", "split", "pad", "resize", "expand"}  # fmt: skip
 CONV_PRIMS = ("conv", "conv_transpose")
+AS_MATMUL_FACTOR = 1.07  # a 1x1 conv as a matmul reading one layout and writing the other, vs channels-last
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,13 @@ class Mode:
     outputs: tuple[Perm, ...]  # stored layout per output, canonical
     cost: float = 0.0  # seconds this mode costs (a measured conv, a transpose that stays a copy)
     channels_last: bool = False  # conv modes only
+    # a 1x1 conv run as a matmul over the channel axis, so that it reads one layout and writes the other
+    as_matmul: bool = False
+
+    @property
+    def reads_channels_last(self) -> bool:
+        """A conv mode reading its activation channels-last (as a conv, or as a matmul writing NCHW)."""
+        return self.channels_last or (self.as_matmul and self.inputs[0] != identity(len(self.inputs[0])))
     # The exact axis order the node runs in (axis-relabelling primitives): its attributes are remapped by it
     # and every operand is viewed in it. Canonical layouts ignore where size-1 axes sit; a frame does not.
     frame: Perm | None = None
@@ -74,6 +82,14 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             cl_in = (canonical(channels_last(rank), in_types[0].shape), ids_in[1])
             cl_out = (canonical(channels_last(rank), out_types[0].shape),)
             modes.append(Mode(cl_in, cl_out, conv_cost(node, True), channels_last=True))
+            if is_pointwise_conv(graph, node) and cl_in[0] != ids_in[0] and cl_out[0] != ids_out[0]:
+                # the same product as the channels-last conv, written in the other layout: SegFormer's
+                # classifier reads channels-last and writes the NCHW graph output with no transpose after it.
+                # Priced as the channels-last conv plus what the matmul form measured slower on that one
+                # (7.73 vs 7.20 ms profiled), so only a real transpose saved pays for it, not a tie.
+                cost = conv_cost(node, True) * AS_MATMUL_FACTOR
+                modes.append(Mode(cl_in, ids_out, cost, as_matmul=True))
+                modes.append(Mode(ids_in, cl_out, cost, as_matmul=True))
         return modes
     if node.prim == "matmul":
         return matmul_modes(graph, node, candidates)
@@ -120,6 +136,15 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             modes.append(Mode(required, tuple(canonical(frame, t.shape) for t in out_types), frame=frame))
         return modes or [Mode(ids_in, ids_out)]
     return [Mode(ids_in, ids_out)]
+
+
+def is_pointwise_conv(graph: Graph, node: Node) -> bool:
+    """A conv that only mixes channels (a constant 1x1 kernel, one group, no padding or stride): per pixel,
+    a product with its [O, C] weight."""
+    weight = graph.constants.get(node.inputs[1])
+    attrs = node.attr_dict
+    return node.prim == "conv" and weight is not None and all(k == 1 for k in weight.shape[2:]) \
+        and attrs["group"] == 1 and not any(attrs["pads"]) and all(s == 1 for s in attrs["strides"])  # fmt: skip
 
 
 def swapped(shape: tuple[int, ...]) -> Perm | None:

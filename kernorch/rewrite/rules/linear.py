@@ -160,21 +160,34 @@ def reshape_through_matmul(ctx: RewriteContext) -> Replacement | None:
 
 @rewrite_rule("reshape-through-bias", roots=["add", "mul"])
 def reshape_through_bias(ctx: RewriteContext) -> Replacement | None:
-    """reshape(y) + b = reshape(y + b) for a constant b along the last axis, when the reshape keeps that
-    axis: the reshape moves on towards its consumers (and the reshape that undoes it)."""
+    """reshape(y) + b = reshape(y + b) for a constant b along one axis, when the reshape keeps that axis
+    whole (the same elements before it, the same size): the reshape moves on towards its consumers (and the
+    reshape that undoes it), and the product's epilogue can take the bias."""
     node = ctx.node
+    out_type = ctx.type(node.outputs[0])
     for reshaped, bias in (node.inputs, node.inputs[::-1]):
         reshape = ctx.producer(reshaped)
-        if reshape is None or reshape.prim != "reshape" or not ctx.single_use(reshaped):
+        if reshape is None or reshape.prim != "reshape" or not ctx.single_use(reshaped) \
+                or out_type != ctx.type(reshaped):  # fmt: skip
             continue
-        source = reshape.inputs[0]
-        out_type = ctx.type(node.outputs[0])
-        vector = channel_vector(ctx, bias, node.outputs[0], out_type.rank - 1)
-        if vector is None or out_type != ctx.type(reshaped) or ctx.type(source).shape[-1] != out_type.shape[-1]:
-            continue
-        constant = ctx.constant(vector if vector.size > 1 else vector.reshape(()))
-        return {node.outputs[0]: ctx.emit("reshape", ctx.emit(node.prim, source, constant), shape=out_type.shape)}
+        source = ctx.type(reshape.inputs[0]).shape
+        for axis in reversed(range(out_type.rank)):
+            vector = channel_vector(ctx, bias, node.outputs[0], axis)
+            kept = _kept_axis(out_type.shape, source, axis)
+            if vector is None or (vector.size > 1 and kept is None):
+                continue
+            shape = () if vector.size == 1 else (vector.size, *(1,) * (len(source) - 1 - (kept or 0)))
+            constant = ctx.constant(vector.reshape(shape))
+            return {node.outputs[0]: ctx.emit("reshape", ctx.emit(node.prim, reshape.inputs[0], constant),
+                                              shape=out_type.shape)}  # fmt: skip
     return None
+
+
+def _kept_axis(shape: tuple[int, ...], source: tuple[int, ...], axis: int) -> int | None:
+    """The axis of `source` that is `axis` of `shape` after a reshape: as many elements before it, as long."""
+    before = int(np.prod(shape[:axis]))
+    return next((a for a in range(len(source)) if source[a] == shape[axis] and int(np.prod(source[:a])) == before),
+                None)
 
 
 # ------------------------------------------------------------------------------------------ cost-guided

@@ -210,6 +210,23 @@ def test_flatten_project_unflatten_loses_both_reshapes(lead: tuple[int, ...], k:
     assert_equivalent(graph, rewritten)
 
 
+def test_a_per_channel_bias_of_an_unflattened_image_moves_before_the_reshape() -> None:
+    """W @ x[N, C, H·W] reshaped to [N, O, H, W] + b[1, O, 1, 1]: the bias adds to the product's rows, so the
+    matmul's epilogue can take it (a 1x1 conv run as a matmul writing NCHW, then its bias)."""
+    rng = np.random.default_rng(6)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        product = emit(b, "matmul", const(b, rng.standard_normal((5, 3))), "x")
+        image = emit(b, "reshape", product, shape=(2, 5, 2, 3))
+        return emit(b, "add", image, const(b, rng.standard_normal((1, 5, 1, 1))))
+
+    graph = build({"x": (2, 3, 6)}, body)
+    rewritten, fired = rewrite_with(graph, "reshape-through-bias")
+    assert fired == ["reshape-through-bias"] and prims(rewritten) == ["matmul", "add", "reshape"]
+    assert rewritten.types[rewritten.nodes[1].outputs[0]].shape == (2, 5, 6)
+    assert_equivalent(graph, rewritten)
+
+
 def test_a_reshape_that_changes_the_last_axis_stays_before_the_matmul() -> None:
     rng = np.random.default_rng(0)
     graph = build({"x": (2, 3, 4)}, lambda b: emit(b, "matmul", emit(b, "reshape", "x", shape=(2, 12)),

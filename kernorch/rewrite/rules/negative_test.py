@@ -145,7 +145,10 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                      ("expand that broadcasts", lambda: build({"x": (1, 3)}, lambda b: emit(
                          b, "expand", "x", shape=(2, 3))))],
     "reshape-through-bias": [("the reshape changes the last axis", lambda: build({"x": (2, 6)}, lambda b: emit(
-        b, "add", emit(b, "reshape", "x", shape=(2, 3, 2)), const(b, np.ones((2,))))))],
+        b, "add", emit(b, "reshape", "x", shape=(2, 3, 2)), const(b, np.ones((2,)))))),
+                             ("the bias runs along an axis the reshape splits", lambda: build({"x": (2, 6)},
+                              lambda b: emit(b, "add", emit(b, "reshape", "x", shape=(2, 3, 2)),
+                                             const(b, np.arange(3.0).reshape(3, 1)))))],
     "reshape-through-matmul": [("the reshape changes the last axis", lambda: build({"x": (2, 6)}, lambda b: emit(
         b, "matmul", emit(b, "reshape", "x", shape=(4, 3)), const(b, np.ones((3, 5))))))],
     "scale-across-matmul": [("a scale along K, not a row", lambda: build({"a": (3, 4), "bm": (4, 5)}, lambda b: emit(
