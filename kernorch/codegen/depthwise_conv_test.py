@@ -36,9 +36,11 @@ EPILOGUES = {  # ONNX nodes after the depthwise conv's output "c", ending in "e"
 def depthwise_model(channels: int, kernel: int, size: tuple[int, int], batch: int = 1,
                     strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
                     pads: tuple[int, int, int, int] = (0, 0, 0, 0), bias: bool = True, epilogue: str = "none",
-                    group_channels: int = 1) -> onnx.ModelProto:  # fmt: skip
+                    group_channels: int = 1, channels_last_output: bool = False) -> onnx.ModelProto:  # fmt: skip
     """x → 1x1 Conv → Relu → depthwise Conv → epilogue → 1x1 Conv: the 1x1 convs around it keep the
-    channels-last layout on both sides, so the epilogue joins the depthwise conv, not the layout change."""
+    channels-last layout on both sides, so the epilogue joins the depthwise conv, not the layout change.
+    With `channels_last_output` the model's output is transposed to [N, H, W, C] (the last conv then has no
+    reason to run as a matmul writing NCHW)."""
     w = random_array((channels, group_channels, kernel, kernel), seed=1) * 0.3
     initializers = [numpy_helper.from_array(w, "w"),
                     numpy_helper.from_array(random_array((channels, channels, 1, 1), seed=4) * 0.3, "w0"),
@@ -50,7 +52,9 @@ def depthwise_model(channels: int, kernel: int, size: tuple[int, int], batch: in
     nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
              helper.make_node("Conv", ["r", "w", "b"] if bias else ["r", "w"], ["c"], group=channels // group_channels,
                               strides=list(strides), dilations=list(dilations), pads=list(pads)),
-             *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y"])]  # fmt: skip
+             *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y_nchw" if channels_last_output else "y"])]
+    if channels_last_output:
+        nodes.append(helper.make_node("Transpose", ["y_nchw"], ["y"], perm=[0, 2, 3, 1]))
     graph = helper.make_graph(nodes, "depthwise",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, channels, *size))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
@@ -66,7 +70,9 @@ def compiled_calls(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray, list
     compiled = kernorch.compile(model, cost="analytic", device="a100", layout="channels-last", rewrite=True)
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
              if b == "library"]  # fmt: skip
-    assert calls[0].weights.dims[2:] == calls[-1].weights.dims[2:] == (1, 1), calls  # the convs around it
+    # the 1x1 convs around it (the last one may run as a matmul writing the NCHW output: layout/modes.py)
+    assert calls[0].weights.dims[2:] == (1, 1) and (calls[-1].weights.dims[2:] == (1, 1) or calls[-1].op == "matmul"), \
+        calls  # fmt: skip
     return compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], calls[1:-1]
 
 
@@ -129,7 +135,8 @@ def test_nchw_or_variable_weights_are_refused() -> None:
 
 
 def test_explain_names_the_depthwise_conv(tmp_path: Path) -> None:
-    onnx.save(depthwise_model(channels=16, kernel=3, size=(7, 9), epilogue="swish"), tmp_path / "m.onnx")
+    model = depthwise_model(channels=16, kernel=3, size=(7, 9), epilogue="swish", channels_last_output=True)
+    onnx.save(model, tmp_path / "m.onnx")
     command = [sys.executable, "-m", "kernorch.cli", "explain", str(tmp_path / "m.onnx"), "--cost", "analytic",
                "--layout", "channels-last"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
