@@ -208,6 +208,8 @@ def channel_bias(graph: Graph, value: str, out_shape: tuple[int, ...], channel_a
     offset = len(out_shape) - len(shape)
     if offset < 0:
         return False
+    if graph.types[value].numel == 1:  # a scalar: the bias of a single output channel only (O values are read)
+        return out_shape[channel_axis] == 1
     return all(d == (out_shape[channel_axis] if i + offset == channel_axis else 1) for i, d in enumerate(shape))
 
 
@@ -228,6 +230,14 @@ def compile_epilogue(graph: Graph, linear: int, members: tuple[int, ...], output
     post_ops: list[PostOp] = []
     pending = list(rest)
     while pending:
+        head = graph.nodes[pending[0]]
+        other = next((v for v in head.inputs if v != current), current)
+        if bias is None and not post_ops and head.prim == "add" and current in head.inputs and other != current \
+                and channel_bias(graph, other, out_type.shape, channel_axis) \
+                and graph.types[head.outputs[0]].shape == out_type.shape:  # fmt: skip
+            bias, current = other, head.outputs[0]  # before the scalar region: one channel's bias is a scalar
+            pending.pop(0)
+            continue
         region = _scalar_region(graph, pending, current)
         if region:
             exits = [graph.nodes[i].outputs[0] for i in region
@@ -250,10 +260,7 @@ def compile_epilogue(graph: Graph, linear: int, members: tuple[int, ...], output
         if graph.types[node.outputs[0]].shape != out_type.shape:
             raise EpilogueError(f"{node.prim} broadcasts the result beyond the linear output")
         swapped = node.inputs[1] == current
-        if node.prim == "add" and bias is None and not post_ops and channel_bias(graph, other, out_type.shape,
-                                                                                 channel_axis):  # fmt: skip
-            bias = other
-        elif swapped and node.prim == "sub":  # T − x = −(x − T)
+        if swapped and node.prim == "sub":  # T − x = −(x − T)
             post_ops.extend([Binary("sub", other), Eltwise("linear", -1.0, 0.0)])
         elif swapped and node.prim == "div":
             raise EpilogueError("a division by the linear result")

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.epilogue import Eltwise, fit_scalar_function
+from kernorch.codegen.epilogue import Eltwise, channel_bias, fit_scalar_function
 from kernorch.codegen.library import absorbed_summary
 from kernorch.testing import random_array
 from kernorch.tools.check import run_onnxruntime
@@ -166,3 +166,19 @@ def test_what_cannot_be_a_post_op_stays_outside() -> None:
         feeds = {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}
         expected = run_onnxruntime(model, feeds)["y"]  # 1/c magnifies rounding near 0: relative to the largest
         np.testing.assert_allclose(compiled.run(feeds)["y"], expected, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_a_scalar_is_the_bias_of_one_output_channel_only() -> None:
+    """The call reads O bias values: a one-element constant can be the bias of a single channel, never of
+    several (it would be read past its end)."""
+    from kernorch.ir.graph import Graph
+    from kernorch.ir.types import TensorType
+
+    graph = Graph(inputs=[], outputs=[], name="bias")
+    for name, array in {"s": np.float32(0.5), "one": np.ones((1, 1, 1), np.float32),
+                        "v": np.ones((4, 1, 1), np.float32)}.items():  # fmt: skip
+        graph.constants[name] = np.asarray(array)
+        graph.types[name] = TensorType.of(graph.constants[name])
+    assert channel_bias(graph, "s", (1, 1, 5, 5), 1) and channel_bias(graph, "one", (1, 1, 5, 5), 1)
+    assert not channel_bias(graph, "s", (1, 4, 5, 5), 1) and not channel_bias(graph, "one", (1, 4, 5, 5), 1)
+    assert channel_bias(graph, "v", (1, 4, 5, 5), 1) and not channel_bias(graph, "v", (1, 5, 5, 4), 3)
