@@ -472,6 +472,14 @@ _register("conv_transpose", Kind.LINEAR,
           "transposed convolution, no bias; channels_last: activations [N, *spatial, C]")  # fmt: skip
 
 
+def pointwise_conv(prim: str, attrs: Attrs, weight: np.ndarray | None) -> bool:
+    """A conv that only mixes channels — a constant 1x1 kernel, one group, no padding or stride, NCHW: per
+    pixel, a product with its [O, C] weight (a matmul over the channel axis)."""
+    return prim == "conv" and weight is not None and weight.ndim >= 3 and all(k == 1 for k in weight.shape[2:]) \
+        and attrs["group"] == 1 and not any(attrs["pads"]) and all(s == 1 for s in attrs["strides"]) \
+        and not attrs.get("channels_last", False)  # fmt: skip
+
+
 # -------------------------------------------------------------------------------------------- opaque
 
 def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernorch.ir.graph import Graph, Node
-from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.primitives import PRIMITIVES, Kind, pointwise_conv
 from kernorch.ir.strided import swap_last_two
 from kernorch.layout.layouts import (
     Perm,
@@ -45,14 +45,14 @@ class Mode:
     channels_last: bool = False  # conv modes only
     # a 1x1 conv run as a matmul over the channel axis, so that it reads one layout and writes the other
     as_matmul: bool = False
+    # The exact axis order the node runs in (axis-relabelling primitives): its attributes are remapped by it
+    # and every operand is viewed in it. Canonical layouts ignore where size-1 axes sit; a frame does not.
+    frame: Perm | None = None
 
     @property
     def reads_channels_last(self) -> bool:
         """A conv mode reading its activation channels-last (as a conv, or as a matmul writing NCHW)."""
         return self.channels_last or (self.as_matmul and self.inputs[0] != identity(len(self.inputs[0])))
-    # The exact axis order the node runs in (axis-relabelling primitives): its attributes are remapped by it
-    # and every operand is viewed in it. Canonical layouts ignore where size-1 axes sit; a frame does not.
-    frame: Perm | None = None
 
 
 def is_identity_memory(perm: Perm, shape: tuple[int, ...]) -> bool:
@@ -82,7 +82,8 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             cl_in = (canonical(channels_last(rank), in_types[0].shape), ids_in[1])
             cl_out = (canonical(channels_last(rank), out_types[0].shape),)
             modes.append(Mode(cl_in, cl_out, conv_cost(node, True), channels_last=True))
-            if is_pointwise_conv(graph, node) and cl_in[0] != ids_in[0] and cl_out[0] != ids_out[0]:
+            if pointwise_conv(node.prim, node.attr_dict, graph.constants.get(node.inputs[1])) \
+                    and cl_in[0] != ids_in[0] and cl_out[0] != ids_out[0]:
                 # the same product as the channels-last conv, written in the other layout: SegFormer's
                 # classifier reads channels-last and writes the NCHW graph output with no transpose after it.
                 # Priced as the channels-last conv plus what the matmul form measured slower on that one
@@ -136,15 +137,6 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
             modes.append(Mode(required, tuple(canonical(frame, t.shape) for t in out_types), frame=frame))
         return modes or [Mode(ids_in, ids_out)]
     return [Mode(ids_in, ids_out)]
-
-
-def is_pointwise_conv(graph: Graph, node: Node) -> bool:
-    """A conv that only mixes channels (a constant 1x1 kernel, one group, no padding or stride): per pixel,
-    a product with its [O, C] weight."""
-    weight = graph.constants.get(node.inputs[1])
-    attrs = node.attr_dict
-    return node.prim == "conv" and weight is not None and all(k == 1 for k in weight.shape[2:]) \
-        and attrs["group"] == 1 and not any(attrs["pads"]) and all(s == 1 for s in attrs["strides"])  # fmt: skip
 
 
 def swapped(shape: tuple[int, ...]) -> Perm | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.ir.graph import Node
-from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
+from kernorch.ir.primitives import STRIDED_VIEW_PRIMS, pointwise_conv
 from kernorch.ir.strided import strided_view
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 from kernorch.rewrite.rules.common import channel_vector, swap_last_two
@@ -407,15 +407,9 @@ def pointwise_conv_into_matmul(ctx: RewriteContext) -> Replacement | None:
 
 
 def _pointwise_weight(ctx: RewriteContext, conv: Node) -> np.ndarray | None:
-    """A conv that only mixes channels (1x1, one group, no padding or stride, NCHW): its constant weight,
-    [O, C, 1, 1]; else None."""
+    """The constant [O, C, 1, 1] weight of a 2-d conv that only mixes channels; else None."""
     w = ctx.const(conv.inputs[1])
-    attrs = conv.attr_dict
-    if conv.prim != "conv" or w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or attrs["group"] != 1:
-        return None
-    if any(attrs["pads"]) or any(s != 1 for s in attrs["strides"]) or attrs.get("channels_last", False):
-        return None
-    return w
+    return w if pointwise_conv(conv.prim, conv.attr_dict, w) and w is not None and w.ndim == 4 else None
 
 
 def _channelwise_resize(ctx: RewriteContext, value: str, resize: Node | None) -> bool:
