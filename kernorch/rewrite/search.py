@@ -232,6 +232,14 @@ def _promise(kept: list[bool]) -> float:
     return (sum(kept) + 1) / (len(kept) + 2)
 
 
+def next_site(sites: list[Site], outcomes: dict[str, list[bool]]) -> Site:
+    """The site to judge next. A rule not judged yet goes first, so a tight budget (a cold profile database
+    makes each trial slow) reaches every rule once: ordered by promise alone, a rule kept at its first sites
+    took the whole budget, and SegFormer's decode head — one site of a rule tried after fourteen others —
+    kept its 8.6 GFLOP fuse conv. Then rules that keep paying off come first, in graph order."""
+    return min(sites, key=lambda s: (s.rule.name in outcomes, -_promise(outcomes.get(s.rule.name, [])), s.position))
+
+
 def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadline: float,
                         report: RewriteReport, progress: Callable[[str], None] | None) -> Graph:  # fmt: skip
     tried: set[tuple[str, str]] = set()
@@ -239,8 +247,7 @@ def _cost_guided_search(graph: Graph, plan_cost: Callable[[Graph], float], deadl
     sites = find_sites(graph, cost_guided_rules())
     outcomes: dict[str, list[bool]] = {}  # rule -> kept? per judged site
     while sites:
-        # Rules that keep paying off are tried first, so a tight budget is spent where it helps most.
-        site = min(sites, key=lambda s: (-_promise(outcomes.get(s.rule.name, [])), s.position))
+        site = next_site(sites, outcomes)
         sites.remove(site)
         rule, node = site.rule, graph.nodes[site.position]
         key = (rule.name, node.outputs[0])

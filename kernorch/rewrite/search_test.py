@@ -10,7 +10,8 @@ from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate import orchestrate
-from kernorch.rewrite.search import neighbourhood, rewrite, window_signature
+from kernorch.rewrite.engine import REWRITE_RULES
+from kernorch.rewrite.search import Site, neighbourhood, next_site, rewrite, window_signature
 from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims
 
 
@@ -60,6 +61,16 @@ def test_the_time_budget_bounds_the_search_and_says_what_was_left() -> None:
     rewritten, report = rewrite(graph, counting_cost({}), budget_seconds=0.0)
     assert not report.trials and report.untried_sites >= 2
     assert "untried (time budget spent)" in report.summary()
+
+
+def test_every_rule_is_judged_once_before_a_promising_one_is_tried_again() -> None:
+    merge, resize = REWRITE_RULES["merge-matmuls"], REWRITE_RULES["pointwise-conv-before-resize"]
+    sites = [Site(merge, 3, (3,)), Site(merge, 9, (9,)), Site(resize, 40, (40,))]
+    kept_twice = {"merge-matmuls": [True, True]}
+    assert next_site(sites, kept_twice).rule is resize  # never judged: first, however late in the graph
+    judged = {**kept_twice, "pointwise-conv-before-resize": [False]}
+    assert next_site(sites, judged) == sites[0]  # then the rule that pays off, in graph order
+    assert next_site(sites, {}) == sites[0]
 
 
 def test_the_neighbourhood_is_a_graph_of_its_own() -> None:
