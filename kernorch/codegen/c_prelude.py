@@ -5,6 +5,7 @@ kernel depends on (what its profile signature hashes).
 
 from __future__ import annotations
 
+import functools
 import re
 
 PRELUDE = """#include <math.h>
@@ -175,7 +176,25 @@ def prelude_used_by(code: str) -> str:
     """The part of PRELUDE that determines how `code` runs: includes and macros, plus the helper functions it
     calls (transitively), comments dropped. A kernel's profile signature hashes this, so a helper added or
     changed does not invalidate the measurements of kernels that never call it."""
-    text = re.sub(r"/\*.*?\*/", "", PRELUDE, flags=re.S)
+    header, blocks = _prelude_blocks(PRELUDE)
+    used: set[str] = set()
+    pending = _CALLED.findall(code)
+    while pending:
+        name = pending.pop()
+        if name in blocks and name not in used:
+            used.add(name)
+            pending += _CALLED.findall(blocks[name])
+    return header + "".join(block for name, block in blocks.items() if name in used)
+
+
+_CALLED = re.compile(r"\b(ko_\w+)\(")
+
+
+@functools.lru_cache(maxsize=4)
+def _prelude_blocks(prelude: str) -> tuple[str, dict[str, str]]:
+    """The prelude without comments, split once (tuning asks for thousands of kernels): the includes and
+    macros before the first helper, and each `static inline` helper's text by name, in the prelude's order."""
+    text = re.sub(r"/\*.*?\*/", "", prelude, flags=re.S)
     starts = [m.start() for m in re.finditer(r"^static inline", text, flags=re.M)]
     header = text[: starts[0]] if starts else text
     blocks = {}
@@ -183,11 +202,4 @@ def prelude_used_by(code: str) -> str:
         function = re.match(r"static inline [\w ]+?\b(ko_\w+)\(", text[begin:end])
         if function is not None:
             blocks[function.group(1)] = text[begin:end]
-    used: list[str] = []
-    pending = [n for n in blocks if re.search(rf"\b{n}\(", code)]
-    while pending:
-        name = pending.pop()
-        if name not in used:
-            used.append(name)
-            pending += [n for n in blocks if n not in used and re.search(rf"\b{n}\(", blocks[name])]
-    return header + "".join(blocks[n] for n in blocks if n in used)
+    return header, blocks

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kernorch.codegen.backends import choose_backend
@@ -15,7 +16,7 @@ from kernorch.cost.profile_db import Measurement
 from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
-from kernorch.ir.graph import Graph
+from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.orchestrate import orchestrate
 from kernorch.tools.demo_models import self_attention_block
@@ -265,3 +266,23 @@ def test_a_signature_changes_with_the_prelude_helpers_the_kernel_calls_only(monk
     assert (signature(exp_kernel), signature(max_kernel)) == before
     monkeypatch.setattr(c_prelude, "PRELUDE", prelude.replace("4.999999403953552e-1f", "0.5f"))
     assert signature(exp_kernel) != before[0] and signature(max_kernel) == before[1]
+
+
+def test_isolated_kernels_read_aligned_read_only_normal_values_each_input_its_own() -> None:
+    from kernorch.cost.profile import _random_inputs
+    from kernorch.ir.kernel import make_kernel
+    from kernorch.ir.types import TensorType
+
+    graph = Graph(inputs=["a", "b", "i"], outputs=["y"], name="three")
+    graph.types = {"a": TensorType((64, 100), "float32"), "b": TensorType((3, 5), "float16"),
+                   "i": TensorType((7,), "int64"), "y": TensorType((64, 100), "float32")}  # fmt: skip
+    graph.nodes = [Node("add", ("a", "a"), ("y",))]
+    feeds = _random_inputs(make_kernel(graph, (0,), ("y",)))
+    a, b, i = feeds["a"], feeds["b"], feeds["i"]
+    assert a.dtype == np.float32 and b.dtype == np.float16 and a.shape == (64, 100) and b.shape == (3, 5)
+    assert a.ctypes.data % 64 == 0 and a.flags.c_contiguous and not a.flags.writeable
+    assert abs(float(a.mean())) < 0.1 and 0.9 < float(a.std()) < 1.1  # standard normal
+    assert not np.array_equal(a.reshape(-1)[:15], b.astype(np.float32).reshape(-1))  # inputs start apart
+    assert not i.any()  # integer inputs are zeros: a valid index anywhere
+    again = _random_inputs(make_kernel(graph, (0,), ("y",)))
+    assert np.array_equal(again["a"], a) and np.array_equal(again["b"], b)  # the same values every time
