@@ -166,6 +166,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a bias moves through a reshape onto an axis of the same size elsewhere", "kernorch/rewrite/rules/linear.py",
            "if source[a] == shape[axis] and int(np.prod(source[:a])) == before),", "if source[a] == shape[axis]),",
            (REWRITES,)),
+    Mutant("the rewrite search tries a promising rule again before judging every rule once",
+           "kernorch/rewrite/search.py", "key=lambda s: (s.rule.name in outcomes, -_promise(",
+           "key=lambda s: (-_promise(", ("kernorch/rewrite/search_test.py",)),
     Mutant("sub-constant forgets the negation", "kernorch/rewrite/rules/algebra.py",
            'ctx.emit("add", left, ctx.emit("neg", right))', 'ctx.emit("add", left, right)', (REWRITES,)),
     # layout
@@ -198,6 +201,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "acc[i][j] = 0;", (LSTM_STACK,)),
     Mutant("stack keeps a lower layer whose h is used", "kernorch/rewrite/rules/recurrent.py",
            "any(ctx.consumers(v) or ctx.is_output(v)", "any(ctx.consumers(v) and ctx.is_output(v)", (REWRITES,)),
+    # profiling
+    Mutant("every input of an isolated kernel reads the same pool values", "kernorch/cost/profile.py",
+           "offset = position * _POOL_STRIDE", "offset = 0", ("kernorch/cost/profile_test.py",)),
     # saved plans
     Mutant("shipped C not compared with the plan", "kernorch/runtime/artifact.py",
            "if regenerated.encode() != shipped_source:", "if False:", (API,)),

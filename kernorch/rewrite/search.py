@@ -235,7 +235,7 @@ def _promise(kept: list[bool]) -> float:
 def next_site(sites: list[Site], outcomes: dict[str, list[bool]]) -> Site:
     """The site to judge next. A rule not judged yet goes first, so a tight budget (a cold profile database
     makes each trial slow) reaches every rule once: ordered by promise alone, a rule kept at its first sites
-    took the whole budget, and SegFormer's decode head — one site of a rule tried after fourteen others —
+    took the whole budget, and SegFormer's decode head — the one site of its rule, not reached in 17 trials —
     kept its 8.6 GFLOP fuse conv. Then rules that keep paying off come first, in graph order."""
     return min(sites, key=lambda s: (s.rule.name in outcomes, -_promise(outcomes.get(s.rule.name, [])), s.position))
 

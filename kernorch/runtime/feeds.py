@@ -23,8 +23,7 @@ def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[st
     feeds: dict[str, np.ndarray] = {}
     for name, value_type in input_types.items():
         if value_type.is_float:
-            # drawn in float32 where the type is no wider: a third of the time of float64 draws cast down, which
-            # took an eighth of segformer_b0's cold tuning (thousands of isolated kernels, 16 MB inputs)
+            # drawn in float32 where the type is no wider: a third of the time of float64 draws cast down
             wide = np.dtype(value_type.dtype).itemsize > 4
             drawn = rng.standard_normal(value_type.shape, dtype=np.float64 if wide else np.float32)
             feeds[name] = drawn.astype(value_type.dtype, copy=False)
