@@ -20,21 +20,21 @@ an index, wrapped into range); values ('load', buffer, index...) | ('const', num
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kernorch.codegen.indexing import simplify, simplify_indices
+from kernorch.codegen.resize_taps import Periodic, periodic_taps, residue_factor, resize_taps
 from kernorch.codegen.rows import ancestors, kept_in_row, row_schedule
-from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
 Tree = tuple[Any, ...]
 MAX_TREE_NODES = 4000
+SHORT_INNER = 4  # an innermost loop this short is unrolled, and the loop outside it vectorized (sharing.py)
 
 
 class NotGeneratable(Exception):
@@ -60,6 +60,9 @@ class Phase:
     expr: Tree
     store_index: Tree = ("lit", 0)
     scalar: bool = False
+    # the innermost loop runs the residues r of an output axis split as f·q + r (an integer-factor upsampling
+    # along it, `residue_factor`): unrolled whatever its length, the loop over q around it vectorized
+    residues: bool = False
 
 
 @dataclass
@@ -192,6 +195,20 @@ class _Describer:
         self.tables: dict[str, np.ndarray] = {}
         self.materialized: dict[str, str] = {}  # value -> scratch buffer (phased) or scalar slot (row)
         self.var_counter = 0
+        # integer upsampling factors found on each loop variable read as an axis of a resize (a plain index)
+        self.residue_hints: dict[str, set[int]] = {}
+        # the innermost loop being described as f·q + r: (q, r, f)
+        self.residue_split: tuple[str, str, int] | None = None
+
+    def table(self, values: np.ndarray) -> str:
+        """The name of a constant table holding `values` (one table per distinct content: rebuilding an
+        expression, as merging axes does, finds the tables it made before)."""
+        for name, existing in self.tables.items():
+            if existing.dtype == values.dtype and existing.shape == values.shape and np.array_equal(existing, values):
+                return name
+        name = f"tab{len(self.tables)}"
+        self.tables[name] = values
+        return name
 
     def fresh_var(self) -> str:
         self.var_counter += 1
@@ -351,23 +368,28 @@ class _Describer:
         in_shape = self.graph.types[node.inputs[0]].shape
         # Per axis: taps and weights, computed here with the reference code's own coordinate rules.
         taps_per_axis: list[list[tuple[Tree, Tree | None]]] = []
-        choices: list[tuple[Tree, Tree | None]]
         for axis, (size_in, size_out) in enumerate(zip(in_shape, attrs["sizes"], strict=True)):
-            table = _resize_taps(size_in, size_out, float(attrs["scales"][axis]), attrs["mode"],
-                                 attrs["coordinate_mode"], attrs["nearest_mode"], float(attrs["cubic_coeff_a"]),
-                                 bool(attrs["exclude_outside"]))  # fmt: skip
+            rules = (size_in, size_out, float(attrs["scales"][axis]), attrs["mode"], attrs["coordinate_mode"],
+                     attrs["nearest_mode"], float(attrs["cubic_coeff_a"]), bool(attrs["exclude_outside"]))
+            table = resize_taps(*rules)
             if table is None:
                 taps_per_axis.append([(index[axis], None)])
                 continue
+            periodic = periodic_taps(*rules)
+            if periodic is not None and index[axis][0] == "var":  # the loop over it may be split by the factor
+                self.residue_hints.setdefault(index[axis][1], set()).add(periodic[0])
+            split = self.residue_split
+            if periodic is not None and split is not None and split[2] % periodic[0] == 0 and \
+                    index[axis] == add(mul(("var", split[0]), lit(split[2])), ("var", split[1])):  # fmt: skip
+                taps_per_axis.append(self.periodic_taps(periodic, split, size_in))
+                continue
             taps, weights = table
             width = taps.shape[1]
-            name = f"tab{len(self.tables)}"
-            self.tables[name + "_i"] = taps.reshape(-1)
-            self.tables[name + "_w"] = weights.reshape(-1)
-            choices = []
+            tap_table, weight_table = self.table(taps.reshape(-1)), self.table(weights.reshape(-1))
+            choices: list[tuple[Tree, Tree | None]] = []
             for t in range(width):
                 position = add(mul(index[axis], lit(width)), lit(t))
-                choices.append((("table", name + "_i", position), ("table", name + "_w", position)))
+                choices.append((("table", tap_table, position), ("table", weight_table, position)))
             taps_per_axis.append(choices)
         dtype = self.graph.types[node.inputs[0]].dtype
         total: Tree | None = None
@@ -382,6 +404,32 @@ class _Describer:
             total = term if total is None else ("op", "add", dtype, total, term)
         assert total is not None
         return total
+
+    def periodic_taps(self, periodic: Periodic, split: tuple[str, str, int],
+                      size_in: int) -> list[tuple[Tree, Tree | None]]:  # fmt: skip
+        """A resize axis upsampled by g, read at f·q + r (g divides f): output g·q' + r' reads inputs
+        q' + offsets[r', t] with weights[r', t]. Both tables are indexed by the residue alone (a constant
+        once the residue loop is unrolled), so every read is unit-stride in q; the clamps to the axis hold
+        only within `low` of its start and `high` of its end, selects the loop over q is cut at."""
+        factor, offsets, weights, low, high = periodic
+        q_var, r_var, f = split
+        q: Tree = ("var", q_var)
+        r: Tree = ("var", r_var)
+        if f != factor:
+            q, r = add(mul(q, lit(f // factor)), div(r, factor)), mod(r, factor)
+        width = offsets.shape[1]
+        offset_table, weight_table = self.table(offsets.reshape(-1)), self.table(weights.reshape(-1))
+        choices: list[tuple[Tree, Tree | None]] = []
+        for t in range(width):
+            position = add(mul(r, lit(width)), lit(t))
+            tap: Tree = add(q, ("table", offset_table, position))
+            clamped = ("max", lit(0), ("min", tap, lit(size_in - 1)))
+            if high:
+                tap = ("sel", (">=", q, lit(size_in - high)), clamped, tap)
+            if low:
+                tap = ("sel", ("<", q, lit(low)), clamped, tap)
+            choices.append((tap, ("table", weight_table, position)))
+        return choices
 
     def reduction_tree(self, node: Node, index: list[Tree]) -> Tree:
         """A reduction (or pooling window) as a loop nest, for materialization into scratch or a scalar."""
@@ -527,7 +575,19 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
     if sum(tree_size(p.expr) for p in phases) > MAX_TREE_NODES:
         raise NotGeneratable("inlined expression too large")
     loops.phases = [_simplified(phase, loops) for phase in loops.phases]
+    used: set[str] = set()
+    for phase in loops.phases:
+        _tables_read(phase.expr, used)
+    loops.tables = {name: values for name, values in loops.tables.items() if name in used}  # not rebuilt ones
     return loops
+
+
+def _tables_read(tree: Any, found: set[str]) -> None:
+    if isinstance(tree, tuple) and tree:
+        if tree[0] == "table":
+            found.add(tree[1])
+        for child in tree[1:]:
+            _tables_read(child, found)
 
 
 def _simplified(phase: Phase, loops: KernelLoops) -> Phase:
@@ -535,8 +595,7 @@ def _simplified(phase: Phase, loops: KernelLoops) -> Phase:
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
     if loops.schedule == "row":
         ranges.update({v: size for v, size in zip(loops.row_vars, loops.row_shape, strict=True)})
-    return Phase(phase.target, phase.loop_vars, phase.loop_sizes, simplify_indices(phase.expr, ranges),
-                 simplify(phase.store_index, ranges), phase.scalar)  # fmt: skip
+    return replace(phase, expr=simplify_indices(phase.expr, ranges), store_index=simplify(phase.store_index, ranges))
 
 
 def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any) -> Phase:
@@ -555,7 +614,23 @@ def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any
         d.var_counter = counter
     loop_vars = tuple(f"l{j}" for j in range(rank))
     index = [("var", v) for v in loop_vars]
-    return Phase(target, loop_vars, shape, build(index), flatten(index, shape))
+    counter = d.var_counter
+    d.residue_hints = {}
+    expr = build(index)
+    factor = residue_factor(d.residue_hints.get(loop_vars[-1], set()), shape[-1], 2 * SHORT_INNER) if rank else None
+    if factor is None:
+        return Phase(target, loop_vars, shape, expr, flatten(index, shape))
+    # an upsampling along the innermost axis: out[f·q + r] for each residue r is affine in q
+    d.var_counter = counter
+    residue = f"{loop_vars[-1]}r"
+    d.residue_split = (loop_vars[-1], residue, factor)
+    index[-1] = add(mul(index[-1], lit(factor)), ("var", residue))
+    try:
+        expr = build(index)
+    finally:
+        d.residue_split = None
+    return Phase(target, (*loop_vars, residue), (*shape[:-1], shape[-1] // factor, factor), expr,
+                 flatten(index, shape), residues=True)  # fmt: skip
 
 
 def _inner_row_phase(d: _Describer, target: str, shape: tuple[int, ...], axes: tuple[int, ...],
@@ -577,29 +652,3 @@ def _inner_row_phase(d: _Describer, target: str, shape: tuple[int, ...], axes: t
         index[a] = ("var", f"i{a}")
     return Phase(target, tuple(f"i{a}" for a in axes), tuple(shape[a] for a in axes), build(index),
                  flatten(index, shape))  # fmt: skip
-
-
-@functools.lru_cache(maxsize=512)
-def _resize_taps(size_in: int, size_out: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str,
-                 cubic_coeff_a: float, exclude_outside: bool) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
-    """A resize along one axis as ([size_out, width] input taps, their float32 weights), computed with the
-    reference code's own coordinate rules; None where the axis is left as it is. Cached (read-only arrays):
-    tuning describes the same decode-head resizes in thousands of candidates, and building this table per
-    output row took a tenth of segformer_b0's cold tuning."""
-    probe = np.eye(size_in, dtype=np.float64)
-    mapped = K.resize_axis(probe, 0, size_out, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
-                           exclude_outside)  # fmt: skip
-    # mapped[o, i] = weight of input i in output o (the resize is linear along the axis)
-    if size_in == size_out and np.array_equal(mapped, probe):
-        return None
-    width = int(max(1, (mapped != 0).sum(axis=1).max()))
-    taps = np.zeros((size_out, width), dtype=np.int64)
-    weights = np.zeros((size_out, width), dtype=np.float64)
-    for o in range(size_out):
-        nonzero = np.flatnonzero(mapped[o])
-        taps[o, : len(nonzero)] = nonzero
-        weights[o, : len(nonzero)] = mapped[o, nonzero]
-    taps.setflags(write=False)
-    single = weights.astype(np.float32)
-    single.setflags(write=False)
-    return taps, single

@@ -32,6 +32,7 @@ LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
 API = "tests/test_api.py"
 LSTM_STACK = "kernorch/codegen/lstm_stack_test.py"
+RESIZE_TAPS = "kernorch/codegen/resize_taps_test.py"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a row's overlapping last vector block starts one element early", "kernorch/codegen/gir/render_c.py",
            'f"for (int64_t {var} = {size - width}; {var} < {size}; {var}++) {{"',
            'f"for (int64_t {var} = {size - width - 1}; {var} < {size - 1}; {var}++) {{"', (GIR_RENDERER, RANDOM_PLANS)),
+    Mutant("an upsampling's clamp at the axis end bites one input late", "kernorch/codegen/loops.py",
+           'tap = ("sel", (">=", q, lit(size_in - high)), clamped, tap)',
+           'tap = ("sel", (">=", q, lit(size_in - high + 1)), clamped, tap)', (RESIZE_TAPS,)),
+    Mutant("an upsampling's periodic taps are not checked against the reference map", "kernorch/codegen/resize_taps.py",
+           "if not np.allclose(rebuilt, expected, rtol=0, atol=1e-6):", "if False:", (RESIZE_TAPS,)),
+    Mutant("a simd loop setting err drops its reduction", "kernorch/codegen/gir/render_c.py",
+           "            if _ERR.search(out[j]):\n                break", "            pass", (GIR_RENDERER,)),
     Mutant("a row step reading what it stores overlaps its tail", "kernorch/codegen/gir/lower.py",
            "    return not stored & read", "    return True", (GIR_RENDERER, RANDOM_PLANS)),
     Mutant("a phase's reductions do not count as work when sharing it out", "kernorch/codegen/reductions.py",

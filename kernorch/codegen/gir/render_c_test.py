@@ -13,6 +13,7 @@ from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.c_renderer import render_kernel
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.render_c import _err_only_where_set
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import KernelLoops, describe
 from kernorch.ir.builder import PrimitiveBuilder
@@ -314,3 +315,15 @@ def test_a_value_varying_along_the_unrolled_loop_stays_inside_it() -> None:
              "b": rng.standard_normal(shapes[1]).astype(np.float32)}  # fmt: skip
     want = run_reference(graph, feeds)[graph.outputs[0]]
     np.testing.assert_allclose(_run(source, graph, feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_simd_loop_reduces_err_only_where_its_body_sets_it() -> None:
+    """Only a checked gather sets `err`; any other simd loop drops the clause (a copy of err per lane)."""
+    plain = ["#pragma omp simd reduction(|:err)", "for (int64_t i = 0; i < 64; i++) {", "y[i] = x[i];", "}"]
+    gather = ["#pragma omp parallel for simd reduction(|:err) schedule(static)", "for (int64_t i = 0; i < 64; i++) {",
+              "if (i > 1) {", "y[i] = x[ko_index(ix[i], 8, &err)];", "}", "}"]  # fmt: skip
+    parallel = ["#pragma omp parallel for collapse(1) reduction(|:err) schedule(static)"]
+    lines = _err_only_where_set([*parallel, *plain, *gather])
+    assert lines[1] == "#pragma omp simd" and lines[2:5] == plain[1:], lines
+    assert lines[5:] == gather, lines  # its body sets err, two levels down
+    assert lines[0] == parallel[0]  # not a simd loop: the threads' copies are combined once
