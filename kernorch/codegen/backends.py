@@ -22,9 +22,12 @@ from kernorch.codegen.c_lstm_stack import (
     render_lstm_stack,
 )
 from kernorch.codegen.c_opaque import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
-from kernorch.codegen.c_renderer import render_kernel, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c_renderer import render_kernel_tasks, scratch_bytes
+from kernorch.codegen.gir.render_c import render_function
 from kernorch.codegen.library import describe_library_call
-from kernorch.codegen.loops import NotGeneratable, describe, is_depthwise
+from kernorch.codegen.loops import NotGeneratable, is_depthwise
+from kernorch.codegen.memo import described, rewritten
+from kernorch.codegen.sharing import Sharing
 from kernorch.codegen.views import view_outputs
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -71,7 +74,7 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
             # on NCHW buffers oneDNN's depthwise conv is 2-3x slower than a generated per-channel window
             # reduction (1.0 vs 2.1 ms for 672 channels, 14x14, 5x5 here); channels-last it is the faster one
             try:
-                describe(kernel)
+                described(kernel)
                 return "c", "generated depthwise conv"
             except NotGeneratable:
                 pass
@@ -83,7 +86,7 @@ def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
     if (template := _template(kernel)) is not None:
         return "c", template.what
     try:
-        describe(kernel)
+        described(kernel)
         return "c", "generated C"
     except NotGeneratable as error:
         if len(prims) == 1:
@@ -95,14 +98,14 @@ def c_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     """Scratch buffers a "c" kernel takes after its outputs (the plan allocates them once)."""
     if (template := _template(kernel)) is not None:
         return template.scratch_bytes(kernel)
-    return scratch_bytes(describe(kernel))
+    return scratch_bytes(described(kernel))
 
 
 def render_c(name: str, kernel: CandidateKernel) -> str:
     """The C function for a kernel whose backend is "c"."""
     if (template := _template(kernel)) is not None:
         return template.render(name, kernel)
-    return render_kernel(name, describe(kernel))
+    return render_function(name, rewritten(kernel), Sharing())  # as c_renderer.render_kernel
 
 
 def render_c_tasks(name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
@@ -110,7 +113,7 @@ def render_c_tasks(name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, 
     for a hand-written template (it synchronises its own threads: it runs whole)."""
     if _template(kernel) is not None:
         return None
-    return render_kernel_tasks(name, describe(kernel))
+    return render_kernel_tasks(name, described(kernel))
 
 
 __all__ = ["NotGeneratable", "c_scratch_bytes", "choose_backend", "render_c", "render_c_tasks", "template_summary",

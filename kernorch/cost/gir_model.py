@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.gir.graph import CACHE, ELEMENTWISE, GLOBAL, MOVE, REDUCE, Gir
-from kernorch.codegen.gir.lower import lower
-from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops import NotGeneratable, describe
+from kernorch.codegen.loops import NotGeneratable
+from kernorch.codegen.memo import rewritten
 from kernorch.codegen.views import view_outputs
 from kernorch.cost.bandwidth import MemoryLevels
 from kernorch.ir.graph import Graph
@@ -65,7 +64,7 @@ def kernel_gir(candidate: CandidateKernel, threads: int) -> Gir | None:
     if backend != "c":
         return None
     try:
-        return optimize(lower(describe(candidate), threads))
+        return rewritten(candidate, threads)
     except NotGeneratable:
         return None
 
@@ -100,10 +99,10 @@ class GirScreen:
         if any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
             return None
         try:
-            loops = describe(kernel)
+            gir = rewritten(kernel, self.threads)
         except NotGeneratable:
             return None
-        return estimate(optimize(lower(loops, self.threads)), self.levels, self.threads)
+        return estimate(gir, self.levels, self.threads)
 
     def _alone(self, candidate: CandidateKernel, node: int) -> float | None:
         if candidate.graph is not self._graph:  # node indices are per graph (rewrites build new ones)

@@ -101,7 +101,8 @@ def signature(kernel: CandidateKernel, backend: str | None = None) -> tuple[str,
 class _Pending:
     key: str
     kind: str
-    kernel: CandidateKernel
+    kernel: CandidateKernel  # on a graph of its own (isolate): what is timed
+    candidate: CandidateKernel  # as in the orchestrated graph: what is rendered (the same code)
     fallback: Measurement | None = None  # fastest contended run so far (or a contended value stored before)
     quiet: Measurement | None = None  # fastest quiet measurement so far
     attempts: int = 0
@@ -148,18 +149,20 @@ class ProfiledCostModel:
                 self._signature_of[candidate.key] = VIEW_KEY
                 self._known[VIEW_KEY] = 0.0
                 continue
-            isolated = isolate(candidate)
-            # generated C and library calls do not depend on where their inputs come from: same backend isolated
-            kind, key = signature(isolated, backend if backend in ("c", "library") else None)
+            # generated C and library calls do not depend on where their inputs come from: signed (and compiled)
+            # as they are in the graph, which shares the description the screen made; timed isolated
+            native = backend in ("c", "library")
+            kind, key = signature(candidate if native else isolate(candidate), backend if native else None)
             self._signature_of[candidate.key] = key
             if key not in self._known and key not in pending:
-                pending[key] = (kind, isolated)
+                pending[key] = (kind, candidate)
         stored = self.database.lookup(pending, self.machine)
         for key, measurement in stored.items():
             self._known[key] = measurement.seconds
         # contended rows, and rows from fewer repeats than now required, are measured again (the stored value
         # stays as the fallback)
-        missing = [_Pending(key, kind, kernel, fallback=stored.get(key)) for key, (kind, kernel) in pending.items()
+        missing = [_Pending(key, kind, isolate(kernel), kernel, fallback=stored.get(key))
+                   for key, (kind, kernel) in pending.items()
                    if key not in stored or stored[key].contended or stored[key].runs < MIN_REPEATS]  # fmt: skip
         if missing and self.workers is not None:
             missing = self._measure_on_workers(missing)
@@ -201,7 +204,7 @@ class ProfiledCostModel:
         sources: list[tuple[str, list[NativePlan]] | None] = []
         for batch in batches:
             native = [item for item in batch if item.kind in NATIVE_BACKENDS]
-            plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.kind]) for item in native]
+            plans = [render_plan(f"p{item.key[:16]}", [item.candidate], [item.kind]) for item in native]
             sources.append((translation_unit(plans), plans) if plans else None)
 
         def build(entry: tuple[str, list[NativePlan]] | None) -> tuple[Path, list[NativePlan]] | None:

@@ -286,3 +286,21 @@ def test_isolated_kernels_read_aligned_read_only_normal_values_each_input_its_ow
     assert not i.any()  # integer inputs are zeros: a valid index anywhere
     again = _random_inputs(make_kernel(graph, (0,), ("y",)))
     assert np.array_equal(again["a"], a) and np.array_equal(again["b"], b)  # the same values every time
+
+
+def test_a_candidate_is_signed_as_its_isolated_copy() -> None:
+    """The profiler signs and compiles a generated or library kernel as it is in the graph (sharing the screen's
+    description) and times it isolated: the code must be the same, constants (literals, packed weights) too."""
+    from kernorch.options import OrchestrationLimits
+    from kernorch.orchestrate.candidates import enumerate_candidates
+    from kernorch.orchestrate.pruning import LinearEpilogues
+    from kernorch.orchestrate.subgraph import build_subgraphs
+
+    graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+    native = [(k, backend) for k in enumerate_candidates(sub, OrchestrationLimits(), LinearEpilogues(graph)).kernels
+              if (backend := choose_backend(k)[0]) in ("c", "library")]  # fmt: skip
+    assert {backend for _, backend in native} == {"c", "library"} and len(native) > 50
+    assert any(k.graph.constants.keys() & set(k.inputs) for k, _ in native)  # constants among their inputs
+    for kernel, backend in native:
+        assert signature(kernel, backend) == signature(isolate(kernel), backend), kernel.describe()

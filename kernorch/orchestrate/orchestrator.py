@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kernorch.codegen.memo import remembering
 from kernorch.cost.model import CostModel
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.plan import Plan, executable_order, validate_plan
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.blp import BlpResult, instance_key, solve_blp
-from kernorch.orchestrate.candidates import Rejection, enumerate_candidates
+from kernorch.orchestrate.candidates import CandidateSet, Rejection, enumerate_candidates
 from kernorch.orchestrate.greedy import greedy_kernels
 from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.states import enumerate_states
@@ -121,31 +122,8 @@ def orchestrate(
     solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
-        candidates = enumerate_candidates(sub, limits, epilogues)
-        rejected.extend(candidates.rejected)
-        kernels = list(candidates.kernels)
-        index = {k.key: i for i, k in enumerate(kernels)}
-        greedy = greedy_kernels(sub, limits)
-        greedy_ids = []
-        for kernel in greedy:  # the greedy plan is always a feasible selection of the BLP
-            if kernel.key not in index:
-                index[kernel.key] = len(kernels)
-                kernels.append(kernel)
-            greedy_ids.append(index[kernel.key])
-        screen = getattr(cost_model, "screen", None)
-        if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
-            kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
-        prepare = getattr(cost_model, "prepare", None)
-        if prepare is not None:  # a measuring cost model times the whole batch at once
-            prepare(kernels)
-        costs = [cost_model.cost(k) for k in kernels]
-        why_not = getattr(cost_model, "rejection", None)  # a backend's reason for an infinite cost
-        if why_not is not None:
-            for kernel, cost in zip(kernels, costs, strict=True):
-                if cost == math.inf and (reason := why_not(kernel)) is not None:
-                    candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
-                    if candidates.rejected_counts["backend"] <= 200:
-                        rejected.append(Rejection(kernel.nodes, "backend", reason))
+        with remembering():  # the screen, the backend choice and the profiler describe each candidate once
+            candidates, kernels, greedy, greedy_ids, costs = _priced(sub, limits, epilogues, cost_model, rejected)
         enumerate_seconds = time.perf_counter() - enumerate_started
         key = instance_key(kernels, costs, sub.required_outputs, available)
         same_as, result = solved.get(key, (None, None))
@@ -172,6 +150,39 @@ def orchestrate(
     validate_plan(graph, greedy_plan)
     return OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
                                reports, rejected, limits, cost_model.name, time.perf_counter() - started)  # fmt: skip
+
+
+def _priced(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogues, cost_model: CostModel,
+            rejected: list[Rejection]) -> tuple[CandidateSet, list[CandidateKernel], list[CandidateKernel], list[int],
+                                                list[float]]:  # fmt: skip
+    """The subgraph's candidate kernels (the greedy plan's among them, what the screen lets through) and their
+    costs; each candidate left out is added to `rejected`."""
+    candidates = enumerate_candidates(sub, limits, epilogues)
+    rejected.extend(candidates.rejected)
+    kernels = list(candidates.kernels)
+    index = {k.key: i for i, k in enumerate(kernels)}
+    greedy = greedy_kernels(sub, limits)
+    greedy_ids = []
+    for kernel in greedy:  # the greedy plan is always a feasible selection of the BLP
+        if kernel.key not in index:
+            index[kernel.key] = len(kernels)
+            kernels.append(kernel)
+        greedy_ids.append(index[kernel.key])
+    screen = getattr(cost_model, "screen", None)
+    if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
+        kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
+    prepare = getattr(cost_model, "prepare", None)
+    if prepare is not None:  # a measuring cost model times the whole batch at once
+        prepare(kernels)
+    costs = [cost_model.cost(k) for k in kernels]
+    why_not = getattr(cost_model, "rejection", None)  # a backend's reason for an infinite cost
+    if why_not is not None:
+        for kernel, cost in zip(kernels, costs, strict=True):
+            if cost == math.inf and (reason := why_not(kernel)) is not None:
+                candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
+                if candidates.rejected_counts["backend"] <= 200:
+                    rejected.append(Rejection(kernel.nodes, "backend", reason))
+    return candidates, kernels, greedy, greedy_ids, costs
 
 
 def _screened(kernels: list[CandidateKernel], greedy_ids: list[int], screen: Callable[[CandidateKernel], str | None],
