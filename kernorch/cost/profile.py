@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from kernorch.codegen.c_library import render_library_call
 from kernorch.codegen.c_prelude import prelude_used_by
 from kernorch.codegen.compiler import CFLAGS, compile_source
 from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.memo import remembering
 from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.model import rejection
@@ -132,6 +134,11 @@ class ProfiledCostModel:
 
     def __post_init__(self) -> None:
         self.machine = f"{self.machine}|threads={self.threads}"
+
+    def pricing(self) -> AbstractContextManager[None]:
+        """A block pricing one subgraph's candidates: the screen, the backend choice and the signatures share
+        one description and GIR per candidate (codegen/memo.py)."""
+        return remembering()
 
     def prepare(self, candidates: list[CandidateKernel]) -> None:
         """Measure every candidate not yet in the database (batch-compiled), committing as it goes."""

@@ -304,3 +304,29 @@ def test_a_candidate_is_signed_as_its_isolated_copy() -> None:
     assert any(k.graph.constants.keys() & set(k.inputs) for k, _ in native)  # constants among their inputs
     for kernel, backend in native:
         assert signature(kernel, backend) == signature(isolate(kernel), backend), kernel.describe()
+
+
+def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen, the backend choice and the signature share one description per candidate (codegen/memo.py)."""
+    import kernorch.codegen.memo as memo
+    from kernorch.cost.gir_model import GirScreen
+
+    described: dict[tuple[object, ...], int] = {}
+    original = memo.describe
+
+    def counted(kernel: CandidateKernel):  # type: ignore[no-untyped-def]
+        key = (kernel.nodes, kernel.outputs)
+        described[key] = described.get(key, 0) + 1
+        return original(kernel)
+
+    monkeypatch.setattr(memo, "describe", counted)
+    graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"), screen=GirScreen(_levels, 2))
+    assert orchestrate(graph, model).all_optimal
+    assert len(described) > 50 and max(described.values()) == 1, max(described.values())
+
+
+def _levels():  # type: ignore[no-untyped-def]
+    from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
+
+    return MemoryLevels((MemoryLevel("L2", 1 << 21, 1.5e11), MemoryLevel("DRAM", 1 << 62, 5e10)), 1e-6)

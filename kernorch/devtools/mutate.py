@@ -83,6 +83,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if _ERR.search(out[j]):\n                break", "            pass", (GIR_RENDERER,)),
     Mutant("the description memo outlives its block", "kernorch/codegen/memo.py", "        _active.pop()",
            "        pass", ("kernorch/codegen/memo_test.py",)),
+    Mutant("orchestration prices candidates outside the description memo", "kernorch/orchestrate/orchestrator.py",
+           'pricing = getattr(cost_model, "pricing", None)', "pricing = None", ("kernorch/cost/profile_test.py",)),
     Mutant("a collapsed nest keeps its one-iteration loops", "kernorch/codegen/sharing.py",
            "kept = [(var, bound, step) for var, bound, step in loops if bound > step] or loops[-1:]",
            "kept = list(loops)", ("kernorch/codegen/c_renderer_test.py",)),

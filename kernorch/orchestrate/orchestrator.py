@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernorch.codegen.memo import remembering
 from kernorch.cost.model import CostModel
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
@@ -122,7 +122,8 @@ def orchestrate(
     solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
-        with remembering():  # the screen, the backend choice and the profiler describe each candidate once
+        pricing = getattr(cost_model, "pricing", None)  # a block in which each candidate is described once
+        with pricing() if pricing is not None else nullcontext():
             candidates, kernels, greedy, greedy_ids, costs = _priced(sub, limits, epilogues, cost_model, rejected)
         enumerate_seconds = time.perf_counter() - enumerate_started
         key = instance_key(kernels, costs, sub.required_outputs, available)
