@@ -86,3 +86,25 @@ def test_a_short_axis_keeps_its_table() -> None:
     x = np.random.default_rng(2).standard_normal((2, 3, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],
                                rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> None:
+    """A [.., 16] map quadrupled plus a [.., 32] map doubled: the width loop runs 4 residues, the doubling
+    reading input 2q + r // 2 for residue r."""
+    out = (1, 2, 4, 64)
+    graph = Graph(inputs=["a", "b"], outputs=["y"])
+    graph.types.update(a=TensorType((1, 2, 4, 16), "float32"), b=TensorType((1, 2, 4, 32), "float32"))
+    for source, factor, resized in (("a", 4, "ra"), ("b", 2, "rb")):
+        attrs = (("sizes", out), ("scales", (1.0, 1.0, 1.0, float(factor))), ("mode", "linear"),
+                 ("coordinate_mode", "half_pixel"), ("nearest_mode", "round_prefer_floor"), ("cubic_coeff_a", -0.75),
+                 ("exclude_outside", False))  # fmt: skip
+        graph.nodes.append(Node("resize", (source,), (resized,), attrs))
+        graph.types[resized] = TensorType(out, "float32")
+    graph.nodes.append(Node("add", ("ra", "rb"), ("y",), ()))
+    graph.types["y"] = TensorType(out, "float32")
+    kernel = make_kernel(graph, (0, 1, 2), ("y",))
+    assert "#pragma GCC unroll 4" in render_c("k", kernel)
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.standard_normal(graph.types[name].shape).astype(np.float32) for name in graph.inputs}
+    np.testing.assert_allclose(PlanExecutor(graph, [kernel])(feeds)["y"], run_reference(graph, feeds)["y"],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
