@@ -178,3 +178,22 @@ def test_a_short_innermost_loop_is_unrolled_and_the_loop_outside_it_vectorized(
     assert [shared in pragma for pragma, _ in _parallel_lines(source)] == [True], source  # the loops outside it
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(PlanExecutor(graph, [kernel])({"x": x})["y"], np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("prim", ["window_max", "window_sum"])
+def test_a_pool_along_one_axis_reads_whole_rows_of_the_others(prim: str) -> None:
+    """A channels-last pool over H only (separate-window-axes' first pass): W and C are the output's own axes,
+    merged into one vectorized loop of W·C with no tap loop and no bounds check along them."""
+    shape = (1, 20, 12, 24)
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = TensorType(shape, "float32")
+    attrs = (("kernel", (3, 1, 1)), ("strides", (2, 1, 1)), ("pads", (1, 0, 0, 1, 0, 0)), ("dilations", (1, 1, 1)),
+             ("ceil_mode", False))  # fmt: skip
+    graph.nodes.append(Node(prim, ("x",), ("y",), attrs))
+    graph.types["y"] = TensorType((1, 10, 12, 24), "float32")
+    kernel = make_kernel(graph, (0,), ("y",))
+    source = render_c("k", kernel)
+    assert f"< {12 * 24}; m++)" in source, source  # one loop over the merged row
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],
+                               rtol=1e-6, atol=1e-6)  # fmt: skip

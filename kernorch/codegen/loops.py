@@ -450,6 +450,11 @@ class _Describer:
         lead = len(in_shape) - spatial
         loops, in_index, conds = [], list(index[:lead]), None
         for j in range(spatial):
+            if (kernel[j], strides[j], dilations[j], pads[j], pads[spatial + j]) == (1, 1, 1, 0, 0):
+                # an axis the window does not span is the output's own: no tap loop, no check, and the axes
+                # around it can merge (a pool separated per axis reads whole rows)
+                in_index.append(index[lead + j])
+                continue
             var = self.fresh_var()
             loops.append((var, kernel[j]))
             start = add(mul(index[lead + j], lit(strides[j])), lit(-pads[j]))
@@ -462,6 +467,8 @@ class _Describer:
             conds = cond if conds is None else ("&&", conds, cond)
         reducer = "reduce_max" if prim == "window_max" else "reduce_sum"
         body = self.value(x, in_index)
+        if not loops:  # a window of one element everywhere: the element itself
+            return body
         return ("reduce", reducer, dtype, tuple(loops), body if conds is None else ("guard", conds, body))
 
     def depthwise_tree(self, node: Node, index: list[Tree]) -> Tree:

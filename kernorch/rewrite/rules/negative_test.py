@@ -178,6 +178,13 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
             coordinate_mode="asymmetric", nearest_mode="floor", cubic_coeff_a=-0.75, exclude_outside=False))),
         ("crop-and-resize extrapolates a constant", lambda: build({"a": (1, 2, 2, 2)}, lambda b: _resize_to(
             b, "a", 4, "tf_crop_and_resize")))],
+    "separate-window-axes": [
+        ("one windowed axis only", lambda: build({"a": (1, 2, 8, 8)}, lambda b: emit(
+            b, "window_max", "a", kernel=(1, 3), strides=(1, 2), pads=(0, 1, 0, 1), dilations=(1, 1),
+            ceil_mode=False))),
+        ("channels-last, over H alone", lambda: build({"a": (1, 8, 8, 3)}, lambda b: emit(
+            b, "window_sum", "a", kernel=(3, 1, 1), strides=(2, 1, 1), pads=(1, 0, 0, 1, 0, 0), dilations=(1, 1, 1),
+            ceil_mode=False)))],
     "split-split": [("split along another axis", lambda: build({"x": (4, 6)}, lambda b: b.emit(
         "split", [b.emit("split", ["x"], {"axis": 0, "sizes": (2, 2)})[0]], {"axis": 1, "sizes": (3, 3)})))],
     "split-to-slices": [

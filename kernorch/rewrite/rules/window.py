@@ -1,0 +1,36 @@
+"""Rules for sliding windows: a max or sum pool over several axes becomes one pool per axis.
+
+max and Σ are separable: the max (sum) over a kh × kw window is the max (sum) over kh rows of each row's max
+(sum) over kw columns, padding included (it never wins a max and adds 0 to a sum), per-axis strides, dilations
+and ceil mode too, since a window's extent along each axis depends on that axis alone. One pass over all
+kh·kw taps reads each input kh·kw times per output; one pass per axis reads it kh + kw times, and the
+outermost axis's pass reads whole rows, which vectorize (shufflenet_v2's stem pool, 3x3/2 over 24
+channels-last channels, ran at 3.9x its roofline in one pass). The cost model decides whether the
+intermediate pays off.
+"""
+
+from __future__ import annotations
+
+from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
+
+
+@rewrite_rule("separate-window-axes", roots=["window_max", "window_sum"], cost_guided=True)
+def separate_window_axes(ctx: RewriteContext) -> Replacement | None:
+    """window(x) over spatial axes a < b (kernel > 1 on both) is window_b(window_a(x)): the outermost axis
+    first, so the first pass reads whole rows and the second works on fewer of them."""
+    attrs = ctx.node.attr_dict
+    kernel, strides, pads, dilations = attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
+    spatial = len(kernel)
+    axes = [i for i in range(spatial) if kernel[i] > 1]
+    if len(axes) < 2:
+        return None
+    value = ctx.node.inputs[0]
+    for axis in axes:
+        def along(values: tuple[int, ...], other: int, axis: int = axis) -> tuple[int, ...]:
+            return tuple(v if i == axis else other for i, v in enumerate(values))
+
+        one_axis = {**attrs, "kernel": along(kernel, 1), "strides": along(strides, 1),
+                    "dilations": along(dilations, 1),
+                    "pads": along(tuple(pads[:spatial]), 0) + along(tuple(pads[spatial:]), 0)}  # fmt: skip
+        value = ctx.emit(ctx.node.prim, value, **one_axis)
+    return {ctx.node.outputs[0]: value}
