@@ -92,6 +92,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a pool's axis of one tap keeps a tap loop", "kernorch/codegen/loops.py",
            "pads[j], pads[spatial + j]) == (1, 1, 1, 0, 0):", "pads[j], pads[spatial + j]) == (0, 0, 0, 0, 0):",
            ("kernorch/codegen/c_renderer_test.py",)),
+    Mutant("a row step reading what it stores is a simd loop", "kernorch/codegen/gir/lower.py",
+           "    read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads}\n"
+           "    return not stored & read\n",
+           "    return True\n", (GIR_RENDERER,)),
     Mutant("a collapsed nest keeps its one-iteration loops", "kernorch/codegen/sharing.py",
            "kept = [(var, bound, step) for var, bound, step in loops if bound > step] or loops[-1:]",
            "kept = list(loops)", ("kernorch/codegen/c_renderer_test.py",)),

@@ -109,6 +109,8 @@ class RowStep:
     # reads to what it stores and reads nothing it stores, so the overlapped elements are rewritten with the
     # values they already hold
     overlapped_tail: int = 0
+    # a loop step over one loop that only maps and reads nothing it stores: its iterations are independent
+    independent: bool = False
 
 
 @dataclass(frozen=True)

@@ -321,8 +321,8 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             steps.append(RowStep(lowering.scope, tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                  phase.target if phase.scalar else "", result))  # fmt: skip
         steps, lowering.ops = _sums_of_stored(steps, lowering.ops, lowering.slices)
-        steps = [replace(step, overlapped_tail=LANES) if _overlaps_its_tail(step, lowering.ops, lowering.slices)
-                 else step for step in steps]  # fmt: skip
+        steps = [replace(step, overlapped_tail=LANES if _overlaps_its_tail(step, lowering.ops, lowering.slices) else 0,
+                         independent=_independent(step, lowering.ops, lowering.slices)) for step in steps]  # fmt: skip
         across = _summed_across_rows(steps, lowering.ops, rows, row_elements)
         block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
@@ -439,6 +439,20 @@ def _overlaps_its_tail(step: RowStep, ops: list[GOperator], slices: list[MemoryS
         return False
     stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
     read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads if slices[r].level == GLOBAL}
+    return not stored & read
+
+
+def _independent(step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> bool:
+    """A loop step over one loop that only maps (no reduction in it) and reads no buffer it stores, at any
+    level: its iterations are independent, and the renderer makes it a simd loop (without the pragma GCC
+    vectorized a [16384, 32] layer norm's apply loop less well: 42.8 vs 39.8 µs)."""
+    if step.slot or step.summed or len(step.loops) != 1:
+        return False
+    mine = [op for op in ops if op.scope[: len(step.scope)] == step.scope]
+    if any(op.kind == REDUCE for op in mine):
+        return False
+    stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
+    read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads}
     return not stored & read
 
 

@@ -225,7 +225,8 @@ class _Phase:
         """A loop step's loops around its body: with an overlapping tail, a vector loop over the whole vector
         blocks and one more over the last `overlapped_tail` elements (a loop of exactly one vector block)."""
         if not step.overlapped_tail:
-            return [*_serial(step.loops), *inside, *("}" for _ in step.loops)]
+            simd = ["#pragma omp simd reduction(|:err)"] if step.independent else []
+            return [*simd, *_serial(step.loops), *inside, *("}" for _ in step.loops)]
         ((var, size),), width = step.loops, step.overlapped_tail
         pragma = "#pragma omp simd reduction(|:err)"
         return [pragma, f"for (int64_t {var} = 0; {var} < {size - size % width}; {var}++) {{", *inside, "}",

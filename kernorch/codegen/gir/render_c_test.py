@@ -269,7 +269,9 @@ def test_a_row_step_reading_what_it_stores_has_no_overlapping_block() -> None:
     shape = (12, 197)
     graph = _graph(_softmax, (shape, shape))
     loops = _loops(graph)
-    assert loops.schedule == "row" and "ends in an overlapping block" not in optimize(lower(loops)).describe()
+    gir = optimize(lower(loops))
+    assert loops.schedule == "row" and "ends in an overlapping block" not in gir.describe()
+    assert not any(step.independent for phase in gir.phases for step in phase.steps)  # no simd loop either
     rng = np.random.default_rng(8)
     x, g = (rng.standard_normal(shape).astype(np.float32) * 3 for _ in range(2))
     s = x.astype(np.float64) + g
@@ -327,3 +329,17 @@ def test_a_simd_loop_reduces_err_only_where_its_body_sets_it() -> None:
     assert lines[1] == "#pragma omp simd" and lines[2:5] == plain[1:], lines
     assert lines[5:] == gather, lines  # its body sets err, two levels down
     assert lines[0] == parallel[0]  # not a simd loop: the threads' copies are combined once
+
+
+def test_a_row_step_that_only_maps_is_a_simd_loop() -> None:
+    """exp(x·s − max) · b over rows of 192: the mapping step reads nothing it stores, so its loop is marked
+    simd (GCC vectorized a layer norm's apply loop less well without: 42.8 vs 39.8 µs)."""
+    shape = (40, 192)
+    graph = _graph(_scaled_exp, (shape, shape))
+    loops = _loops(graph)
+    gir = optimize(lower(loops))
+    assert [step.independent for phase in gir.phases for step in phase.steps if step.loops] == [True]
+    lines = [line.strip() for line in render_kernel("k", loops).splitlines()]
+    loop = next(i for i, line in enumerate(lines)
+                if line.startswith("for (") and "< 192;" in line and "ko_" not in line)  # fmt: skip
+    assert lines[loop - 1].startswith("#pragma omp simd"), lines[loop - 3: loop + 1]
