@@ -94,7 +94,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("kernorch/codegen/c_renderer_test.py",)),
     Mutant("a row step reading what it stores is a simd loop", "kernorch/codegen/gir/lower.py",
            "    read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads}\n"
-           "    return not stored & read\n",
+           "    return stored.isdisjoint(read)\n",
            "    return True\n", (GIR_RENDERER,)),
     Mutant("a collapsed nest keeps its one-iteration loops", "kernorch/codegen/sharing.py",
            "kept = [(var, bound, step) for var, bound, step in loops if bound > step] or loops[-1:]",

@@ -453,7 +453,7 @@ def _independent(step: RowStep, ops: list[GOperator], slices: list[MemorySlice])
         return False
     stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
     read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads}
-    return not stored & read
+    return stored.isdisjoint(read)
 
 
 def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> int | None:
