@@ -427,33 +427,38 @@ def _sum_across(step: RowStep, ops: list[GOperator]) -> bool:
     return not any(position < at and op.kind != CONSTANT and op.scope == step.scope for position, op in mine)
 
 
+def _mapping_reads(step: RowStep, ops: list[GOperator],
+                   slices: list[MemorySlice]) -> tuple[set[str], set[tuple[str, str]]] | None:  # fmt: skip
+    """For a loop step over one loop that only maps (no reduction in it): the buffers it stores and the
+    (buffer, level) slices it reads; None for any other step."""
+    if step.slot or step.summed or len(step.loops) != 1:
+        return None
+    mine = [op for op in ops if op.scope[: len(step.scope)] == step.scope]
+    if any(op.kind == REDUCE for op in mine):
+        return None
+    stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
+    read = {(slices[r].buffer, slices[r].level) for op in mine if op.kind == MOVE for r in op.reads}
+    return stored, read
+
+
 def _overlaps_its_tail(step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> bool:
     """A loop step over one loop longer than a vector but not a multiple of it, that only maps (no reduction
     in it) and reads no buffer it stores, can end in a vector block overlapping the one before it: the
     remainder elements were a scalar loop of up to 15 exps per row (vit's softmax over rows of 197: 29 -> 26
     us). Recomputing an element from the same inputs stores the value it already holds."""
-    if step.slot or step.summed or len(step.loops) != 1 or step.loops[0][1] < LANES or step.loops[0][1] % LANES == 0:
+    mapping = _mapping_reads(step, ops, slices)
+    if mapping is None or step.loops[0][1] < LANES or step.loops[0][1] % LANES == 0:
         return False
-    mine = [op for op in ops if op.scope[: len(step.scope)] == step.scope]
-    if any(op.kind == REDUCE for op in mine):
-        return False
-    stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
-    read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads if slices[r].level == GLOBAL}
-    return not stored & read
+    stored, read = mapping
+    return stored.isdisjoint(buffer for buffer, level in read if level == GLOBAL)
 
 
 def _independent(step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> bool:
-    """A loop step over one loop that only maps (no reduction in it) and reads no buffer it stores, at any
-    level: its iterations are independent, and the renderer makes it a simd loop (without the pragma GCC
-    vectorized a [16384, 32] layer norm's apply loop less well: 42.8 vs 39.8 µs)."""
-    if step.slot or step.summed or len(step.loops) != 1:
-        return False
-    mine = [op for op in ops if op.scope[: len(step.scope)] == step.scope]
-    if any(op.kind == REDUCE for op in mine):
-        return False
-    stored = {slices[op.writes[0]].buffer for op in mine if op.kind == MOVE and op.name == "store"}
-    read = {slices[r].buffer for op in mine if op.kind == MOVE for r in op.reads}
-    return stored.isdisjoint(read)
+    """A loop step over one loop that only maps and reads no buffer it stores, at any level: its iterations
+    are independent, and the renderer makes it a simd loop (without the pragma GCC vectorized a [16384, 32]
+    layer norm's apply loop less well: 42.8 vs 39.8 µs)."""
+    mapping = _mapping_reads(step, ops, slices)
+    return mapping is not None and mapping[0].isdisjoint(buffer for buffer, _ in mapping[1])
 
 
 def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> int | None:

@@ -26,11 +26,13 @@ def separate_window_axes(ctx: RewriteContext) -> Replacement | None:
         return None
     value = ctx.node.inputs[0]
     for axis in axes:
-        def along(values: tuple[int, ...], other: int, axis: int = axis) -> tuple[int, ...]:
-            return tuple(v if i == axis else other for i, v in enumerate(values))
-
-        one_axis = {**attrs, "kernel": along(kernel, 1), "strides": along(strides, 1),
-                    "dilations": along(dilations, 1),
-                    "pads": along(tuple(pads[:spatial]), 0) + along(tuple(pads[spatial:]), 0)}  # fmt: skip
+        one_axis = {**attrs, "kernel": _along(kernel, axis, 1), "strides": _along(strides, axis, 1),
+                    "dilations": _along(dilations, axis, 1),
+                    "pads": _along(pads[:spatial], axis, 0) + _along(pads[spatial:], axis, 0)}  # fmt: skip
         value = ctx.emit(ctx.node.prim, value, **one_axis)
     return {ctx.node.outputs[0]: value}
+
+
+def _along(values: tuple[int, ...], axis: int, other: int) -> tuple[int, ...]:
+    """`values` at `axis`, `other` (no window) everywhere else."""
+    return tuple(v if i == axis else other for i, v in enumerate(values))
