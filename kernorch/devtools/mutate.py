@@ -201,6 +201,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "key=lambda s: (-_promise(", ("kernorch/rewrite/search_test.py",)),
     Mutant("sub-constant forgets the negation", "kernorch/rewrite/rules/algebra.py",
            'ctx.emit("add", left, ctx.emit("neg", right))', 'ctx.emit("add", left, right)', (REWRITES,)),
+    Mutant("a one-pass variance without its shift", "kernorch/codegen/variance.py",
+           '_scalar(shift, _substituted(value, var, ("lit", 0))),', '_scalar(shift, ("const", 0.0, _F32)),',
+           ("kernorch/codegen/variance_test.py",)),
+    Mutant("the sum of squares in a loop of its own", "kernorch/codegen/gir/lower.py",
+           "marked[k] = replace(first, joined=True)", "marked[k] = first",
+           ("kernorch/codegen/variance_test.py",)),
     # layout
     Mutant("reshape mixes separated axes", "kernorch/layout/layouts.py",
            "if places != list(range(places[0], places[0] + len(places))):", "if False:", (LAYOUT,)),

@@ -104,6 +104,9 @@ class RowStep:
     # a float sum over the row kept as one vector of lane partials per row, the partials of a block of rows
     # summed together (`GirPhase.row_block`), and the work after the sum run across those rows at once
     across: bool = False
+    # a sum across the block's rows whose loop also computes the next step's (over as many elements, not
+    # reading this one's value): one pass over the row for both (a shifted mean and variance, variance.py)
+    joined: bool = False
     # a loop step whose row length is not a multiple of the vector width ends with one more vector block of
     # this many elements that overlaps the block before it (0: a scalar remainder): the step only maps what it
     # reads to what it stores and reads nothing it stores, so the overlapped elements are rewritten with the
@@ -179,6 +182,7 @@ class Gir:
                          phase.steps), (f"in blocks of {phase.row_block} rows", phase.row_block),
                          *((f"summing as it stores into {st.slot}", True) for st in phase.steps if st.summed),
                          *((f"{st.slot} summed across rows", True) for st in phase.steps if st.across),
+                         *((f"{st.slot} in one pass with the next", True) for st in phase.steps if st.joined),
                          *((f"{st.loops[0][0]} ends in an overlapping block of {st.overlapped_tail}", True)
                            for st in phase.steps if st.overlapped_tail))
                          if present]  # fmt: skip

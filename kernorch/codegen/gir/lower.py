@@ -52,6 +52,7 @@ from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tee import tee_maps_into_reductions
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
+from kernorch.codegen.variance import one_pass_variance
 
 
 class _Lowering:
@@ -303,6 +304,8 @@ def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges:
 
 def lower(loops: KernelLoops, threads: int = 2) -> Gir:
     """The kernel's GIR before any rewrite."""
+    if loops.schedule == "row" and int(np.prod(loops.row_shape, dtype=np.int64)) >= ROW_BLOCK:
+        loops, _ = one_pass_variance(loops, ROW_BLOCK, SHORT_ROW_ELEMENTS)
     loops = tee_maps_into_reductions(loops)
     lowering = _Lowering(loops)
     phases: list[GirPhase] = []
@@ -324,6 +327,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
         steps = [replace(step, overlapped_tail=LANES if _overlaps_its_tail(step, lowering.ops, lowering.slices) else 0,
                          independent=_independent(step, lowering.ops, lowering.slices)) for step in steps]  # fmt: skip
         across = _summed_across_rows(steps, lowering.ops, rows, row_elements)
+        across = None if across is None else _joined(across, lowering.ops)
         block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         shared = rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS
@@ -425,6 +429,40 @@ def _sum_across(step: RowStep, ops: list[GOperator]) -> bool:
     # nothing but constants before it in its own scope: the rules merge equal loads and computations within
     # a scope, so a gOperator after the sum could otherwise come to read one from before it
     return not any(position < at and op.kind != CONSTANT and op.scope == step.scope for position, op in mine)
+
+
+def _joined(steps: list[RowStep], ops: list[GOperator]) -> list[RowStep]:
+    """The steps with each sum across rows marked `joined` when the step after it is one too, over as many
+    elements, and neither reads the other's value: both sum in one loop over the row. Only sums that are the
+    step's value itself (nothing computed after them), so the renderer has nothing to interleave."""
+    marked = list(steps)
+    k = 0
+    while k + 1 < len(marked):
+        first, second = marked[k], marked[k + 1]
+        if first.across and second.across and _bare_sum(first, ops) and _bare_sum(second, ops) \
+                and _taps(first, ops) == _taps(second, ops) and not _reads_slot(second, first.slot, ops):  # fmt: skip
+            marked[k] = replace(first, joined=True)
+            k += 2
+        else:
+            k += 1
+    return marked
+
+
+def _bare_sum(step: RowStep, ops: list[GOperator]) -> bool:
+    """The step's value is its sum, with only constants after it in its own scope."""
+    own = [op for op in ops if op.scope == step.scope]
+    at = next(position for position, op in enumerate(own) if op.kind == REDUCE)
+    return step.result == own[at].writes[0] and all(op.kind == CONSTANT for op in own[at + 1 :])
+
+
+def _taps(step: RowStep, ops: list[GOperator]) -> int:
+    reduce = next(op for op in ops if op.scope == step.scope and op.kind == REDUCE)
+    return int(reduce.code[1][0][1])
+
+
+def _reads_slot(step: RowStep, slot: str, ops: list[GOperator]) -> bool:
+    return any(op.kind == CONSTANT and op.name == "slot" and op.code == slot
+               for op in ops if op.scope[: len(step.scope)] == step.scope)  # fmt: skip
 
 
 def _mapping_reads(step: RowStep, ops: list[GOperator],

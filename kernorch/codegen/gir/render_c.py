@@ -259,9 +259,15 @@ class _Phase:
 
         body = [f"const int64_t ko_rows = {total} - ko_r0 < {block} ? {total} - ko_r0 : {block};"] if total % block \
             else []  # fmt: skip
+        joined: list[RowStep] = []  # sums waiting for the step whose loop they share
         for step in self.phase.steps:
+            if step.joined:
+                joined.append(step)
+                continue
             if step.across:
-                body += self.sum_across(step, count, each_row)
+                body += self.sum_across((*joined, step), count, each_row)
+                defined += [s.slot for s in joined]
+                joined = []
             elif step.loops and not step.summed and any(op.outer and op.scope == step.scope for op in self.phase.ops):
                 body += self.hoisted_across(step, block, each_row)
             else:  # a vector loop across the rows only when the step has no loop (nor a reduction) of its own
@@ -294,57 +300,71 @@ class _Phase:
         return [*declared, *each_row(True), *outside, *stored, "}", *each_row(False), *loaded,
                 *self.step_loops(step, inside), "}"]  # fmt: skip
 
-    def sum_across(self, step: RowStep, count: str, each_row: Callable[[bool], list[str]]) -> list[str]:
-        """A row statistic whose float sum keeps eight lane partials per row (the summed values computed eight
+    def sum_across(self, steps: tuple[RowStep, ...], count: str, each_row: Callable[[bool], list[str]]) -> list[str]:
+        """Row statistics whose float sums keep eight lane partials per row (the summed values computed eight
         at a time by a vector loop), the block's partials summed row by row at once (ko_sum8x8), then the
-        gOperators after the sum in a vector loop across the rows."""
+        gOperators after a sum in a vector loop across the rows. Several steps (`RowStep.joined`, each its bare
+        sum) sum in one loop over the row."""
         if self.phase.row_block != 8:  # ko_sum8x8 sums 8 rows of 8 partials
             raise AssertionError(f"rows summed across in blocks of {self.phase.row_block}, not 8")
-        ops = [op for op in self.phase.ops if op.scope == step.scope]
-        at = next(position for position, op in enumerate(ops) if op.kind == REDUCE)
-        reduce = ops[at]
-        _, ((var, size),), _, body_scope, _ = reduce.code
-        for op in ops[:at]:  # constants only (lower._sum_across)
-            self.statement(op)
-        self.counter[0] += 1
-        part, sums = f"ko_part{self.counter[0]}", f"ko_sums{self.counter[0]}"
+        sums = []  # (step, its gOperators, the sum's place among them, its loop variable, body scope, partials)
+        for step in steps:
+            ops = [op for op in self.phase.ops if op.scope == step.scope]
+            at = next(position for position, op in enumerate(ops) if op.kind == REDUCE)
+            _, ((var, size),), _, body_scope, _ = ops[at].code
+            for op in ops[:at]:  # constants only (lower._sum_across)
+                self.statement(op)
+            self.counter[0] += 1
+            sums.append((step, ops, at, var, body_scope, f"ko_part{self.counter[0]}"))
 
-        def lanes(first: str, width: int, into: str) -> list[str]:  # `width` summed values from `first` on
-            summed = [line for lines in self.block((*step.scope, body_scope)) for line in lines]
+        def lanes(first: str, width: int, tail: bool) -> list[str]:  # `width` summed values from `first` on
+            body = []
+            for step, ops, at, var, body_scope, part in sums:
+                into = f"{part}_acc" if tail else f"{part}_t"
+                summed = [line for lines in self.block((*step.scope, body_scope)) for line in lines]
+                body += [f"const int64_t {var} = {first} + ko_l;", *summed,
+                         f"{into}[ko_l] {'+=' if tail else '='} (float)({self.names[ops[at].reads[0]]});"]  # fmt: skip
             return ["#pragma omp simd reduction(|:err)", f"for (int64_t ko_l = 0; ko_l < {width}; ko_l++) {{",
-                    f"const int64_t {var} = {first} + ko_l;", *summed,
-                    f"{into}[ko_l] {'=' if into.endswith('_t') else '+='} (float)({self.names[reduce.reads[0]]});",
-                    "}"]  # fmt: skip
+                    *body, "}"]  # fmt: skip
 
+        size = sums[0][1][sums[0][2]].code[1][0][1]
         full = size // 8 * 8
-        lines = [f"float {part}[8][8] __attribute__((aligned(32)));"]
+        parts = [part for *_, part in sums]
+        lines = [f"float {part}[8][8] __attribute__((aligned(32)));" for part in parts]
         if count == "ko_rows":  # a last block's missing rows sum zeros
             lines += ["for (int64_t ko_j = ko_rows; ko_j < 8; ko_j++) {",
-                      f"for (int64_t ko_l = 0; ko_l < 8; ko_l++) {part}[ko_j][ko_l] = 0;", "}"]  # fmt: skip
+                      *(f"for (int64_t ko_l = 0; ko_l < 8; ko_l++) {part}[ko_j][ko_l] = 0;" for part in parts),
+                      "}"]  # fmt: skip
         # the row's partials in a vector variable, each vector of values stored to a temporary and added to
         # it: GCC keeps both in registers in a loop it does not unroll. Added straight into the block's array
         # instead, the partials stayed in memory unless the loop was unrolled whole (2x slower otherwise at
         # 256 per row), and a whole unrolled row of 256 cost 0.4 s of compiling per candidate: 45.8 vs 44.6
         # µs for a [2048, 256] layer norm this way at an unroll of 4, compiled in under half the time.
-        lines += [*each_row(False), f"ko_v8 {part}_acc = {{0, 0, 0, 0, 0, 0, 0, 0}};"]
+        lines += [*each_row(False), *(f"ko_v8 {part}_acc = {{0, 0, 0, 0, 0, 0, 0, 0}};" for part in parts)]
         if full:
             lines += [f"#pragma GCC unroll {min(full // 8, SUM_UNROLL)}",
                       f"for (int64_t ko_k = 0; ko_k < {full}; ko_k += 8) {{",
-                      f"float {part}_t[8] __attribute__((aligned(32)));", *lanes("ko_k", 8, f"{part}_t"),
-                      f"{part}_acc += *(const ko_v8 *){part}_t;", "}"]  # fmt: skip
+                      *(f"float {part}_t[8] __attribute__((aligned(32)));" for part in parts),
+                      *lanes("ko_k", 8, False), *(f"{part}_acc += *(const ko_v8 *){part}_t;" for part in parts),
+                      "}"]  # fmt: skip
         if size % 8:
-            lines += lanes(str(full), size % 8, f"{part}_acc")
-        lines += [f"*(ko_v8 *){part}[ko_j] = {part}_acc;", "}"]
-        if step.result == reduce.writes[0] and all(op.kind == CONSTANT for op in ops[at + 1 :]):  # the sum itself
-            self.slot_types[step.slot] = "float"
-            return [*lines, f"float {step.slot}_rows[8] __attribute__((aligned(32)));",
-                    f"ko_sum8x8(&{part}[0][0], {step.slot}_rows);"]  # fmt: skip
-        self.names[reduce.writes[0]], self.ctypes[reduce.writes[0]] = f"{sums}[ko_j]", "float"
-        after = [line for op in ops[at + 1 :] for line in self.statement(op)]
-        self.slot_types[step.slot] = ctype = self.ctypes[step.result]
-        return [*lines, f"float {sums}[8] __attribute__((aligned(32)));", f"ko_sum8x8(&{part}[0][0], {sums});",
-                f"{ctype} {step.slot}_rows[8];", *each_row(True), *after,
-                f"{step.slot}_rows[ko_j] = {self.names[step.result]};", "}"]  # fmt: skip
+            lines += lanes(str(full), size % 8, True)
+        lines += [*(f"*(ko_v8 *){part}[ko_j] = {part}_acc;" for part in parts), "}"]
+        for step, ops, at, _, _, part in sums:
+            reduce = ops[at]
+            if step.result == reduce.writes[0] and all(op.kind == CONSTANT for op in ops[at + 1 :]):  # the sum
+                self.slot_types[step.slot] = "float"
+                lines += [f"float {step.slot}_rows[8] __attribute__((aligned(32)));",
+                          f"ko_sum8x8(&{part}[0][0], {step.slot}_rows);"]  # fmt: skip
+                continue
+            block_sums = part.replace("ko_part", "ko_sums")
+            self.names[reduce.writes[0]], self.ctypes[reduce.writes[0]] = f"{block_sums}[ko_j]", "float"
+            after = [line for op in ops[at + 1 :] for line in self.statement(op)]
+            self.slot_types[step.slot] = ctype = self.ctypes[step.result]
+            lines += [f"float {block_sums}[8] __attribute__((aligned(32)));",
+                      f"ko_sum8x8(&{part}[0][0], {block_sums});", f"{ctype} {step.slot}_rows[8];", *each_row(True),
+                      *after, f"{step.slot}_rows[ko_j] = {self.names[step.result]};", "}"]  # fmt: skip
+        return lines
 
     def tiles(self, sharing: Sharing, outside: list[str], inside: list[str]) -> list[str]:
         """A phase reading its input transposed, its last two loops walked in tiles (tiling.py): what runs once

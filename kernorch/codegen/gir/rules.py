@@ -91,7 +91,8 @@ def raise_thread_local_reads(gir: Gir, cache_bytes: int = THREAD_CACHE_BYTES) ->
                 if op.name == "load" and side.level == GLOBAL and side.buffer in seen and fits:
                     op = _raised(gir, slices, op, CACHE)
                     changed = True
-                seen.add(side.buffer)
+                if op.name == "store" or side.stride != 0:  # one element per row (a shift) brings in one line
+                    seen.add(side.buffer)
             ops.append(op)
         phases.append(replace(phase, ops=tuple(ops)))
     return gir.with_phases(phases, tuple(slices)), changed

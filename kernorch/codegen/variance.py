@@ -1,0 +1,125 @@
+"""A row's mean and variance in one pass over the row instead of two (layer norm over short rows).
+
+The fission of a norm computes, per row of n elements, S = Σx and then V = Σ(x - S/n)²: two passes, each
+summing across lanes and rows (`ko_sum8x8`). Over short rows that second pass, not the bytes, sets the time
+(segformer_b0's [4096, 64] layer norm: 25.3 µs, 17.8 in one pass; a copy of its bytes takes 11.7). Here both
+sums come from one loop over the row, shifted by the row's first element k (Chan, Golub and LeVeque's shifted
+data algorithm):
+
+    S' = Σ(x - k),  Q = Σ(x - k)²,  S = S' + n·k,  V = Q - S'·(S'/n)   (clamped at 0)
+
+Unshifted (Q = Σx²) the subtraction cancels catastrophically when the mean is large against the spread. With
+k an element of the row, n·(mean - k)² ≤ (n - 1)·V (Samuelson's inequality: no element is further than
+√(n-1) standard deviations from the mean), so Q ≤ n·V and the subtraction loses at most log2(n) bits, however
+the data look; typically (k about one standard deviation from the mean) one bit. A row of equal values gives
+exactly 0. Rows up to `max_row` elements only: they are the ones whose two sums the renderer runs in one loop
+(gir/lower.py `_joined`), and longer rows would lose more bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.loops import KernelLoops, Phase, Tree
+
+_F32 = "float32"
+
+
+def one_pass_variance(loops: KernelLoops, min_row: int, max_row: int) -> tuple[KernelLoops, bool]:
+    """`loops` with each (sum, sum of squared deviations from its mean) pair of row statistics over rows of
+    `min_row` to `max_row` elements computed from one shifted pass over the row; and whether anything
+    changed."""
+    if loops.schedule != "row":
+        return loops, False
+    phases = list(loops.phases)
+    changed = False
+    for j, phase in enumerate(phases):
+        match = _squared_deviations(phases, j, min_row, max_row)
+        if match is None:
+            continue
+        i, value, var, n, var_squares = match
+        total = phases[i].target
+        shift, shifted, squares = f"{total}k", f"{total}s", f"{total}q"
+        centred = ("op", "sub", _F32, value, ("scalar", shift))
+        phases[j] = _scalar(phase.target, ("op", "max", _F32, ("const", 0.0, _F32), ("op", "sub", _F32,
+            ("scalar", squares), ("op", "mul", _F32, ("scalar", shifted),
+                                  ("op", "mul", _F32, ("scalar", shifted), ("const", 1.0 / n, _F32))))))  # fmt: skip
+        phases[i : i + 1] = [
+            _scalar(shift, _substituted(value, var, ("lit", 0))),  # the row's first element
+            _scalar(shifted, ("reduce", "reduce_sum", _F32, ((var, n),), centred)),
+            # its own loop variable: the renderer runs both sums in one loop body
+            _scalar(squares, ("reduce", "reduce_sum", _F32, ((var_squares, n),),
+                              _substituted(("op", "mul", _F32, centred, centred), var, ("var", var_squares)))),
+            _scalar(total, ("op", "add", _F32, ("scalar", shifted),
+                            ("op", "mul", _F32, ("scalar", shift), ("const", float(n), _F32)))),
+        ]  # fmt: skip
+        changed = True
+        break  # indices moved: look again from the start
+    if not changed:
+        return loops, False
+    again, _ = one_pass_variance(replace(loops, phases=phases), min_row, max_row)
+    return again, True
+
+
+def _squared_deviations(phases: list[Phase], j: int, min_row: int,
+                        max_row: int) -> tuple[int, Tree, str, int, str] | None:  # fmt: skip
+    """(i, x, S's loop variable, n, phase j's loop variable) when phase j sums (x - S/n)² over a row of
+    `min_row` <= n <= `max_row` elements and the earlier phase i is S = Σx over the same elements (x read in
+    the same way, its loop variable renamed)."""
+    phase = phases[j]
+    if not phase.scalar or not _is_float_sum(phase.expr):
+        return None
+    _, _, _, ((var_j, n),), body = phase.expr
+    if not min_row <= n <= max_row or body[:3] != ("op", "mul", _F32) or body[3] != body[4]:
+        return None  # not a square
+    if body[3][:3] != ("op", "sub", _F32):
+        return None
+    deviation, mean = body[3][3], body[3][4]
+    total = _mean_of(mean, n)
+    if total is None:
+        return None
+    i = next((k for k in range(j) if phases[k].target == total), None)
+    if i is None or not phases[i].scalar or not _is_float_sum(phases[i].expr):
+        return None
+    _, _, _, ((var_i, n_i),), value = phases[i].expr
+    if n_i != n or var_i == var_j or _substituted(value, var_i, ("var", var_j)) != deviation or not _plain(value):
+        return None
+    return i, value, var_i, n, var_j
+
+
+def _is_float_sum(tree: Tree) -> bool:
+    return tree[:3] == ("reduce", "reduce_sum", _F32) and len(tree[3]) == 1 and tree[4][0] != "guard"
+
+
+def _mean_of(tree: Tree, n: int) -> str | None:
+    """The slot S when `tree` is S/n (as S·(1/n) in float32 or S/n), else None."""
+    if tree[:3] == ("op", "mul", _F32):
+        for scalar, const in ((tree[3], tree[4]), (tree[4], tree[3])):
+            if scalar[0] == "scalar" and const[0] == "const" and np.float32(const[1]) == np.float32(1.0 / n):
+                return str(scalar[1])
+    if tree[:3] == ("op", "div", _F32) and tree[3][0] == "scalar" and tree[4][0] == "const" \
+            and float(tree[4][1]) == float(n):  # fmt: skip
+        return str(tree[3][1])
+    return None
+
+
+def _plain(tree: Any) -> bool:
+    """No reduction, store or row statistic inside: the value is the same wherever it is evaluated."""
+    if not isinstance(tree, tuple) or not tree or not isinstance(tree[0], str):
+        return True
+    return tree[0] not in ("reduce", "tee", "scalar", "guard") and all(_plain(child) for child in tree[1:])
+
+
+def _substituted(tree: Any, var: str, replacement: Tree) -> Any:
+    if not isinstance(tree, tuple) or not tree:
+        return tree
+    if tree == ("var", var):
+        return replacement
+    return tuple(_substituted(child, var, replacement) for child in tree)
+
+
+def _scalar(slot: str, expr: Tree) -> Phase:
+    return Phase(slot, (), (), expr, scalar=True)
