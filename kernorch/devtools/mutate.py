@@ -63,7 +63,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"{acc} += ({ctype})({self.names[step.result]});"', 'f"{acc} = ({ctype})({self.names[step.result]});"',
            (GIR_RENDERER, RANDOM_PLANS)),
     Mutant("a short row's last partial vector is not summed", "kernorch/codegen/gir/render_c.py",
-           'lines += lanes(str(full), size % 8, f"{part}_acc")', 'lines += lanes(str(full), 0, f"{part}_acc")',
+           'lines += lanes(str(full), size % 8, True)', 'lines += lanes(str(full), 0, True)',
            (GIR_RENDERER, RANDOM_PLANS)),
     Mutant("a row's summed vectors are not added to its partials", "kernorch/codegen/gir/render_c.py",
            'f"{part}_acc += *(const ko_v8 *){part}_t;"', 'f"{part}_acc = *(const ko_v8 *){part}_t;"',
