@@ -139,6 +139,9 @@ class GirPhase:
     # the innermost loop cut into ranges where its selects change (splitting.py): (begin, end, the scope of
     # that range's gOperators); (): one loop
     pieces: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    # an upsampling along the innermost axis (its last two loops q and residue r) run by vector blocks of 16
+    # output positions, each input row it reads held in registers and permuted (row_permute.py)
+    row_permuted: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class Gir:
             loops = " x ".join(f"{var}:{size}" for var, size in phase.loops) or "none"
             structure = [name for name, present in (("unrolled " + phase.unrolled, phase.unrolled),
                          (f"tiled: {phase.tiled}", phase.tiled), (f"{len(phase.pieces)} pieces", phase.pieces),
+                         ("input rows permuted in registers", phase.row_permuted),
                          (f"{phase.reduction} reduction", phase.reduction), (f"{len(phase.steps)} row steps",
                          phase.steps), (f"in blocks of {phase.row_block} rows", phase.row_block),
                          *((f"summing as it stores into {st.slot}", True) for st in phase.steps if st.summed),

@@ -48,6 +48,7 @@ from kernorch.codegen.reductions import (
     reduced_per_element,
     splits_among_threads,
 )
+from kernorch.codegen.row_permute import permutable
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tee import tee_maps_into_reductions
@@ -244,7 +245,7 @@ class _Lowering:
         self.emit(GOperator(MOVE, "store", (result, *indices), (target,), ctx["blocks"], code=address))
 
     def phase_ops(self, phase: Phase, outer: dict[str, int], repeats: int, phased: bool = True,
-                  share: float = 1.0) -> int:  # fmt: skip
+                  share: float = 1.0, vectorized: bool = False) -> int:  # fmt: skip
         """Lower one phase (a row step in the row schedule), whose loops run `repeats` times (once per row in
         the row schedule; `share`: the part of its innermost loop a piece of a split loop runs); returns the
         register holding its value."""
@@ -258,7 +259,8 @@ class _Lowering:
             inner = phase.loop_vars[-2]
         # the same test that gives the phase its loop structure (only phased kernels interchange)
         interchanged = phased and interchangeable(phase, self.dtypes.get(phase.target, "float32")) is not None
-        lanes = LANES if inner is not None and _affine_along(phase.expr, inner, ranges) else 1
+        # (`vectorized`: the renderer runs vector blocks whatever the accesses, row_permute.py)
+        lanes = LANES if inner is not None and (vectorized or _affine_along(phase.expr, inner, ranges)) else 1
         # blocks per kernel call if run once per iteration of the loops outside the innermost (and the unrolled)
         around = int(np.prod(phase.loop_sizes[:-2 if short else -1], dtype=np.int64)) * repeats
         ctx: dict[str, Any] = {
@@ -341,9 +343,12 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             lowering.ops, split_loop = [], []
             if p:  # what earlier phases wrote is read only after every thread has written it
                 lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
-            pieces = _pieces(phase, lowering.dtypes.get(phase.target, "float32"))
+            # an upsampling of short rows: output vectors permuted from input rows in registers, unsplit
+            permuted = not reads_transposed(phase) and _mode(phase, short_innermost(phase), False) != INNERMOST \
+                and permutable(phase, loops.tables, lowering.dtypes, _row_widths(loops))  # fmt: skip
+            pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"))
             if pieces is None:
-                lowering.phase_ops(phase, {}, 1)
+                lowering.phase_ops(phase, {}, 1, vectorized=permuted)
             for begin, end, expr in pieces or ():  # one scope of gOperators per piece of the split loop
                 lowering.scope = (lowering.new_scope(),)
                 share = (end - begin) / phase.loop_sizes[_vector_axis(phase)]
@@ -367,7 +372,8 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             phases.append(GirPhase(ParallelUnit(parallel, lanes, elements, mode), tuple(lowering.ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
-                                   tiled=tiled, strides=strides, pieces=tuple(split_loop)))  # fmt: skip
+                                   tiled=tiled, strides=strides, pieces=tuple(split_loop),
+                                   row_permuted=permuted))  # fmt: skip
     return Gir(tuple(lowering.slices), tuple(phases), buffer_bytes, roles, tuple(loops.buffers), dict(loops.tables))
 
 
@@ -529,6 +535,11 @@ def _renamed(tree: Any, old: str, new: str) -> Any:
     if isinstance(tree, tuple):
         return tuple(_renamed(child, old, new) for child in tree)
     return tree
+
+
+def _row_widths(loops: KernelLoops) -> dict[str, int]:
+    """Each buffer's innermost extent (the rows an access may load whole)."""
+    return {b.name: b.shape[-1] if b.shape else 1 for b in loops.buffers}
 
 
 def _mode(phase: Phase, short: bool, interchanged: bool) -> str:

@@ -41,6 +41,7 @@ from kernorch.codegen.gir.graph import (
     GOperator,
     RowStep,
 )
+from kernorch.codegen.gir.render_permuted import permuted_lines
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
 from kernorch.codegen.reductions import interchanged_lines, reduction_identity
 from kernorch.codegen.sharing import LANES, Sharing, loop_headers
@@ -160,6 +161,8 @@ class _Phase:
             return self.rows(sharing)
         if self.phase.reduction:
             return self.interchanged(sharing)
+        if self.phase.row_permuted:
+            return permuted_lines(self, sharing)
         outside, inside = self.block((), hoist=not self.phase.tiled)
         if self.phase.tiled:
             return self.tiles(sharing, outside, inside)
