@@ -201,11 +201,12 @@ def _layer_norm(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
     return b.emit("mul", [b.emit("mul", [centred, scale])[0], g])
 
 
-@pytest.mark.parametrize("shape", [(2, 8, 32), (3, 7, 36)])
+@pytest.mark.parametrize("shape", [(2, 8, 32), (3, 7, 36), (2, 8, 72), (3, 5, 100)])
 def test_short_rows_sum_across_a_block_of_rows(shape: tuple[int, ...]) -> None:
     """Rows of 32 and 36 floats run 8 at a time: each row's sums as lane partials, the block's partials summed
-    together; 21 rows leave a last block of 5, 36 floats a last vector of 4. Against float64 numpy, kernel by
-    kernel and as rTasks (each task a range of blocks)."""
+    together; 21 rows leave a last block of 5, 36 floats a last vector of 4. Rows of 72 and 100 sum 16 at a
+    time, then 8 (72), then a last 4 (100). Against float64 numpy, kernel by kernel and as rTasks (each task a
+    range of blocks)."""
     graph = _graph(_layer_norm, (shape, shape))
     loops = _loops(graph)
     assert loops.schedule == "row"

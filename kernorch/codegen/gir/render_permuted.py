@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernorch.codegen.c_expr import c_literal
+from kernorch.codegen.c_prelude import V16_TYPEDEF
 from kernorch.codegen.gir.graph import MOVE, OUTER, GOperator
 from kernorch.codegen.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.sharing import Sharing, loop_headers
@@ -19,9 +20,6 @@ from kernorch.codegen.sharing import Sharing, loop_headers
 if TYPE_CHECKING:
     from kernorch.codegen.gir.render_c import _Phase
 
-# a 16-float vector for the shuffles (declared in the phase's scope: the prelude, which every kernel's
-# profile signature hashes, stays as it is)
-_TYPEDEF = "typedef float ko_v16 __attribute__((vector_size(64), aligned(4), may_alias));"
 
 
 def permuted_lines(renderer: _Phase, sharing: Sharing) -> list[str]:
@@ -68,9 +66,9 @@ def permuted_lines(renderer: _Phase, sharing: Sharing) -> list[str]:
                    *body, "}", "}"]  # fmt: skip
     if phase.parallel.mode == OUTER:
         opened, closing = sharing.collapsed([(var, size, 1) for var, size in outer])
-        return ["{", _TYPEDEF, *opened, *loaded, *blocks, *("}" for _ in range(closing)), "}"]
+        return ["{", V16_TYPEDEF, *opened, *loaded, *blocks, *("}" for _ in range(closing)), "}"]
     sharing.serial()
-    return ["{", _TYPEDEF, *loop_headers([(var, size, 1) for var, size in outer]), *loaded, *blocks,
+    return ["{", V16_TYPEDEF, *loop_headers([(var, size, 1) for var, size in outer]), *loaded, *blocks,
             *("}" for _ in outer), "}"]  # fmt: skip
 
 
