@@ -12,6 +12,7 @@ import pytest
 from kernorch.codegen.backends import render_c
 from kernorch.codegen.c_prelude import PRELUDE
 from kernorch.codegen.compiler import compile_source, load_library
+from kernorch.codegen.gir.graph import MOVE
 from kernorch.codegen.gir.lower import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import describe
@@ -64,6 +65,12 @@ def test_permuted_rows_compute_the_reference(width: int, factor: int, mode: str,
     graph = _upsampling((2, 3, 5, width), factor, mode, then_add)
     source, gir = _kernel_source(graph)
     assert "input rows permuted in registers" in gir and "__builtin_shufflevector" in source, gir
+    # what the performance model sees: each tap moves the input row once per output row, contiguous
+    lowered = optimize(lower(describe(make_kernel(graph, tuple(range(len(graph.nodes))), ("y",)))))
+    reads = [(op.executions, lowered.slices[op.reads[0]]) for phase in lowered.phases for op in phase.ops
+             if op.kind == MOVE and op.name == "load" and lowered.slices[op.reads[0]].buffer == "inp0"]
+    assert reads and all(executions == 2 * 3 * 5 and (s.count, s.width, s.stride) == (1, width, 1)
+                         for executions, s in reads), reads  # fmt: skip
     assert "#pragma GCC unroll" not in source and source.count("#pragma omp simd") == width * factor // 16
     feeds = {name: np.random.default_rng(1).standard_normal(graph.types[name].shape).astype(np.float32)
              for name in graph.inputs}  # fmt: skip

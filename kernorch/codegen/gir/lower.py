@@ -48,7 +48,7 @@ from kernorch.codegen.reductions import (
     reduced_per_element,
     splits_among_threads,
 )
-from kernorch.codegen.row_permute import permutable
+from kernorch.codegen.row_permute import permutable, row_access, row_loops_of
 from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tee import tee_maps_into_reductions
@@ -59,6 +59,8 @@ from kernorch.codegen.variance import one_pass_variance
 class _Lowering:
     def __init__(self, loops: KernelLoops) -> None:
         self.dtypes = {b.name: b.dtype for b in loops.buffers}
+        self.tables = loops.tables
+        self.widths = _row_widths(loops)
         self.slices: list[MemorySlice] = []
         self.ops: list[GOperator] = []
         self.invariant: set[int] = set()  # register slices invariant along the innermost loop
@@ -113,6 +115,10 @@ class _Lowering:
         # a value that changes along a loop the renderer keeps around the innermost one (an unrolled short
         # innermost loop, a row step's loops) cannot run before it
         outer = 0 if any(_mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]
+        if kind == "load" and ctx["permuted"]:
+            permuted = self.permuted_row(tree, ctx, invariant, outer)
+            if permuted is not None:
+                return permuted
         if kind == "load":
             indices: list[int] = []
             address = self.gathered(tree[2], ctx, indices)
@@ -163,6 +169,23 @@ class _Lowering:
                                       code=dtype if kind != "where" else None))  # fmt: skip
             return target
         raise ValueError(f"not a value tree: {kind}")
+
+    def permuted_row(self, tree: Tree, ctx: dict[str, Any], invariant: bool, outer: int) -> int | None:
+        """A load of a phase run by permuted output vectors (row_permute.py) that reads a whole input row:
+        the row moves once per output row, contiguous, into registers; the renderer permutes it per block.
+        None for a load along the output row."""
+        row = row_loops_of(ctx["order"][-2:])
+        access = row_access(tree[2], row, self.tables, self.widths.get(tree[1], 0))
+        if access is None or access.along:
+            return None
+        itemsize = int(np.dtype(self.dtypes.get(tree[1], "float32")).itemsize)
+        # named by the whole index: each tap's permutation is its own load (the merge rule must not make two
+        # taps one), though both move the same row
+        source = self.slice(MemorySlice(tree[1], GLOBAL, 1, access.width, 1, itemsize, repr(tree[2])))
+        target = self.register(self.dtypes.get(tree[1], "float32"), ctx["lanes"], invariant)
+        rows = max(ctx["elements"] // (row[2] * row[3]), 1)
+        self.emit(GOperator(MOVE, "load", (source,), (target,), rows, outer_executions=outer, code=tree[2]))
+        return target
 
     def guarded_select(self, tree: Tree, ctx: dict[str, Any]) -> int:
         """A select on indices (pad borders, concat pieces): each side may only be evaluated where its indices
@@ -269,6 +292,7 @@ class _Lowering:
             "outer": around if phase.loop_vars and not interchanged else 0, "short": short,
             "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
             "pinned": (short[0],) if short else (),  # loops a value varying along cannot run before
+            "permuted": vectorized,  # whole input rows read into registers, permuted per output vector
         }  # fmt: skip
         if not phased:  # a row step: what the renderer runs before its loops runs once per row
             ctx.update(outer=repeats if phase.loop_vars else 0, pinned=phase.loop_vars[:-1])
