@@ -116,3 +116,16 @@ def test_two_factors_on_one_axis_permute_two_rows() -> None:
 def test_rows_that_keep_their_residue_loop(width: int, factor: int, why: str) -> None:
     source, gir = _kernel_source(_upsampling((1, 2, 3, width), factor, "linear", False))
     assert "permuted" not in gir and "__builtin_shufflevector" not in source, why
+
+
+@pytest.mark.parametrize("runtime", ["kernels", "rprogram"])
+def test_permuted_rows_shared_among_threads(runtime: str) -> None:
+    """A map large enough to share its rows out (collapsed parallel loops, or rTasks over ranges of them)."""
+    graph = _upsampling((1, 16, 32, 32), 4, "linear", True)
+    source, gir = _kernel_source(graph)
+    assert "input rows permuted in registers" in gir and "outer" in gir.split(";")[0], gir.split("\n")[0]
+    feeds = {name: np.random.default_rng(4).standard_normal(graph.types[name].shape).astype(np.float32)
+             for name in graph.inputs}  # fmt: skip
+    kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
+    got = PlanExecutor(graph, [kernel], runtime=runtime)(feeds)["y"]
+    np.testing.assert_allclose(got, run_reference(graph, feeds)["y"], rtol=1e-5, atol=1e-6)
