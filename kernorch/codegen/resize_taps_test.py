@@ -90,12 +90,11 @@ def test_a_short_axis_keeps_its_table() -> None:
                                rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
-def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> None:
-    """A [.., 12] map quadrupled plus a [.., 24] map doubled: the width loop runs 4 residues, the doubling
-    reading input 2q + r // 2 for residue r."""
-    out = (1, 2, 4, 48)
+def two_factor_upsampling(width: int) -> Graph:
+    """A [.., width] map quadrupled plus a [.., 2·width] map doubled along the innermost axis."""
+    out = (1, 2, 4, 4 * width)
     graph = Graph(inputs=["a", "b"], outputs=["y"])
-    graph.types.update(a=TensorType((1, 2, 4, 12), "float32"), b=TensorType((1, 2, 4, 24), "float32"))
+    graph.types.update(a=TensorType((1, 2, 4, width), "float32"), b=TensorType((1, 2, 4, 2 * width), "float32"))
     for source, factor, resized in (("a", 4, "ra"), ("b", 2, "rb")):
         attrs = (("sizes", out), ("scales", (1.0, 1.0, 1.0, float(factor))), ("mode", "linear"),
                  ("coordinate_mode", "half_pixel"), ("nearest_mode", "round_prefer_floor"), ("cubic_coeff_a", -0.75),
@@ -104,6 +103,13 @@ def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> No
         graph.types[resized] = TensorType(out, "float32")
     graph.nodes.append(Node("add", ("ra", "rb"), ("y",), ()))
     graph.types["y"] = TensorType(out, "float32")
+    return graph
+
+
+def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> None:
+    """A [.., 12] map quadrupled plus a [.., 24] map doubled: the width loop runs 4 residues, the doubling
+    reading input 2q + r // 2 for residue r."""
+    graph = two_factor_upsampling(12)
     kernel = make_kernel(graph, (0, 1, 2), ("y",))
     assert "#pragma GCC unroll 4" in render_c("k", kernel)
     rng = np.random.default_rng(3)

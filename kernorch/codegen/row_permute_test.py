@@ -16,11 +16,10 @@ from kernorch.codegen.gir.graph import MOVE
 from kernorch.codegen.gir.lower import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import describe
-from kernorch.codegen.resize_taps_test import _upsampling
+from kernorch.codegen.resize_taps_test import _upsampling, two_factor_upsampling
 from kernorch.codegen.row_permute import row_access
-from kernorch.ir.graph import Graph, Node
+from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
-from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
 
@@ -89,17 +88,7 @@ def test_permuted_rows_compute_the_reference(width: int, factor: int, mode: str,
 
 def test_two_factors_on_one_axis_permute_two_rows() -> None:
     """A [.., 16] map quadrupled plus a [.., 32] map doubled: each input row in registers, permuted per block."""
-    out = (1, 2, 4, 64)
-    graph = Graph(inputs=["a", "b"], outputs=["y"])
-    graph.types.update(a=TensorType((1, 2, 4, 16), "float32"), b=TensorType((1, 2, 4, 32), "float32"))
-    for source, factor, resized in (("a", 4, "ra"), ("b", 2, "rb")):
-        attrs = (("sizes", out), ("scales", (1.0, 1.0, 1.0, float(factor))), ("mode", "linear"),
-                 ("coordinate_mode", "half_pixel"), ("nearest_mode", "round_prefer_floor"), ("cubic_coeff_a", -0.75),
-                 ("exclude_outside", False))  # fmt: skip
-        graph.nodes.append(Node("resize", (source,), (resized,), attrs))
-        graph.types[resized] = TensorType(out, "float32")
-    graph.nodes.append(Node("add", ("ra", "rb"), ("y",), ()))
-    graph.types["y"] = TensorType(out, "float32")
+    graph = two_factor_upsampling(16)
     source, _ = _kernel_source(graph)
     assert source.count("memcpy(ko_x") == 2, source  # the two input rows, loaded once per output row
     rng = np.random.default_rng(3)
