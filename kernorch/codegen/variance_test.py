@@ -4,6 +4,9 @@ variance fails, and each case that must stay two passes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -115,3 +118,21 @@ def test_an_unshifted_one_pass_variance_would_fail_this_accuracy_test() -> None:
 def test_not_rewritten(shape: tuple[int, ...], inverse: float | None, why: str) -> None:
     loops = describe(_layer_norm(shape, inverse=inverse))
     assert one_pass_variance(loops, ROW_BLOCK, SHORT_ROW_ELEMENTS) == (loops, False), why
+
+
+def test_not_rewritten_when_the_row_is_read_through_a_merged_variables_part() -> None:
+    """The shift substitutes the sum's loop variable by 0; a `part` of it (a merged variable's coordinate)
+    would be left behind, reading a variable outside its loop. The two sums' values, compared with the loop
+    variable renamed, differ in their parts: left alone."""
+    loops = describe(_layer_norm((64, 32)))
+    sums = [p.expr[3][0][0] for p in loops.phases if p.scalar and p.expr[0] == "reduce"]
+
+    def parted(tree: Any) -> Any:
+        if isinstance(tree, tuple) and tree[:1] == ("var",) and tree[1] in sums:
+            return ("part", tree[1], (32,), 0)
+        return tuple(parted(child) for child in tree) if isinstance(tree, tuple) else tree
+
+    phases = [replace(p, expr=parted(p.expr)) if p.scalar else p for p in loops.phases]
+    changed = replace(loops, phases=phases)
+    assert "'part'" in repr(changed.phases[0].expr)
+    assert one_pass_variance(changed, ROW_BLOCK, SHORT_ROW_ELEMENTS) == (changed, False)
