@@ -155,6 +155,15 @@ def flatten(index: list[Tree], shape: tuple[int, ...]) -> Tree:
     return flat
 
 
+def substituted(tree: Any, binding: dict[str, Tree]) -> Any:
+    """`tree` with each variable named in `binding` replaced by its tree (a renamed loop variable, a constant)."""
+    if isinstance(tree, tuple) and len(tree) == 2 and tree[0] == "var" and tree[1] in binding:
+        return binding[tree[1]]
+    if isinstance(tree, tuple):
+        return tuple(substituted(child, binding) for child in tree)
+    return tree
+
+
 def has_parts(tree: Any) -> bool:
     if not isinstance(tree, tuple):
         return False

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from kernorch.codegen.loops import KernelLoops, Phase, Tree, lit
+from kernorch.codegen.loops import KernelLoops, Phase, Tree, lit, substituted
 from kernorch.codegen.reductions import bare_reduction, interchangeable
 
 
@@ -72,8 +72,9 @@ def _tee_into(phase: Phase, mapped: Phase, dtype: str) -> Phase | None:
             continue
         if not _one_to_one(mapped, binding, sizes):
             continue
-        index = _substitute(mapped.store_index, binding, {v for v, n in zip(mapped.loop_vars, mapped.loop_sizes,
-                                                                              strict=True) if n == 1})  # fmt: skip
+        # loop variables of one iteration, not bound by the match, are 0
+        zeros = {v: lit(0) for v, n in zip(mapped.loop_vars, mapped.loop_sizes, strict=True) if n == 1}
+        index = substituted(mapped.store_index, zeros | binding)
         new_body = _replace_first(body, subtree, ("tee", mapped.target, index, subtree))
         new_reduce = ("reduce", prim, rdtype, taps, new_body)
         expr = new_reduce if phase.expr[0] == "reduce" else (*phase.expr[:2], new_reduce)  # under its cast
@@ -107,14 +108,6 @@ def _match(pattern: Any, tree: Any, variables: set[str], binding: dict[str, Tree
         return isinstance(tree, tuple) and len(tree) == len(pattern) and \
             all(_match(p, t, variables, binding) for p, t in zip(pattern, tree, strict=True))  # fmt: skip
     return bool(pattern == tree)
-
-
-def _substitute(tree: Any, binding: dict[str, Tree], zeros: set[str]) -> Any:
-    if isinstance(tree, tuple) and len(tree) == 2 and tree[0] == "var":
-        return binding.get(tree[1], lit(0) if tree[1] in zeros else tree)
-    if isinstance(tree, tuple):
-        return tuple(_substitute(t, binding, zeros) for t in tree)
-    return tree
 
 
 _VALUES = ("load", "const", "op", "cast", "scalar", "table")  # value trees a tee may wrap or look inside

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops import KernelLoops, Phase, Tree
+from kernorch.codegen.loops import KernelLoops, Phase, Tree, substituted
 
 _F32 = "float32"
 
@@ -48,11 +48,11 @@ def one_pass_variance(loops: KernelLoops, min_row: int, max_row: int) -> tuple[K
             ("scalar", squares), ("op", "mul", _F32, ("scalar", shifted),
                                   ("op", "mul", _F32, ("scalar", shifted), ("const", 1.0 / n, _F32))))))  # fmt: skip
         phases[i : i + 1] = [
-            _scalar(shift, _substituted(value, var, ("lit", 0))),  # the row's first element
+            _scalar(shift, substituted(value, {var: ("lit", 0)})),  # the row's first element
             _scalar(shifted, ("reduce", "reduce_sum", _F32, ((var, n),), centred)),
             # its own loop variable: the renderer runs both sums in one loop body
             _scalar(squares, ("reduce", "reduce_sum", _F32, ((var_squares, n),),
-                              _substituted(("op", "mul", _F32, centred, centred), var, ("var", var_squares)))),
+                              substituted(("op", "mul", _F32, centred, centred), {var: ("var", var_squares)}))),
             _scalar(total, ("op", "add", _F32, ("scalar", shifted),
                             ("op", "mul", _F32, ("scalar", shift), ("const", float(n), _F32)))),
         ]  # fmt: skip
@@ -85,7 +85,7 @@ def _squared_deviations(phases: list[Phase], j: int, min_row: int,
     if i is None or not phases[i].scalar or not _is_float_sum(phases[i].expr):
         return None
     _, _, _, ((var_i, n_i),), value = phases[i].expr
-    if n_i != n or var_i == var_j or _substituted(value, var_i, ("var", var_j)) != deviation or not _plain(value):
+    if n_i != n or var_i == var_j or substituted(value, {var_i: ("var", var_j)}) != deviation or not _plain(value):
         return None
     return i, value, var_i, n, var_j
 
@@ -111,14 +111,6 @@ def _plain(tree: Any) -> bool:
     if not isinstance(tree, tuple) or not tree or not isinstance(tree[0], str):
         return True
     return tree[0] not in ("reduce", "tee", "scalar", "guard") and all(_plain(child) for child in tree[1:])
-
-
-def _substituted(tree: Any, var: str, replacement: Tree) -> Any:
-    if not isinstance(tree, tuple) or not tree:
-        return tree
-    if tree == ("var", var):
-        return replacement
-    return tuple(_substituted(child, var, replacement) for child in tree)
 
 
 def _scalar(slot: str, expr: Tree) -> Phase:

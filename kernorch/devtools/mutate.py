@@ -208,7 +208,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "kernorch/codegen/gir/render_permuted.py", 'lanes = ", ".join(str(lane - at) for lane in block)',
            'lanes = ", ".join(str(lane % 32) for lane in block)', ("kernorch/codegen/row_permute_test.py",)),
     Mutant("a one-pass variance without its shift", "kernorch/codegen/variance.py",
-           '_scalar(shift, _substituted(value, var, ("lit", 0))),', '_scalar(shift, ("const", 0.0, _F32)),',
+           '_scalar(shift, substituted(value, {var: ("lit", 0)})),', '_scalar(shift, ("const", 0.0, _F32)),',
            ("kernorch/codegen/variance_test.py",)),
     Mutant("the sum of squares in a loop of its own", "kernorch/codegen/gir/lower.py",
            "marked[k] = replace(first, joined=True)", "marked[k] = first",

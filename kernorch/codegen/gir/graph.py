@@ -21,6 +21,7 @@ and tables. `gir/render_c.py` renders C from that alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,6 +115,13 @@ class RowStep:
     overlapped_tail: int = 0
     # a loop step over one loop that only maps and reads nothing it stores: its iterations are independent
     independent: bool = False
+
+
+def bare_sum(step: RowStep, ops: Sequence[GOperator]) -> bool:
+    """Whether a row statistic's value is its sum itself: only constants after the sum in its own scope."""
+    own = [op for op in ops if op.scope == step.scope]
+    at = next(position for position, op in enumerate(own) if op.kind == REDUCE)
+    return step.result == own[at].writes[0] and all(op.kind == CONSTANT for op in own[at + 1 :])
 
 
 @dataclass(frozen=True)

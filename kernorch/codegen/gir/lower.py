@@ -40,9 +40,10 @@ from kernorch.codegen.gir.graph import (
     MemorySlice,
     ParallelUnit,
     RowStep,
+    bare_sum,
 )
 from kernorch.codegen.indexing import Digit, linearize
-from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds
+from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
 from kernorch.codegen.reductions import (
     interchangeable,
     reduced_per_element,
@@ -469,20 +470,13 @@ def _joined(steps: list[RowStep], ops: list[GOperator]) -> list[RowStep]:
     k = 0
     while k + 1 < len(marked):
         first, second = marked[k], marked[k + 1]
-        if first.across and second.across and _bare_sum(first, ops) and _bare_sum(second, ops) \
+        if first.across and second.across and bare_sum(first, ops) and bare_sum(second, ops) \
                 and _taps(first, ops) == _taps(second, ops) and not _reads_slot(second, first.slot, ops):  # fmt: skip
             marked[k] = replace(first, joined=True)
             k += 2
         else:
             k += 1
     return marked
-
-
-def _bare_sum(step: RowStep, ops: list[GOperator]) -> bool:
-    """The step's value is its sum, with only constants after it in its own scope."""
-    own = [op for op in ops if op.scope == step.scope]
-    at = next(position for position, op in enumerate(own) if op.kind == REDUCE)
-    return step.result == own[at].writes[0] and all(op.kind == CONSTANT for op in own[at + 1 :])
 
 
 def _taps(step: RowStep, ops: list[GOperator]) -> int:
@@ -548,17 +542,9 @@ def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slice
     load = body[0]
     buffer = slices[store.writes[0]].buffer
     if reduce.reads[0] != load.writes[0] or slices[load.reads[0]].buffer != buffer or \
-            _renamed(load.code, taps[0][0], var) != store.code:  # fmt: skip
+            substituted(load.code, {taps[0][0]: ("var", var)}) != store.code:  # fmt: skip
         return None
     return store.reads[0]
-
-
-def _renamed(tree: Any, old: str, new: str) -> Any:
-    if tree == ("var", old):
-        return ("var", new)
-    if isinstance(tree, tuple):
-        return tuple(_renamed(child, old, new) for child in tree)
-    return tree
 
 
 def _row_widths(loops: KernelLoops) -> dict[str, int]:

@@ -41,6 +41,7 @@ from kernorch.codegen.gir.graph import (
     GirPhase,
     GOperator,
     RowStep,
+    bare_sum,
 )
 from kernorch.codegen.gir.render_permuted import permuted_lines
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
@@ -368,7 +369,7 @@ class _Phase:
         lines += [*(f"*(ko_v8 *){part}[ko_j] = {part}_acc;" for part in parts), "}"]
         for step, ops, at, _, _, part in sums:
             reduce = ops[at]
-            if step.result == reduce.writes[0] and all(op.kind == CONSTANT for op in ops[at + 1 :]):  # the sum
+            if bare_sum(step, ops):
                 self.slot_types[step.slot] = "float"
                 lines += [f"float {step.slot}_rows[8] __attribute__((aligned(32)));",
                           f"ko_sum8x8(&{part}[0][0], {step.slot}_rows);"]  # fmt: skip
