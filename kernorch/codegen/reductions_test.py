@@ -24,16 +24,21 @@ def _centred_graph(shape: tuple[int, ...], prim: str) -> Graph:
     return graph
 
 
-@pytest.mark.parametrize("prim", ["reduce_sum", "reduce_max"])
-def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str) -> None:
-    graph = _centred_graph((1, 96, 80, 40), prim)
+@pytest.mark.parametrize(("prim", "width", "block"), [("reduce_sum", 80, 8), ("reduce_max", 80, 8),
+                                                     ("reduce_sum", 77, 7), ("reduce_max", 79, 1)])
+def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str, width: int, block: int) -> None:
+    """... and sums `block` consecutive taps of its innermost tap loop (the largest divisor of its length up to 8;
+    none for a prime) in a register before the running value goes back to memory."""
+    graph = _centred_graph((1, 96, width, 40), prim)
     kernel = make_kernel(graph, (0, 1), ("y",))
     source = render_c("k", kernel)
     # each thread's 40 results padded to 48 floats (whole cache lines): no line shared between two threads
     assert "ko_parts[ko_team][48] __attribute__((aligned(64)))" in source, source
     assert "#pragma omp for collapse(2) schedule(static)" in source, source
-    x = np.random.default_rng(0).standard_normal((1, 96, 80, 40)).astype(np.float32)
-    x[0, 95, 79, 3] = 50.0  # the maximum of channel 3 in the last thread's part
+    assert (f"ko_r2 += {block}) {{" in source) == (block > 1), source
+    assert ("float ko_run = ko_part[l3];" in source) == (block > 1), source
+    x = np.random.default_rng(0).standard_normal((1, 96, width, 40)).astype(np.float32)
+    x[0, 95, width - 1, 3] = 50.0  # the maximum of channel 3 in the last thread's part, the last tap of a block
     executor = PlanExecutor(graph, [kernel], threads=2)
     got = executor({"x": x})["y"].copy()
     expected = run_reference(graph, {"x": x})["y"]
@@ -45,8 +50,15 @@ def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str) ->
 
 
 def test_a_reduction_with_a_batch_to_share_out_is_not_split() -> None:
+    """The batch is shared out; each image's sums run in a local array, 8 taps at a time in a register."""
     graph = _centred_graph((4, 48, 40, 40), "reduce_sum")
-    assert "ko_parts" not in render_c("k", make_kernel(graph, (0, 1), ("y",)))
+    kernel = make_kernel(graph, (0, 1), ("y",))
+    source = render_c("k", kernel)
+    assert "ko_parts" not in source and "float ko_run = ko_acc[l3];" in source and "ko_r2 += 8) {" in source, source
+    x = np.random.default_rng(1).standard_normal((4, 48, 40, 40)).astype(np.float32)
+    got = PlanExecutor(graph, [kernel], threads=2)({"x": x})["y"]
+    expected = run_reference(graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * float(np.abs(expected).max()))
 
 
 def test_rtasks_keep_the_reduction_whole() -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernorch.codegen.loops import KernelLoops, Phase, Tree, lit, substituted
-from kernorch.codegen.reductions import bare_reduction, interchangeable
+from kernorch.codegen.reductions import bare_reduction, buffers_used, interchangeable
 
 
 def tee_maps_into_reductions(loops: KernelLoops) -> KernelLoops:
@@ -44,14 +44,14 @@ def _fuse(phases: list[Phase], j: int, dtypes: dict[str, str]) -> tuple[int, Pha
     mapped = phases[j]
     if mapped.scalar or not mapped.loop_vars or _has(mapped.expr, "reduce"):
         return None
-    reads = _buffers_used(mapped.expr) | _buffers_used(mapped.store_index)
-    if any(mapped.target in _buffers_used(p.expr) | _buffers_used(p.store_index) for p in phases[j + 1 :]):
+    reads = buffers_used(mapped.expr) | buffers_used(mapped.store_index)
+    if any(mapped.target in buffers_used(p.expr) | buffers_used(p.store_index) for p in phases[j + 1 :]):
         # correct, but the rules raising a later phase's read to the cache reason from the writing phase's own
         # store and parallel structure, not from a store inside a reduction whose taps the threads split
         return None
     for i in range(j - 1, -1, -1):  # the nearest reduction first
         phase = phases[i]
-        if phase.target in reads or phase.target == mapped.target or mapped.target in _buffers_used(phase.expr):
+        if phase.target in reads or phase.target == mapped.target or mapped.target in buffers_used(phase.expr):
             return None  # j reads what i writes, both write one buffer, or i reads what j writes
         found = interchangeable(phase, dtypes.get(phase.target, "float32"))
         if found is not None and found[2] is None:
@@ -141,13 +141,3 @@ def _replace_first(tree: Any, old: Tree, new: Tree) -> Any:
 
 def _has(tree: Any, kind: str) -> bool:
     return isinstance(tree, tuple) and bool(tree) and (tree[0] == kind or any(_has(t, kind) for t in tree[1:]))
-
-
-def _buffers_used(tree: Any) -> set[str]:
-    """Buffers the tree loads, and those a tee in it stores (a conflict either way)."""
-    if not isinstance(tree, tuple) or not tree:
-        return set()
-    found = {tree[1]} if tree[0] in ("load", "tee") and isinstance(tree[1], str) else set()
-    for child in tree[1:]:
-        found |= _buffers_used(child)
-    return found

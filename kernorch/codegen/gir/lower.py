@@ -17,6 +17,7 @@ what raise, merge and swap.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -46,6 +47,8 @@ from kernorch.codegen.indexing import Digit, linearize
 from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
 from kernorch.codegen.reductions import (
     interchangeable,
+    joined_taps,
+    mentions_any,
     reduced_per_element,
     splits_among_threads,
 )
@@ -54,7 +57,7 @@ from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode
 from kernorch.codegen.splitting import split_innermost
 from kernorch.codegen.tee import tee_maps_into_reductions
 from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
-from kernorch.codegen.variance import one_pass_variance
+from kernorch.codegen.variance import one_pass_columns, one_pass_variance
 
 
 class _Lowering:
@@ -67,6 +70,9 @@ class _Lowering:
         self.invariant: set[int] = set()  # register slices invariant along the innermost loop
         self.scope: tuple[int, ...] = ()  # the nest of loop bodies (row steps, reductions) ops go into
         self.scopes = 0
+        # (guard, body) scopes the next reduction lowered puts its gOperators in: a sum joined with the one
+        # before it (reductions.joined_taps) shares its loop body, so loads of the same slice there merge
+        self.shared_scopes: tuple[int, int] | None = None
 
     def emit(self, op: GOperator) -> None:
         self.ops.append(replace(op, scope=self.scope))
@@ -127,7 +133,12 @@ class _Lowering:
                                             ctx["order"], ctx.get("short")))  # fmt: skip
             self.index_work(tree[2], blocks)
             target = self.register(self.dtypes.get(tree[1], "float32"), lanes, invariant)
-            self.emit(GOperator(MOVE, "load", (source, *indices), (target,), blocks, outer_executions=outer,
+            taps = ctx.get("taps", (set(), 1))
+            # the same elements at every tap of the reduction around it (a bias, a shift): moved once per output
+            # block, its later loads hitting the cache (counted per tap, a bias added inside an instance norm's
+            # sum weighed as much as the map)
+            moved = blocks // taps[1] if taps[0] and not mentions_any(tree[2], taps[0]) else blocks
+            self.emit(GOperator(MOVE, "load", (source, *indices), (target,), max(moved, 1), outer_executions=outer,
                                 code=address))  # fmt: skip
             return target
         if kind == "table":
@@ -223,8 +234,12 @@ class _Lowering:
             inner = loops[-1][0]
             lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
         blocks = max(ctx["elements"] * volume // lanes, 1)
-        inside = dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False, outer=0, order=())
-        guard_scope, body_scope = self.new_scope(), self.new_scope()  # per tap: the guard's values, then the body
+        taps = (ctx.get("taps", (set(), 1))[0] | {var for var, _ in loops}, ctx.get("taps", (set(), 1))[1] * volume)
+        inside = dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False, outer=0, order=(),
+                      taps=taps)  # fmt: skip
+        # per tap: the guard's values, then the body; a sum joined with the one before it shares that one's
+        scopes, self.shared_scopes = self.shared_scopes, None
+        guard_scope, body_scope = scopes or (self.new_scope(), self.new_scope())
         around, indices = self.scope, list[int]()
         self.scope = (*around, guard_scope)
         guard = None if guard is None else self.gathered(guard, inside, indices)
@@ -333,6 +348,7 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
     """The kernel's GIR before any rewrite."""
     if loops.schedule == "row" and int(np.prod(loops.row_shape, dtype=np.int64)) >= ROW_BLOCK:
         loops, _ = one_pass_variance(loops, ROW_BLOCK, SHORT_ROW_ELEMENTS)
+    loops, _ = one_pass_columns(loops)
     loops = tee_maps_into_reductions(loops)
     lowering = _Lowering(loops)
     phases: list[GirPhase] = []
@@ -364,7 +380,14 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
                                tuple(zip(loops.row_vars, loops.row_shape, strict=True)),
                                steps=tuple(across or steps), row_block=block))  # fmt: skip
     else:
+        joined: dict[int, Phase] = {}  # phase p -> the next phase, run in p's loops (reductions.joined_taps)
+        for p, (first, second) in enumerate(itertools.pairwise(loops.phases)):
+            partner = None if p - 1 in joined else joined_taps(first, second, lowering.dtypes.get(first.target, ""))
+            if partner is not None and lowering.dtypes.get(second.target) == lowering.dtypes.get(first.target):
+                joined[p] = partner
         for p, phase in enumerate(loops.phases):
+            if p - 1 in joined:
+                continue
             lowering.ops, split_loop = [], []
             if p:  # what earlier phases wrote is read only after every thread has written it
                 lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
@@ -374,6 +397,10 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"))
             if pieces is None:
                 lowering.phase_ops(phase, {}, 1, vectorized=permuted)
+            if p in joined:
+                reduce = next(op for op in lowering.ops if op.kind == REDUCE and op.scope == ())
+                lowering.shared_scopes = (reduce.code[4], reduce.code[3])
+                lowering.phase_ops(joined[p], {}, 1)
             for begin, end, expr in pieces or ():  # one scope of gOperators per piece of the split loop
                 lowering.scope = (lowering.new_scope(),)
                 share = (end - begin) / phase.loop_sizes[_vector_axis(phase)]

@@ -45,7 +45,7 @@ from kernorch.codegen.gir.graph import (
 )
 from kernorch.codegen.gir.render_permuted import permuted_lines
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
-from kernorch.codegen.reductions import interchanged_lines, reduction_identity
+from kernorch.codegen.reductions import TapSum, interchanged_lines, reduction_identity
 from kernorch.codegen.sharing import LANES, Sharing, loop_headers
 from kernorch.codegen.tiling import tiled_loops
 
@@ -403,21 +403,27 @@ class _Phase:
     def interchanged(self, sharing: Sharing) -> list[str]:
         """A phase storing a reduction, its taps outside the output's innermost loop (reductions.py)."""
         ops = [op for op in self.phase.ops if op.scope == ()]
-        reduce = next(op for op in ops if op.kind == REDUCE)
-        store = next(op for op in ops if op.kind == MOVE and op.name == "store")
-        dtype, loops, guard, body_scope, guard_scope = reduce.code
+        reduces = [op for op in ops if op.kind == REDUCE]  # several: sums over the same taps, joined (lower.py)
+        stores = {op.reads[0]: op for op in ops if op.kind == MOVE and op.name == "store"}
+        dtype, loops, guard, _, guard_scope = reduces[0].code
         (var, size), outer = self.phase.loops[-1], self.phase.loops[:-1]
-        target = self.address(self.gir.slices[store.writes[0]].buffer, store)
         for op in ops:
             if op.kind == CONSTANT:
                 self.statement(op)
         condition = None
         if guard is not None:  # the guard's values, per tap, then the guard
-            condition = ([line for part in self.block((guard_scope,)) for line in part], self.condition(guard, reduce))
-        body = [line for part in self.block((body_scope,)) for line in part]
+            condition = ([line for part in self.block((guard_scope,)) for line in part],
+                         self.condition(guard, reduces[0]))  # fmt: skip
+        sums, rendered = [], set()
+        for reduce in reduces:  # joined sums share one loop body (lower.py): its lines come before both updates
+            body = () if reduce.code[3] in rendered else tuple(line for part in self.block((reduce.code[3],))
+                                                                for line in part)  # fmt: skip
+            rendered.add(reduce.code[3])
+            store = stores[reduce.writes[0]]
+            target = self.address(self.gir.slices[store.writes[0]].buffer, store)
+            sums.append(TapSum(reduce.name, body, self.names[reduce.reads[0]], target))
         split = self.phase.reduction == "split" and not sharing.tasks  # rTasks' iterations must be independent
-        lines = interchanged_lines(reduce.name, dtype, loops, condition, (body, self.names[reduce.reads[0]]), var,
-                                   size, target, split)  # fmt: skip
+        lines = interchanged_lines(tuple(sums), dtype, loops, condition, var, size, split)
         if self.phase.parallel.mode == OUTER and not split:
             opened, closing = sharing.collapsed([(v, n, 1) for v, n in outer])
             return [*opened, *lines, *("}" for _ in range(closing))]
