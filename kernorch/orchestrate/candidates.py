@@ -9,6 +9,14 @@ the growth early. Each node set is kept once (its bitmask is the canonical key).
 Output sets (Definition 3): values some other kernel or the subgraph's consumers need. Values not
 consumed inside the kernel are mandatory outputs; values also consumed inside are optional, so one
 node set yields several candidates (multi-output kernels).
+
+Recomputed inputs (beyond Korch's convex sets): a kernel may also recompute an elementwise primitive
+feeding it whose value another branch needs on the way to this kernel, never writing that value. An
+instance norm's normalization reads d = x − mean, which its variance also squares: the set {d, normalize}
+is not convex (d → variance → normalize), so without this only two plans exist, both writing d or
+reading the map three times (candy: 58 µs per norm); with it, one kernel computes the statistics (one
+pass, codegen/variance.py) and the normalization computes d itself (35 µs). Executable as long as another
+kernel provides the branch; the BLP's lazy cuts refuse a selection where none does.
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
     final = [r for r in PRUNING_RULES if not r.monotone]
     neighbours = [sub.pred_masks[i] | sub.succ_masks[i] for i in range(sub.size)]
     seen: set[int] = set()
+    accepted: list[int] = []
     frontier = [1 << i for i in range(sub.size)]
     seen.update(frontier)
     while frontier:
@@ -109,6 +118,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
                     if result.node_sets >= limits.max_candidates:
                         result.capped = True
                         return result
+                    accepted.append(mask)
             reach = 0
             for i in iter_bits(mask):
                 reach |= neighbours[i]
@@ -120,4 +130,44 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
                     if is_convex(sub, extended):
                         grown.append(extended)
         frontier = grown
+    emitted = set(accepted)
+    for mask in accepted:
+        for extended, recomputed in _recomputing(sub, mask, emitted):
+            emitted.add(extended)
+            if any(r.check(sub, extended, limits, epilogues) is not None for r in PRUNING_RULES):
+                continue
+            sets, why_not = output_sets(sub, extended, epilogues, limits)
+            written = set(sub.graph.nodes[sub.node_ids[recomputed]].outputs)
+            sets = list(dict.fromkeys(tuple(v for v in outs if v not in written) for outs in sets))
+            if why_not or not sets or not all(sets):
+                continue
+            nodes = tuple(sub.node_ids[i] for i in iter_bits(extended))
+            result.node_sets += 1
+            result.kernels.extend(make_kernel(sub.graph, nodes, outs) for outs in sets)
     return result
+
+
+def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int, int]]:
+    """(mask plus p, p) for each elementwise primitive p feeding the node set `mask` whose value also feeds a
+    path back into it: the non-convex sets where the kernel computes p itself (see the module docstring)."""
+    if any(kind in (Kind.LINEAR, Kind.OPAQUE) for kind in _kinds_of(sub, mask)):
+        return []
+    feeding = 0
+    for i in iter_bits(mask):
+        feeding |= sub.pred_masks[i]
+    found = []
+    for p in iter_bits(feeding & ~mask):
+        node = sub.graph.nodes[sub.node_ids[p]]
+        if PRIMITIVES[node.prim].kind != Kind.ELEMENTWISE or len(node.outputs) != 1:
+            continue
+        extended = mask | (1 << p)
+        # p's inputs come from outside (p is not downstream of the set), and the set is not convex with it:
+        # p's value reaches the set through a primitive outside it as well
+        if extended in emitted or sub.ancestor_masks[p] & mask or is_convex(sub, extended):
+            continue
+        found.append((extended, p))
+    return found
+
+
+def _kinds_of(sub: Subgraph, mask: int) -> list[Kind]:
+    return [PRIMITIVES[sub.graph.nodes[sub.node_ids[i]].prim].kind for i in iter_bits(mask)]

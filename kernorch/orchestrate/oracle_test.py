@@ -2,7 +2,9 @@
 
 The oracle enumerates kernels from the definitions (Korch §4.1) by brute force over node subsets: connected
 convex node sets within the size limit, and for each every output set that holds the values needed
-outside it (required outputs, values other nodes read) plus any subset of those also consumed inside. The
+outside it (required outputs, values other nodes read) plus any subset of those also consumed inside; and
+such a set without a matmul plus an elementwise node feeding it whose union is not convex, recomputed there
+and never written (candidates.py's recomputed inputs). The
 library-call rules come from their specification: one linear primitive per kernel, joined only by the layout
 primitives an operand of a matmul is computed by (read through strides: their values are never written)
 and elementwise primitives downstream of it that keep its shape, and then writing a single value. Each
@@ -140,7 +142,37 @@ def oracle_kernels(graph: Graph, node_ids: list[int], required: set[str]) -> lis
                     if linear and len(outputs) > 1:
                         continue  # a library call writes only its final value
                     kernels.append((frozenset(chosen), outputs))
-    return kernels
+    return kernels + _recomputing(graph, node_ids, required, {nodes for nodes, _ in kernels}, descendants, ancestors)
+
+
+def _recomputing(graph: Graph, node_ids: list[int], required: set[str], convex: set[frozenset[int]],
+                 descendants: dict[int, set[int]], ancestors: dict[int, set[int]]) -> list[Kernel]:  # fmt: skip
+    """A kernel without a matmul plus an elementwise node p feeding it, p not downstream of it, where the union
+    is not convex (p's value also reaches the kernel through a node outside): p is recomputed, its value never
+    written; every output set of the union otherwise."""
+    found: dict[frozenset[int], list[tuple[str, ...]]] = {}
+    for nodes in convex:
+        if any(graph.nodes[i].prim == "matmul" for i in nodes):
+            continue
+        reads = {v for i in nodes for v in graph.nodes[i].inputs}
+        for p in node_ids:
+            node = graph.nodes[p]
+            if p in nodes or node.prim not in ("exp", "add", "sub") or not set(node.outputs) & reads or \
+                    ancestors[p] & nodes or len(nodes) + 1 > LIMITS.max_kernel_size:  # fmt: skip
+                continue
+            chosen = nodes | {p}
+            if not {k for i in chosen for j in chosen for k in descendants[i] & ancestors[j]} - chosen:
+                continue  # convex: an ordinary kernel
+            produced = [o for i in sorted(chosen) if i != p for o in graph.nodes[i].outputs]
+            inside = {v for i in chosen for v in graph.nodes[i].inputs}
+            outside = {v for j in node_ids if j not in chosen for v in graph.nodes[j].inputs}
+            boundary = [v for v in produced if v in required or v in outside]
+            mandatory = [v for v in boundary if v not in inside]
+            optional = [v for v in boundary if v in inside]
+            if mandatory:
+                found[chosen] = [tuple(mandatory) + extra for r in range(len(optional) + 1)
+                                 for extra in itertools.combinations(optional, r)]  # fmt: skip
+    return [(nodes, outputs) for nodes, sets in found.items() for outputs in sets]
 
 
 def _layout_chains(graph: Graph, root: int) -> set[int]:

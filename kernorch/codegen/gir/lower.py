@@ -237,7 +237,7 @@ class _Lowering:
         taps = (ctx.get("taps", (set(), 1))[0] | {var for var, _ in loops}, ctx.get("taps", (set(), 1))[1] * volume)
         inside = dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False, outer=0, order=(),
                       taps=taps)  # fmt: skip
-        # per tap: the guard's values, then the body; a sum joined with the one before it shares that one's
+        # per tap: the guard's values, then the body (a sum joined with the one before it: that one's scopes)
         scopes, self.shared_scopes = self.shared_scopes, None
         guard_scope, body_scope = scopes or (self.new_scope(), self.new_scope())
         around, indices = self.scope, list[int]()
