@@ -165,6 +165,12 @@ def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int,
         # p's value reaches the set through a primitive outside it as well
         if extended in emitted or sub.ancestor_masks[p] & mask or is_convex(sub, extended):
             continue
+        # and only that way: every other use of p's value leads back into the set, so with p recomputed here
+        # the value need never be written (a value needed elsewhere anyway is read more cheaply than its inputs)
+        others = sub.succ_masks[p] & ~mask
+        if set(node.outputs) & sub.required_outputs or any(not sub.descendant_masks[c] & mask
+                                                           for c in iter_bits(others)):  # fmt: skip
+            continue
         found.append((extended, p))
     return found
 

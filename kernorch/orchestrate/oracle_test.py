@@ -148,8 +148,9 @@ def oracle_kernels(graph: Graph, node_ids: list[int], required: set[str]) -> lis
 def _recomputing(graph: Graph, node_ids: list[int], required: set[str], convex: set[frozenset[int]],
                  descendants: dict[int, set[int]], ancestors: dict[int, set[int]]) -> list[Kernel]:  # fmt: skip
     """A kernel without a matmul plus an elementwise node p feeding it, p not downstream of it, where the union
-    is not convex (p's value also reaches the kernel through a node outside): p is recomputed, its value never
-    written; every output set of the union otherwise."""
+    is not convex (p's value also reaches the kernel through a node outside) and p's value is used only there
+    and on the way back into the kernel (not a required output): p is recomputed, its value never written;
+    every output set of the union otherwise."""
     found: dict[frozenset[int], list[tuple[str, ...]]] = {}
     for nodes in convex:
         if any(graph.nodes[i].prim == "matmul" for i in nodes):
@@ -163,6 +164,9 @@ def _recomputing(graph: Graph, node_ids: list[int], required: set[str], convex: 
             chosen = nodes | {p}
             if not {k for i in chosen for j in chosen for k in descendants[i] & ancestors[j]} - chosen:
                 continue  # convex: an ordinary kernel
+            users = [j for j in node_ids if set(node.outputs) & set(graph.nodes[j].inputs) and j not in chosen]
+            if set(node.outputs) & required or any(not descendants[j] & nodes for j in users):
+                continue  # p's value is needed elsewhere than on the way back into the set: written anyway
             produced = [o for i in sorted(chosen) if i != p for o in graph.nodes[i].outputs]
             inside = {v for i in chosen for v in graph.nodes[i].inputs}
             outside = {v for j in node_ids if j not in chosen for v in graph.nodes[j].inputs}
