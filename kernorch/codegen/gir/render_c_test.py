@@ -201,12 +201,12 @@ def _layer_norm(b: PrimitiveBuilder, x: str, g: str) -> list[str]:
     return b.emit("mul", [b.emit("mul", [centred, scale])[0], g])
 
 
-@pytest.mark.parametrize("shape", [(2, 8, 32), (3, 7, 36), (2, 8, 72), (3, 5, 100)])
+@pytest.mark.parametrize("shape", [(2, 8, 32), (3, 7, 36), (2, 8, 72), (3, 5, 100), (2, 8, 128)])
 def test_short_rows_sum_across_a_block_of_rows(shape: tuple[int, ...]) -> None:
     """Rows of 32 and 36 floats run 8 at a time: each row's sums as lane partials, the block's partials summed
-    together; 21 rows leave a last block of 5, 36 floats a last vector of 4. Rows of 72 and 100 sum 16 at a
-    time, then 8 (72), then a last 4 (100). Against float64 numpy, kernel by kernel and as rTasks (each task a
-    range of blocks)."""
+    together; 21 rows leave a last block of 5, 36 floats a last vector of 4. Rows of 72, 100 and 128 sum 16 at
+    a time, then 8 (72), then a last 4 (100). A whole block of rows under 128 floats sums unrolled. Against
+    float64 numpy, kernel by kernel and as rTasks (each task a range of blocks)."""
     graph = _graph(_layer_norm, (shape, shape))
     loops = _loops(graph)
     assert loops.schedule == "row"
@@ -214,6 +214,7 @@ def test_short_rows_sum_across_a_block_of_rows(shape: tuple[int, ...]) -> None:
     assert "in blocks of 8 rows" in gir.describe() and gir.describe().count("summed across rows") == 2
     source = render_kernel("k", loops)
     assert source.count("ko_sum8x8(") == 2 and ("ko_rows" in source) == (shape[0] * shape[1] % 8 != 0)
+    assert ("#pragma GCC unroll 8" in source) == (shape[0] * shape[1] % 8 == 0 and shape[2] < 128), source
     rng = np.random.default_rng(5)
     feeds = {"x": (rng.standard_normal(shape) * 2 + 50).astype(np.float32),  # a mean far from 0
              "b": rng.standard_normal(shape).astype(np.float32)}  # fmt: skip
