@@ -222,6 +222,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("sums joined though one reads what the other stores", "kernorch/codegen/reductions.py",
            "if first.target in buffers_used(second.expr) or", "if False or",
            ("kernorch/codegen/variance_columns_test.py",)),
+    Mutant("scales out of a product add up instead of multiplying", "kernorch/rewrite/rules/algebra.py",
+           'ctx.emit("mul", ctx.emit("mul", x, y), ctx.emit("mul", c1, c2))',
+           'ctx.emit("mul", ctx.emit("mul", x, y), ctx.emit("add", c1, c2))', (REWRITES,)),
     Mutant("no kernel recomputes an elementwise input", "kernorch/orchestrate/candidates.py",
            "        found.append((extended, p))", "        continue", (ORACLE,)),
     # layout

@@ -140,6 +140,27 @@ def merge_constants(ctx: RewriteContext) -> Replacement | None:
     return {node.outputs[0]: ctx.emit(node.prim, x, ctx.emit(node.prim, c1, c2))}
 
 
+@rewrite_rule("scales-out-of-product", roots=["mul"])
+def scales_out_of_product(ctx: RewriteContext) -> Replacement | None:
+    """(x · c1) · (y · c2) with scalar constants is (x · y) · (c1 · c2): one multiply fewer, none when c1 · c2
+    is 1 (neutral-operand drops it). GELU-tanh after tanh-plus-one is (x · 0.5) · (sigmoid(2z) · 2), i.e.
+    x · sigmoid(2z); with powers of two the product is the same to the bit."""
+    node = ctx.node
+    parts = []
+    for value in node.inputs:
+        producer = ctx.producer(value)
+        split = None if producer is None or producer.prim != "mul" or not ctx.single_use(value) else \
+            _split_constant(ctx, producer.inputs)  # fmt: skip
+        constant = None if split is None else ctx.const(split[1])
+        if split is None or constant is None or constant.size != 1 or not _float(ctx, value):
+            return None
+        parts.append(split)
+    (x, c1), (y, c2) = parts
+    if ctx.type(x).shape != ctx.type(node.inputs[0]).shape or ctx.type(y).shape != ctx.type(node.inputs[1]).shape:
+        return None  # a constant that broadcast the operand: not a plain scale
+    return {node.outputs[0]: ctx.emit("mul", ctx.emit("mul", x, y), ctx.emit("mul", c1, c2))}
+
+
 @rewrite_rule("mul-over-add", roots=["mul"])
 def distribute_scale(ctx: RewriteContext) -> Replacement | None:
     """(y + c1) · c2 is y · c2 + c1 · c2 when y comes from a linear primitive: the scale moves next to

@@ -137,3 +137,43 @@ def test_one_plus_tanh_is_twice_a_sigmoid(shape: tuple[int, ...], constant_first
     rewritten, fired = rewrite_with(graph, "tanh-plus-one")
     assert sorted(prims(rewritten)) == ["mul", "mul", "sigmoid"] and fired == ["tanh-plus-one"]
     assert_equivalent(graph, rewritten)
+
+
+@SETTINGS
+@given(shape=shapes, constant_first=st.booleans())
+def test_gelu_tanhs_halves_and_doubles_cancel(shape: tuple[int, ...], constant_first: bool) -> None:
+    """(x · 0.5) · (sigmoid(x) · 2), GELU-tanh after tanh-plus-one, is x · sigmoid(x), to the bit (its consumer
+    here an exp: a graph output keeps its own node)."""
+
+    def body(b):  # type: ignore[no-untyped-def]
+        half = emit(b, "mul", *((const(b, 0.5), "x") if constant_first else ("x", const(b, 0.5))))
+        return emit(b, "exp", emit(b, "mul", half, emit(b, "mul", emit(b, "sigmoid", "x"), const(b, 2.0))))
+
+    graph = build({"x": shape}, body)
+    rewritten, fired = rewrite_with(graph, "scales-out-of-product", "constant-fold", "neutral-operand")
+    assert sorted(prims(rewritten)) == ["exp", "mul", "sigmoid"] and fired[0] == "scales-out-of-product"
+    assert_equivalent(graph, rewritten, rtol=0.0)
+
+
+def test_other_scales_out_of_a_product_fold_into_one() -> None:
+    graph = build({"x": (4, 6), "y": (4, 6)},
+                  lambda b: emit(b, "mul", emit(b, "mul", "x", const(b, 3.0)), emit(b, "mul", const(b, 0.7), "y")))
+    rewritten, _ = rewrite_with(graph, "scales-out-of-product", "constant-fold")
+    assert prims(rewritten) == ["mul", "mul"] and rewritten.constants  # (x · y) · 2.1
+    assert_equivalent(graph, rewritten, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["shared", "broadcasting", "tensor constant"])
+def test_scales_stay_where_they_are(case: str) -> None:
+    """A scaled operand used elsewhere too, a constant that broadcasts the operand up, or a constant that is not
+    one scalar: left alone."""
+
+    def body(b):  # type: ignore[no-untyped-def]
+        scale = const(b, np.array([[2.0]]) if case == "broadcasting" else
+                      np.linspace(1, 2, 6) if case == "tensor constant" else 2.0)  # fmt: skip
+        scaled = emit(b, "mul", "x", scale)
+        product = emit(b, "mul", scaled, emit(b, "mul", "y", const(b, 0.5)))
+        return [product, scaled] if case == "shared" else product
+
+    graph = build({"x": (6,), "y": (6,)}, body)
+    assert rewrite_with(graph, "scales-out-of-product")[1] == []

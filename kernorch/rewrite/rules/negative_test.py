@@ -78,6 +78,10 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                         b, "slice", "x", ranges=((0, 2, 1), (2, -1, -1))))),
                     ("concat of two pieces", lambda: build({"x": (2, 3)}, lambda b: emit(
                         b, "concat", "x", "x", axis=0)))],
+    "scales-out-of-product": [("one factor is not scaled", lambda: build({"x": (4,), "y": (4,)}, lambda b: emit(
+                                  b, "mul", emit(b, "mul", "x", const(b, 2.0)), "y"))),
+                              ("a scale by a value", lambda: build({"x": (4,), "y": (4,), "z": (4,)}, lambda b: emit(
+                                  b, "mul", emit(b, "mul", "x", "z"), emit(b, "mul", "y", const(b, 2.0)))))],
     "merge-constants": [("the second operand is a value", lambda: build({"x": (4,), "y": (4,)}, lambda b: emit(
                             b, "add", emit(b, "add", "x", const(b, 1.0)), "y"))),
                         ("add then mul", lambda: build({"x": (4,)}, lambda b: emit(
