@@ -27,7 +27,7 @@ from itertools import combinations
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.options import OrchestrationLimits
-from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues
+from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues, node_kinds
 from kernorch.orchestrate.subgraph import Subgraph, is_convex, iter_bits
 
 
@@ -150,7 +150,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
 def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int, int]]:
     """(mask plus p, p) for each elementwise primitive p feeding the node set `mask` whose value also feeds a
     path back into it: the non-convex sets where the kernel computes p itself (see the module docstring)."""
-    if any(kind in (Kind.LINEAR, Kind.OPAQUE) for kind in _kinds_of(sub, mask)):
+    if any(kind in (Kind.LINEAR, Kind.OPAQUE) for _, kind in node_kinds(sub, mask)):
         return []
     feeding = 0
     for i in iter_bits(mask):
@@ -173,7 +173,3 @@ def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int,
             continue
         found.append((extended, p))
     return found
-
-
-def _kinds_of(sub: Subgraph, mask: int) -> list[Kind]:
-    return [PRIMITIVES[sub.graph.nodes[sub.node_ids[i]].prim].kind for i in iter_bits(mask)]

@@ -98,7 +98,8 @@ class PruningRule:
     check: Callable[[Subgraph, int, OrchestrationLimits, LinearEpilogues], str | None]
 
 
-def _kinds(sub: Subgraph, mask: int) -> list[tuple[int, Kind]]:
+def node_kinds(sub: Subgraph, mask: int) -> list[tuple[int, Kind]]:
+    """(graph node, primitive kind) of each node in the set."""
     return [(sub.node_ids[i], PRIMITIVES[sub.graph.nodes[sub.node_ids[i]].prim].kind) for i in iter_bits(mask)]
 
 
@@ -109,12 +110,12 @@ def _max_size(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEp
 
 
 def _one_linear(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEpilogues) -> str | None:
-    linear = [n for n, kind in _kinds(sub, mask) if kind == Kind.LINEAR]
+    linear = [n for n, kind in node_kinds(sub, mask) if kind == Kind.LINEAR]
     return "two linear primitives: each library call is a kernel of its own" if len(linear) > 1 else None
 
 
 def _opaque_alone(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEpilogues) -> str | None:
-    kinds = _kinds(sub, mask)
+    kinds = node_kinds(sub, mask)
     opaque = [n for n, kind in kinds if kind == Kind.OPAQUE]
     if opaque and len(kinds) > 1:
         return f"opaque primitive {sub.graph.nodes[opaque[0]].prim} runs alone"
@@ -122,7 +123,7 @@ def _opaque_alone(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: Line
 
 
 def _linear_epilogue(sub: Subgraph, mask: int, limits: OrchestrationLimits, epilogues: LinearEpilogues) -> str | None:
-    kinds = _kinds(sub, mask)
+    kinds = node_kinds(sub, mask)
     linear = [n for n, kind in kinds if kind == Kind.LINEAR]
     if not linear:
         return None

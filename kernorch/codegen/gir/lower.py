@@ -234,9 +234,10 @@ class _Lowering:
             inner = loops[-1][0]
             lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
         blocks = max(ctx["elements"] * volume // lanes, 1)
-        taps = (ctx.get("taps", (set(), 1))[0] | {var for var, _ in loops}, ctx.get("taps", (set(), 1))[1] * volume)
+        # the tap variables around the body and how many taps they run (a reduction nested in one: both's)
+        outer_taps, outer_volume = ctx.get("taps", (set(), 1))
         inside = dict(ctx, inner=inner, lanes=lanes, ranges=ranges, blocks=blocks, tiled=False, outer=0, order=(),
-                      taps=taps)  # fmt: skip
+                      taps=(outer_taps | {var for var, _ in loops}, outer_volume * volume))  # fmt: skip
         # per tap: the guard's values, then the body (a sum joined with the one before it: that one's scopes)
         scopes, self.shared_scopes = self.shared_scopes, None
         guard_scope, body_scope = scopes or (self.new_scope(), self.new_scope())
