@@ -4,13 +4,22 @@ The plan's generated kernels (fused C and oneDNN library calls, codegen/plan.py)
 library. At construction its `create` builds every library primitive and packs weights; a call then runs
 each stretch of native kernels with one foreign call (ctypes releases the GIL) and any kernel that only the
 reference implementation can run (an op no backend generates) in between. No torch on this path.
+
+One executor serves any number of calling threads at once. Everything a call writes — the inputs' and
+intermediates' buffers (the arena), the library's created state (scratch buffers, oneDNN primitives and
+memory handles, packed weights) and the steps bound to them — is a `Workspace`. A call takes an idle
+workspace for itself and returns it afterwards; when every workspace is busy a new one is created, so the
+pool grows to the number of callers that ever ran at once (each costs one arena and one copy of the packed
+weights). Constants are shared and never written.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -93,10 +102,59 @@ class NativeLibrary:
             self._destroy(state)
 
 
+class Workspace:
+    """What one call writes, held by one call at a time: a buffer per value (constants shared with every other
+    workspace, read only), the arena the intermediates share, the library's created state with its own buffer
+    table, and the steps bound to them."""
+
+    def __init__(self, executor: PlanExecutor) -> None:
+        graph = executor.graph
+        self.lock = threading.Lock()
+        self.buffers: dict[str, np.ndarray] = dict(executor.constants)
+        for name in graph.inputs:  # zeros: valid indices for a gather when the rProgram is calibrated on them
+            t = graph.types[name]
+            self.buffers[name] = np.zeros(t.shape, dtype=t.dtype)
+        # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
+        # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
+        self.arena: np.ndarray | None = None
+        if executor.memory is not None:
+            self.arena, shared = allocate(graph, executor.memory)
+            self.buffers.update(shared)
+        for kernel in executor.kernels:
+            for name in kernel.outputs:
+                if name not in self.buffers and name not in executor.views:
+                    t = graph.types[name]
+                    self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
+        for name in executor.views:  # after every buffer of its own exists; a chain resolves through its sources
+            self._view_buffer(name, executor.views, graph)
+        self.library: NativeLibrary | None = None
+        if executor.library_path is not None:
+            table = (ctypes.c_void_p * max(len(executor.plan.slots), 1))()
+            for value, slot in executor.plan.slots.items():
+                table[slot] = self.buffers[value].ctypes.data
+            self.library = NativeLibrary(executor.library_path, PLAN_PREFIX, table, executor.threads)
+        self.launchers: dict[int, Launcher] = {}  # single kernels: timed in place, or run outside rProgram regions
+        self.steps: list[Launcher] = []
+        self.rprogram: RProgramRunner | None = None
+
+    def _view_buffer(self, name: str, views: dict[str, tuple[str, int]], graph: Graph) -> np.ndarray:
+        if name not in self.buffers:
+            source, offset = views[name]
+            flat = self._view_buffer(source, views, graph).reshape(-1)  # every buffer is contiguous
+            t = graph.types[name]
+            self.buffers[name] = flat[offset: offset + t.numel].reshape(t.shape)
+        return self.buffers[name]
+
+
 class PlanExecutor:
     """`runtime`: "kernels" runs the plan kernel by kernel (each kernel's own parallel loops); "rprogram"
     runs it as an rProgram on `threads` vEUs (schedule/), scheduled from times measured in place when the
-    executor is built."""
+    executor is built.
+
+    Calls (`executor(feeds)`) are thread-safe: each runs in a workspace of its own (see the module's
+    docstring). The other methods (`build_rprogram`, `kernel_times`, `kernel_launcher`) and the attributes
+    `buffers`, `library`, `steps` and `arena` are those of the first workspace, for tools that measure or
+    inspect a plan; they are not meant to run beside calls."""
 
     def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2, cache_dir: Path | None = None,
                  share_memory: bool = True, runtime: str = "kernels") -> None:  # fmt: skip
@@ -111,116 +169,165 @@ class PlanExecutor:
             if backend is None:
                 raise KernorchError(f"no backend can run kernel {i} ({kernel.describe()}): {reason}")
             self.backends.append(backend)
-        # Constants are copied once: contiguous, writable, owned by the executor (weights are packed from them).
-        self.buffers: dict[str, np.ndarray] = {n: np.array(a, order="C") for n, a in graph.constants.items()}
-        for name in graph.inputs:  # zeros: valid indices for a gather when the rProgram is calibrated on them
-            t = graph.types[name]
-            self.buffers[name] = np.zeros(t.shape, dtype=t.dtype)
-        # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
-        # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
-        self.backends, views = plan_views(kernels, self.backends)
-        aliases = {value: source for value, (source, _) in views.items()}
+        # Constants are copied once: contiguous, owned by the executor, shared by every workspace and read only
+        # (weights are packed from them; a kernel writing one would be a codegen bug, caught by numpy).
+        self.constants: dict[str, np.ndarray] = {}
+        for name, array in graph.constants.items():
+            constant = np.array(array, order="C")
+            constant.flags.writeable = False
+            self.constants[name] = constant
+        self.backends, self.views = plan_views(kernels, self.backends)
+        aliases = {value: source for value, (source, _) in self.views.items()}
         self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
-        self.arena: np.ndarray | None = None
-        if self.memory is not None:
-            self.arena, shared = allocate(graph, self.memory)
-            self.buffers.update(shared)
-        for kernel in kernels:
-            for name in kernel.outputs:
-                if name not in self.buffers and name not in views:
-                    t = graph.types[name]
-                    self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
-        for name in views:  # after every buffer of its own exists; a chain resolves through its sources
-            self._view_buffer(name, views)
         self.cache_dir = cache_dir
-        self._views = views
         self.runtime = runtime
-        self.rprogram: RProgramRunner | None = None
+        self._pool_lock = threading.Lock()
+        self._workspaces: list[Workspace] = []
         # Kernel by kernel, the plan is compiled without its rTask variants (half the code: a compile takes half
         # the time); they are compiled when an rProgram is first built.
         self._compile(tasks=runtime == "rprogram")
         if runtime == "rprogram":
             self.build_rprogram()
 
+    # -- the first workspace, for tools that measure or inspect the plan -----------------------------------------
+
+    @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        return self._primary.buffers
+
+    @property
+    def library(self) -> NativeLibrary | None:
+        return self._primary.library
+
+    @property
+    def arena(self) -> np.ndarray | None:
+        return self._primary.arena
+
+    @property
+    def steps(self) -> list[Launcher]:
+        return self._primary.steps
+
+    @property
+    def rprogram(self) -> RProgramRunner | None:
+        return self._primary.rprogram
+
+    @property
+    def workspaces(self) -> int:
+        """How many workspaces exist: the most calls that have run at once (at least 1)."""
+        return len(self._workspaces)
+
     def _compile(self, tasks: bool) -> None:
-        """Render and compile the plan (with its rTasks or not) and bind every buffer to the new library."""
+        """Render and compile the plan (with its rTasks or not) and start a new pool of workspaces bound to the
+        new library (a call still running in an old one finishes there; the old one is then dropped)."""
         self.plan = render_plan(PLAN_PREFIX, self.kernels, self.backends, tasks=tasks)
         self.source = self.plan.source
-        self.library: NativeLibrary | None = None
-        self.library_path: Path | None = None
-        if any(self.plan.native):
-            self.library_path = compile_source(self.source, self.cache_dir)
-            table = (ctypes.c_void_p * max(len(self.plan.slots), 1))()
-            for value, slot in self.plan.slots.items():
-                table[slot] = self.buffers[value].ctypes.data
-            self.library = NativeLibrary(self.library_path, PLAN_PREFIX, table, self.threads)
-        self.steps = self._steps()
-        self._input_slots, self._output_slots = self._bindable(self._views)
-        self._launchers: dict[int, Launcher] = {}  # single kernels: timed in place, or run outside rProgram regions
+        self.library_path = compile_source(self.source, self.cache_dir) if any(self.plan.native) else None
+        self._input_slots, self._output_slots = self._bindable(self.views)
+        primary = self._new_workspace()
+        with self._pool_lock:
+            self._primary = primary
+            self._workspaces = [primary]
+
+    def _new_workspace(self) -> Workspace:
+        workspace = Workspace(self)
+        workspace.steps = self._steps(workspace)
+        return workspace
+
+    @contextmanager
+    def _workspace(self) -> Iterator[Workspace]:
+        """An idle workspace (the first one when it is free, so a lone caller always finds its caches warm),
+        held for the body; a new one when every workspace is busy."""
+        with self._pool_lock:
+            pool = list(self._workspaces)
+        workspace = next((w for w in pool if w.lock.acquire(blocking=False)), None)
+        if workspace is None:
+            workspace = self._new_workspace()  # outside the pool's lock: creating packs weights
+            workspace.lock.acquire()
+            with self._pool_lock:
+                if pool and pool[0] is self._primary:  # not if the plan was recompiled meanwhile
+                    self._workspaces.append(workspace)
+        try:
+            yield workspace
+        finally:
+            workspace.lock.release()
 
     def build_rprogram(self, feeds: Mapping[str, np.ndarray] | None = None) -> RProgramRunner:
         """Calibrate the plan's units in place (on `feeds`, else on whatever the input buffers hold), schedule
         them with the wavefront policy and keep the result as this executor's rProgram."""
-        if feeds is not None:
-            for name, array in check_feeds(self.graph, feeds).items():
-                np.copyto(self.buffers[name], array)
-        runner = self._rprogram_runner()
-        with thread_count(self.threads):
-            runner.build()
-        self.rprogram = runner
-        return runner
-
-    def _rprogram_runner(self) -> RProgramRunner:
         if not self.plan.tasks:  # compiled kernel by kernel until now
             self._compile(tasks=True)
+        primary = self._primary
+        with primary.lock:
+            if feeds is not None:
+                for name, array in check_feeds(self.graph, feeds).items():
+                    np.copyto(primary.buffers[name], array)
+            runner = self._rprogram_runner(primary)
+            with thread_count(self.threads):
+                runner.build()
+            primary.rprogram = runner
+        with self._pool_lock:  # the other workspaces take the new schedule on their next call
+            for workspace in self._workspaces[1:]:
+                workspace.rprogram = None
+        return runner
+
+    def _rprogram_runner(self, workspace: Workspace | None = None) -> RProgramRunner:
+        if not self.plan.tasks:  # compiled kernel by kernel until now
+            self._compile(tasks=True)
+        workspace = workspace or self._primary
         units = self.plan.units
         reads: list[list[tuple[int, int]]] = []
         writes: list[list[tuple[int, int]]] = []
         for kernel, backend in zip(self.kernels, self.backends, strict=True):
             touched = ([], []) if backend == "view" else (kernel.inputs, kernel.outputs)
-            reads.append([_interval(self.buffers[v]) for v in touched[0]])
-            writes.append([_interval(self.buffers[v]) for v in touched[1]])
+            reads.append([_interval(workspace.buffers[v]) for v in touched[0]])
+            writes.append([_interval(workspace.buffers[v]) for v in touched[1]])
         predecessors = unit_dependencies(units, kernel_dependencies(reads, writes))
-        native = self.library
+        run_kernel = lambda k: self._launcher(k, workspace)()  # noqa: E731
+        native = workspace.library
         if native is None or native.program is None:  # only Python kernels: an rProgram of calls
             return RProgramRunner(units, predecessors, self.threads, 0, (ctypes.c_void_p * 1)(), _no_program,
-                                  self._run_kernel, self._native_failure)  # fmt: skip
+                                  run_kernel, self._native_failure_in(workspace))  # fmt: skip
         return RProgramRunner(units, predecessors, self.threads, native.state, native.table, native.program,
-                              self._run_kernel, self._native_failure)  # fmt: skip
+                              run_kernel, self._native_failure_in(workspace))  # fmt: skip
 
-    def _run_kernel(self, k: int) -> None:
-        self._launcher(k)()
+    def _rprogram_of(self, workspace: Workspace) -> RProgramRunner | None:
+        """The workspace's runner of the first workspace's schedule (its dependencies are those of the first
+        workspace: every workspace lays out its buffers the same way)."""
+        chosen = self._primary.rprogram
+        if chosen is None or chosen.program is None or workspace is self._primary:
+            return workspace.rprogram
+        if workspace.rprogram is None:
+            runner = self._rprogram_runner(workspace)
+            runner.adopt(chosen)
+            workspace.rprogram = runner
+        return workspace.rprogram
 
     def kernel_launcher(self, k: int) -> Launcher:
         """Kernel k alone (native: one foreign call), for timing it in place."""
-        return self._launcher(k)
+        return self._launcher(k, self._primary)
 
-    def _launcher(self, k: int) -> Launcher:
-        """Kernel k alone (native: one foreign call), built once."""
-        if k not in self._launchers:
+    def _launcher(self, k: int, workspace: Workspace) -> Launcher:
+        """Kernel k alone (native: one foreign call), built once per workspace."""
+        if k not in workspace.launchers:
             native = self.plan.native[k]
-            self._launchers[k] = self._native_step(k, k + 1) if native else self._reference_launcher(self.kernels[k])
-        return self._launchers[k]
+            workspace.launchers[k] = self._native_step(k, k + 1, workspace) if native else \
+                self._reference_launcher(self.kernels[k], workspace)  # fmt: skip
+        return workspace.launchers[k]
 
-    def _native_failure(self, failed: int) -> None:
-        library = self.library
-        assert library is not None
-        if failed < 0:
-            raise KernelFailed(f"the rProgram was refused: it names a unit or range this plan does not have, or "
-                               f"more than {MAX_VEUS} vEUs")  # fmt: skip
-        kernel = failed - 1
-        reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
-        raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
+    def _native_failure_in(self, workspace: Workspace) -> Callable[[int], None]:
+        def fail(failed: int) -> None:
+            library = workspace.library
+            assert library is not None
+            if failed < 0:
+                raise KernelFailed(f"the rProgram was refused: it names a unit or range this plan does not have, "
+                                   f"or more than {MAX_VEUS} vEUs")  # fmt: skip
+            kernel = failed - 1
+            reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
+            raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
 
-    def _view_buffer(self, name: str, views: dict[str, tuple[str, int]]) -> np.ndarray:
-        if name not in self.buffers:
-            source, offset = views[name]
-            flat = self._view_buffer(source, views).reshape(-1)  # every buffer is contiguous
-            t = self.graph.types[name]
-            self.buffers[name] = flat[offset: offset + t.numel].reshape(t.shape)
-        return self.buffers[name]
+        return fail
 
-    def _steps(self) -> list[Launcher]:
+    def _steps(self, workspace: Workspace) -> list[Launcher]:
         """Consecutive native kernels run as one foreign call; reference kernels run in between."""
         steps: list[Launcher] = []
         native = self.plan.native
@@ -230,28 +337,29 @@ class PlanExecutor:
                 end = k
                 while end < len(self.kernels) and native[end]:
                     end += 1
-                steps.append(self._native_step(k, end))
+                steps.append(self._native_step(k, end, workspace))
                 k = end
             else:
-                steps.append(self._reference_launcher(self.kernels[k]))
+                steps.append(self._reference_launcher(self.kernels[k], workspace))
                 k += 1
         return steps
 
-    def _native_step(self, first: int, last: int) -> Launcher:
-        library = self.library
+    def _native_step(self, first: int, last: int, workspace: Workspace) -> Launcher:
+        library = workspace.library
         assert library is not None
+        on_failure = self._native_failure_in(workspace)
 
         def launch() -> None:
             failed = library.run(first, last)
             if failed:
-                self._native_failure(failed)
+                on_failure(failed)
 
         return launch
 
-    def _reference_launcher(self, kernel: CandidateKernel) -> Launcher:
+    def _reference_launcher(self, kernel: CandidateKernel, workspace: Workspace) -> Launcher:
         (node,) = kernel.primitives
-        inputs = [self.buffers[v] for v in node.inputs]
-        targets = [self.buffers.get(o) for o in node.outputs]
+        inputs = [workspace.buffers[v] for v in node.inputs]
+        targets = [workspace.buffers.get(o) for o in node.outputs]
         attrs = node.attr_dict
         if node.prim == "onnx_node":  # its onnxruntime session is built now, not on the first call
             foreign.prepare(attrs, [self.graph.types[v] for v in node.inputs])
@@ -274,24 +382,26 @@ class PlanExecutor:
     def kernel_times(self, feeds: Mapping[str, np.ndarray], repeats: int = 20) -> list[float]:
         """Median seconds of each kernel measured in place: whole inferences, every kernel timed on its own
         (native kernels one foreign call each), so caches hold what a real inference leaves in them."""
-        for name, array in check_feeds(self.graph, feeds).items():
-            np.copyto(self.buffers[name], array)
-        launchers = [self._launcher(k) for k in range(len(self.kernels))]
-        samples: list[list[float]] = [[] for _ in launchers]
-        with thread_count(self.threads):
-            for repeat in range(repeats + 1):
-                for k, launch in enumerate(launchers):
-                    started = time.perf_counter()
-                    launch()
-                    if repeat:  # the first inference warms up
-                        samples[k].append(time.perf_counter() - started)
+        primary = self._primary
+        with primary.lock:
+            for name, array in check_feeds(self.graph, feeds).items():
+                np.copyto(primary.buffers[name], array)
+            launchers = [self._launcher(k, primary) for k in range(len(self.kernels))]
+            samples: list[list[float]] = [[] for _ in launchers]
+            with thread_count(self.threads):
+                for repeat in range(repeats + 1):
+                    for k, launch in enumerate(launchers):
+                        started = time.perf_counter()
+                        launch()
+                        if repeat:  # the first inference warms up
+                            samples[k].append(time.perf_counter() - started)
         return [float(np.median(s)) for s in samples]
 
     def _bindable(self, views: dict[str, tuple[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
         """Graph inputs and outputs the native kernels can use in the caller's memory (value -> table slot):
         not those a Python-run kernel touches (its launcher holds our buffer), nor a view or a view's source
         (the view's slot was computed from our buffer), nor an output that is also an input or a constant."""
-        if self.library is None:
+        if self.library_path is None:
             return {}, {}
         python = {v for k, native in zip(self.kernels, self.plan.native, strict=True) if not native
                   for v in (*k.inputs, *k.outputs)}  # fmt: skip
@@ -303,34 +413,42 @@ class PlanExecutor:
         return inputs, outputs
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one inference. Inputs that are C-contiguous are read where they are, and outputs are written
-        straight into the arrays returned (no copies) wherever only native kernels touch them."""
-        table = self.library.table if self.library is not None else None
+        """Run one inference; safe to call from many threads at once. Inputs that are C-contiguous are read
+        where they are, and outputs are written straight into the arrays returned (no copies) wherever only
+        native kernels touch them."""
+        checked = check_feeds(self.graph, feeds)
+        with self._workspace() as workspace:
+            return self._run(workspace, checked)
+
+    def _run(self, workspace: Workspace, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        table = workspace.library.table if workspace.library is not None else None
+        buffers = workspace.buffers
         outputs: dict[str, np.ndarray] = {}
         bound: list[tuple[int, np.ndarray]] = []  # (slot, our buffer it points at again after the call)
         try:
-            for name, array in check_feeds(self.graph, feeds).items():
+            for name, array in feeds.items():
                 slot = self._input_slots.get(name)
                 if table is not None and slot is not None and array.flags.c_contiguous and array.flags.aligned:
-                    bound.append((slot, self.buffers[name]))
+                    bound.append((slot, buffers[name]))
                     table[slot] = array.ctypes.data
                 else:
-                    np.copyto(self.buffers[name], array)
+                    np.copyto(buffers[name], array)
             for name, slot in self._output_slots.items():
                 t = self.graph.types[name]
                 outputs[name] = np.empty(t.shape, dtype=t.dtype)
-                bound.append((slot, self.buffers[name]))
+                bound.append((slot, buffers[name]))
                 table[slot] = outputs[name].ctypes.data  # type: ignore[index]  # slots exist only with a table
+            rprogram = self._rprogram_of(workspace) if self.runtime == "rprogram" else None
             with thread_count(self.threads):
-                if self.runtime == "rprogram" and self.rprogram is not None:
-                    self.rprogram.run()
+                if rprogram is not None:
+                    rprogram.run()
                 else:
-                    for step in self.steps:
+                    for step in workspace.steps:
                         step()
         finally:
             for slot, buffer in bound:  # never leave a pointer to the caller's memory in the table
                 table[slot] = buffer.ctypes.data  # type: ignore[index]
-        return {name: outputs[name] if name in outputs else self.buffers[name].copy() for name in self.graph.outputs}
+        return {name: outputs[name] if name in outputs else buffers[name].copy() for name in self.graph.outputs}
 
 
 def _interval(array: np.ndarray) -> tuple[int, int]:

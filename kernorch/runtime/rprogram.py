@@ -163,6 +163,12 @@ class RProgramRunner:
                     samples[name].extend(timing.samples)
         return {name: float(np.median(times)) for name, times in samples.items()}
 
+    def adopt(self, other: RProgramRunner) -> None:
+        """Run what `other` (a runner of the same plan, built) chose, without calibrating again."""
+        assert other.program is not None
+        self.times, self.measured, self.choice = other.times, other.measured, other.choice
+        self.use(other.program)
+
     def predicted_seconds(self) -> float:
         assert self.program is not None
         return simulate(self.program, self.times).seconds

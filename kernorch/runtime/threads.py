@@ -3,15 +3,22 @@
 The generated kernels and oneDNN run on the process's OpenMP runtime (libgomp), whose thread count is
 per calling thread state; torch's intra-op pool (reference kernels, calibration) is process-global. A
 model built with 1 thread must not change what another model, or the user's own code, runs with.
+
+OpenMP's count is the calling thread's own, so concurrent calls set it independently. torch's is one for
+the process: the first scope to enter records the user's value and the last to leave restores it (a
+counter under a lock), so calls that overlap in time — from many threads, with different counts — never
+leave a count of theirs behind. While they overlap, torch runs with the count set last.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
+from types import ModuleType
 
 
 @cache
@@ -26,21 +33,46 @@ def _openmp() -> ctypes.CDLL | None:
     return library
 
 
+class _TorchThreads:
+    """torch's process-wide intra-op count, set by overlapping scopes and restored when the last one ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._saved: int | None = None
+
+    def enter(self, torch: ModuleType, threads: int) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._saved = torch.get_num_threads()
+            self._active += 1
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+
+    def leave(self, torch: ModuleType) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._saved is not None and torch.get_num_threads() != self._saved:
+                torch.set_num_threads(self._saved)
+
+
+_TORCH = _TorchThreads()
+
+
 @contextmanager
 def thread_count(threads: int) -> Iterator[None]:
     """Run the body with `threads` OpenMP (and, if torch is in use, intra-op) threads, then restore."""
     openmp = _openmp()
     torch = sys.modules.get("torch")  # only if torch is in use: never import it for this
     previous_omp = openmp.omp_get_max_threads() if openmp is not None else None
-    previous_torch = torch.get_num_threads() if torch is not None else None
-    if torch is not None and previous_torch != threads:
-        torch.set_num_threads(threads)
+    if torch is not None:
+        _TORCH.enter(torch, threads)
     if openmp is not None and previous_omp != threads:
         openmp.omp_set_num_threads(threads)
     try:
         yield
     finally:
-        if torch is not None and previous_torch is not None and previous_torch != threads:
-            torch.set_num_threads(previous_torch)
+        if torch is not None:
+            _TORCH.leave(torch)
         if openmp is not None and previous_omp is not None and previous_omp != threads:
             openmp.omp_set_num_threads(previous_omp)
