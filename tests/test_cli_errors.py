@@ -258,7 +258,7 @@ def test_found_by_the_fuzzer_with_the_fallback(tmp_path: Path, capsys: pytest.Ca
     bad = single_op_model("Reshape", {"x": x}, constants={"shape": np.array([4, 4], np.int64)})
     code, err = run_cli(["check", save(bad, tmp_path / "reshape.onnx")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("kernorch: error: onnxruntime failed on Reshape")
+    assert err.startswith("kernorch: error: onnx_node from Reshape_0: onnxruntime failed on Reshape")  # names the node
 
 
 def test_reshape_zero_beyond_the_input_rank_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,14 +21,36 @@ def c_math(name: str, dtype: str) -> str:
     return name + FLOAT_SUFFIX.get(dtype, "")
 
 
+# Integer arithmetic wraps around (two's complement, as onnxruntime and numpy): computed on the unsigned type,
+# where C defines overflow, and converted back.
+_UNSIGNED = {"int32": "uint32_t", "int64": "uint64_t"}
+FLOAT_TO_INT = {"int32": "ko_f2i32", "int64": "ko_f2i64"}  # the prelude's out-of-range-safe conversions
+
+
+def _wrapping(dtype: str, operator: str, a: str, b: str) -> str:
+    if dtype not in _UNSIGNED:
+        return f"({a} {operator} {b})"
+    return f"(({C_TYPES[dtype]})(({_UNSIGNED[dtype]})({a}) {operator} ({_UNSIGNED[dtype]})({b})))"
+
+
+def c_cast(value: str, source: str, target: str) -> str:
+    """`value` of dtype `source` converted as ONNX's Cast: to bool, anything non-zero (NaN too) is true; floats
+    to integers by the prelude's conversions (out of range: onnxruntime's result, never undefined behaviour)."""
+    if target == "bool":
+        return f"((uint8_t)(({value}) != 0))"
+    if source in FLOAT_SUFFIX and target in FLOAT_TO_INT:
+        return f"{FLOAT_TO_INT[target]}({value})"
+    return f"(({C_TYPES[target]})({value}))"
+
+
 def c_binary(prim: str, dtype: str, a: str, b: str) -> str:
     is_float = dtype in FLOAT_SUFFIX
     table = {
-        "add": f"({a} + {b})", "sub": f"({a} - {b})", "mul": f"({a} * {b})",
-        "div": f"({a} / {b})" if is_float else f"ko_idiv({a}, {b})",
+        "add": _wrapping(dtype, "+", a, b), "sub": _wrapping(dtype, "-", a, b), "mul": _wrapping(dtype, "*", a, b),
+        "div": f"({a} / {b})" if is_float else f"(({C_TYPES[dtype]})ko_idiv({a}, {b}, &err))",
         "pow": f"{c_math('pow', dtype)}({a}, {b})" if is_float
-               else f"(({C_TYPES[dtype]})pow((double){a}, (double){b}))",
-        "fmod": f"{c_math('fmod', dtype)}({a}, {b})" if is_float else f"ko_imod({a}, {b})",
+               else f"{FLOAT_TO_INT.get(dtype, 'ko_f2i32')}(pow((double){a}, (double){b}))",
+        "fmod": f"{c_math('fmod', dtype)}({a}, {b})" if is_float else f"(({C_TYPES[dtype]})ko_imod({a}, {b}, &err))",
         "max": f"KO_MAX({a}, {b})", "min": f"KO_MIN({a}, {b})",
         "equal": f"({a} == {b})", "less": f"({a} < {b})", "greater": f"({a} > {b})",
         "less_equal": f"({a} <= {b})", "greater_equal": f"({a} >= {b})",
@@ -46,8 +68,11 @@ def c_bound(prim: str, a: str, number: str) -> str:
 def c_unary(prim: str, dtype: str, a: str) -> str:
     ctype = C_TYPES[dtype]
     table = {
-        "neg": f"(-{a})", "abs": f"{c_math('fabs', dtype)}({a})" if dtype in FLOAT_SUFFIX else f"llabs({a})",
+        "neg": f"(-{a})" if dtype not in _UNSIGNED else _wrapping(dtype, "-", "0", a),
+        "abs": f"{c_math('fabs', dtype)}({a})" if dtype in FLOAT_SUFFIX
+               else f"(({a}) < 0 ? {_wrapping(dtype, '-', '0', a)} : ({a}))",
         "exp": f"ko_expf({a})" if dtype == "float32" else f"exp({a})", "log": f"{c_math('log', dtype)}({a})",
+        "log1p": f"{c_math('log1p', dtype)}({a})",
         "sqrt": f"{c_math('sqrt', dtype)}({a})", "reciprocal": f"(({ctype})1 / {a})",
         "sin": f"{c_math('sin', dtype)}({a})", "cos": f"{c_math('cos', dtype)}({a})",
         "tanh": f"ko_tanhf({a})" if dtype == "float32" else f"tanh({a})",
@@ -56,7 +81,9 @@ def c_unary(prim: str, dtype: str, a: str) -> str:
         "relu": f"(((({a}) > 0) | (({a}) != ({a}))) ? ({a}) : ({ctype})0)",
         "floor": f"{c_math('floor', dtype)}({a})", "ceil": f"{c_math('ceil', dtype)}({a})",
         "round": f"{c_math('nearbyint', dtype)}({a})",
-        "sign": f"(({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))", "not": f"(!{a})",
+        "sign": f"(({a}) != ({a}) ? ({a}) : ({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))"
+                if dtype in FLOAT_SUFFIX else f"(({ctype})(({a}) > 0) - ({ctype})(({a}) < 0))",  # NaN stays NaN
+        "not": f"(!{a})",
     }  # fmt: skip
     if prim not in table:
         raise KeyError(prim)

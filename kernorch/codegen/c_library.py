@@ -21,7 +21,6 @@ from kernorch.ir.strided import row_major
 ONEDNN_PRELUDE = """#include <stdio.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
-static char ko_error[512];
 #define KO_CHECK(call) do { dnnl_status_t ko_status_ = (call); if (ko_status_ != dnnl_success) { \\
     snprintf(ko_error, sizeof ko_error, "%s: %s returned oneDNN status %d", ko_where, #call, (int)ko_status_); \\
     goto fail; } } while (0)

@@ -52,8 +52,23 @@ static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     if (i < 0 || i >= n) { *err = 1; return 0; }
     return i;
 }
-static inline int64_t ko_idiv(int64_t a, int64_t b) { return b ? a / b : 0; }
-static inline int64_t ko_imod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
+/* Integer division as onnxruntime: a zero divisor is an error (the kernel returns it in `err`, bit 2, and the
+   call fails naming it), never a signal; INT_MIN / -1 wraps to INT_MIN and INT_MIN % -1 is 0 (x86 would trap) */
+static inline int64_t ko_idiv(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err |= 2; return 0; }
+    return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;
+}
+static inline int64_t ko_imod(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err |= 2; return 0; }
+    return b == -1 ? 0 : a % b;
+}
+/* Float to integer as onnxruntime computes it on x86-64: truncation toward zero, and NaN or a value whose
+   truncation is out of range gives the truncating conversion's "integer indefinite", the most negative integer
+   (C leaves it undefined). Narrower integer types keep the low bits of the 32-bit conversion. */
+static inline int32_t ko_f2i32(double x) { return (x > -2147483649.0 && x < 2147483648.0) ? (int32_t)x : INT32_MIN; }
+static inline int64_t ko_f2i64(double x) {
+    return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (int64_t)x : INT64_MIN;
+}
 /* float32 exp/tanh/erf/sigmoid without libm calls, so loops using them vectorize (glibc's vector math
    needs -ffast-math, which would break NaN semantics). Every vector instruction counts: these loops are
    compute-bound (a 512-bit op issues about once per cycle per core here), so exp has no clamps:
@@ -78,8 +93,9 @@ static inline float ko_expf(float x) {
     p = p * r + 1.666652113199234e-1f;
     p = p * r + 4.999999403953552e-1f;
     float y = p * r * r + r + 1.0f;
-    union { float f; int32_t i; } scale = {t};
-    scale.i <<= 23; /* 2^(n-1), then *2: n = 128 would not fit the exponent field */
+    union { float f; uint32_t i; } scale = {t};
+    scale.i <<= 23; /* 2^(n-1), then *2: n = 128 would not fit the exponent field (unsigned: a shift past the
+                       sign bit is defined) */
     y = y * scale.f * 2.0f;
     y = x > 88.72284f ? INFINITY : y; /* ln(FLT_MAX) = 88.72284 */
     return x < -87.33f ? 0.0f : y;

@@ -114,9 +114,10 @@ def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path
     from kernorch.codegen.c_library import ONEDNN_PRELUDE, render_library_call
     from kernorch.codegen.c_prelude import PRELUDE
     from kernorch.codegen.compiler import onednn_paths
+    from kernorch.codegen.plan import ERROR_BUFFER
 
     source = directory / "conv.c"
-    source.write_text(ONEDNN_PRELUDE + PRELUDE + render_library_call("k", call))
+    source.write_text(ERROR_BUFFER + ONEDNN_PRELUDE + PRELUDE + render_library_call("k", call))
     include, _ = onednn_paths()
     subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
                     "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip

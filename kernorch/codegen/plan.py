@@ -32,10 +32,18 @@ from kernorch.ir.kernel import CandidateKernel
 from kernorch.schedule.program import Unit
 
 NATIVE_BACKENDS = ("c", "library", "view")  # run inside the plan's native stretches ("view": no code at all)
-_ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
+# Why the last call failed, per calling thread (calls run concurrently in workspaces of their own). A generated
+# kernel returns its `err` bits: 1 a gather index out of range, 2 an integer division or modulo by zero.
+ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
 #define KO_ERROR_DEFINED
-static char ko_error[512];
+static __thread char ko_error[512];
 #endif
+"""
+_KERNEL_ERROR = """static int ko_kernel_failed(int k, int err) {
+    snprintf(ko_error, sizeof ko_error, "kernel %d: %s", k, (err & 1) ? "gather index out of range"
+             : (err & 2) ? "integer division or modulo by zero" : "failed");
+    return k + 1;
+}
 """
 
 
@@ -61,7 +69,7 @@ class NativePlan:
 def translation_unit(plans: list[NativePlan]) -> str:
     """One compilable source holding `plans` (the profiler batches many one-kernel plans)."""
     onednn = any(p.uses_onednn for p in plans)
-    head = (ONEDNN_PRELUDE if onednn else "") + PRELUDE + _ERROR_BUFFER
+    head = ERROR_BUFFER + (ONEDNN_PRELUDE if onednn else "") + PRELUDE + _KERNEL_ERROR
     return head + "\n".join(p.body for p in plans)
 
 
@@ -104,7 +112,8 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         max_args = max(max_args, len(arguments))
         if backend == "c":
             parts.append(render_c(name, kernel))
-            calls.append(f"        case {k}: {gather} if ({name}(args)) return {k + 1}; break;")
+            calls.append(f"        case {k}: {{ {gather} int err = {name}(args); "
+                         f"if (err) return ko_kernel_failed({k}, err); break; }}")
             tasked = render_c_tasks(f"{name}_task", kernel) if tasks else None
             if tasked is not None:
                 parts.append(tasked[0])
@@ -174,6 +183,7 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
         f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
         f"    void *args[{max_args}];",
         "    (void)p;",
+        "    ko_error[0] = 0;",
         "    for (int k = first; k < last; k++) {",
         "        switch (k) {",
         *calls,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
-_EXPENSIVE = {"exp", "log", "tanh", "erf", "sigmoid", "pow", "sin", "cos", "softplus"}
+_EXPENSIVE = {"exp", "log", "log1p", "tanh", "erf", "sigmoid", "pow", "sin", "cos", "softplus"}
 
 
 def ancestors(graph: Graph, nodes: list[Node], node: Node) -> set[str]:

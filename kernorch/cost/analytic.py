@@ -42,7 +42,7 @@ DEVICE_PRESETS = {
 }
 
 # Rough flop weights of transcendental elementwise primitives relative to an add.
-_TRANSCENDENTAL = {"exp": 8, "log": 8, "erf": 10, "tanh": 10, "sigmoid": 10, "pow": 10, "sqrt": 4, "div": 4,
+_TRANSCENDENTAL = {"exp": 8, "log": 8, "log1p": 8, "erf": 10, "tanh": 10, "sigmoid": 10, "pow": 10, "sqrt": 4, "div": 4,
                    "reciprocal": 4, "sin": 8, "cos": 8}  # fmt: skip
 
 

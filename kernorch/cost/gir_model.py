@@ -28,8 +28,8 @@ from kernorch.ir.primitives import PRIMITIVES, Kind
 CLOCK = 3.0e9  # cycles / s of one core (nominal: the ranking, not the absolute value, is what matters)
 ONE_CORE_SHARE = 0.7  # fraction of the all-core bandwidth one core reaches on its own
 # cycles per instruction block (vectorized helpers for transcendental functions are polynomials)
-_CYCLES = {"div": 4, "sqrt": 4, "reciprocal": 4, "exp": 10, "log": 12, "tanh": 14, "sigmoid": 12, "erf": 14,
-           "pow": 16, "sin": 14, "cos": 14, "softplus": 20, "mod": 8,
+_CYCLES = {"div": 4, "sqrt": 4, "reciprocal": 4, "exp": 10, "log": 12, "log1p": 14, "tanh": 14, "sigmoid": 12,
+           "erf": 14, "pow": 16, "sin": 14, "cos": 14, "softplus": 20, "mod": 8,
            "index": 5}  # an integer division or remainder by a constant in an address (multiply and shift)
 
 

@@ -10,14 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.errors import InputMismatch
+from kernorch.errors import InputMismatch, KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.primitives import run_primitive
 from kernorch.ir.types import TensorType
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Validate run-time inputs against the graph's static input types (exit-2 errors on mismatch)."""
+    """Validate run-time inputs against the graph's static input types (exit-2 errors on mismatch).
+
+    Every input is checked whole: its dtype (kind, width and byte order), its shape. An array in the other byte
+    order (e.g. `>f4` from a file written on a big-endian machine) is converted to this machine's order (one
+    copy; the dtype's name alone would not tell, and the kernels would read swapped bytes). Strided and
+    read-only arrays are accepted as they are: the kernels only read inputs, and the executor copies what it
+    cannot read in place."""
     missing = [name for name in graph.inputs if name not in feeds]
     unknown = [name for name in feeds if name not in graph.inputs]
     if missing or unknown:
@@ -26,10 +32,14 @@ def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
     for name in graph.inputs:
         array = np.asarray(feeds[name])
         expected = graph.types[name]
-        if array.dtype.name != expected.dtype:
-            raise InputMismatch(f"input '{name}' has dtype {array.dtype.name}, the model expects {expected.dtype}")
+        if array.dtype.names is not None or array.dtype.kind not in "biuf" or \
+                array.dtype.newbyteorder("=") != np.dtype(expected.dtype):  # fmt: skip
+            raise InputMismatch(f"input '{name}' has dtype {array.dtype.name} ({array.dtype.str}), the model "
+                                f"expects {expected.dtype}")  # fmt: skip
         if tuple(array.shape) != expected.shape:
             raise InputMismatch(f"input '{name}' has shape {tuple(array.shape)}, the model expects {expected.shape}")
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
         checked[name] = array
     return checked
 
@@ -43,7 +53,10 @@ def run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np
             remaining_uses[name] = remaining_uses.get(name, 0) + 1
     keep = set(graph.outputs) | set(graph.constants)
     for node in graph.nodes:
-        results = run_primitive(node.prim, [values[v] for v in node.inputs], node.attr_dict)
+        try:
+            results = run_primitive(node.prim, [values[v] for v in node.inputs], node.attr_dict)
+        except KernorchError as error:  # onnxruntime refusing a fallback node's data: say which node it was
+            raise type(error)(f"{node.prim} from {node.origin}: {error}") from None
         for name, result in zip(node.outputs, results, strict=True):
             expected = graph.types[name]
             if TensorType.of(result) != expected:

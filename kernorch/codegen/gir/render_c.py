@@ -28,7 +28,17 @@ import math
 import re
 from collections.abc import Callable
 
-from kernorch.codegen.c_expr import FLOAT_SUFFIX, c_binary, c_bound, c_cond, c_index, c_literal, c_unary, c_value_type
+from kernorch.codegen.c_expr import (
+    FLOAT_SUFFIX,
+    c_binary,
+    c_bound,
+    c_cast,
+    c_cond,
+    c_index,
+    c_literal,
+    c_unary,
+    c_value_type,
+)
 from kernorch.codegen.c_prelude import V16_TYPEDEF
 from kernorch.codegen.gir.graph import (
     CONSTANT,
@@ -568,8 +578,8 @@ class _Phase:
             return self.guarded_select(op)
         args = [self.names[r] for r in op.reads]
         if op.name == "cast":
-            ctype = C_TYPES[op.code]
-            return [self.temp(op.writes[0], ctype, f"({ctype})({args[0]})")]
+            source = next((d for d, c in C_TYPES.items() if c == self.ctypes.get(op.reads[0])), op.code)
+            return [self.temp(op.writes[0], C_TYPES[op.code], c_cast(args[0], source, op.code))]
         if op.name == "where":  # a value condition: both sides are safe to compute, and a select vectorizes
             return [self.temp(op.writes[0], self.ctypes[op.reads[1]], f"({args[0]} ? {args[1]} : {args[2]})")]
         if op.name in ("max", "min") and op.code in FLOAT_SUFFIX and any(r in self.numbers for r in op.reads):

@@ -63,13 +63,20 @@ def power(ctx: RuleContext) -> list[str]:
 def variadic(ctx: RuleContext) -> list[str]:
     primitive = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}[ctx.op]
     operands = [ctx.input(i) for i in range(len(ctx.inputs))]
+    dtype = ctx.type(0).dtype
+    # a float16 mean is summed in float32 (onnxruntime too): two large halves would overflow their sum
+    widened = ctx.op == "Mean" and dtype == "float16" and len(operands) > 1
+    if widened:
+        operands = [ctx.emit("cast", operand, to="float32") for operand in operands]
     result = operands[0]
     for operand in operands[1:]:
         result = ctx.emit(primitive, result, operand)
     if len(operands) == 1 and ctx.op != "Mean":
         result = ctx.emit("identity", result)
     if ctx.op == "Mean":
-        result = ctx.emit("div", result, ctx.scalar(len(operands), ctx.type(0).dtype))
+        result = ctx.emit("div", result, ctx.scalar(len(operands), "float32" if widened else dtype))
+    if widened:
+        result = ctx.emit("cast", result, to=dtype)
     return [result]
 
 
@@ -91,6 +98,25 @@ def mod(ctx: RuleContext) -> list[str]:
     signs_differ = ctx.emit("xor", ctx.emit("less", remainder, zero), ctx.emit("less", b, zero))
     moves = ctx.emit("and", signs_differ, ctx.emit("not", ctx.emit("equal", remainder, zero)))
     return [ctx.emit("where", moves, ctx.emit("add", remainder, b), remainder)]
+
+
+@rule("IsNaN")
+def is_nan(ctx: RuleContext) -> list[str]:
+    x = ctx.input(0)
+    _require_float(ctx)
+    return [ctx.emit("not", ctx.emit("equal", x, x))]
+
+
+@rule("IsInf", min_opset=10)
+def is_inf(ctx: RuleContext) -> list[str]:
+    x, dtype = ctx.input(0), _require_float(ctx)
+    negative = ctx.allow("detect_negative", 0, 1, default=1)
+    positive = ctx.allow("detect_positive", 0, 1, default=1)
+    if not (negative or positive):  # false everywhere: |x| < -1 never holds, NaN included
+        return [ctx.emit("less", ctx.emit("abs", x), ctx.scalar(-1, dtype))]
+    if negative and positive:
+        return [ctx.emit("equal", ctx.emit("abs", x), ctx.scalar(math.inf, dtype))]
+    return [ctx.emit("equal", x, ctx.scalar(math.inf if positive else -math.inf, dtype))]
 
 
 @rule("Where")
@@ -189,15 +215,22 @@ def hard_sigmoid(ctx: RuleContext) -> list[str]:
 @rule("HardSwish")
 def hard_swish(ctx: RuleContext) -> list[str]:
     x, dtype = ctx.input(0), _require_float(ctx)
-    return [ctx.emit("mul", x, _hard_sigmoid(ctx, x, dtype, 1 / 6, 0.5))]
+    # ONNX's alpha is a float attribute: 1/6 rounded to float32, in every dtype (onnxruntime's float64 too)
+    return [ctx.emit("mul", x, _hard_sigmoid(ctx, x, dtype, float(np.float32(1 / 6)), 0.5))]
+
+
+def _log1p_exp_minus_abs(ctx: RuleContext, x: str) -> str:
+    """log(1 + e^-|x|) with log1p: log(1 + t) rounds away the low bits of a small t (softplus(-7.25) was 6e-4
+    off in float32)."""
+    return ctx.emit("log1p", ctx.emit("exp", ctx.emit("neg", ctx.emit("abs", x))))
 
 
 @rule("Softplus")
 def softplus(ctx: RuleContext) -> list[str]:
     # log(1 + e^x) computed as max(x, 0) + log(1 + e^-|x|): no overflow for large x.
-    x, dtype = ctx.input(0), _require_float(ctx)
-    tail = ctx.emit("log", ctx.emit("add", ctx.scalar(1, dtype), ctx.emit("exp", ctx.emit("neg", ctx.emit("abs", x)))))
-    return [ctx.emit("add", ctx.emit("relu", x), tail)]
+    x = ctx.input(0)
+    _require_float(ctx)
+    return [ctx.emit("add", ctx.emit("relu", x), _log1p_exp_minus_abs(ctx, x))]
 
 
 @rule("Softsign")
@@ -208,9 +241,10 @@ def softsign(ctx: RuleContext) -> list[str]:
 
 @rule("Mish")
 def mish(ctx: RuleContext) -> list[str]:
-    x, dtype = ctx.input(0), _require_float(ctx)
-    tail = ctx.emit("log", ctx.emit("add", ctx.scalar(1, dtype), ctx.emit("exp", ctx.emit("neg", ctx.emit("abs", x)))))
-    return [ctx.emit("mul", x, ctx.emit("tanh", ctx.emit("add", ctx.emit("relu", x), tail)))]
+    x = ctx.input(0)
+    _require_float(ctx)
+    softplus = ctx.emit("add", ctx.emit("relu", x), _log1p_exp_minus_abs(ctx, x))
+    return [ctx.emit("mul", x, ctx.emit("tanh", softplus))]
 
 
 @rule("Gelu", min_opset=20)
