@@ -17,6 +17,14 @@ COST_MODELS = ("profile", "analytic")
 LAYOUT_POLICIES = ("auto", "channels-last", "nchw")
 DEVICES = ("cpu", "v100", "a100", "h100")
 DEFAULT_THREADS = 2
+MAX_THREADS = 1024  # more would only oversubscribe; a plan asking for more is refused, not obeyed
+
+
+def check_threads(threads: object) -> int:
+    """A thread count a caller or a saved plan gives: an integer in [1, MAX_THREADS], else a one-line refusal."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise KernorchError(f"threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
+    return threads
 DEFAULT_REWRITE_BUDGET_SECONDS = 60.0
 
 
@@ -89,8 +97,7 @@ class Options:
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
 
     def __post_init__(self) -> None:
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise KernorchError(f"threads must be a positive integer, got {self.threads!r}")
+        check_threads(self.threads)
         if self.cost not in COST_MODELS:
             raise KernorchError(f"unknown cost model '{self.cost}' (choose {' or '.join(COST_MODELS)})")
         if self.device not in DEVICES:

@@ -223,7 +223,7 @@ def test_threads_are_per_model_and_restored(attention: kernorch.CompiledModel) -
 def test_unknown_option_is_one_line() -> None:
     with pytest.raises(kernorch.KernorchError, match="unknown option"):
         kernorch.compile(self_attention_block(), thread=2)
-    with pytest.raises(kernorch.KernorchError, match="threads must be a positive integer"):
+    with pytest.raises(kernorch.KernorchError, match="threads must be an integer from 1 to 1024"):
         kernorch.compile(self_attention_block(), threads=0)
 
 

@@ -63,7 +63,7 @@ def test_measurements_come_from_ray_worker_processes(cluster: Any, tmp_path: Pat
 def test_results_of_another_machine_kind_are_kept_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     graph = import_graph(self_attention_block(seq=16, hidden=32, heads=2))
 
-    def foreign_cluster(address: str, kernels: list, threads: int, progress: Any = None) -> list:
+    def foreign_cluster(address: str, kernels: list, threads: int, progress: Any = None, keys: Any = None) -> list:
         from kernorch.cost.profile import isolate, signature
 
         return [remote.RemoteResult(signature(isolate(k))[1], "Some Other CPU|64|threads=2",

@@ -3,17 +3,28 @@
 The cache key is a hash of the source, the flags, the compiler's version line and the CPU's ISA flags,
 so a changed compiler, flag or CPU (`-march=native`) never reuses a stale library. Many kernels go into
 one translation unit.
+
+The cache is untrusted: anyone who can write it (a shared KERNORCH_CACHE, a restored CI cache) could put a
+library under a name computable from a public plan. So a library is only loaded if this user's kernorch
+built it: the `kernels/` directory must be private to the user (created 0700; one others can write to, or
+owned by someone else, is refused), and each library's HMAC-SHA256 under a secret key kept outside every
+cache (`~/.config/kernorch/library.key`, 0600; `KERNORCH_KEY_FILE` overrides) is written beside it when it
+is built and checked before `dlopen`. A library whose MAC is missing or wrong is rebuilt, never loaded.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import hmac
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -24,6 +35,18 @@ from kernorch.options import cache_root, writable_dir
 # -fno-math-errno and -fno-trapping-math let floor/sqrt vectorize; unlike -ffast-math they keep NaN/inf semantics.
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
           "-Werror=implicit-function-declaration")  # a call without a prototype is a codegen bug, never a guess
+
+
+# `make sanitize`: KERNORCH_SANITIZE=1 builds every library with AddressSanitizer and UndefinedBehaviorSanitizer
+# (float-to-integer overflow included), stopping at the first report; the process must preload their runtimes
+# (kernorch/devtools/sanitize.py does). Part of the cache key, so sanitized and plain libraries never mix.
+SANITIZE_ENV = "KERNORCH_SANITIZE"
+SANITIZE_FLAGS = ("-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+                  "-fno-omit-frame-pointer", "-g")  # fmt: skip
+
+
+def sanitize_flags() -> tuple[str, ...]:
+    return SANITIZE_FLAGS if os.environ.get(SANITIZE_ENV) == "1" else ()
 
 
 class CompileError(KernorchError):
@@ -65,33 +88,151 @@ def link_flags(source: str) -> list[str]:
 
 def library_path(source: str, cache_dir: Path | None = None) -> Path:
     compiler, version = compiler_identity()
-    key = "\0".join([source, " ".join([*CFLAGS, *link_flags(source)]), version, isa_digest()])
+    key = "\0".join([source, " ".join([*CFLAGS, *sanitize_flags(), *link_flags(source)]), version, isa_digest()])
     return cache_root(cache_dir) / "kernels" / f"kernels_{hashlib.sha256(key.encode()).hexdigest()[:24]}.so"
 
 
+KEY_ENV = "KERNORCH_KEY_FILE"
+KEY_BYTES = 32
+
+
+def key_path() -> Path:
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV])
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return config / "kernorch" / "library.key"
+
+
+def _private_file(path: Path) -> bool:
+    """A regular file owned by this user that nobody else can read or write."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+@cache
+def signing_key() -> bytes:
+    """This user's secret for library MACs: read from key_path(), created there (atomically, 0600) on first use.
+    Where it cannot be kept (no writable home, a key file others can read or write), a key for this process
+    alone: libraries built by other processes are then rebuilt instead of loaded."""
+    path = key_path()
+    if not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".library.key.")  # 0600
+            with os.fdopen(fd, "wb") as file:
+                file.write(os.urandom(KEY_BYTES))
+            try:
+                os.link(temporary, path)  # atomic and never overwrites: a concurrent creator's key wins
+            finally:
+                os.unlink(temporary)
+        except FileExistsError:
+            pass
+        except OSError:
+            return os.urandom(KEY_BYTES)
+    if _private_file(path):
+        key = path.read_bytes()
+        if len(key) == KEY_BYTES:
+            return key
+    warnings.warn(f"kernorch: {path} is not a {KEY_BYTES}-byte file private to this user; compiled kernels are "
+                  "signed with a key of this process only (and rebuilt by every process)", stacklevel=2)  # fmt: skip
+    return os.urandom(KEY_BYTES)
+
+
+def _mac(library: Path, data: bytes) -> str:
+    return hmac.new(signing_key(), b"kernorch-library\0" + library.name.encode() + b"\0" + data,
+                    hashlib.sha256).hexdigest()  # fmt: skip
+
+
+def _mac_path(library: Path) -> Path:
+    return library.with_name(library.name + ".mac")
+
+
+class UntrustedCache(KernorchError):
+    """The compile cache's directory can be changed by other users: nothing is loaded from it."""
+
+
+def private_dir(directory: Path) -> Path:
+    """`directory`, created 0700 if missing; refused when someone other than this user owns it or may write it."""
+    writable_dir(directory.parent, "compiled kernels")
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        info = directory.lstat()
+    except OSError as error:
+        raise KernorchError(f"cannot create the cache directory {directory} for compiled kernels: "
+                            f"{error.strerror or error} (set KERNORCH_CACHE to a writable directory)") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise UntrustedCache(f"the compile cache {directory} can be changed by other users (owner uid "
+                             f"{info.st_uid}, mode {stat.filemode(info.st_mode)}): kernorch loads compiled kernels "
+                             f"only from a directory private to you (chmod 700 it, or set KERNORCH_CACHE)")
+    return directory
+
+
+_verified: set[tuple[str, int, int, int, int]] = set()  # (path, device, inode, size, mtime) checked this process
+_verified_lock = threading.Lock()
+
+
+def _identity(path: Path) -> tuple[str, int, int, int, int]:
+    info = path.stat()
+    return str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def is_trusted(library: Path) -> bool:
+    """Whether `library` is a file this user's kernorch built: owned by this user, writable by nobody else, in a
+    private directory, and its MAC (under this user's key) is the one recorded beside it when it was built."""
+    try:
+        identity = _identity(library)
+        with _verified_lock:
+            if identity in _verified:
+                return True
+        info = library.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return False
+        recorded = _mac_path(library).read_text().strip()
+        trusted = hmac.compare_digest(recorded, _mac(library, library.read_bytes()))
+    except (OSError, UnicodeDecodeError):
+        return False
+    if trusted:
+        with _verified_lock:
+            _verified.add(identity)
+    return trusted
+
+
 def compile_source(source: str, cache_dir: Path | None = None) -> Path:
-    """Compile (or find in the cache) `source`; returns the shared library path."""
+    """Compile (or find in the cache, built and signed by this user's kernorch) `source`; returns the shared
+    library path."""
     target = library_path(source, cache_dir)
-    if target.is_file():
+    private_dir(target.parent)
+    if target.is_file() and is_trusted(target):
         return target
     compiler, _ = compiler_identity()
-    writable_dir(target.parent, "compiled kernels")
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         c_file = Path(work) / "kernels.c"
         c_file.write_text(source)
         so_file = Path(work) / "kernels.so"
-        result = subprocess.run([compiler, *CFLAGS, str(c_file), "-o", str(so_file), *link_flags(source), "-lm"],
-                                capture_output=True, text=True, check=False)  # fmt: skip
+        # relative names: the library's bytes do not depend on the temporary directory's name
+        result = subprocess.run([compiler, *CFLAGS, *sanitize_flags(), "kernels.c", "-o", "kernels.so",
+                                 *link_flags(source), "-lm"], capture_output=True, text=True, check=False,
+                                cwd=work)  # fmt: skip
         if result.returncode != 0:
             lines = result.stderr.strip().splitlines() or ["?"]
             # the first error, not GCC's "In function" preamble before it
             first = next((line for line in lines if "error" in line), lines[0])
             raise CompileError(f"C compiler failed: {first}")
+        os.chmod(so_file, 0o700)  # whatever the umask: a library others can write is never trusted
+        mac_file = Path(work) / "kernels.so.mac"
+        mac_file.write_text(_mac(target, so_file.read_bytes()))
+        os.replace(mac_file, _mac_path(target))
         os.replace(so_file, target)  # atomic: concurrent compiles of the same source are safe
     return target
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    """dlopen a library this machine built. Its libgomp.so.1 is the process's one OpenMP runtime: if torch
-    was imported first, its bundled copy (same soname) is reused; torch imported later reuses ours."""
+    """dlopen a library this machine built (checked: `is_trusted`). Its libgomp.so.1 is the process's one OpenMP
+    runtime: if torch was imported first, its bundled copy (same soname) is reused; torch imported later reuses
+    ours."""
+    if not is_trusted(path):
+        raise UntrustedCache(f"{path} was not built by this user's kernorch (its MAC does not match): not loaded")
     return ctypes.CDLL(str(path))

@@ -51,18 +51,37 @@ def periodic_taps(size_in: int, size_out: int, scale: float, mode: str, coordina
     offsets = taps[factor * middle: factor * (middle + 1)] - middle
     pattern = weights[factor * middle: factor * (middle + 1)]
     rows = np.arange(size_out)
-    expected = np.zeros((size_out, size_in))
-    np.add.at(expected, (np.repeat(rows, taps.shape[1]), taps.reshape(-1)), weights.reshape(-1))
-    rebuilt = np.zeros((size_out, size_in))
     q = rows // factor
-    for t in range(taps.shape[1]):
-        np.add.at(rebuilt, (rows, np.clip(q + offsets[rows % factor, t], 0, size_in - 1)), pattern[rows % factor, t])
-    if not np.allclose(rebuilt, expected, rtol=0, atol=1e-6):
+    rebuilt = merged_rows(np.clip(q[:, None] + offsets[rows % factor], 0, size_in - 1),
+                          pattern[rows % factor].astype(np.float64))  # fmt: skip
+    matches = rebuilt[0].shape == taps.shape and np.array_equal(rebuilt[0], taps) and \
+        np.allclose(rebuilt[1], weights, rtol=0, atol=1e-6)  # fmt: skip
+    if not matches:
         return None
     offsets, pattern = np.ascontiguousarray(offsets), np.ascontiguousarray(pattern)
     offsets.setflags(write=False)
     pattern.setflags(write=False)
     return factor, offsets, pattern, max(0, -int(offsets.min())), max(0, int(offsets.max()))
+
+
+def merged_rows(taps: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the distinct input positions with a non-zero total weight, ascending, and those totals (float64),
+    padded with position 0 and weight 0 to the widest row: the table's canonical form (a clamped tap repeats a
+    position; a tap may carry no weight). O(rows × taps)."""
+    rows = taps.shape[0]
+    merged: list[list[tuple[int, float]]] = []
+    for o in range(rows):
+        totals: dict[int, float] = {}
+        for position, weight in zip(taps[o].tolist(), weights[o].tolist(), strict=True):
+            totals[position] = totals.get(position, 0.0) + weight
+        merged.append(sorted((p, w) for p, w in totals.items() if w != 0.0))
+    width = max(1, max((len(row) for row in merged), default=1))
+    out_taps = np.zeros((rows, width), dtype=np.int64)
+    out_weights = np.zeros((rows, width), dtype=np.float64)
+    for o, row in enumerate(merged):
+        for t, (position, weight) in enumerate(row):
+            out_taps[o, t], out_weights[o, t] = position, weight
+    return out_taps, out_weights
 
 
 @functools.lru_cache(maxsize=512)
@@ -72,19 +91,13 @@ def resize_taps(size_in: int, size_out: int, scale: float, mode: str, coordinate
     reference code's own coordinate rules; None where the axis is left as it is. Cached (read-only arrays):
     tuning describes the same decode-head resizes in thousands of candidates, and building this table per
     output row took a tenth of segformer_b0's cold tuning."""
-    probe = np.eye(size_in, dtype=np.float64)
-    mapped = K.resize_axis(probe, 0, size_out, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
-                           exclude_outside)  # fmt: skip
-    # mapped[o, i] = weight of input i in output o (the resize is linear along the axis)
-    if size_in == size_out and np.array_equal(mapped, probe):
+    if size_in == size_out and scale == 1.0:
         return None
-    width = int(max(1, (mapped != 0).sum(axis=1).max()))
-    taps = np.zeros((size_out, width), dtype=np.int64)
-    weights = np.zeros((size_out, width), dtype=np.float64)
-    for o in range(size_out):
-        nonzero = np.flatnonzero(mapped[o])
-        taps[o, : len(nonzero)] = nonzero
-        weights[o, : len(nonzero)] = mapped[o, nonzero]
+    taps, weights = merged_rows(*K.axis_taps(size_in, size_out, scale, mode, coordinate_mode, nearest_mode,
+                                             cubic_coeff_a, exclude_outside))  # fmt: skip
+    if size_in == size_out and np.array_equal(taps[:, 0], np.arange(size_in)) and np.all(weights[:, 0] == 1) \
+            and not weights[:, 1:].any():  # fmt: skip
+        return None
     taps.setflags(write=False)
     single = weights.astype(np.float32)
     single.setflags(write=False)

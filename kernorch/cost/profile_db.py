@@ -86,12 +86,16 @@ class ProfileDatabase:
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if not tables:
+                # Another process may be creating it too: in one write transaction, and only if nobody did yet
+                # (a plain CREATE TABLE failing here once took the first process's rows aside as "corrupt")
+                connection.execute("BEGIN IMMEDIATE")
                 connection.execute(
-                    "CREATE TABLE measurements (signature TEXT NOT NULL, machine TEXT NOT NULL, "
+                    "CREATE TABLE IF NOT EXISTS measurements (signature TEXT NOT NULL, machine TEXT NOT NULL, "
                     "seconds REAL NOT NULL, runs INTEGER NOT NULL, spread REAL NOT NULL, contended INTEGER NOT NULL, "
                     "measured_at REAL NOT NULL, PRIMARY KEY (signature, machine))"
                 )  # fmt: skip
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                if connection.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 connection.commit()
             elif version != SCHEMA_VERSION or "measurements" not in tables:
                 raise _SchemaMismatch(f"schema version {version}, tables {sorted(tables)}; expected version "

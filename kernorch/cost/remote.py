@@ -13,6 +13,7 @@ are then measured here), and its values stay apart for plans made on that kind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -79,9 +80,33 @@ def _ray() -> Any:
 Progress = Callable[[Iterable[Any], int], Iterator[Any]]
 
 
-def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: int,
-                   progress: Progress | None = None) -> list[RemoteResult]:  # fmt: skip
-    """Measure `kernels` (isolated) on the Ray cluster at `address` ("" = RAY_ADDRESS or a local instance)."""
+def validated(reply: Any, asked: set[str]) -> tuple[list[RemoteResult], int]:
+    """The results of a worker's reply that can be believed, and how many rows were dropped: a worker is another
+    machine, and what it returns is data like any other. Kept: rows for signatures that were asked for, with a
+    finite positive time, at least one run, a finite non-negative spread; the machine a short string."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("results"), list):
+        return [], 1
+    machine, worker = reply.get("machine"), reply.get("worker", "")
+    if not isinstance(machine, str) or not 0 < len(machine) <= 512 or not isinstance(worker, str):
+        return [], len(reply["results"])
+    kept: list[RemoteResult] = []
+    for row in reply["results"]:
+        try:
+            key, seconds, runs, spread, contended = row
+            measurement = Measurement(float(seconds), int(runs), float(spread), bool(contended))
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if key in asked and isinstance(key, str) and math.isfinite(measurement.seconds) and \
+                0 < measurement.seconds < 3600 and measurement.runs >= 1 and \
+                math.isfinite(measurement.spread) and measurement.spread >= 0:  # fmt: skip
+            kept.append(RemoteResult(key, machine, measurement, worker[:200]))
+    return kept, len(reply["results"]) - len(kept)
+
+
+def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: int, progress: Progress | None = None,
+                   keys: Sequence[str] | None = None) -> list[RemoteResult]:  # fmt: skip
+    """Measure `kernels` (isolated) on the Ray cluster at `address` ("" = RAY_ADDRESS or a local instance).
+    `keys`: their signatures, the only ones a reply may carry (by default computed here)."""
     ray = _ray()
     if not kernels:
         return []
@@ -98,19 +123,28 @@ def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: in
     cpus = min(int(n["Resources"].get("CPU", 1)) for n in nodes) if nodes else 1
     task = ray.remote(num_cpus=max(cpus, 1))(measure_payloads)  # a whole node per task: no timing side by side
     size = min(MAX_CHUNK, -(-len(kernels) // max(len(nodes), 1)))  # one chunk per node, at most MAX_CHUNK
-    chunks = [list(kernels[i: i + size]) for i in range(0, len(kernels), size)]
-    pending = {task.remote([encode_kernel(k) for k in chunk], threads): len(chunk) for chunk in chunks}
+    if keys is None:
+        from kernorch.cost.profile import signature
+
+        keys = [signature(kernel)[1] for kernel in kernels]
+    starts = range(0, len(kernels), size)
+    pending = {task.remote([encode_kernel(k) for k in kernels[i: i + size]], threads): set(keys[i: i + size])
+               for i in starts}  # fmt: skip
     bar = progress(iter(range(len(kernels))), len(kernels)) if progress else None
     results: list[RemoteResult] = []
+    dropped = 0
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
-            reply = ray.get(ref)
-            results += [RemoteResult(str(key), str(reply["machine"]),
-                                     Measurement(float(seconds), int(runs), float(spread), bool(contended)),
-                                     str(reply.get("worker", "")))
-                        for key, seconds, runs, spread, contended in reply["results"]]  # fmt: skip
-            for _ in range(pending.pop(ref)):
+            asked = pending.pop(ref)
+            kept, refused = validated(ray.get(ref), asked)
+            results += kept
+            dropped += refused
+            for _ in asked:
                 if bar is not None:
                     next(bar, None)
+    if dropped:
+        warnings.warn(f"kernorch: {dropped} result(s) from Ray workers were not believable (a signature not asked "
+                      "for, a time not finite and positive) and were dropped: those kernels are measured here",
+                      stacklevel=2)  # fmt: skip
     return results

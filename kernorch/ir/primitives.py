@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.ir import foreign
+from kernorch.ir import contracts as C
+from kernorch.ir import foreign, numeric
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.types import TensorType
 
@@ -88,12 +89,15 @@ def _torch_unary(name: str) -> Callable[[np.ndarray], np.ndarray]:
 # ------------------------------------------------------------------------------------------ elementwise
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
-        # ONNX integer Div truncates toward zero; numpy's // floors.
-        quotient = np.floor_divide(a, b)
-        remainder_nonzero = (a - quotient * b) != 0
-        return np.where(remainder_nonzero & ((a < 0) != (b < 0)), quotient + 1, quotient).astype(a.dtype)
-    return np.divide(a, b)
+    return numeric.int_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b)
+
+
+def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return numeric.int_fmod(a, b) if a.dtype.kind in "iu" else np.fmod(a, b)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return numeric.int_pow(a, b) if a.dtype.kind in "iub" else np.power(a, b)
 
 
 _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
@@ -102,6 +106,7 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
     "abs": (np.abs, "|x|"),
     "exp": (np.exp, "e^x"),
     "log": (np.log, "ln x"),
+    "log1p": (np.log1p, "ln(1 + x), accurate for small x"),
     "sqrt": (np.sqrt, "√x"),
     "reciprocal": (np.reciprocal, "1/x"),
     "sin": (np.sin, "sin x"),
@@ -123,9 +128,9 @@ _BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool, s
     "sub": (np.subtract, False, "a - b"),
     "mul": (np.multiply, False, "a * b"),
     "div": (_int_div, False, "a / b (integers truncate toward zero)"),
-    "fmod": (np.fmod, False, "remainder of a / b truncated toward zero, the sign of a (C fmod); b = 0 gives 0 "
-             "for integers"),
-    "pow": (np.power, False, "a ^ b"),
+    "fmod": (_fmod, False, "remainder of a / b truncated toward zero, the sign of a (C fmod); an integer b = 0 "
+             "is an error"),
+    "pow": (_pow, False, "a ^ b (integers: computed in float64, converted as Cast)"),
     "max": (np.maximum, False, "max(a, b), NaN-propagating"),
     "min": (np.minimum, False, "min(a, b), NaN-propagating"),
     "equal": (np.equal, True, "a == b"),
@@ -186,8 +191,8 @@ _register("where", Kind.ELEMENTWISE, _where_infer,
 _register(
     "cast", Kind.ELEMENTWISE,
     lambda types, attrs: [TensorType(types[0].shape, attrs["to"])],
-    lambda inputs, attrs: [inputs[0].astype(attrs["to"])],
-    "convert to dtype `to`",
+    lambda inputs, attrs: [numeric.cast(inputs[0], attrs["to"])],
+    "convert to dtype `to` (ONNX's Cast, onnxruntime's out-of-range results: ir/numeric.py)",
 )  # fmt: skip
 
 
@@ -195,7 +200,7 @@ _register(
 
 def _reduce_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
-    axes = attrs["axes"]
+    axes = C.integers(attrs["axes"], "axes")
     if sorted(set(axes)) != list(axes) or any(a < 0 or a >= x.rank for a in axes):
         raise ValueError(f"reduce axes must be sorted, unique, in range: {axes}")
     return [TensorType(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)]
@@ -232,9 +237,19 @@ for _name, (_rfn, _doc) in _REDUCERS.items():
 
 def _window_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
-    kernel = attrs["kernel"]
+    kernel = C.integers(attrs["kernel"], "kernel", low=1)
     spatial = len(kernel)
+    if not 1 <= spatial <= x.rank:
+        raise ValueError(f"a window over {spatial} axes of a rank-{x.rank} tensor")
+    C.integers(attrs["strides"], "strides", spatial, low=1)
+    C.integers(attrs["dilations"], "dilations", spatial, low=1)
+    pads = C.integers(attrs["pads"], "pads", 2 * spatial, low=0)
+    C.one_of(attrs["ceil_mode"], "ceil_mode", (False, True))
     lead = x.rank - spatial
+    for i in range(spatial):  # ONNX: a pad as wide as the window would make windows of padding alone
+        span = attrs["dilations"][i] * (kernel[i] - 1) + 1
+        if pads[i] >= span or pads[spatial + i] >= span:
+            raise ValueError(f"pads {pads} must be smaller than the window ({span}) on axis {lead + i}")
     sizes = [
         K.window_output_size(x.shape[lead + i], kernel[i], attrs["strides"][i], attrs["pads"][i],
                              attrs["pads"][spatial + i], attrs["dilations"][i], attrs["ceil_mode"])
@@ -282,7 +297,7 @@ _register("reshape", Kind.LAYOUT, _reshape_infer,
 
 
 def _transpose_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    perm = attrs["perm"]
+    perm = C.integers(attrs["perm"], "perm")
     if sorted(perm) != list(range(types[0].rank)):
         raise ValueError(f"bad permutation {perm}")
     return [TensorType(tuple(types[0].shape[p] for p in perm), types[0].dtype)]
@@ -299,8 +314,13 @@ def slice_length(start: int, stop: int, step: int) -> int:
 
 def _slice_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     ranges = attrs["ranges"]  # per axis (start, stop, step), as returned by slice.indices(dim)
-    if len(ranges) != types[0].rank:
+    if not isinstance(ranges, (tuple, list)) or len(ranges) != types[0].rank:
         raise ValueError("slice needs one range per axis")
+    for axis, (dim, one) in enumerate(zip(types[0].shape, ranges, strict=True)):
+        start, stop, step = C.integers(one, f"ranges[{axis}]", 3)
+        visited = range(start, stop, step) if step else None  # every index it reads must exist
+        if visited is None or (visited and not (0 <= visited[0] < dim and 0 <= visited[-1] < dim)):
+            raise ValueError(f"slice range {tuple(one)} reads outside an axis of size {dim}")
     return [TensorType(tuple(slice_length(*r) for r in ranges), types[0].dtype)]
 
 
@@ -314,8 +334,8 @@ _register("slice", Kind.LAYOUT, _slice_infer, _slice_reference,
 
 
 def _concat_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    axis = attrs["axis"]
     first = types[0]
+    axis = C.axis(attrs["axis"], first.rank)
     for t in types[1:]:
         if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
                                        if i != axis):  # fmt: skip
@@ -336,7 +356,7 @@ _register("concat", Kind.LAYOUT, _concat_infer,
 
 def _split_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
-    axis, sizes = attrs["axis"], attrs["sizes"]
+    axis, sizes = C.axis(attrs["axis"], x.rank), C.integers(attrs["sizes"], "sizes", low=0)
     if sum(sizes) != x.shape[axis]:
         raise ValueError(f"split sizes {sizes} do not sum to {x.shape[axis]}")
     return [TensorType(x.shape[:axis] + (s,) + x.shape[axis + 1 :], x.dtype) for s in sizes]
@@ -352,9 +372,14 @@ _register("split", Kind.LAYOUT, _split_infer, _split_reference, "cut along `axis
 
 def _pad_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
-    pads = attrs["pads"]
-    if len(pads) != 2 * x.rank or min(pads) < 0:
+    pads = C.integers(attrs["pads"], "pads")
+    if len(pads) != 2 * x.rank or min(pads, default=0) < 0:
         raise ValueError(f"pad needs 2*rank non-negative pads, got {pads}")
+    C.one_of(attrs["mode"], "mode", ("constant", "reflect", "edge", "wrap"))
+    if attrs["mode"] != "constant" and any((pads[i] or pads[x.rank + i]) and d == 0 for i, d in enumerate(x.shape)):
+        raise ValueError(f"{attrs['mode']} padding of an empty axis")
+    if attrs["mode"] == "wrap" and any(max(pads[i], pads[x.rank + i]) > d for i, d in enumerate(x.shape)):
+        raise ValueError("wrap pad must not be wider than the padded axis")
     if attrs["mode"] == "reflect" and any(
         (pads[i] or pads[x.rank + i]) and max(pads[i], pads[x.rank + i]) >= x.shape[i] for i in range(x.rank)
     ):
@@ -377,9 +402,11 @@ _register("pad", Kind.LAYOUT, _pad_infer, _pad_reference,
 
 def _gather_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     data, indices = types
-    axis = attrs["axis"]
+    axis = C.axis(attrs["axis"], data.rank)
     if indices.dtype not in ("int32", "int64"):
         raise ValueError("gather indices must be int32/int64")
+    if data.shape[axis] == 0 and indices.numel:
+        raise ValueError("gather from an empty axis")
     return [TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)]
 
 
@@ -399,6 +426,14 @@ def _gather_elements_infer(types: Sequence[TensorType], attrs: Attrs) -> list[Te
     data, indices = types
     if data.rank != indices.rank:
         raise ValueError("gather_elements needs equal ranks")
+    axis = C.axis(attrs["axis"], data.rank)
+    if indices.dtype not in ("int32", "int64"):
+        raise ValueError("gather_elements indices must be int32/int64")
+    # off the axis, an index is its own position: it must exist in data (ONNX; onnxruntime checks it too)
+    beyond = [d for d in range(data.rank) if d != axis and indices.shape[d] > data.shape[d]]
+    if beyond or (data.shape[axis] == 0 and indices.numel):
+        raise ValueError(f"gather_elements indices {indices.shape} exceed data {data.shape} on axis "
+                         f"{beyond[0] if beyond else axis}")  # fmt: skip
     return [TensorType(indices.shape, data.dtype)]
 
 
@@ -409,9 +444,14 @@ _register("gather_elements", Kind.LAYOUT, _gather_elements_infer,
 
 
 def _resize_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
-    if len(attrs["sizes"]) != types[0].rank:
-        raise ValueError("resize needs one size per axis")
-    return [TensorType(tuple(attrs["sizes"]), types[0].dtype)]
+    (x,) = types
+    sizes = C.integers(attrs["sizes"], "sizes", x.rank, low=0)
+    if len(attrs["scales"]) != x.rank or not all(isinstance(s, (int, float)) and s > 0 for s in attrs["scales"]):
+        raise ValueError("resize needs one positive scale per axis")
+    C.one_of(attrs["mode"], "mode", ("nearest", "linear", "cubic"))
+    if any(out and not size for out, size in zip(sizes, x.shape, strict=True)):
+        raise ValueError(f"resize of an empty axis to {sizes}")
+    return [TensorType(sizes, x.dtype)]
 
 
 _register("resize", Kind.LAYOUT, _resize_infer,
@@ -447,6 +487,15 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
 
     def infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
         x, w = types
+        spatial = x.rank - 2
+        if spatial < 1 or w.rank != x.rank:
+            raise ValueError(f"a convolution of {x.shape} by weights {w.shape}")
+        C.integer(attrs["group"], "group", low=1)
+        C.integers(attrs["strides"], "strides", spatial, low=1)
+        C.integers(attrs["dilations"], "dilations", spatial, low=1)
+        C.integers(attrs["pads"], "pads", 2 * spatial, low=0)
+        for name in extra:
+            C.integers(attrs[name], name, spatial, low=0)
         last = bool(attrs.get("channels_last", False))
         x_shape = _channels_first(x.shape) if last else x.shape
         shape = infer_shape(x_shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
@@ -484,13 +533,21 @@ def pointwise_conv(prim: str, attrs: Attrs, weight: np.ndarray | None) -> bool:
 
 def _lstm_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     gates_x, packed = types[0], types[1]
+    if gates_x.rank != 4 or gates_x.shape[3] % 4:
+        raise ValueError(f"lstm_recurrence: input gates {gates_x.shape} are not [D, T, N, 4H]")
     dirs, seq, batch, four_h = gates_x.shape
     hidden = four_h // 4
-    block = attrs["unit_block"]
-    if block < 1 or hidden % block or packed.shape != (dirs, hidden // block, hidden, 4, block):
+    block = C.integer(attrs["unit_block"], "unit_block", low=1)
+    C.one_of(attrs.get("direction", "forward"), "direction", ("forward", "reverse", "bidirectional"))
+    if hidden % block or packed.shape != (dirs, hidden // block, hidden, 4, block):
         raise ValueError(f"lstm_recurrence: recurrent weights {packed.shape} are not packed in blocks of "
                          f"{block} units for hidden size {hidden}")  # fmt: skip
     state = TensorType((dirs, batch, hidden), gates_x.dtype)
+    # the initial states and the peepholes, when given, are read whole by the scan
+    for name, given, shape in (("h0", types[2:3], state.shape), ("c0", types[3:4], state.shape),
+                               ("peephole", types[4:5], (dirs, 3 * hidden))):  # fmt: skip
+        if given and given[0].shape != shape:
+            raise ValueError(f"lstm_recurrence: {name} {given[0].shape} is not {shape}")
     return [TensorType((seq, dirs, batch, hidden), gates_x.dtype), state, state]
 
 
@@ -529,7 +586,7 @@ _register("lstm_stack", Kind.OPAQUE, _lstm_stack_infer, lambda inputs, attrs: li
 
 def _top_k_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
-    axis, k = attrs["axis"], attrs["k"]
+    axis, k = C.axis(attrs["axis"], x.rank), C.integer(attrs["k"], "k")
     if not 0 <= k <= x.shape[axis]:
         raise ValueError(f"top_k k={k} out of range for axis of size {x.shape[axis]}")
     shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
@@ -541,7 +598,12 @@ _register("top_k", Kind.OPAQUE, _top_k_infer,
           "the k largest (or smallest) values along `axis` in order, and their indices; ties keep the lower "
           "index first, NaN counts as the largest")  # fmt: skip
 
-_register("cumsum", Kind.OPAQUE, lambda types, attrs: [types[0]],
+def _cumsum_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    C.axis(attrs["axis"], types[0].rank)
+    return [types[0]]
+
+
+_register("cumsum", Kind.OPAQUE, _cumsum_infer,
           lambda inputs, attrs: [K.cumsum(inputs[0], attrs["axis"], attrs["exclusive"], attrs["reverse"])],
           "running sum along `axis` (exclusive: without the element itself; reverse: from the end)")  # fmt: skip
 

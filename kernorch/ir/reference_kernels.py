@@ -232,10 +232,24 @@ def resize_axis(
     in_size = x.shape[axis]
     if out_size == in_size and scale == 1.0:
         return x
+    taps, weights = axis_taps(in_size, out_size, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
+                              exclude_outside)  # fmt: skip
+    if mode == "nearest":
+        return np.take(x, taps[:, 0], axis=axis)
+    moved = np.moveaxis(x, axis, -1).astype(np.float64)
+    gathered = moved[..., taps]  # (..., out, taps)
+    result = (gathered * weights).sum(axis=-1)
+    return np.moveaxis(result, -1, axis).astype(x.dtype)
+
+
+def axis_taps(in_size: int, out_size: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str,
+              cubic_coeff_a: float, exclude_outside: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per output position along one axis, the input positions it reads (clamped to the axis) and their float64
+    weights: [out_size, 1] for nearest, 2 for linear, 4 for cubic. Linear in the sizes (never out × in)."""
     coords = _source_coordinates(out_size, in_size, scale, coordinate_mode)
     if mode == "nearest":
         index = np.clip(_nearest_index(coords, nearest_mode).astype(np.int64), 0, in_size - 1)
-        return np.take(x, index, axis=axis)
+        return index[:, None], np.ones((out_size, 1))
     base = np.floor(coords).astype(np.int64)
     frac = coords - base
     if mode == "linear":
@@ -253,11 +267,7 @@ def resize_axis(
     if exclude_outside:
         weights = np.where((taps >= 0) & (taps < in_size), weights, 0.0)
         weights = weights / weights.sum(axis=1, keepdims=True)
-    taps = np.clip(taps, 0, in_size - 1)
-    moved = np.moveaxis(x, axis, -1).astype(np.float64)
-    gathered = moved[..., taps]  # (..., out, taps)
-    result = (gathered * weights).sum(axis=-1)
-    return np.moveaxis(result, -1, axis).astype(x.dtype)
+    return np.clip(taps, 0, in_size - 1), weights
 
 
 def resize(x: np.ndarray, sizes: Sequence[int], scales: Sequence[float], mode: str, coordinate_mode: str,

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernorch.ir.contracts import elements
+
 # dtypes the reference interpreter can hold; anything else (bfloat16, float8, strings) is refused.
 SUPPORTED_DTYPES = frozenset(
     {
@@ -28,6 +30,7 @@ class TensorType:
             raise ValueError(f"unsupported dtype {self.dtype}")
         if any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+        elements(self.shape, "a tensor")  # bounded: no size computed from it wraps around
 
     @property
     def rank(self) -> int:

@@ -25,9 +25,12 @@ from kernorch.ir.graph import verify
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.plan import validate_plan
 from kernorch.ir.serialize import constants_npz, graph_from_json, graph_to_json
+from kernorch.ir.types import TensorType
 from kernorch.machine import cpu_model, isa_digest, isa_flags
+from kernorch.options import check_threads
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.runtime.executor import generate_source
+from kernorch.runtime.memory import check_fits
 
 FORMAT = "kernorch-plan"
 FORMAT_VERSION = 4  # 3: lstm_recurrence takes its recurrent weights packed; 4: kernels.c holds rTask variants
@@ -110,13 +113,19 @@ def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
 def load_model(directory: str | os.PathLike[str], threads: int | None = None,
                cache_dir: Path | None = None, runtime: str = "kernels") -> CompiledModel:  # fmt: skip
     """Load a saved plan without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise KernorchError(f"threads must be a positive integer, got {threads!r}")
+    if threads is not None:
+        check_threads(threads)
     source = Path(directory)
     plan = read_manifest(source)
     weights = _verified_bytes(source, plan, "weights.npz")
     shipped_source = _verified_bytes(source, plan, "kernels.c")
     plan_file = source / "plan.json"
+    try:
+        declared = plan["graph"]["types"]
+        constants = sum(TensorType(tuple(declared[c][0]), declared[c][1]).nbytes for c in plan["graph"]["constants"])
+    except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
+        raise ArtifactError(f"{source / 'plan.json'} is malformed: {str(error).splitlines()[0][:160]}") from None
+    check_fits({"weights": constants}, f"the plan {source}")  # before a byte of weights.npz is inflated
     try:
         graph = graph_from_json(plan["graph"], weights)
         verify(graph)
@@ -127,7 +136,7 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
                 raise ValueError(f"kernel nodes {kernel.nodes} are not distinct nodes of the graph")
         validate_plan(graph, kernels)
         costs = [float(c) for c in plan["costs"]]
-        saved_threads = int(plan.get("threads", 2))
+        saved_threads = check_threads(plan.get("threads", 2))
         metadata = plan.get("metadata", {})
         if len(costs) != len(kernels) or not isinstance(metadata, dict):
             raise ValueError("costs or metadata do not fit the kernels")

@@ -35,7 +35,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
 from kernorch.options import RUNTIMES
-from kernorch.runtime.memory import allocate, plan_memory
+from kernorch.runtime.memory import allocate, available_bytes, check_fits, plan_memory, workspace_bytes
 from kernorch.runtime.reference import check_feeds
 from kernorch.runtime.rprogram import RProgramRunner
 from kernorch.runtime.threads import thread_count
@@ -169,6 +169,14 @@ class PlanExecutor:
             if backend is None:
                 raise KernorchError(f"no backend can run kernel {i} ({kernel.describe()}): {reason}")
             self.backends.append(backend)
+        self.backends, self.views = plan_views(kernels, self.backends)
+        aliases = {value: source for value, (source, _) in self.views.items()}
+        self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
+        # Refused in one line before anything is allocated when it cannot fit (the library packs a copy of the
+        # weights: counted twice)
+        self.workspace_bytes = workspace_bytes(graph, self.memory, self.views)
+        weights = sum(graph.types[name].nbytes for name in graph.constants)
+        check_fits({"weights": 2 * weights, "arena, inputs and outputs": self.workspace_bytes}, "the plan")
         # Constants are copied once: contiguous, owned by the executor, shared by every workspace and read only
         # (weights are packed from them; a kernel writing one would be a codegen bug, caught by numpy).
         self.constants: dict[str, np.ndarray] = {}
@@ -176,9 +184,6 @@ class PlanExecutor:
             constant = np.array(array, order="C")
             constant.flags.writeable = False
             self.constants[name] = constant
-        self.backends, self.views = plan_views(kernels, self.backends)
-        aliases = {value: source for value, (source, _) in self.views.items()}
-        self.memory = plan_memory(graph, kernels, aliases) if share_memory else None
         self.cache_dir = cache_dir
         self.runtime = runtime
         self._pool_lock = threading.Lock()
@@ -240,6 +245,9 @@ class PlanExecutor:
         with self._pool_lock:
             pool = list(self._workspaces)
         workspace = next((w for w in pool if w.lock.acquire(blocking=False)), None)
+        if workspace is None and not self._room_for_another():  # wait for the first one instead
+            workspace = pool[0]
+            workspace.lock.acquire()
         if workspace is None:
             workspace = self._new_workspace()  # outside the pool's lock: creating packs weights
             workspace.lock.acquire()
@@ -250,6 +258,13 @@ class PlanExecutor:
             yield workspace
         finally:
             workspace.lock.release()
+
+    def _room_for_another(self) -> bool:
+        """Whether one more workspace (its buffers and a copy of the packed weights) leaves half the available
+        memory free."""
+        available = available_bytes()
+        weights = sum(array.nbytes for array in self.constants.values())
+        return available is None or 2 * (self.workspace_bytes + weights) <= available
 
     def build_rprogram(self, feeds: Mapping[str, np.ndarray] | None = None) -> RProgramRunner:
         """Calibrate the plan's units in place (on `feeds`, else on whatever the input buffers hold), schedule
@@ -322,7 +337,9 @@ class PlanExecutor:
                 raise KernelFailed(f"the rProgram was refused: it names a unit or range this plan does not have, "
                                    f"or more than {MAX_VEUS} vEUs")  # fmt: skip
             kernel = failed - 1
-            reason = "gather index out of range" if self.backends[kernel] == "c" else library.error()
+            # a generated kernel that failed inside an rProgram region left no message on this thread
+            reason = library.error().removeprefix(f"kernel {kernel}: ") or \
+                "gather index out of range, or integer division or modulo by zero"  # fmt: skip
             raise KernelFailed(f"kernel {kernel} ({self.kernels[kernel].describe()}): {reason}")
 
         return fail
@@ -367,7 +384,7 @@ class PlanExecutor:
         def launch() -> None:
             try:
                 results = run_primitive(node.prim, inputs, attrs)
-            except (IndexError, RuntimeError, ValueError) as error:  # a bad index, onnxruntime refusing the data
+            except (IndexError, RuntimeError, ValueError, KernorchError) as error:  # a bad index, onnxruntime refusing
                 message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise KernelFailed(f"{node.prim} from {node.origin}: {message}") from None
             for target, result in zip(targets, results, strict=True):

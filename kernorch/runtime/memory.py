@@ -15,10 +15,12 @@ kernel touching any of its views, to the end of the run when a view is a graph o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 
@@ -100,3 +102,41 @@ def allocate(graph: Graph, plan: MemoryPlan) -> tuple[np.ndarray, dict[str, np.n
         raw = arena[shift + placement.offset: shift + placement.offset + t.nbytes]
         views[value] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
     return arena, views
+
+
+class OutOfMemory(KernorchError):
+    """A plan needs more memory than this machine has available (refused before anything is allocated)."""
+
+
+def available_bytes() -> int | None:
+    """Memory the kernel says can be allocated without swapping (MemAvailable), or None where it is not known."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits(parts: dict[str, int], what: str) -> None:
+    """Refuse in one line when the parts (name -> bytes) together exceed the available memory."""
+    available = available_bytes()
+    needed = sum(parts.values())
+    if available is not None and needed > available:
+        detail = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
+        raise OutOfMemory(f"{what} needs {_gib(needed)} ({detail}); this machine has {_gib(available)} available")
+
+
+def workspace_bytes(graph: Graph, plan: MemoryPlan | None, views: Iterable[str]) -> int:
+    """What one workspace allocates: the arena, and a buffer per graph input and per value outside it."""
+    placed = set(plan.placements) if plan is not None else set()
+    skipped = placed | set(views) | set(graph.constants)
+    values = set(graph.inputs) | set(graph.outputs) | {v for n in graph.nodes for v in n.outputs}
+    own = sum(graph.types[v].nbytes for v in values - skipped)
+    return own + (plan.arena_bytes + ALIGNMENT if plan is not None else 0)
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**28 else f"{size / 2**20:.1f} MiB"
