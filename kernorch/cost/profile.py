@@ -41,6 +41,8 @@ from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, tran
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
+from kernorch.cost.verify import output_mismatch
+from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.machine import fingerprint
@@ -128,6 +130,10 @@ class ProfiledCostModel:
     remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
     screen: Callable[[CandidateKernel], str | None] | None = None  # the orchestrator leaves out what it rejects
     contended: set[str] = field(default_factory=set)  # signatures whose value never got a quiet measurement
+    # signatures of kernels that failed to compile, that a library refused to create, or that ran wrong: dropped
+    # from the plan (infinite cost) with the reason, listed by `kernorch explain --rejected`; never stored
+    failures: dict[str, str] = field(default_factory=dict)
+    verify: bool = True  # run each native kernel once against the reference interpreter before timing it
     _known: dict[str, float] = field(default_factory=dict)
     _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
     _graph: Graph | None = None
@@ -161,7 +167,9 @@ class ProfiledCostModel:
             native = backend in ("c", "library")
             kind, key = signature(candidate if native else isolate(candidate), backend if native else None)
             self._signature_of[candidate.key] = key
-            if key not in self._known and key not in pending:
+            if key in self.failures:
+                self._known[key] = math.inf
+            elif key not in self._known and key not in pending:
                 pending[key] = (kind, candidate)
         stored = self.database.lookup(pending, self.machine)
         for key, measurement in stored.items():
@@ -183,7 +191,8 @@ class ProfiledCostModel:
         compiled = self._compile_all(batches)
         with thread_count(self.threads):
             for batch, libraries in zip(batches, compiled, strict=True):
-                self._measure_batch(batch, self._launchers(batch, libraries))
+                launchers = self._launchers(batch, libraries)
+                self._measure_batch([item for item in batch if item.key in launchers], launchers)
                 if bar is not None:
                     for _ in batch:
                         next(bar, None)
@@ -194,7 +203,8 @@ class ProfiledCostModel:
         from kernorch.cost.remote import measure_on_ray
 
         assert self.workers is not None
-        results = measure_on_ray(self.workers, [item.kernel for item in missing], self.threads, self.progress)
+        results = measure_on_ray(self.workers, [item.kernel for item in missing], self.threads, self.progress,
+                                 [item.key for item in missing])  # fmt: skip
         done: set[str] = set()
         for result in results:
             self.database.store(result.signature, result.machine, result.measurement)
@@ -206,33 +216,65 @@ class ProfiledCostModel:
                 done.add(result.signature)
         return [item for item in missing if item.key not in done]
 
-    def _compile_all(self, batches: list[list[_Pending]]) -> list[tuple[Path, list[NativePlan]] | None]:
-        """Per batch, its native kernels as one-kernel plans in one compiled library (None: no native kernel)."""
-        sources: list[tuple[str, list[NativePlan]] | None] = []
-        for batch in batches:
+    def _compile_all(self, batches: list[list[_Pending]]) -> list[dict[str, tuple[Path, NativePlan]]]:
+        """Per batch, its native kernels as one-kernel plans in one compiled library: key -> (library, plan). A
+        batch that does not compile is compiled kernel by kernel, and each kernel that still fails is recorded in
+        `failures` (the others are measured as usual)."""
+
+        def build(batch: list[_Pending]) -> dict[str, tuple[Path, NativePlan]]:
             native = [item for item in batch if item.kind in NATIVE_BACKENDS]
-            plans = [render_plan(f"p{item.key[:16]}", [item.candidate], [item.kind]) for item in native]
-            sources.append((translation_unit(plans), plans) if plans else None)
+            try:
+                return self._compile_unit(native)
+            except Exception:  # noqa: BLE001 - one broken kernel must not take the batch with it: find it
+                pass
+            built: dict[str, tuple[Path, NativePlan]] = {}
+            for item in native:
+                try:
+                    built.update(self._compile_unit([item]))
+                except Exception as error:  # noqa: BLE001 - a renderer's or the compiler's refusal: the reason
+                    self._fail(item, str(error).splitlines()[0][:300] if isinstance(error, KernorchError)
+                               else f"rendering failed: {type(error).__name__}: {error}")  # fmt: skip
+            return built
 
-        def build(entry: tuple[str, list[NativePlan]] | None) -> tuple[Path, list[NativePlan]] | None:
-            return None if entry is None else (compile_source(entry[0], self.kernel_cache), entry[1])
+        with ThreadPoolExecutor(max(1, min(COMPILE_JOBS, len(batches)))) as pool:
+            return list(pool.map(build, batches))
 
-        with ThreadPoolExecutor(max(1, min(COMPILE_JOBS, len(sources)))) as pool:
-            return list(pool.map(build, sources))
+    def _compile_unit(self, items: list[_Pending]) -> dict[str, tuple[Path, NativePlan]]:
+        if not items:
+            return {}
+        plans = [render_plan(f"p{item.key[:16]}", [item.candidate], [item.kind]) for item in items]
+        path = compile_source(translation_unit(plans), self.kernel_cache)
+        return {item.key: (path, plan) for item, plan in zip(items, plans, strict=True)}
 
-    def _launchers(self, batch: list[_Pending], libraries: tuple[Path, list[NativePlan]] | None,
+    def _fail(self, item: _Pending, reason: str) -> None:
+        self.failures[item.key] = reason
+        self._known[item.key] = math.inf
+
+    def _launchers(self, batch: list[_Pending], libraries: dict[str, tuple[Path, NativePlan]],
                    ) -> dict[str, Callable[[], Any]]:  # fmt: skip
-        """One launcher per kernel: the native ones from the batch's library (each a one-kernel plan, created
-        once like a loaded plan), reference kernels through the executor."""
+        """One launcher per kernel that can be measured: the native ones from the batch's library (each a
+        one-kernel plan, created once like a loaded plan, run once and checked against the reference before it
+        is timed), reference kernels through the executor. A kernel a library refuses to create, that fails
+        when it runs, or that computes a wrong result is recorded in `failures` instead."""
         launchers: dict[str, Callable[[], Any]] = {}
-        native = [item for item in batch if item.kind in NATIVE_BACKENDS]
-        if libraries is not None:
-            path, plans = libraries
-            for item, plan in zip(native, plans, strict=True):
-                launchers[item.key] = native_launcher(path, plan, item.kernel, self.threads)
         for item in batch:
             if item.kind not in NATIVE_BACKENDS:
                 launchers[item.key] = self._executor_launcher(item.kernel)
+                continue
+            if item.key not in libraries:
+                continue  # did not compile: already a failure
+            path, plan = libraries[item.key]
+            try:
+                launch = native_launcher(path, plan, item.kernel, self.threads)
+                status = launch()
+                problem = f"the kernel failed when it ran (code {status})" if status else \
+                    output_mismatch(item.kernel, launch.keep_alive[0]) if self.verify else None  # type: ignore[attr-defined]  # fmt: skip
+            except KernorchError as error:  # a library that refuses the kernel's descriptors
+                problem = str(error).splitlines()[0][:300]
+            if problem is not None:
+                self._fail(item, problem)
+                continue
+            launchers[item.key] = launch
         return launchers
 
     def _executor_launcher(self, kernel: CandidateKernel) -> Callable[[], Any]:
@@ -288,7 +330,8 @@ class ProfiledCostModel:
         self.measured += 1
 
     def rejection(self, candidate: CandidateKernel) -> str | None:
-        return rejection(candidate)
+        failed = self.failures.get(self._signature_of.get(candidate.key) or "")
+        return failed if failed is not None else rejection(candidate)
 
     def contended_in(self, kernels: Iterable[CandidateKernel]) -> int:
         """How many of `kernels` are costed by a value that never got a quiet measurement."""

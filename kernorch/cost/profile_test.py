@@ -6,6 +6,7 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -330,3 +331,68 @@ def _levels():  # type: ignore[no-untyped-def]
     from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
 
     return MemoryLevels((MemoryLevel("L2", 1 << 21, 1.5e11), MemoryLevel("DRAM", 1 << 62, 5e10)), 1e-6)
+
+
+def _refused_when_fused(render: Any) -> Any:
+    """render_library_call, with every call that absorbed post-ops made to fail as oneDNN failed on an unseen
+    model: a memory descriptor it refuses (status 2, invalid arguments) when the plan's kernels are created."""
+
+    def planted(name: str, call: Any) -> str:
+        code = render(name, call)
+        if not call.post_ops:
+            return code
+        anchor = "    KO_CHECK(dnnl_primitive_create(&s->prim, pd));"
+        assert anchor in code
+        return code.replace(anchor, "    { const dnnl_dim_t bad[] = {-5}; KO_CHECK(ko_md(&md[15], 1, bad, bad)); }\n"
+                            + anchor)  # fmt: skip
+
+    return planted
+
+
+def test_a_candidate_a_library_refuses_is_dropped_with_its_reason(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The model still compiles, without the refused kernels (each listed with oneDNN's reason among the
+    rejections), and computes what onnxruntime does; a kernel computing a wrong result is dropped the same way."""
+    import kernorch.codegen.plan as plan_module
+    from kernorch.options import Options
+    from kernorch.pipeline import compile_plan, import_graph
+    from kernorch.tools.check import run_onnxruntime
+    from kernorch.tools.demo_models import conv_norm_act_block
+
+    monkeypatch.setattr(plan_module, "render_library_call", _refused_when_fused(plan_module.render_library_call))
+    model = conv_norm_act_block(channels=8, size=16)
+    graph = import_graph(model)
+    cost = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"), kernel_cache=tmp_path)
+    result = orchestrate(graph, cost)
+    refused = [r for r in result.rejected if "returned oneDNN status 2" in r.reason]
+    assert refused and all(r.rule == "backend" for r in refused)
+    assert cost.failures and all("ko_md(&md[15], 1, bad, bad)" in reason for reason in cost.failures.values())
+    compiled = compile_plan(result, Options(cache_dir=tmp_path))
+    from kernorch.codegen.library import describe_library_call
+
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b == "library"]  # fmt: skip
+    assert calls and not any(call.post_ops for call in calls)
+    x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    (expected,) = run_onnxruntime(model, {"x": x}, 2).values()
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_kernel_that_computes_a_wrong_result_is_dropped(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from kernorch.cost import verify
+
+    reference = verify.run_reference
+
+    def off_for_exp(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = reference(graph, feeds)
+        fused_exp = len(graph.nodes) > 1 and any(node.prim == "exp" for node in graph.nodes)
+        return {n: v * 1.01 if fused_exp else v for n, v in values.items()}
+
+    monkeypatch.setattr(verify, "run_reference", off_for_exp)
+    graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    cost = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"), kernel_cache=tmp_path)
+    result = orchestrate(graph, cost)
+    assert cost.failures and all("differs from the reference" in r for r in cost.failures.values())
+    assert not any(node.prim == "exp" for kernel in result.plan.kernels if len(kernel.nodes) > 1
+                   for node in kernel.primitives)  # fmt: skip

@@ -27,23 +27,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.compiler import CompileError, compile_source
 from kernorch.codegen.plan import NativePlan, render_plan, translation_unit
 from kernorch.cost.model import CostModel
 from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, native_launcher, signature
+from kernorch.cost.verify import output_mismatch
 from kernorch.errors import KernorchError
 from kernorch.ir.kernel import CandidateKernel
-from kernorch.runtime.reference import run_reference
 
 COMPILED_BACKENDS = ("c", "library")  # a view runs no code
 RUN_THREADS = 2
-RTOL = 1e-4  # float32 kernels against the reference: reassociated sums, approximated exp/erf/tanh
-NUDGE = 2.0**-16  # relative change of each float input (~128 ulps): the reference moves about as far as a
-# float32 kernel summing in lane partials may (x / Σx with Σx near 0: 0.2 % from float64 with 256 terms)
-SENSITIVITY = 8.0  # a kernel may be this many times as far from the reference as the nudged reference is
 
 
 @dataclass(frozen=True)
@@ -139,51 +133,19 @@ class CompilingCost:
 
     def _run(self, item: _Item, path: Path, plan: NativePlan) -> list[Failure]:
         """With `run`: the kernel once on the profiler's seeded inputs, its outputs against the reference
-        interpreter's: floats within RTOL of the largest magnitude among the output and the inputs, or within
-        SENSITIVITY times what nudging the inputs moves the reference (NaN where it has NaN); others exactly."""
+        interpreter's (cost/verify.py)."""
         try:
             launch = native_launcher(path, plan, item.kernel, RUN_THREADS)
             status = launch()
             buffers = launch.keep_alive[0]  # type: ignore[attr-defined]
             if status != 0:
                 return [Failure(item.kernel.describe(), f"the kernel returned {status}")]
-            feeds = {name: buffers[name] for name in item.kernel.graph.inputs}
-            reference = run_reference(item.kernel.graph, feeds)
-            nudged = run_reference(item.kernel.graph, _nudged(feeds))
-            for name in item.kernel.outputs:
-                got, want = buffers[name], reference[name]
-                if not np.issubdtype(want.dtype, np.floating):
-                    same = np.array_equal(got, want)
-                else:
-                    scale = max(_magnitude(want), *(_magnitude(buffers[v]) for v in item.kernel.graph.inputs))
-                    # as far as inputs a few ulps off move the reference (a division by a sum near 0)
-                    sensitivity = np.abs(nudged[name].astype(np.float64) - want)
-                    error = np.abs(got.astype(np.float64) - want)
-                    bound = RTOL * (np.abs(want) + scale) + SENSITIVITY * np.nan_to_num(sensitivity, nan=0.0)
-                    same = bool(np.all((error <= bound) | (np.isnan(got) & np.isnan(want)) | (got == want)))
-                if not same:
-                    worst = np.nanmax(np.abs(got.astype(np.float64) - want)) if got.size else 0.0
-                    return [Failure(item.kernel.describe(), f"output {name} differs from the reference "
-                                                            f"(max abs error {worst:.3g})")]  # fmt: skip
+            problem = output_mismatch(item.kernel, buffers)
+            if problem is not None:
+                return [Failure(item.kernel.describe(), problem)]
         except Exception as error:
             return [Failure(item.kernel.describe(), f"running failed: {error!r}")]
         return []
-
-
-def _nudged(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Float inputs each moved by a seeded relative NUDGE: how far that moves the reference bounds how far a
-    correct float32 kernel's rounding may (an ill-conditioned output, x / Σx with Σx near 0, moves a lot)."""
-    rng = np.random.default_rng(0)
-    return {name: (values * (1 + NUDGE * rng.uniform(-1, 1, values.shape))).astype(values.dtype)
-            if np.issubdtype(values.dtype, np.floating) else values for name, values in feeds.items()}  # fmt: skip
-
-
-def _magnitude(values: np.ndarray) -> float:
-    """The largest finite magnitude (0 for none): a float kernel's rounding scales with its operands, and a sum
-    of normalized values (a layer norm's Σ (x - mean)/std, near 0 by construction) is exact only to theirs."""
-    if not np.issubdtype(values.dtype, np.floating):
-        return 0.0
-    return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
 
 
 def check_model(path: Path, layout: str = "auto", cache_dir: Path | None = None, run: bool = False,

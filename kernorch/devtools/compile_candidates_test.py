@@ -71,13 +71,15 @@ def test_a_renderer_that_raises_is_a_failure(tmp_path: Path, monkeypatch: pytest
 def test_a_kernel_whose_output_differs_from_the_reference_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reference = check.run_reference
+    from kernorch.cost import verify
+
+    reference = verify.run_reference
 
     def off_for_sums(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = reference(graph, feeds)
         return {name: v * 1.001 if "reduce_sum" in name else v for name, v in values.items()}
 
-    monkeypatch.setattr(check, "run_reference", off_for_sums)
+    monkeypatch.setattr(verify, "run_reference", off_for_sums)
     compiling = check.CompilingCost(AnalyticCostModel(device_by_name("cpu", tmp_path, 2)), tmp_path, run=True)
     compiling.prepare(_candidates())
     compiling.compile_all()

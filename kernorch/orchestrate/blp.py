@@ -129,22 +129,42 @@ def solve_blp(
             entries[column[k]] = entries.get(column[k], 0.0) - 1.0
             add_row(0.0, infinity, entries)
 
-    if warm_start:
-        solution = highspy.HighsSolution()
-        values = np.zeros(n + len(aggregated))
-        for k in warm_start:
-            if k in column:
-                values[column[k]] = 1.0
-                for value in candidates[k].outputs:
-                    if value in computed:
-                        values[computed[value]] = 1.0
-        solution.col_value = list(values)
-        highs.setSolution(solution)
+    # The warm start (the greedy plan) when it is executable: HiGHS starts from it after every round of cuts (it
+    # satisfies them all), and it is the answer when the time runs out before a better incumbent is found.
+    fallback: list[int] | None = None
+    if warm_start and all(k in column for k in warm_start):
+        order, stuck = executable_order([candidates[k] for k in warm_start], available)
+        fallback = None if stuck else [warm_start[i] for i in order]
+    start_values = np.zeros(n + len(aggregated))
+    for k in fallback or []:
+        start_values[column[k]] = 1.0
+        for value in candidates[k].outputs:
+            if value in computed:
+                start_values[computed[value]] = 1.0
+
+    def warm() -> None:
+        if fallback is not None:
+            solution = highspy.HighsSolution()
+            solution.col_value = list(start_values)
+            highs.setSolution(solution)
+
+    def out_of_time(status: str, bound: float) -> BlpResult:
+        """The greedy plan, with the gap to the solver's lower bound (µs) where it has one."""
+        assert fallback is not None
+        cost = sum(costs[k] for k in fallback)
+        gap = (cost * 1e6 - bound) / (cost * 1e6) if math.isfinite(bound) and cost > 0 else math.inf
+        return BlpResult(fallback, cost, f"{status}: the greedy plan, no better incumbent in time (gap "
+                         f"{'unknown' if math.isinf(gap) else f'{max(gap, 0.0):.2%}'})", False, max(gap, 0.0),
+                         time.perf_counter() - started, cuts, solves)  # fmt: skip
 
     started = time.perf_counter()
     cuts = 0
+    solves = 0
     for solves in range(1, max_rounds + 1):
         remaining = time_limit - (time.perf_counter() - started)
+        if remaining <= 0 and fallback is not None:
+            return out_of_time("time limit reached", -math.inf)
+        warm()
         highs.setOptionValue("time_limit", max(remaining, 0.1))
         highs.run()
         model_status = highs.getModelStatus()
@@ -152,6 +172,8 @@ def solve_blp(
         if model_status == highspy.HighsModelStatus.kInfeasible:
             raise OrchestrationError("the kernel-orchestration BLP is infeasible")
         if info.primal_solution_status != 2:  # 2 = feasible solution available
+            if fallback is not None:
+                return out_of_time(highs.modelStatusToString(model_status).lower(), float(info.mip_dual_bound))
             raise OrchestrationError(f"no plan found: solver status {highs.modelStatusToString(model_status)}")
         solution_values = highs.getSolution().col_value
         chosen = [variables[i] for i in range(n) if solution_values[i] > 0.5]
@@ -172,4 +194,6 @@ def solve_blp(
         entries.update({column[j]: -1.0 for j in enablers})
         add_row(-infinity, len(stuck_kernels) - 1.0, entries)
         cuts += 1
+    if fallback is not None:
+        return out_of_time(f"{max_rounds} rounds of lazy cuts", -math.inf)
     raise OrchestrationError(f"no executable plan after {max_rounds} rounds of lazy cuts")

@@ -266,3 +266,19 @@ def test_an_instance_renamed_has_the_same_key_and_its_solution_by_position_is_op
     assert instance_key(kernels, costs, required, set()) != key
     assert instance_key(kernels, costs, required | {graph.nodes[0].outputs[0]}, set(graph.inputs)) != key
     assert instance_key(kernels[:-1], costs[:-1], required, set(graph.inputs)) != key
+
+
+def test_out_of_time_the_greedy_warm_start_is_the_answer_with_its_gap() -> None:
+    """A solver that runs out of time never leaves the model without a plan: the warm start (the greedy plan,
+    always executable) is returned, not optimal, saying so; with time, the optimum as before."""
+    graph = _graph({"p1": ("x",), "a": ("p1",), "b": ("p1",), "c": ("p1",)}, ["a", "b", "c"])
+    kernels, required = candidates_for(graph, OrchestrationLimits())
+    costs = [10.0 if len(k.nodes) == 1 else 11.0 if len(k.nodes) == 2 and len(k.outputs) == 1 else 100.0
+             for k in kernels]  # fmt: skip
+    unfused = [i for i, k in enumerate(kernels) if len(k.nodes) == 1]
+    result = solve_blp(kernels, costs, required, {"x"}, time_limit=0.0, warm_start=unfused)
+    assert not result.optimal and "greedy plan" in result.status
+    assert sorted(result.chosen) == sorted(unfused) and result.cost == pytest.approx(40.0)
+    validate_plan(graph, [kernels[k] for k in result.chosen])
+    timed = solve_blp(kernels, costs, required, {"x"}, time_limit=30, warm_start=unfused)
+    assert timed.optimal and timed.cost == pytest.approx(33.0)

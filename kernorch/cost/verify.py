@@ -1,0 +1,64 @@
+"""Does a compiled candidate kernel compute what the reference interpreter does? One run on the profiler's seeded
+inputs, its outputs against the reference's: floats within RTOL of the largest magnitude among the output and the
+inputs, or within SENSITIVITY times what nudging the inputs moves the reference (NaN where it has NaN); other
+dtypes exactly. The profiler asks before it trusts a measurement (a kernel that fails is dropped from the plan
+with the reason); `make compile-check --run` asks it of every candidate of the shared models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.runtime.reference import run_reference
+
+RTOL = 1e-4  # float32 kernels against the reference: reassociated sums, approximated exp/erf/tanh
+NUDGE = 2.0**-16  # relative change of each float input (~128 ulps): the reference moves about as far as a
+# float32 kernel summing in lane partials may (x / Σx with Σx near 0: 0.2 % from float64 with 256 terms)
+SENSITIVITY = 8.0  # a kernel may be this many times as far from the reference as the nudged reference is
+
+
+def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) -> str | None:
+    """Why the kernel's outputs in `buffers` (after one run on the graph inputs there) are wrong, or None.
+    `kernel` is isolated (profile.isolate): its graph's inputs are what it read."""
+    feeds = {name: buffers[name] for name in kernel.graph.inputs}
+    reference = run_reference(kernel.graph, feeds)
+    nudged: dict[str, np.ndarray] | None = None  # only where the plain bound is not met: a second reference run
+    for name in kernel.outputs:
+        got, want = buffers[name], reference[name]
+        if not np.issubdtype(want.dtype, np.floating):
+            if np.array_equal(got, want):
+                continue
+            return f"output {name} differs from the reference ({int(np.count_nonzero(got != want))} elements)"
+        scale = max(_magnitude(want), *(_magnitude(buffers[v]) for v in kernel.graph.inputs))
+        error = np.abs(got.astype(np.float64) - want)
+        exact = (np.isnan(got) & np.isnan(want)) | (got == want)
+        if bool(np.all((error <= RTOL * (np.abs(want) + scale)) | exact)):
+            continue
+        if nudged is None:
+            nudged = run_reference(kernel.graph, _nudged(feeds))
+        # as far as inputs a few ulps off move the reference (a division by a sum near 0)
+        sensitivity = np.nan_to_num(np.abs(nudged[name].astype(np.float64) - want), nan=0.0)
+        bound = RTOL * (np.abs(want) + scale) + SENSITIVITY * sensitivity
+        if not bool(np.all((error <= bound) | exact)):
+            worst = np.nanmax(error) if got.size else 0.0
+            return f"output {name} differs from the reference (max abs error {worst:.3g})"
+    return None
+
+
+def _nudged(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Float inputs each moved by a seeded relative NUDGE: how far that moves the reference bounds how far a
+    correct float32 kernel's rounding may (an ill-conditioned output, x / Σx with Σx near 0, moves a lot)."""
+    rng = np.random.default_rng(0)
+    return {name: (values * (1 + NUDGE * rng.uniform(-1, 1, values.shape))).astype(values.dtype)
+            if np.issubdtype(values.dtype, np.floating) else values for name, values in feeds.items()}  # fmt: skip
+
+
+def _magnitude(values: np.ndarray) -> float:
+    """The largest finite magnitude (0 for none): a float kernel's rounding scales with its operands, and a sum
+    of normalized values (a layer norm's Σ (x - mean)/std, near 0 by construction) is exact only to theirs."""
+    if not np.issubdtype(values.dtype, np.floating):
+        return 0.0
+    return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
