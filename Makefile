@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ fuzz: $(STAMP_DEV)
 # On demand (before a codegen change lands): every candidate kernel of the shared models compiled and run once
 compile-check: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.compile_candidates --run $(MODELS)/*.onnx
+
+# On demand: generated C and native kernels built with ASan + UBSan; random plans, semantics, node tests, models
+sanitize: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.devtools.sanitize --models $(MODELS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests
