@@ -264,10 +264,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kernorch.tools.bench import bench_model, format_report
+    from kernorch.tools.bench import bench_model, format_report, quick_bench
 
-    report = bench_model(args.model, runs=args.runs, options=_options(args), progress=_progress(not args.json),
-                         compare_layouts=args.compare_layouts)  # fmt: skip
+    if args.quick:
+        report = quick_bench(args.model, runs=args.runs, options=_options(args), progress=_progress(not args.json))
+    else:
+        report = bench_model(args.model, runs=args.runs, options=_options(args), progress=_progress(not args.json),
+                             compare_layouts=args.compare_layouts)  # fmt: skip
     print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
     return EXIT_OK
 
@@ -562,6 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=_positive_int, default=20, help="timed runs per contender (default 20)")
     _add_threads_arg(bench, "threads for every contender")
     _add_cost_arg(bench, "the cost model of kernorch's plans")
+    bench.add_argument("--quick", action="store_true",
+                       help="only kernorch's optimal plan against onnxruntime and OpenVINO (no rewrite-free, greedy, "
+                            "unfused or rProgram contenders): one plan instead of three")
     bench.add_argument("--compare-layouts", action="store_true",
                        help="also time kernorch's optimal plans with every conv channels-last (torch.compile's rule) "
                        "and with everything NCHW, next to the default whole-graph layout choice")

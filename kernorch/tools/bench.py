@@ -161,6 +161,88 @@ def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
             "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
 
 
+def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str], feeds: dict[str, np.ndarray],
+                    threads: int, runs: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Each contender in a spawned worker of its own; outputs checked against onnxruntime; `runs` timed runs each,
+    interleaved over `rounds` rounds. With RPROGRAM among `names`, its worker schedules the plan first (returned
+    as the second value). Returns seconds per contender."""
+    context = multiprocessing.get_context("spawn")
+    workers: dict[str, tuple[Any, Connection]] = {}
+    prepared: dict[str, Any] = {}
+    try:
+        for name in names:
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker, args=(child, name, model_path, plan_dirs.get(name, ""), threads),
+                                      daemon=True)  # fmt: skip
+            process.start()
+            parent.send(feeds)
+            workers[name] = (process, parent)
+        outputs = {name: connection.recv() for name, (_, connection) in workers.items()}
+        for failure in outputs.values():
+            if isinstance(failure, WorkerFailed):
+                raise failure
+        if RPROGRAM in workers:  # the same plan as an rProgram: scheduled while the other workers are idle
+            workers[RPROGRAM][1].send(("prepare", 0))
+            answer = workers[RPROGRAM][1].recv()
+            if isinstance(answer, WorkerFailed):
+                raise answer
+            prepared = answer
+            outputs[RPROGRAM] = prepared.pop("outputs")
+        reference = outputs["onnxruntime"]
+        for name, got in outputs.items():
+            worst = max(e.relative for e in compare(got, reference))
+            if not worst <= 1e-4:
+                raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}); nothing timed")
+        times: dict[str, list[float]] = {name: [] for name in workers}
+        per_round = max(1, runs // rounds)
+        order = list(workers)
+        for round_index in range(rounds):
+            # Interleaved: one slice of each contender per round, in an order rotated every round so no
+            # contender always follows the same one; a pause between slices lets the previous worker's
+            # spinning pool threads (onnxruntime spins after a run) go idle before the next is timed.
+            rotation = round_index % len(order)
+            for name in order[rotation:] + order[:rotation]:
+                time.sleep(COOL_DOWN_SECONDS)
+                connection = workers[name][1]
+                connection.send(("run", per_round))
+                times[name].extend(connection.recv())
+    finally:
+        for process, connection in workers.values():
+            try:
+                connection.send(("stop", 0))
+            except (BrokenPipeError, OSError):
+                pass
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    return times, prepared
+
+
+def quick_bench(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
+                progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """kernorch's optimal plan against onnxruntime and OpenVINO (fp32) only: what the zoo measures on many models
+    (bench_model also plans without rewrites, greedy and unfused, and schedules an rProgram)."""
+    from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
+
+    options = options or Options()
+    fissioned = import_graph(model_path, strict=options.strict)
+    result = plan_graph(fissioned, options, progress or Progress(), make_cost_model(options, progress or Progress()))
+    peers = [p for p in BEST_PEERS if p != "openvino" or openvino_available()]
+    with tempfile.TemporaryDirectory() as work:
+        plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
+        times, _ = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir}, graph_feeds(fissioned),
+                                   options.threads, runs, rounds)  # fmt: skip
+    contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
+                  for name, t in times.items()}  # fmt: skip
+    best_name = min(peers, key=lambda p: contenders[p].median_ms)
+    best_peer = contenders[best_name].median_ms
+    return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
+            "contenders": {name: vars(r) for name, r in contenders.items()}, "best_peer": best_name,
+            "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
+            "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
+            "kernels": {"kernorch": len(result.plan.kernels)}}  # fmt: skip
+
+
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
                 progress: Progress | None = None, compare_layouts: bool = False) -> dict[str, Any]:  # fmt: skip
     """Plan the model with and without rewrites (and, with `compare_layouts`, under the other layout
@@ -187,58 +269,13 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
             plans[name] = (other, other.plan)
             layouts[name] = other.layout_report
     peers = [p for p in PEERS if p != "openvino" or openvino_available()]
-    context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
         for name, (origin, plan) in plans.items():
             plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
-        workers: dict[str, tuple[Any, Connection]] = {}
-        try:
-            for name in (*peers, *plans, RPROGRAM):
-                parent, child = context.Pipe()
-                plan_dir = plan_dirs.get(name, plan_dirs["kernorch"] if name == RPROGRAM else "")
-                process = context.Process(target=_worker, args=(child, name, model_path, plan_dir, threads),
-                                          daemon=True)  # fmt: skip
-                process.start()
-                parent.send(feeds)
-                workers[name] = (process, parent)
-            outputs = {name: connection.recv() for name, (_, connection) in workers.items()}
-            for failure in outputs.values():
-                if isinstance(failure, WorkerFailed):
-                    raise failure
-            # the same plan as an rProgram: scheduled from times measured while the other workers are idle
-            workers[RPROGRAM][1].send(("prepare", 0))
-            prepared = workers[RPROGRAM][1].recv()
-            if isinstance(prepared, WorkerFailed):
-                raise prepared
-            outputs[RPROGRAM] = prepared.pop("outputs")
-            reference = outputs["onnxruntime"]
-            for name, got in outputs.items():
-                worst = max(e.relative for e in compare(got, reference))
-                if not worst <= 1e-4:
-                    raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}); nothing timed")
-            times: dict[str, list[float]] = {name: [] for name in workers}
-            per_round = max(1, runs // rounds)
-            order = list(workers)
-            for round_index in range(rounds):
-                # Interleaved: one slice of each contender per round, in an order rotated every round so no
-                # contender always follows the same one; a pause between slices lets the previous worker's
-                # spinning pool threads (onnxruntime spins after a run) go idle before the next is timed.
-                rotation = round_index % len(order)
-                for name in order[rotation:] + order[:rotation]:
-                    time.sleep(COOL_DOWN_SECONDS)
-                    connection = workers[name][1]
-                    connection.send(("run", per_round))
-                    times[name].extend(connection.recv())
-        finally:
-            for process, connection in workers.values():
-                try:
-                    connection.send(("stop", 0))
-                except (BrokenPipeError, OSError):
-                    pass
-                process.join(timeout=10)
-                if process.is_alive():
-                    process.kill()
+        plan_dirs[RPROGRAM] = plan_dirs["kernorch"]
+        times, prepared = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs, feeds, threads, runs,
+                                          rounds)  # fmt: skip
     contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
                   for name, t in times.items()}  # fmt: skip
     best_name = min((p for p in BEST_PEERS if p in contenders), key=lambda p: contenders[p].median_ms)
@@ -300,7 +337,9 @@ def format_report(report: dict[str, Any]) -> list[str]:
         kernels = report["kernels"].get(name if name != RPROGRAM else "kernorch", "")
         lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
                      f"{report['speedups'][name]:>12.2f}x {kernels!s:>8}")  # fmt: skip
-    roof = report["roofline"]
+    roof = report.get("roofline")
+    if roof is None:  # quick_bench: the plan against the peers only
+        return lines
     lines.append(f"  roofline bound {roof['bound_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
                  f"{roof['peak_gflops']:.0f} GFLOP/s + memory {roof['memory_floor_ms']:.3f} ms at "
                  f"{roof['bandwidth_gbs']:.1f} GB/s); "

@@ -1,0 +1,123 @@
+"""Run kernorch over the model zoo: `kernorch check --compiled` (measured costs by default) on every model, then
+`kernorch bench --quick` (kernorch's plan against onnxruntime and OpenVINO fp32, same threads), one table.
+
+    .venv/bin/python bench/zoo/run.py ZOO_DIR [--cost profile|analytic] [--no-bench] [--only NAME ...]
+                                      [--out bench/results/DATE-zoo.md] [--timeout SECONDS]
+
+Each model runs in a process of its own with a time limit, so one that hangs or dies is a row, not the end. The
+table lists per model: its family, whether `check --compiled` passed (and its error), the operators that ran
+through the onnxruntime fallback, kernorch's median latency, the best peer's, and the ratio. A JSON file beside
+the table keeps every row. Exits 1 when a model fails its check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(command: list[str], timeout: float) -> tuple[int, str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout:.0f} s"
+    return done.returncode, done.stdout + done.stderr
+
+
+def check(model: Path, cost: str, timeout: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    code, output = _run([sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled", "--cost", cost],
+                        timeout)  # fmt: skip
+    row: dict[str, Any] = {"check_exit": code, "check_seconds": round(time.perf_counter() - started, 1)}
+    error = re.search(r"rel err ([0-9.e+-]+|inf|nan) vs tolerance", output)
+    row["rel_err"] = float(error.group(1)) if error else None
+    fallback = re.search(r"run through onnxruntime, not optimized by kernorch: (.*)", output)
+    row["fallback"] = fallback.group(1).strip() if fallback else ""
+    if code != 0:
+        lines = [line for line in output.strip().splitlines() if line.strip()]
+        row["error"] = lines[-1][:300] if lines else f"exit {code}"
+    return row
+
+
+def bench(model: Path, runs: int, timeout: float) -> dict[str, Any]:
+    code, output = _run([sys.executable, "-m", "kernorch.cli", "bench", str(model), "--quick", "--json",
+                         "--runs", str(runs)], timeout)  # fmt: skip
+    if code != 0:
+        lines = [line for line in output.strip().splitlines() if line.strip()]
+        return {"bench_error": lines[-1][:300] if lines else f"exit {code}"}
+    report = json.loads(output[output.index("{"):])
+    contenders = report["contenders"]
+    peers = {name: contenders[name]["median_ms"] for name in ("onnxruntime", "openvino") if name in contenders}
+    best = min(peers, key=lambda name: peers[name])
+    ours = contenders["kernorch"]["median_ms"]
+    return {"kernorch_ms": ours, "best_peer": best, "best_peer_ms": peers[best], "ratio": peers[best] / ours,
+            "peers_ms": peers}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("zoo", type=Path)
+    parser.add_argument("--cost", default="profile", choices=("profile", "analytic"))
+    parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{datetime.date.today()}-zoo.md")
+    args = parser.parse_args()
+    exported = json.loads((args.zoo / "export.json").read_text())
+    rows: dict[str, dict[str, Any]] = {}
+    results = args.out.with_suffix(".json")
+    if results.exists():
+        rows = json.loads(results.read_text())
+    for name, info in exported.items():
+        if not info["ok"] or (args.only and name not in args.only):
+            continue
+        model = args.zoo / f"{name}.onnx"
+        row = {"family": info["family"], "source": info["source"], **check(model, args.cost, args.timeout)}
+        if not args.no_bench and row["check_exit"] == 0:
+            row.update(bench(model, args.runs, args.timeout))
+        rows[name] = row
+        print(f"{name}: check exit {row['check_exit']} ({row['check_seconds']} s)"
+              + (f", {row.get('ratio', math.nan):.2f}x {row.get('best_peer', '')}" if "ratio" in row else "")
+              + (f" -- {row['error']}" if "error" in row else "") + (f" -- {row['bench_error']}"
+                                                                     if "bench_error" in row else ""), flush=True)
+        results.write_text(json.dumps(rows, indent=1))
+    args.out.write_text(table(rows, args.cost))
+    print(f"wrote {args.out}")
+    return 1 if any(r["check_exit"] != 0 for r in rows.values()) else 0
+
+
+def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
+    lines = [f"# Model zoo ({len(rows)} models; `check --compiled --cost {cost}`, `bench --quick`)", "",
+             "| model | family | check --compiled | rel err | onnxruntime fallback | kernorch ms | best peer ms | "
+             "ratio |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    ratios = []
+    for name, row in sorted(rows.items(), key=lambda item: (item[1]["family"], item[0])):
+        verdict = "pass" if row["check_exit"] == 0 else f"FAIL: {row.get('error', '')}"
+        error = f"{row['rel_err']:.1e}" if row.get("rel_err") is not None else ""
+        timing = (f"{row['kernorch_ms']:.3f} | {row['best_peer_ms']:.3f} ({row['best_peer']}) | {row['ratio']:.2f}x"
+                  if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
+        if "ratio" in row:
+            ratios.append(row["ratio"])
+        lines.append(f"| {name} | {row['family']} | {verdict} | {error} | {row['fallback']} | {timing} |")
+    passed = sum(1 for row in rows.values() if row["check_exit"] == 0)
+    lines += ["", f"{passed} of {len(rows)} pass `check --compiled`."]
+    if ratios:
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        lines.append(f"Speed against the best peer: geometric mean {geomean:.2f}x over {len(ratios)} models, "
+                     f"lowest {min(ratios):.2f}x, highest {max(ratios):.2f}x.")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
