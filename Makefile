@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,20 @@ compile-check: $(STAMP_DEV)
 # On demand: generated C and native kernels built with ASan + UBSan; random plans, semantics, node tests, models
 sanitize: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.sanitize --models $(MODELS)
+
+# On demand: the model zoo. Its exporters need torchvision/timm/transformers, which torch 2.13's CPU wheel cannot
+# import: a venv of their own (about 6 GB), outside the project's. ZOO_FLAGS=--cost analytic for a quick pass.
+ZOO_VENV := .zoo-venv
+ZOO_DIR ?= zoo
+$(ZOO_VENV)/.installed:
+	$(PYTHON) -m venv $(ZOO_VENV)
+	$(ZOO_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1 timm==1.0.31 transformers==5.24.0 \
+		onnx==1.23.2 onnxscript==0.7.2
+	touch $@
+
+zoo: $(ZOO_VENV)/.installed $(STAMP_BENCH)
+	$(ZOO_VENV)/bin/python bench/zoo/export.py $(ZOO_DIR)
+	$(BIN)/python bench/zoo/run.py $(ZOO_DIR) $(ZOO_FLAGS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

@@ -1,0 +1,39 @@
+"""Three small models of the zoo (`make zoo`, bench/zoo/export.py), committed: an encoder with an attention mask
+(BERT), a decoder stepping one token over a KV cache (GPT-2, past keys and values as inputs), and a hybrid
+convolution + attention segmenter (SegFormer). Each compiled plan matches onnxruntime, concurrent calls included."""
+
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernorch
+from kernorch.errors import FallbackWarning
+from kernorch.options import Options
+from kernorch.runtime.feeds import graph_feeds
+from kernorch.tools.check import check_model
+
+ZOO = Path(__file__).parent / "zoo"
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2_kv_cache", "hf_segformer"])
+def test_a_zoo_model_compiles_and_matches_onnxruntime(name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)  # every operator has a rule: nothing falls back
+        report, _ = check_model(ZOO / f"{name}.onnx", compiled=True, options=Options(cost="analytic"))
+    assert report.passed, report.lines()
+
+
+def test_the_kv_cache_decoder_serves_concurrent_steps() -> None:
+    compiled = kernorch.compile(ZOO / "gpt2_kv_cache.onnx", cost="analytic")
+    steps = [graph_feeds(compiled.graph, seed) for seed in range(8)]
+    alone = [compiled.run(feeds) for feeds in steps]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(compiled.run, steps * 3))
+    for i, outputs in enumerate(together):
+        for output, value in outputs.items():
+            np.testing.assert_array_equal(value, alone[i % len(steps)][output])
