@@ -203,7 +203,7 @@ ZOO: tuple[Entry, ...] = (
     Entry("googlenet", "cnn", "torchvision", _torchvision("googlenet", aux_logits=False, init_weights=True)),
     Entry("efficientnet_v2_s", "cnn", "torchvision", _torchvision("efficientnet_v2_s")),
     Entry("convnext_tiny", "cnn", "torchvision", _torchvision("convnext_tiny")),
-    Entry("r3d_18", "cnn", "torchvision", _vision(lambda: _video_resnet(), (1, 3, 8, 64, 64))),
+    Entry("r3d_18", "cnn", "torchvision", _vision(_video_resnet, (1, 3, 8, 64, 64))),
     Entry("ghostnet_100", "cnn", "timm", _timm("ghostnet_100")),
     Entry("rexnet_100", "cnn", "timm", _timm("rexnet_100")),
     Entry("repvgg_a0", "cnn", "timm", _timm("repvgg_a0")),

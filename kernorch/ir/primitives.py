@@ -449,6 +449,12 @@ def _resize_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
     if len(attrs["scales"]) != x.rank or not all(isinstance(s, (int, float)) and s > 0 for s in attrs["scales"]):
         raise ValueError("resize needs one positive scale per axis")
     C.one_of(attrs["mode"], "mode", ("nearest", "linear", "cubic"))
+    C.one_of(attrs["coordinate_mode"], "coordinate_mode", ("half_pixel", "pytorch_half_pixel", "align_corners",
+                                                           "asymmetric", "half_pixel_symmetric"))
+    C.one_of(attrs["nearest_mode"], "nearest_mode", ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"))
+    C.one_of(attrs["exclude_outside"], "exclude_outside", (False, True))
+    if not isinstance(attrs["cubic_coeff_a"], (int, float)):
+        raise ValueError(f"cubic_coeff_a must be a number, got {attrs['cubic_coeff_a']!r}")
     if any(out and not size for out, size in zip(sizes, x.shape, strict=True)):
         raise ValueError(f"resize of an empty axis to {sizes}")
     return [TensorType(sizes, x.dtype)]
@@ -496,6 +502,7 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
         C.integers(attrs["pads"], "pads", 2 * spatial, low=0)
         for name in extra:
             C.integers(attrs[name], name, spatial, low=0)
+        C.one_of(attrs.get("channels_last", False), "channels_last", (False, True))
         last = bool(attrs.get("channels_last", False))
         x_shape = _channels_first(x.shape) if last else x.shape
         shape = infer_shape(x_shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
@@ -587,6 +594,7 @@ _register("lstm_stack", Kind.OPAQUE, _lstm_stack_infer, lambda inputs, attrs: li
 def _top_k_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     (x,) = types
     axis, k = C.axis(attrs["axis"], x.rank), C.integer(attrs["k"], "k")
+    C.one_of(attrs["largest"], "largest", (False, True))
     if not 0 <= k <= x.shape[axis]:
         raise ValueError(f"top_k k={k} out of range for axis of size {x.shape[axis]}")
     shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
@@ -600,6 +608,8 @@ _register("top_k", Kind.OPAQUE, _top_k_infer,
 
 def _cumsum_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     C.axis(attrs["axis"], types[0].rank)
+    C.one_of(attrs["exclusive"], "exclusive", (False, True))
+    C.one_of(attrs["reverse"], "reverse", (False, True))
     return [types[0]]
 
 
@@ -613,6 +623,7 @@ def _scatter_nd_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorT
     k = indices.shape[-1] if indices.rank else 0
     if indices.dtype != "int64" or not 1 <= k <= data.rank:
         raise ValueError("scatter_nd indices must be int64 with last dimension in [1, rank]")
+    C.one_of(attrs["reduction"], "reduction", ("none", "add", "mul", "max", "min"))
     if updates.shape != indices.shape[:-1] + data.shape[k:] or updates.dtype != data.dtype:
         raise ValueError(f"scatter_nd updates {updates} do not fit data {data} and indices {indices}")
     return [data]
