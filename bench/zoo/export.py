@@ -280,6 +280,10 @@ def export(entry: Entry, target: Path) -> str:
     torch.manual_seed(0)
     module, inputs, names = entry.build()
     module.eval()
+    with torch.no_grad():  # zero-initialised weight matrices (a classifier head) would make the output constant
+        for parameter in module.parameters():
+            if parameter.ndim >= 2 and not parameter.any():
+                parameter.normal_(0.0, 0.02)
     with torch.no_grad():
         module(*inputs)  # builds lazily created state; fails here rather than inside the exporter
         try:

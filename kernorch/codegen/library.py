@@ -115,6 +115,10 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
         if node.prim == "matmul":  # oneDNN's matmul bias has the rank of dst
             bias_shape = (1,) * (len(call.dst.dims) - 1) + bias_shape
         bias = Tensor(slots[epilogue.bias], bias_shape, row_major(bias_shape), True)
+    for op in epilogue.post_ops:  # an operand the kernel computes (a view absorbed into a matmul operand) has no
+        if isinstance(op, Binary) and op.operand not in slots:  # buffer of its own to read (found on ResMLP)
+            raise NotGeneratable(f"{node.prim} epilogue: the {op.alg} operand {op.operand} is computed inside the "
+                                 "kernel")  # fmt: skip
     post_ops = tuple((op, _broadcast_tensor(graph, op.operand, out_shape, slots, to_dnnl, len(call.dst.dims))
                       if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
     return LibraryCall(call.op, call.src, call.weights, bias,

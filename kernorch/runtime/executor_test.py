@@ -408,6 +408,33 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+def test_a_residual_of_a_transposed_matmul_operand_is_not_a_post_op() -> None:
+    """r = xᵀ; y = r @ w + r (ResMLP's token mixing): a candidate reading r through strides cannot also add r as
+    a binary post-op (no buffer holds it); it is refused with the reason and the plan computes the right thing."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernorch.api import compile
+    from kernorch.codegen.backends import choose_backend
+    from kernorch.testing import random_array
+    from kernorch.tools.check import run_onnxruntime
+
+    x, w = random_array((1, 6, 6)), random_array((6, 6), seed=1)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["r"], perm=[0, 2, 1]), helper.make_node("MatMul", ["r", "w"], ["m"]),
+         helper.make_node("Add", ["m", "r"], ["y"])],
+        "residual_view", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 6, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 6, 6))], [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile(model, cost="analytic")
+    fissioned = compiled.graph
+    whole = make_kernel(fissioned, tuple(range(len(fissioned.nodes))), tuple(fissioned.outputs))
+    backend, reason = choose_backend(whole)
+    assert backend is None and "computed inside the kernel" in reason
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+
+
 def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> None:
     """split → reshape → transpose of a fused QKV projection (gpt2's attention) is no copy: each attention
     matmul reads its heads straight out of the projection's output, at an offset and with row stride 3·H·D."""
