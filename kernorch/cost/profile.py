@@ -254,8 +254,8 @@ class ProfiledCostModel:
                    ) -> dict[str, Callable[[], Any]]:  # fmt: skip
         """One launcher per kernel that can be measured: the native ones from the batch's library (each a
         one-kernel plan, created once like a loaded plan, run once and checked against the reference before it
-        is timed), reference kernels through the executor. A kernel a library refuses to create, that fails
-        when it runs, or that computes a wrong result is recorded in `failures` instead."""
+        is timed), reference kernels through the executor. A kernel a library refuses to create or that computes
+        a wrong result is recorded in `failures` instead."""
         launchers: dict[str, Callable[[], Any]] = {}
         for item in batch:
             if item.kind not in NATIVE_BACKENDS:
@@ -266,16 +266,27 @@ class ProfiledCostModel:
             path, plan = libraries[item.key]
             try:
                 launch = native_launcher(path, plan, item.kernel, self.threads)
-                status = launch()
-                problem = f"the kernel failed when it ran (code {status})" if status else \
-                    output_mismatch(item.kernel, launch.keep_alive[0]) if self.verify else None  # type: ignore[attr-defined]  # fmt: skip
             except KernorchError as error:  # a library that refuses the kernel's descriptors
-                problem = str(error).splitlines()[0][:300]
+                self._fail(item, str(error).splitlines()[0][:300])
+                continue
+            problem = self._verified(item.kernel, launch) if self.verify else None
             if problem is not None:
                 self._fail(item, problem)
                 continue
             launchers[item.key] = launch
         return launchers
+
+    @staticmethod
+    def _verified(kernel: CandidateKernel, launch: Callable[[], int]) -> str | None:
+        """Why the kernel's first run on the profiler's inputs is wrong, or None. A run that stops on its data (a
+        gather index, an integer divisor of zero: integer inputs are zeros here) or data the reference refuses
+        says nothing about the kernel: it is timed as before."""
+        if launch():
+            return None
+        try:
+            return output_mismatch(kernel, launch.keep_alive[0])  # type: ignore[attr-defined]
+        except (ArithmeticError, IndexError, ValueError, KernorchError):
+            return None
 
     def _executor_launcher(self, kernel: CandidateKernel) -> Callable[[], Any]:
         from kernorch.runtime.executor import PlanExecutor
