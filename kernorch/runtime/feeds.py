@@ -1,7 +1,8 @@
 """The one generator of seeded random inputs: for checks, benchmarks, saved plans and profiling.
 
 Floats are standard normal; integers are drawn in [0, bound) where a bound is known (token ids inside
-the table they index), else in [0, 10); bools are fair coin flips.
+the table they index), in {0, 1} for an input named as a mask (`attention_mask`: position ids derived from its
+running sum stay inside their table, as with real masks), else in [0, 10); bools are fair coin flips.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[st
         elif value_type.dtype == "bool":
             feeds[name] = rng.random(value_type.shape) < 0.5
         else:
-            bound = bounds.get(name, DEFAULT_INTEGER_BOUND)
+            bound = bounds.get(name, 2 if "mask" in name.lower() else DEFAULT_INTEGER_BOUND)
             feeds[name] = rng.integers(0, bound, value_type.shape).astype(value_type.dtype)
     return feeds
 

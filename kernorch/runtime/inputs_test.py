@@ -62,3 +62,14 @@ def test_wrong_inputs_are_refused_in_one_line(executor: PlanExecutor, bad: np.nd
     with pytest.raises(InputMismatch, match=message) as error:
         executor({"x": bad, "n": _inputs()["n"]})
     assert "\n" not in str(error.value) and error.value.exit_code == 2
+
+
+def test_seeded_masks_are_zeros_and_ones() -> None:
+    """An integer input named as a mask is drawn from {0, 1}: OPT derives position ids from its running sum, and
+    draws in [0, 10) sent them past the position table (found by the zoo)."""
+    from kernorch.ir.types import TensorType
+    from kernorch.runtime.feeds import seeded_feeds
+
+    feeds = seeded_feeds({"attention_mask": TensorType((4, 64), "int64"), "ids": TensorType((4, 64), "int64")})
+    assert set(np.unique(feeds["attention_mask"]).tolist()) == {0, 1}
+    assert feeds["ids"].max() > 1
