@@ -276,3 +276,12 @@ def test_workspace_memory_is_checked_before_allocation(monkeypatch: pytest.Monke
     with pytest.raises(memory.OutOfMemory, match="the plan needs .*available"):
         kernorch.compile(conv_norm_act_block(channels=8, size=16), cost="analytic")
 
+
+
+@pytest.mark.parametrize("refused", [{"99": "x"}, {"-1": "x"}, {"0": 7}, ["0"], {"0": "x" * 400}])
+def test_a_malformed_list_of_refused_kernels_is_refused(model: kernorch.CompiledModel, tmp_path: Path,
+                                                        refused: Any) -> None:  # fmt: skip
+    directory = model.save(tmp_path / "plan")
+    resign(directory, lambda plan: plan.update(refused_native=refused))
+    with pytest.raises(ArtifactError, match="malformed"):
+        kernorch.load(directory)

@@ -62,9 +62,39 @@ def template_summary(kernel: CandidateKernel) -> str | None:
     return None if template is None else f"{template.what}: {template.describe(kernel)}"
 
 
+# Single primitives whose native code a library or the compiler refused on this machine (the profiler and the
+# executor record them): run by their reference implementation instead, so a model never loses the only kernel
+# that computes a primitive. Keyed by what the code depends on (the primitive, its attributes, its operand types
+# and which operands are constants); a saved plan lists its refused kernels and a load records them again.
+_REFUSED: dict[tuple[object, ...], str] = {}
+
+
+def _node_key(kernel: CandidateKernel) -> tuple[object, ...]:
+    (node,) = kernel.primitives
+    graph = kernel.graph
+    return (node.prim, node.attrs, tuple((str(graph.types[v]), v in graph.constants) for v in node.inputs),
+            tuple(str(graph.types[v]) for v in node.outputs))  # fmt: skip
+
+
+def refuse_native(kernel: CandidateKernel, reason: str) -> bool:
+    """Run this single-primitive kernel (and every one like it) by its reference implementation from now on;
+    False (nothing recorded) for a kernel of several primitives, which has no such fallback."""
+    if len(kernel.nodes) != 1:
+        return False
+    _REFUSED[_node_key(kernel)] = reason
+    return True
+
+
+def refused_native(kernel: CandidateKernel) -> str | None:
+    """Why this single-primitive kernel's native code was refused on this machine, or None."""
+    return _REFUSED.get(_node_key(kernel)) if len(kernel.nodes) == 1 and _REFUSED else None
+
+
 def choose_backend(kernel: CandidateKernel) -> tuple[str | None, str]:
     """(backend name, reason); backend is None when no backend can run the kernel."""
     prims = kernel.primitives
+    if (refused := refused_native(kernel)) is not None:
+        return "reference", f"reference implementation (its native code was refused here: {refused})"
     if view_outputs(kernel) is not None:
         return "view", f"{prims[0].prim} as a view of its input (no copy)"
     kinds = {PRIMITIVES[n.prim].kind for n in prims}

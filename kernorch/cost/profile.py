@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.backends import choose_backend, refuse_native, refused_native, render_c
 from kernorch.codegen.c_library import render_library_call
 from kernorch.codegen.c_prelude import prelude_used_by
 from kernorch.codegen.compiler import CFLAGS, compile_source
@@ -167,8 +167,8 @@ class ProfiledCostModel:
             native = backend in ("c", "library")
             kind, key = signature(candidate if native else isolate(candidate), backend if native else None)
             self._signature_of[candidate.key] = key
-            if key in self.failures:
-                self._known[key] = math.inf
+            if key in self.failures:  # inf, or what its reference implementation took (a single primitive)
+                self._known.setdefault(key, math.inf)
             elif key not in self._known and key not in pending:
                 pending[key] = (kind, candidate)
         stored = self.database.lookup(pending, self.machine)
@@ -192,6 +192,9 @@ class ProfiledCostModel:
         with thread_count(self.threads):
             for batch, libraries in zip(batches, compiled, strict=True):
                 launchers = self._launchers(batch, libraries)
+                for item in batch:  # a refused single primitive runs by its reference implementation: timed so
+                    if item.key in self.failures and refused_native(item.kernel) is not None:
+                        launchers[item.key] = self._executor_launcher(item.kernel)
                 self._measure_batch([item for item in batch if item.key in launchers], launchers)
                 if bar is not None:
                     for _ in batch:
@@ -247,8 +250,11 @@ class ProfiledCostModel:
         return {item.key: (path, plan) for item, plan in zip(items, plans, strict=True)}
 
     def _fail(self, item: _Pending, reason: str) -> None:
+        """Drop the kernel: infinite cost, with the reason. A single primitive is not dropped but run by its
+        reference implementation from now on (backends.refuse_native), so the model keeps a kernel for it."""
         self.failures[item.key] = reason
         self._known[item.key] = math.inf
+        refuse_native(item.kernel, reason)
 
     def _launchers(self, batch: list[_Pending], libraries: dict[str, tuple[Path, NativePlan]],
                    ) -> dict[str, Callable[[], Any]]:  # fmt: skip
@@ -329,10 +335,12 @@ class ProfiledCostModel:
         return plausible or confirmed
 
     def _store(self, item: _Pending) -> None:
-        """Store the quiet value if there is one, else the fastest contended run (marked)."""
+        """Store the quiet value if there is one, else the fastest contended run (marked). A refused kernel's
+        reference time is this process's only: under the native kernel's signature it would mislead the next."""
         measurement = item.quiet or item.fallback
         assert measurement is not None
-        self.database.store(item.key, self.machine, measurement)
+        if item.key not in self.failures:
+            self.database.store(item.key, self.machine, measurement)
         self._known[item.key] = measurement.seconds
         if measurement.contended:
             self.contended.add(item.key)

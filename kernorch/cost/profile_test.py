@@ -396,3 +396,64 @@ def test_a_kernel_that_computes_a_wrong_result_is_dropped(tmp_path: Path,
     assert cost.failures and all("differs from the reference" in r for r in cost.failures.values())
     assert not any(node.prim == "exp" for kernel in result.plan.kernels if len(kernel.nodes) > 1
                    for node in kernel.primitives)  # fmt: skip
+
+
+def _every_conv_refused(render: Any) -> Any:
+    """render_library_call, with every convolution call made to fail when it is created (oneDNN status 2)."""
+
+    def planted(name: str, call: Any) -> str:
+        code = render(name, call)
+        anchor = "    KO_CHECK(dnnl_primitive_create(&s->prim, pd));"
+        if call.op != "convolution" or anchor not in code:
+            return code
+        return code.replace(anchor, "    { const dnnl_dim_t bad[] = {-5}; KO_CHECK(ko_md(&md[15], 1, bad, bad)); }\n"
+                            + anchor)  # fmt: skip
+
+    return planted
+
+
+@pytest.mark.parametrize("planned", ["profiled", "unfused"])
+def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
+        planned: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Every oneDNN conv refused, the lone conv kernels too: the model still compiles, each such conv running by
+    its reference implementation (the profiler times that; a plan that was not profiled — here one kernel per
+    primitive — falls back when its library refuses a lone primitive), matches onnxruntime, and saves and loads
+    in a process that never saw the refusal."""
+    import subprocess
+    import sys
+
+    import kernorch.codegen.backends as backends
+    import kernorch.codegen.plan as plan_module
+    from kernorch.options import Options
+    from kernorch.pipeline import compile_plan, import_graph
+    from kernorch.tools.bench import unfused_plan
+    from kernorch.tools.check import run_onnxruntime
+    from kernorch.tools.demo_models import conv_norm_act_block
+
+    monkeypatch.setattr(backends, "_REFUSED", {})
+    monkeypatch.setattr(plan_module, "render_library_call", _every_conv_refused(plan_module.render_library_call))
+    model = conv_norm_act_block(channels=8, size=16)
+    options = Options(cache_dir=tmp_path, layout="nchw")
+    result = orchestrate(import_graph(model),
+                         ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"), kernel_cache=tmp_path))
+    plan = result.plan
+    if planned == "unfused":
+        backends._REFUSED.clear()  # nothing learned from profiling: the executor meets the refusal itself
+        plan = unfused_plan(result)
+    compiled = compile_plan(result, options, plan)
+    convs = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if any(n.prim == "conv" for n in k.primitives)]  # fmt: skip
+    assert "reference" in convs and "library" not in convs  # (a depthwise conv is generated C either way)
+    x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    (expected,) = run_onnxruntime(model, {"x": x}, 2).values()
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-5)
+    directory = compiled.save(tmp_path / "plan")
+    np.save(tmp_path / "x.npy", x)
+    script = ("import sys, numpy as np, kernorch; m = kernorch.load(sys.argv[1], cache_dir=sys.argv[3]); "
+              "print(m.executor.backends.count('reference')); "
+              "np.save(sys.argv[2], m.run({'x': np.load(sys.argv[4])})['y'])")
+    done = subprocess.run([sys.executable, "-c", script, str(directory), str(tmp_path / "y.npy"), str(tmp_path),
+                           str(tmp_path / "x.npy")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) >= convs.count("reference")
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)

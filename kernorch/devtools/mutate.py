@@ -37,6 +37,8 @@ SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
 SANITIZED_SEMANTICS = "tests/test_sanitize.py"
 CONCURRENCY = "kernorch/runtime/concurrency_test.py"
+REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
+                     "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "valid = (whole >= low) & (whole < high)", "valid = whole == whole", (SEMANTICS,)),
     Mutant("INT_MIN / -1 divides (a trap)", "kernorch/codegen/c_prelude.py",
            "return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;", "return a / b;", (DIVISION_EDGES,)),
+    Mutant("a lone primitive a library refuses is dropped, not run by its reference", "kernorch/codegen/backends.py",
+           "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
+           "    if True:\n        return False\n    _REFUSED", (REFUSED_PRIMITIVE,)),
     # one model, many callers
     Mutant("a busy workspace is shared", "kernorch/runtime/executor.py",
            "if w.lock.acquire(blocking=False)), None)", "if w.lock.acquire(blocking=False) or True), None)",

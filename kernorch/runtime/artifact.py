@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kernorch.codegen.backends import refuse_native, refused_native
 from kernorch.codegen.compiler import CFLAGS, compiler_identity
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import verify
@@ -65,6 +66,9 @@ def save_model(model: CompiledModel, target: Path) -> Path:
         "graph": graph_to_json(graph),
         "kernels": [{"nodes": list(k.nodes), "outputs": list(k.outputs)} for k in model.kernels],
         "costs": model.costs, "threads": model.threads, "metadata": model.metadata,
+        # kernels whose native code a library refused here: run by their reference implementation (backends.py)
+        "refused_native": {str(k): reason for k, kernel in enumerate(model.kernels)
+                           if (reason := refused_native(kernel)) is not None},
         "built_on": {"cpu": cpu_model(), "isa_digest": isa_digest(), "isa_flags": list(isa_flags()),
                      "compiler": compiler_identity()[1], "cflags": list(CFLAGS)},
         "sha256": {name: _digest_bytes((target / name).read_bytes()) for name in REQUIRED_FILES},
@@ -137,6 +141,12 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
         validate_plan(graph, kernels)
         costs = [float(c) for c in plan["costs"]]
         saved_threads = check_threads(plan.get("threads", 2))
+        refused = plan.get("refused_native", {})
+        if not isinstance(refused, dict) or not all(isinstance(r, str) and len(r) <= 300 for r in refused.values()):
+            raise ValueError("refused_native must map kernel positions to reasons")
+        for position, reason in refused.items():
+            if not 0 <= int(position) < len(kernels) or not refuse_native(kernels[int(position)], reason):
+                raise ValueError(f"refused_native names kernel {position}, which is not a single primitive")
         metadata = plan.get("metadata", {})
         if len(costs) != len(kernels) or not isinstance(metadata, dict):
             raise ValueError("costs or metadata do not fit the kernels")

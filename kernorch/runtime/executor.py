@@ -16,6 +16,7 @@ weights). Constants are shared and never written.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import choose_backend, refuse_native
 from kernorch.codegen.compiler import compile_source, load_library
 from kernorch.codegen.plan import NativePlan, render_plan
 from kernorch.codegen.rprogram import MAX_VEUS
@@ -47,6 +48,14 @@ Launcher = Callable[[], None]
 
 class KernelFailed(KernorchError):
     """A kernel failed at run time: a gather index out of range, or a library call refused its data."""
+
+
+class LibraryRefused(KernorchError):
+    """A library refused to create one of the plan's kernels (`kernel`: its position, when the message names it)."""
+
+    def __init__(self, message: str, kernel: int | None) -> None:
+        super().__init__(message)
+        self.kernel = kernel
 
 
 def generate_source(kernels: list[CandidateKernel]) -> tuple[str, NativePlan]:
@@ -91,7 +100,10 @@ class NativeLibrary:
         with thread_count(threads):  # oneDNN sizes some kernels by the thread count it sees at creation
             self.state = self._create(table)
         if not self.state:
-            raise KernorchError(f"cannot create the plan's library kernels: {self.error()}")
+            reason = self.error()
+            named = re.search(rf"\b{re.escape(prefix)}_k(\d+)\b", reason)
+            raise LibraryRefused(f"cannot create the plan's library kernels: {reason}",
+                                 int(named.group(1)) if named else None)  # fmt: skip
 
     def run(self, first: int, last: int) -> int:
         return int(self._run(self.state, self.table, first, last))
@@ -189,8 +201,19 @@ class PlanExecutor:
         self._pool_lock = threading.Lock()
         self._workspaces: list[Workspace] = []
         # Kernel by kernel, the plan is compiled without its rTask variants (half the code: a compile takes half
-        # the time); they are compiled when an rProgram is first built.
-        self._compile(tasks=runtime == "rprogram")
+        # the time); they are compiled when an rProgram is first built. A single-primitive kernel a library
+        # refuses to create runs by its reference implementation instead (recorded: backends.refuse_native).
+        while True:
+            try:
+                self._compile(tasks=runtime == "rprogram")
+                break
+            except LibraryRefused as refusal:
+                k = refusal.kernel
+                if k is None or not 0 <= k < len(kernels) or self.backends[k] == "reference" or \
+                        not refuse_native(kernels[k], str(refusal).removeprefix("cannot create the plan's library "
+                                                                             "kernels: ")[:300]):  # fmt: skip
+                    raise
+                self.backends[k] = "reference"
         if runtime == "rprogram":
             self.build_rprogram()
 
