@@ -15,7 +15,7 @@ from functools import partial
 
 import numpy as np
 
-from kernorch.codegen import c_library
+from kernorch.codegen.library import onednn as c_library
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gemm_vs_mkl import geometric_mean, onednn_seconds, weight_gemms
 
-from kernorch.codegen import c_library
+from kernorch.codegen.library import onednn as c_library
 
 
 def main() -> int:

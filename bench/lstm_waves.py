@@ -4,7 +4,7 @@ For each model, two plans of the same graph, both orchestrated with profiled cos
 - layer by layer: each layer's input projection a oneDNN matmul, its scan split over every thread (a barrier
   per step);
 - waves: the rule lstm-layers-as-waves applied everywhere, so the stacked layers are one kernel whose threads
-  own layers and run (layer, chunk) rTasks side by side (codegen/c_lstm_stack.py).
+  own layers and run (layer, chunk) rTasks side by side (codegen/native/lstm_stack.py).
 Both run kernel by kernel in this process, alternately; medians and best runs are compared. Then what
 `kernorch.compile`'s cost-guided search chose for the model: every merge it tried, with the local plan's
 profiled cost before and after.

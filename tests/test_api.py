@@ -198,7 +198,7 @@ def test_a_plan_from_another_cpu_is_rebuilt_here(attention: kernorch.CompiledMod
 
 
 def test_compile_cache_key_includes_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernorch.codegen import compiler
+    from kernorch.codegen.program import compiler
 
     here = compiler.library_path("int f(void) { return 0; }")
     monkeypatch.setattr(compiler, "isa_digest", lambda: "another-cpu")

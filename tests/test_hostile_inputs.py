@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kernorch
 from kernorch.api import ArtifactError
 from kernorch.cli import main
-from kernorch.codegen.compiler import UntrustedCache, compile_source, library_path
+from kernorch.codegen.program.compiler import UntrustedCache, compile_source, library_path
 from kernorch.cost.profile_db import Measurement, ProfileDatabase
 from kernorch.cost.remote import validated
 from kernorch.errors import KernorchError
@@ -68,7 +68,7 @@ def test_a_foreign_library_in_the_compile_cache_is_never_loaded(model: kernorch.
 
 def test_a_library_signed_with_another_key_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A restored CI cache: libraries and MACs built by another kernorch (another key) are rebuilt, not loaded."""
-    import kernorch.codegen.compiler as compiler
+    import kernorch.codegen.program.compiler as compiler
 
     source = "int ko_probe(void) { return 7; }\n"
     built = compile_source(source, tmp_path)

@@ -3,7 +3,7 @@
 - "c": fused memory-intensive kernels, generated as C (loops.py, then GIR: codegen/gir/), and opaque primitives with
   a hand-written C template (the LSTM scan, stacked LSTM layers: TEMPLATES);
 - "library": a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one oneDNN
-  call, generated as C (library.py / c_library.py);
+  call, generated as C (library.py / library/onednn.py);
 - "view": a kernel that only re-labels contiguous bytes of its input (a reshape, a contiguous slice or split,
   views.py): its outputs alias the input's buffer, so it costs nothing and runs no code;
 - "reference": a single primitive nothing else generates (e.g. an opaque top_k), run by its
@@ -15,19 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernorch.codegen.c_lstm_stack import (
+from kernorch.codegen.c.kernel import render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c.render import render_function
+from kernorch.codegen.gir.memo import described, rewritten
+from kernorch.codegen.gir.sharing import Sharing
+from kernorch.codegen.library.call import describe_library_call
+from kernorch.codegen.loops.describe import NotGeneratable, is_depthwise
+from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
+from kernorch.codegen.native.lstm_stack import (
     describe_lstm_stack,
     lstm_stack_scratch_bytes,
     lstm_stack_supported,
     render_lstm_stack,
 )
-from kernorch.codegen.c_opaque import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
-from kernorch.codegen.c_renderer import render_kernel_tasks, scratch_bytes
-from kernorch.codegen.gir.render_c import render_function
-from kernorch.codegen.library import describe_library_call
-from kernorch.codegen.loops import NotGeneratable, is_depthwise
-from kernorch.codegen.memo import described, rewritten
-from kernorch.codegen.sharing import Sharing
 from kernorch.codegen.views import view_outputs
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind

@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.backends import choose_backend, refuse_native, refused_native, render_c
-from kernorch.codegen.c_library import render_library_call
-from kernorch.codegen.c_prelude import prelude_used_by
-from kernorch.codegen.compiler import CFLAGS, compile_source
-from kernorch.codegen.library import describe_library_call
-from kernorch.codegen.memo import remembering
-from kernorch.codegen.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
+from kernorch.codegen.c.prelude import prelude_used_by
+from kernorch.codegen.gir.memo import remembering
+from kernorch.codegen.library.call import describe_library_call
+from kernorch.codegen.library.onednn import render_library_call
+from kernorch.codegen.program.compiler import CFLAGS, compile_source
+from kernorch.codegen.program.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
@@ -143,7 +143,7 @@ class ProfiledCostModel:
 
     def pricing(self) -> AbstractContextManager[None]:
         """A block pricing one subgraph's candidates: the screen, the backend choice and the signatures share
-        one description and GIR per candidate (codegen/memo.py)."""
+        one description and GIR per candidate (codegen/gir/memo.py)."""
         return remembering()
 
     def prepare(self, candidates: list[CandidateKernel]) -> None:

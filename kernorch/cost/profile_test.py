@@ -253,7 +253,7 @@ def test_a_value_far_above_the_roofline_is_measured_again(tmp_path: Path, monkey
 def test_a_signature_changes_with_the_prelude_helpers_the_kernel_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Adding a helper to the C prelude must not invalidate every stored measurement; changing one a kernel
     calls (here exp, inside softmax) must."""
-    from kernorch.codegen import c_prelude
+    from kernorch.codegen.c import prelude as c_prelude
     from kernorch.ir.kernel import make_kernel
 
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
@@ -308,8 +308,8 @@ def test_a_candidate_is_signed_as_its_isolated_copy() -> None:
 
 
 def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The screen, the backend choice and the signature share one description per candidate (codegen/memo.py)."""
-    import kernorch.codegen.memo as memo
+    """The screen, the backend choice and the signature share one description per candidate (codegen/gir/memo.py)."""
+    import kernorch.codegen.gir.memo as memo
     from kernorch.cost.gir_model import GirScreen
 
     described: dict[tuple[object, ...], int] = {}
@@ -353,7 +353,7 @@ def test_a_candidate_a_library_refuses_is_dropped_with_its_reason(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The model still compiles, without the refused kernels (each listed with oneDNN's reason among the
     rejections), and computes what onnxruntime does; a kernel computing a wrong result is dropped the same way."""
-    import kernorch.codegen.plan as plan_module
+    import kernorch.codegen.program.plan as plan_module
     from kernorch.options import Options
     from kernorch.pipeline import compile_plan, import_graph
     from kernorch.tools.check import run_onnxruntime
@@ -368,7 +368,7 @@ def test_a_candidate_a_library_refuses_is_dropped_with_its_reason(tmp_path: Path
     assert refused and all(r.rule == "backend" for r in refused)
     assert cost.failures and all("ko_md(&md[15], 1, bad, bad)" in reason for reason in cost.failures.values())
     compiled = compile_plan(result, Options(cache_dir=tmp_path))
-    from kernorch.codegen.library import describe_library_call
+    from kernorch.codegen.library.call import describe_library_call
 
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
              if b == "library"]  # fmt: skip
@@ -423,7 +423,7 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
     import sys
 
     import kernorch.codegen.backends as backends
-    import kernorch.codegen.plan as plan_module
+    import kernorch.codegen.program.plan as plan_module
     from kernorch.options import Options
     from kernorch.pipeline import compile_plan, import_graph
     from kernorch.tools.bench import unfused_plan

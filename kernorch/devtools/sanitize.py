@@ -31,9 +31,9 @@ PYTEST_STEPS = {
     "rProgram runtime": ["kernorch/runtime/rprogram_test.py"],
     "one model, many callers": ["kernorch/runtime/concurrency_test.py"],
     "ONNX semantics, every dtype": ["tests/test_onnx_semantics.py"],
-    "native kernels": ["kernorch/codegen/direct_conv_test.py", "kernorch/codegen/depthwise_conv_test.py",
-                       "kernorch/codegen/winograd_conv_test.py", "kernorch/codegen/lstm_stack_test.py",
-                       "kernorch/codegen/resize_taps_test.py"],
+    "native kernels": ["kernorch/codegen/native/direct_conv_test.py", "kernorch/codegen/native/depthwise_conv_test.py",
+                       "kernorch/codegen/native/winograd_conv_test.py", "kernorch/codegen/native/lstm_stack_test.py",
+                       "kernorch/codegen/loops/resize_taps_test.py"],
     "compiled ONNX node tests (subset)":
         ["tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes"],
 }  # fmt: skip

@@ -1,5 +1,5 @@
 """ONNX's numeric edge cases as onnxruntime computes them, in numpy: the reference interpreter's definitions,
-which the generated C (codegen/c_prelude.py, c_expr.py) implements the same way.
+which the generated C (codegen/c/prelude.py, c/expr.py) implements the same way.
 
 - Cast to bool: anything non-zero is true, NaN included.
 - Cast from a float to an integer type: truncation toward zero. NaN, and a value whose truncation is out of

@@ -28,7 +28,7 @@ class LinearEpilogues:
       strides, no copy;
     - an epilogue: elementwise primitives downstream of the linear output that keep its shape (bias,
       per-channel scale and shift, activations, a residual add), which become post-ops of the call.
-      Whether a particular set compiles to post-ops is the backend's decision (codegen/epilogue.py); a set
+      Whether a particular set compiles to post-ops is the backend's decision (codegen/library/epilogue.py); a set
       it cannot express costs infinity and never enters the BLP.
     """
 

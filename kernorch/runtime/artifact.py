@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernorch.codegen.backends import refuse_native, refused_native
-from kernorch.codegen.compiler import CFLAGS, compiler_identity
+from kernorch.codegen.program.compiler import CFLAGS, compiler_identity
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import verify
 from kernorch.ir.kernel import make_kernel

@@ -1,6 +1,6 @@
 """Execute a plan: buffers allocated once, the native kernels in one generated library, created once.
 
-The plan's generated kernels (fused C and oneDNN library calls, codegen/plan.py) are compiled into one
+The plan's generated kernels (fused C and oneDNN library calls, codegen/program/plan.py) are compiled into one
 library. At construction its `create` builds every library primitive and packs weights; a call then runs
 each stretch of native kernels with one foreign call (ctypes releases the GIL) and any kernel that only the
 reference implementation can run (an op no backend generates) in between. No torch on this path.
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from kernorch.codegen.backends import choose_backend, refuse_native
-from kernorch.codegen.compiler import compile_source, load_library
-from kernorch.codegen.plan import NativePlan, render_plan
-from kernorch.codegen.rprogram import MAX_VEUS
+from kernorch.codegen.program.compiler import compile_source, load_library
+from kernorch.codegen.program.plan import NativePlan, render_plan
+from kernorch.codegen.program.rprogram import MAX_VEUS
 from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir import foreign

@@ -441,7 +441,7 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
     from onnx import TensorProto, helper, numpy_helper
 
     from kernorch.api import compile
-    from kernorch.codegen.library import absorbed_summary
+    from kernorch.codegen.library.call import absorbed_summary
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
 
@@ -478,7 +478,7 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
 
 
 def test_a_matmul_operand_view_without_a_contiguous_inner_axis_is_refused() -> None:
-    from kernorch.codegen.library import describe_library_call
+    from kernorch.codegen.library.call import describe_library_call
     from kernorch.ir.kernel import make_kernel
     from kernorch.ir.types import TensorType
 
@@ -503,7 +503,7 @@ def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same
     from onnx import TensorProto, helper, numpy_helper
 
     from kernorch.api import compile
-    from kernorch.codegen.c_library import padded_pitch
+    from kernorch.codegen.library.onednn import padded_pitch
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
 

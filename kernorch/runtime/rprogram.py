@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kernorch.codegen.rprogram import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
+from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
 from kernorch.runtime.timing import time_call
 from kernorch.schedule.program import Call, Entry, Region, RProgram, RTask, Segment, Unit, Wait, check_program
 from kernorch.schedule.simulate import UnitTimes, simulate
@@ -28,7 +28,7 @@ CALIBRATION_RUNS = 5
 
 @dataclass(frozen=True)
 class EncodedBlock:
-    """Consecutive native segments as the arrays `<prefix>_program` reads (codegen/rprogram.py)."""
+    """Consecutive native segments as the arrays `<prefix>_program` reads (codegen/program/rprogram.py)."""
 
     segments: np.ndarray  # int64 [count, 3]
     entries: np.ndarray  # int64 [n, 5]

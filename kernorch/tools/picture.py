@@ -19,8 +19,8 @@ from pathlib import Path
 import graphviz
 
 from kernorch.codegen.backends import choose_backend
-from kernorch.codegen.c_library import library_implementation
-from kernorch.codegen.library import absorbed_summary, describe_library_call
+from kernorch.codegen.library.call import absorbed_summary, describe_library_call
+from kernorch.codegen.library.onednn import library_implementation
 from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph

@@ -16,7 +16,7 @@ syncs). `executions` of a gOperator is how many times its instruction block runs
 What a renderer needs beside the graph (PowerFusion §7: the parallel structure first, then the gOperators in
 order): each gOperator's `code` (a move's index expression, an elementwise primitive's operand dtype, a
 constant's value), each phase's loops and how its parallel unit maps onto them (`mode`), the kernel's buffers
-and tables. `gir/render_c.py` renders C from that alone.
+and tables. `c/render.py` renders C from that alone.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops import Buffer
+from kernorch.codegen.loops.describe import Buffer
 
 GLOBAL, CACHE, REGISTER = "global", "cache", "register"
 LINE_BYTES = 64

@@ -1,5 +1,5 @@
 """Lower a kernel's loop description (`KernelLoops`) to GIR: the choices of how it runs, made here, and what
-a renderer needs to write it (gir/render_c.py renders C from nothing else).
+a renderer needs to write it (c/render.py renders C from nothing else).
 
 Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it and which of its
 loops they share (`sharing.parallel_mode`, PARALLEL_MIN_ELEMENTS) and how many vector lanes an instruction
@@ -43,21 +43,21 @@ from kernorch.codegen.gir.graph import (
     RowStep,
     bare_sum,
 )
-from kernorch.codegen.indexing import Digit, linearize
-from kernorch.codegen.loops import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
-from kernorch.codegen.reductions import (
+from kernorch.codegen.gir.reductions import (
     interchangeable,
     joined_taps,
     mentions_any,
     reduced_per_element,
     splits_among_threads,
 )
-from kernorch.codegen.row_permute import permutable, row_access, row_loops_of
-from kernorch.codegen.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
-from kernorch.codegen.splitting import split_innermost
-from kernorch.codegen.tee import tee_maps_into_reductions
-from kernorch.codegen.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
-from kernorch.codegen.variance import one_pass_columns, one_pass_variance
+from kernorch.codegen.gir.row_permute import permutable, row_access, row_loops_of
+from kernorch.codegen.gir.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
+from kernorch.codegen.gir.tee import tee_maps_into_reductions
+from kernorch.codegen.gir.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
+from kernorch.codegen.gir.variance import one_pass_columns, one_pass_variance
+from kernorch.codegen.loops.describe import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
+from kernorch.codegen.loops.indexing import Digit, linearize
+from kernorch.codegen.loops.splitting import split_innermost
 
 
 class _Lowering:

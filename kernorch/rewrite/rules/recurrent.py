@@ -4,7 +4,7 @@ Fission leaves each ONNX LSTM as an input projection (one matmul over all steps)
 layers runs layer after layer, each scan spread over every thread with a barrier per step. As one
 `lstm_stack` the layers run as waves instead: a layer's steps are cut into chunks, a (layer, chunk) is an rTask
 on the thread that owns the layer, and layer l+1 works on chunk c while layer l works on chunk c+1
-(codegen/c_lstm_stack.py). Whether that is faster depends on the machine: with few cores and large layers
+(codegen/native/lstm_stack.py). Whether that is faster depends on the machine: with few cores and large layers
 the split scan, which keeps each core's share of the recurrent weights in its L2, wins. So the rule is
 cost-guided: a merge is kept only where the measured (or estimated) plan gets cheaper.
 """

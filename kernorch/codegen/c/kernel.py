@@ -1,0 +1,38 @@
+"""A generated memory-intensive kernel as one C function: its loops (`KernelLoops`) are lowered to GIR, the
+GIR rewritten (gir/rules.py), and the rewritten GIR rendered (c/render.py); this module adds the function
+around it.
+
+Every kernel becomes `int NAME(void **buffers)`: buffers in the order of `KernelLoops.buffers` minus
+scratch (inputs, then outputs). It returns 0, or 1 when a gathered index was out of range (the caller
+raises). Shapes are compile-time constants; the runtime checks buffer shapes before any call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.codegen.c.render import render_function
+from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.rules import RULES, Rule, optimize
+from kernorch.codegen.gir.sharing import Sharing
+from kernorch.codegen.loops.describe import KernelLoops
+
+
+def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None,
+                  rules: tuple[Rule, ...] = RULES) -> str:  # fmt: skip
+    """The kernel's C function: its loops lowered to GIR, rewritten by `rules`, rendered by c/render.py."""
+    return render_function(name, optimize(lower(loops), rules), sharing or Sharing())
+
+
+def render_kernel_tasks(name: str, loops: KernelLoops) -> tuple[str, tuple[int, ...]]:
+    """The kernel as `int NAME(void **buffers, int ko_phase, int64_t ko_begin, int64_t ko_end)`, running
+    iterations [ko_begin, ko_end) of phase ko_phase's parallel loop on the calling thread (an rTask), and each
+    phase's trip count."""
+    sharing = Sharing(tasks=True)
+    return render_kernel(name, loops, sharing), tuple(sharing.iterations)
+
+
+def scratch_bytes(loops: KernelLoops) -> list[int]:
+    """Bytes of each scratch buffer, in argument order (after the inputs and outputs)."""
+    return [max(int(np.prod(b.shape, dtype=np.int64)), 1) * np.dtype(b.dtype).itemsize
+            for b in loops.buffers if b.role == "scratch"]  # fmt: skip

@@ -1,0 +1,43 @@
+"""The vectorizable float32 exp/tanh/erf/sigmoid of the generated C, against float64 references."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+
+from kernorch.codegen.c.prelude import PRELUDE
+from kernorch.codegen.program.compiler import compile_source, load_library
+
+SOURCE = PRELUDE + """
+void apply(const float *x, float *e, float *t, float *r, float *s, long n) {
+    for (long i = 0; i < n; i++) { e[i] = ko_expf(x[i]); t[i] = ko_tanhf(x[i]); r[i] = ko_erff(x[i]);
+                                   s[i] = ko_sigmoidf(x[i]); }
+}
+"""
+
+
+def test_float32_math_accuracy_and_special_values() -> None:
+    library = load_library(compile_source(SOURCE))
+    x = np.concatenate([np.linspace(-120, 100, 200_001), np.linspace(-3, 3, 100_001),
+                        [0.0, -0.0, 1e-30, -1e-8, np.inf, -np.inf, np.nan]]).astype(np.float32)  # fmt: skip
+    outputs = [np.empty_like(x) for _ in range(4)]
+    library.apply(*(ctypes.c_void_p(a.ctypes.data) for a in (x, *outputs)), ctypes.c_long(len(x)))
+    wide = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        references = [np.exp(wide), np.tanh(wide), torch.erf(torch.from_numpy(wide)).numpy(), 1 / (1 + np.exp(-wide))]
+    limits = {"exp": (2e-7, None), "tanh": (None, 2e-7), "erf": (None, 5e-7), "sigmoid": (None, 2e-7)}
+    for (name, (max_rel, max_abs)), got, ref in zip(limits.items(), outputs, references, strict=True):
+        representable = np.isfinite(ref) & (np.abs(ref) > 1e-37) & (np.abs(ref) < 3.4e38)
+        error = np.abs(got[representable] - ref[representable])
+        if max_rel is not None:
+            assert (error / np.abs(ref[representable])).max() < max_rel, name
+        if max_abs is not None:
+            assert error.max() < max_abs, name
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=name)
+        if name in ("tanh", "erf"):  # a cast to an integer must see exactly ±1 where float32 has it
+            saturated = np.abs(ref.astype(np.float32)) == 1
+            np.testing.assert_array_equal(got[saturated], ref[saturated].astype(np.float32), err_msg=name)
+        overflow = ~np.isnan(ref) & (np.abs(ref) > np.finfo(np.float32).max)
+        np.testing.assert_array_equal(got[overflow], np.float32(np.inf), err_msg=name)

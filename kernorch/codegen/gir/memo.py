@@ -1,0 +1,64 @@
+"""A kernel's description and rewritten GIR, made once per candidate while one subgraph is orchestrated.
+
+Orchestrating a subgraph prices each candidate with the GIR model (describe, lower, rewrite), asks which
+backend runs it (describe), and signs it for the profile database (describe, lower, rewrite, render): three
+descriptions and two lowerings of the same kernel, a fifth of segformer_b0's tuning time in Python. Inside
+`remembering()` each is made once per candidate. The memo lives only as long as that block (one subgraph's
+candidates, on a graph nothing mutates meanwhile) and is keyed by the graph object itself, so a rewritten or
+rebuilt graph never sees another graph's description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from kernorch.codegen.gir.graph import Gir
+from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.rules import optimize
+from kernorch.codegen.loops.describe import KernelLoops, NotGeneratable, describe
+from kernorch.ir.kernel import CandidateKernel
+
+T = TypeVar("T")
+_active: list[dict[tuple[Any, ...], tuple[object, Any]]] = []
+
+
+@contextmanager
+def remembering() -> Iterator[None]:
+    """Within the block, `described` and `rewritten` make each kernel's value once."""
+    _active.append({})
+    try:
+        yield
+    finally:
+        _active.pop()
+
+
+def _remembered(what: tuple[Any, ...], kernel: CandidateKernel, make: Callable[[], T]) -> T:
+    if not _active:
+        return make()
+    memo = _active[-1]
+    key = (*what, id(kernel.graph), kernel.nodes, kernel.inputs, kernel.outputs)
+    entry = memo.get(key)
+    if entry is not None and entry[0] is kernel.graph:  # the same graph object, not one at a reused address
+        if isinstance(entry[1], NotGeneratable):
+            raise entry[1]
+        value: T = entry[1]
+        return value
+    try:
+        value = make()
+    except NotGeneratable as refused:
+        memo[key] = (kernel.graph, refused)
+        raise
+    memo[key] = (kernel.graph, value)
+    return value
+
+
+def described(kernel: CandidateKernel) -> KernelLoops:
+    """describe(kernel), made once per kernel while remembering (raises NotGeneratable likewise)."""
+    return _remembered(("loops",), kernel, lambda: describe(kernel))
+
+
+def rewritten(kernel: CandidateKernel, threads: int = 2) -> Gir:
+    """The kernel's GIR after the rewrite rules, made once per kernel and thread count while remembering."""
+    return _remembered(("gir", threads), kernel, lambda: optimize(lower(described(kernel), threads)))

@@ -1,0 +1,61 @@
+"""The description memo: one description per candidate inside `remembering()`, none kept outside it, and
+never one graph's description for another graph's kernel with the same node indices."""
+
+from __future__ import annotations
+
+import pytest
+
+import kernorch.codegen.gir.memo as memo
+from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.loops.describe import NotGeneratable, describe
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+
+
+def _graph(prim: str) -> Graph:
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types["x"] = graph.types["y"] = TensorType((64, 64), "float32")
+    graph.nodes.append(Node(prim, ("x",), ("y",), ()))
+    return graph
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+
+    def counted(kernel):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return describe(kernel)
+
+    monkeypatch.setattr(memo, "describe", counted)
+    return calls
+
+
+def test_a_candidate_is_described_once_while_remembering(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting(monkeypatch)
+    kernel = make_kernel(_graph("exp"), (0,), ("y",))
+    with memo.remembering():
+        choose_backend(kernel)
+        first = render_c("k", kernel)
+        memo.rewritten(kernel, 2)
+        assert len(calls) == 1
+    assert render_c("k", kernel) == first and len(calls) == 2  # outside the block: described again
+
+
+def test_another_graph_with_the_same_node_indices_is_described_for_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    _counting(monkeypatch)
+    exp, tanh = (make_kernel(_graph(prim), (0,), ("y",)) for prim in ("exp", "tanh"))
+    with memo.remembering():
+        assert "exp" in render_c("k", exp) and "tanh" in render_c("k", tanh)
+
+
+def test_a_refusal_is_remembered_and_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting(monkeypatch)
+    graph = _graph("exp")
+    graph.nodes[0] = Node("matmul", ("x", "x"), ("y",), ())  # a linear primitive: the library's, not generated
+    kernel = make_kernel(graph, (0,), ("y",))
+    with memo.remembering():
+        for _ in range(2):
+            with pytest.raises(NotGeneratable):
+                memo.described(kernel)
+    assert len(calls) == 1

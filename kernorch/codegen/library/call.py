@@ -1,0 +1,240 @@
+"""Describe a kernel built around a linear primitive as one oneDNN call: what is computed, no C.
+
+A `LibraryCall` names the primitive (convolution, deconvolution, matmul), every tensor it touches as
+oneDNN sees it (dims in oneDNN's order, element strides into the buffer kernorch holds), the geometry,
+the bias and the post-ops of the epilogue (epilogue.py). Strides carry the layout: a channels-last conv
+reads and writes `[N, H, W, C]` buffers, described to oneDNN as dims (N, C, H, W) with strides
+(HWC, 1, WC, C); a matmul operand transposed inside the kernel is its untransposed buffer with the last two
+strides swapped. Constant weights are marked so the call can pack them once when the plan is created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernorch.codegen.library.epilogue import Binary, Eltwise, Epilogue, EpilogueError, compile_epilogue
+from kernorch.codegen.loops.describe import NotGeneratable
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind
+from kernorch.ir.strided import StridedView, row_major, strided_view
+
+LIBRARY_DTYPE = "float32"  # oneDNN's f32 primitives; other dtypes fall back to the reference
+ONEDNN_OP = {"conv": "convolution", "conv_transpose": "deconvolution", "matmul": "matmul"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    slot: int  # argument position: the kernel's inputs, then its outputs
+    dims: tuple[int, ...]  # in oneDNN's order
+    strides: tuple[int, ...]  # elements, one per dim
+    constant: bool = False  # known when the plan is created: weights may be packed once
+    offset: int = 0  # elements into the buffer (a strided view of a slice or split, strided.py)
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    op: str  # "convolution", "deconvolution" or "matmul"
+    src: Tensor
+    weights: Tensor
+    bias: Tensor | None
+    dst: Tensor
+    strides: tuple[int, ...] = ()  # conv/deconv geometry, spatial dims only
+    dilates: tuple[int, ...] = ()  # oneDNN counts dilation from 0
+    pad_begin: tuple[int, ...] = ()
+    pad_end: tuple[int, ...] = ()
+    post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...] = ()
+    epilogue: Epilogue | None = None
+
+
+def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
+    linear = [i for i in kernel.nodes if PRIMITIVES[kernel.graph.nodes[i].prim].kind == Kind.LINEAR]
+    if len(linear) != 1:
+        raise NotGeneratable(f"{len(linear)} linear primitives in one library call")
+    return linear[0], kernel.graph.nodes[linear[0]]
+
+
+def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str, StridedView]:
+    """Matmul operands computed inside the kernel by layout primitives only (strided.py): operand → its view.
+    Raises NotGeneratable when such a chain needs a copy or the kernel would have to write a value of it."""
+    views: dict[str, StridedView] = {}
+    if node.prim != "matmul":
+        return views
+    nodes = set(kernel.nodes)
+    for value in dict.fromkeys(node.inputs):
+        producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+        if producer is None or graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
+            continue
+        view = strided_view(graph, nodes, value)
+        if view is None:
+            raise NotGeneratable(f"matmul operand {value}: its layout primitives are no strided view")
+        if len(view.shape) >= 2 and 1 not in view.strides[-2:]:
+            raise NotGeneratable(f"matmul operand {value}: neither of its last two axes is contiguous (oneDNN "
+                                 "would run its reference matmul)")
+        written = [out for i in view.nodes for out in graph.nodes[i].outputs if out in kernel.outputs]
+        if written:
+            raise NotGeneratable(f"matmul operand {value} is read through strides; the kernel cannot also write "
+                                 f"{written[0]}")
+        views[value] = view
+    return views
+
+
+def channel_axis(graph: Graph, node: Node) -> int:
+    """The output axis a bias runs along: last for matmul and channels-last convs, else 1."""
+    rank = graph.types[node.outputs[0]].rank
+    return rank - 1 if node.prim == "matmul" or node.attr("channels_last", False) else 1
+
+
+def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
+    """The oneDNN call that runs `kernel`; NotGeneratable (with the reason) when there is none."""
+    graph = kernel.graph
+    index, node = linear_node(kernel)
+    for value in (*node.inputs, *node.outputs):
+        if graph.types[value].dtype != LIBRARY_DTYPE:
+            raise NotGeneratable(f"library calls need {LIBRARY_DTYPE}, {value} is {graph.types[value].dtype}")
+    views = operand_views(graph, kernel, node)
+    absorbed = {i for view in views.values() for i in view.nodes}
+    try:
+        epilogue = compile_epilogue(graph, index, kernel.nodes, kernel.outputs, channel_axis(graph, node), absorbed)
+    except EpilogueError as error:
+        raise NotGeneratable(f"{node.prim} epilogue: {error}") from None
+    slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
+    out_shape = graph.types[node.outputs[0]].shape
+    if node.prim == "matmul":
+        call = _matmul(graph, node, views, slots, epilogue)
+    else:
+        call = _convolution(graph, node, slots, epilogue)
+    to_dnnl = _dnnl_order(node, len(out_shape))
+    if len(call.dst.dims) != len(out_shape) and (epilogue.bias or epilogue.post_ops):
+        raise NotGeneratable("an epilogue on a matmul with a 1-D operand")
+    bias = None
+    if epilogue.bias is not None:
+        bias_shape: tuple[int, ...] = (out_shape[channel_axis(graph, node)],)
+        if node.prim == "matmul":  # oneDNN's matmul bias has the rank of dst
+            bias_shape = (1,) * (len(call.dst.dims) - 1) + bias_shape
+        bias = Tensor(slots[epilogue.bias], bias_shape, row_major(bias_shape), True)
+    for op in epilogue.post_ops:  # an operand the kernel computes (a view absorbed into a matmul operand) has no
+        if isinstance(op, Binary) and op.operand not in slots:  # buffer of its own to read (found on ResMLP)
+            raise NotGeneratable(f"{node.prim} epilogue: the {op.alg} operand {op.operand} is computed inside the "
+                                 "kernel")  # fmt: skip
+    post_ops = tuple((op, _broadcast_tensor(graph, op.operand, out_shape, slots, to_dnnl, len(call.dst.dims))
+                      if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
+    return LibraryCall(call.op, call.src, call.weights, bias,
+                       Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides), call.strides, call.dilates,
+                       call.pad_begin, call.pad_end, post_ops, epilogue)  # fmt: skip
+
+
+def _dnnl_order(node: Node, rank: int) -> tuple[int, ...]:
+    """For each oneDNN dim, the logical axis it is: channels-last convs see (N, C, spatial...)."""
+    if node.prim != "matmul" and node.attr("channels_last", False):
+        return (0, rank - 1, *range(1, rank - 1))
+    return tuple(range(rank))
+
+
+def _described(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    strides = row_major(shape)
+    return tuple(shape[a] for a in order), tuple(strides[a] for a in order)
+
+
+def _broadcast_tensor(graph: Graph, value: str, out_shape: tuple[int, ...], slots: dict[str, int],
+                      order: tuple[int, ...], dst_rank: int) -> Tensor:  # fmt: skip
+    shape = graph.types[value].shape
+    padded = (1,) * (len(out_shape) - len(shape)) + shape
+    dims, strides = _described(padded, order)
+    extra = dst_rank - len(dims)  # matmul dst promoted from 1-D operands
+    return Tensor(slots[value], (1,) * extra + dims, (1,) * extra + strides, value in graph.constants)
+
+
+def _convolution(graph: Graph, node: Node, slots: dict[str, int], epilogue: Epilogue) -> LibraryCall:
+    x, w = node.inputs
+    attrs = node.attr_dict
+    x_shape, w_shape = graph.types[x].shape, graph.types[w].shape
+    out_shape = graph.types[node.outputs[0]].shape
+    spatial = len(x_shape) - 2
+    if spatial not in (1, 2, 3):
+        raise NotGeneratable(f"{spatial}-d {node.prim}")
+    order = _dnnl_order(node, len(x_shape))
+    src_dims, src_strides = _described(x_shape, order)
+    dst_dims, dst_strides = _described(out_shape, order)
+    group = int(attrs["group"])
+    kernel_size = w_shape[2:]
+    pads = tuple(int(p) for p in attrs["pads"])
+    begin, end = pads[:spatial], pads[spatial:]
+    if node.prim == "conv":
+        op = "convolution"
+        grouped = (group, w_shape[0] // group, w_shape[1], *kernel_size) if group > 1 else w_shape
+        w_dims, w_strides = grouped, row_major(grouped)
+    else:
+        op = "deconvolution"
+        # ONNX [C_in, C_out/g, k...]; oneDNN wants (g,) OC/g, IC/g, k... : the two channel axes swap strides
+        per_group = (group, w_shape[0] // group, w_shape[1], *kernel_size)
+        strides = row_major(per_group)
+        if group > 1:
+            w_dims = (group, w_shape[1], w_shape[0] // group, *kernel_size)
+            w_strides = (strides[0], strides[2], strides[1], *strides[3:])
+        else:
+            w_dims = (w_shape[1], w_shape[0], *kernel_size)
+            w_strides = (strides[2], strides[1], *strides[3:])
+        # oneDNN has no output_padding: it is padding taken off the end
+        end = tuple(e - int(p) for e, p in zip(end, attrs["output_padding"], strict=True))
+        if any(e < 0 for e in end):
+            raise NotGeneratable("conv_transpose output_padding beyond its end padding")
+    src = Tensor(slots[x], src_dims, src_strides, x in graph.constants)
+    weights = Tensor(slots[w], tuple(w_dims), tuple(w_strides), w in graph.constants)
+    dst = Tensor(slots[epilogue.output], dst_dims, dst_strides)
+    return LibraryCall(op, src, weights, None, dst, tuple(int(s) for s in attrs["strides"]),
+                       tuple(int(d) - 1 for d in attrs["dilations"]), tuple(begin), tuple(end),
+                       epilogue=epilogue)  # fmt: skip
+
+
+def _matmul(graph: Graph, node: Node, views: dict[str, StridedView], slots: dict[str, int],
+            epilogue: Epilogue) -> LibraryCall:  # fmt: skip
+    a, b = node.inputs
+    a_shape, b_shape = graph.types[a].shape, graph.types[b].shape
+    if len(a_shape) == 1:
+        a_shape = (1, *a_shape)
+    if len(b_shape) == 1:
+        b_shape = (*b_shape, 1)
+    rank = max(len(a_shape), len(b_shape))
+    a_shape = (1,) * (rank - len(a_shape)) + a_shape
+    b_shape = (1,) * (rank - len(b_shape)) + b_shape
+    batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    dst_dims = (*batch, a_shape[-2], b_shape[-1])
+
+    def operand(value: str, shape: tuple[int, ...]) -> Tensor:
+        view = views.get(value)
+        if view is None:
+            return Tensor(slots[value], shape, row_major(shape), value in graph.constants)
+        if len(view.shape) < 2:
+            raise NotGeneratable(f"matmul operand {value}: a 1-D strided view")
+        extent = max(s * n for s, n in zip(view.strides, view.shape, strict=True))
+        strides = (extent,) * (len(shape) - len(view.shape)) + view.strides  # leading size-1 batch axes
+        return Tensor(slots[view.source], shape, strides, view.source in graph.constants, view.offset)
+
+    return LibraryCall("matmul", operand(a, a_shape), operand(b, b_shape), None,
+                       Tensor(slots[epilogue.output], dst_dims, row_major(dst_dims)), epilogue=epilogue)  # fmt: skip
+
+
+def _operand_summary(graph: Graph, view: StridedView) -> str:
+    prims = [graph.nodes[i].prim for i in view.nodes]
+    return "transposed operand" if prims == ["transpose"] else f"strided operand ({' → '.join(prims)})"
+
+
+def absorbed_summary(kernel: CandidateKernel) -> str | None:
+    """What a library kernel absorbed, by kind ("conv ← bias, mul tensor, swish"); None if it is not one."""
+    if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
+        return None
+    try:
+        call = describe_library_call(kernel)
+    except NotGeneratable:
+        return None
+    _, node = linear_node(kernel)
+    epilogue = call.epilogue
+    assert epilogue is not None
+    parts = [_operand_summary(kernel.graph, view) for view in operand_views(kernel.graph, kernel, node).values()]
+    parts += ["bias"] if epilogue.bias else []
+    parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
+    layout = " (channels-last)" if node.attr("channels_last", False) else ""
+    return f"{node.prim}{layout}" + (f" ← {', '.join(parts)}" if parts else "")

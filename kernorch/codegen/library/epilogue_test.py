@@ -1,0 +1,184 @@
+"""Epilogues: every activation, scale/shift and residual the issue lists is absorbed into one oneDNN call
+(asserting the post-ops) and the compiled result matches onnxruntime; things oneDNN cannot express are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.codegen.library.call import absorbed_summary
+from kernorch.codegen.library.epilogue import Eltwise, channel_bias, fit_scalar_function
+from kernorch.testing import random_array
+from kernorch.tools.check import run_onnxruntime
+
+CHANNELS, SIZE = 8, 6
+
+
+def conv_then(activation: list[onnx.NodeProto], extra_inputs: dict[str, np.ndarray] | None = None,
+              opset: int = 17, bias: bool = True) -> onnx.ModelProto:  # fmt: skip
+    """x → Conv (with bias) → `activation` nodes (reading "c", writing "y") → a 1x1 Conv, so that the
+    activation sits between two convolutions (in channels-last, neither end is a layout change)."""
+    for node in activation:
+        node.output[:] = ["act" if name == "y" else name for name in node.output]
+    w = random_array((CHANNELS, CHANNELS, 3, 3), seed=1) * 0.3
+    b = random_array((CHANNELS,), seed=2)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, CHANNELS, SIZE, SIZE))]
+    initializers = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+                    numpy_helper.from_array(random_array((CHANNELS, CHANNELS, 1, 1), seed=7), "w2")]
+    for name, array in (extra_inputs or {}).items():
+        if name.startswith("const_"):
+            initializers.append(numpy_helper.from_array(array, name))
+        else:
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, array.shape))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], pads=[1, 1, 1, 1]), *activation,
+             helper.make_node("Conv", ["act", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "conv_epilogue", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def compile_single_kernel(model: onnx.ModelProto, feeds: dict[str, np.ndarray], layout: str,
+                          library_kernels: int = 2) -> str:  # fmt: skip
+    """Compile, check against onnxruntime, and return what the first library kernel absorbed."""
+    import kernorch
+
+    compiled = kernorch.compile(model, cost="analytic", device="a100", layout=layout, rewrite=True)
+    expected = run_onnxruntime(model, feeds)["y"]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-5, atol=2e-5)
+    library = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b == "library"]
+    assert len(library) == library_kernels, [[compiled.graph.nodes[i].prim for i in k.nodes] for k in compiled.kernels]
+    summary = absorbed_summary(library[0])
+    assert summary is not None
+    return summary
+
+
+ACTIVATIONS = {
+    "relu": ([helper.make_node("Relu", ["c"], ["y"])], "relu"),
+    "clip-relu6": ([helper.make_node("Clip", ["c", "const_lo", "const_hi"], ["y"])], "clip[0, 6]"),
+    "hardswish": ([helper.make_node("HardSwish", ["c"], ["y"])], "hardswish"),
+    # clip(0.2·x + 0.5, 0, 1): the rewrites fold 0.2 into the weights and 0.5 into the bias, leaving a clip
+    "hardsigmoid": ([helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.2, beta=0.5)], "clip[0, 1]"),
+    "sigmoid": ([helper.make_node("Sigmoid", ["c"], ["y"])], "logistic"),
+    "silu": ([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])], "swish"),
+    "gelu-erf": ([helper.make_node("Gelu", ["c"], ["y"])], "gelu_erf"),
+    "gelu-tanh": ([helper.make_node("Gelu", ["c"], ["y"], approximate="tanh")], "gelu_tanh"),
+    "leaky-relu": ([helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1)], "relu(slope 0.1)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation_is_a_post_op(name: str, layout: str) -> None:
+    nodes, expected = ACTIVATIONS[name]
+    constants = {"const_lo": np.array(0.0, np.float32), "const_hi": np.array(6.0, np.float32)}
+    model = conv_then(nodes, constants if name == "clip-relu6" else None, opset=20)
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3) * 3}, layout)
+    assert summary.startswith("conv") and summary.endswith(f"bias, {expected}"), summary
+    assert ("channels-last" in summary) == (layout == "channels-last")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_scale_shift_and_residual_are_post_ops(layout: str) -> None:
+    scale = random_array((1, CHANNELS, 1, 1), seed=4)
+    shift = random_array((1, CHANNELS, 1, 1), seed=5)
+    # the residual is the block's input (already channels-last for the conv when the layout is)
+    nodes = [helper.make_node("Mul", ["c", "const_scale"], ["m"]), helper.make_node("Add", ["m", "const_shift"], ["a"]),
+             helper.make_node("Add", ["a", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+    model = conv_then(nodes, {"const_scale": scale, "const_shift": shift})
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
+    # the scale folds into the weights and the shift into the bias (rewrites); the residual is a binary post-op
+    assert summary.endswith("bias, add tensor, relu"), summary
+    assert ("channels-last" in summary) == (layout == "channels-last")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_reversed_subtraction_and_a_late_channel_add(layout: str) -> None:
+    """x − conv is a sub post-op then a negation; a per-channel add after the ReLU is a binary post-op in its
+    place, not the bias (which oneDNN adds before every post-op)."""
+    offset = random_array((1, CHANNELS, 1, 1), seed=4)
+    nodes = [helper.make_node("Sub", ["x", "c"], ["d"]), helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Add", ["r", "const_offset"], ["y"])]  # fmt: skip
+    model = conv_then(nodes, {"const_offset": offset})
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
+    assert summary.endswith("bias, sub tensor, linear(-1·x+0), relu, add tensor"), summary
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_a_channel_add_after_an_activation_is_not_the_bias(layout: str) -> None:
+    """With no bias of its own, the conv must still not take a per-channel add that follows the ReLU as its
+    bias: relu(conv + b) differs from relu(conv) + b."""
+    offset = random_array((1, CHANNELS, 1, 1), seed=4)
+    nodes = [helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "const_offset"], ["y"])]
+    model = conv_then(nodes, {"const_offset": offset}, bias=False)
+    summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
+    assert summary.endswith("← relu, add tensor"), summary
+
+
+def test_matmul_with_bias_and_gelu() -> None:
+    w = random_array((16, 24), seed=1)
+    b = random_array((24,), seed=2)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["c"]),
+         helper.make_node("Gelu", ["c"], ["y"])], "mm_gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 5, 16))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5, 24))],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=8)
+    summary = compile_single_kernel(model, {"x": random_array((2, 5, 16), seed=3)}, "nchw", library_kernels=1)
+    assert summary == "matmul ← bias, gelu_erf", summary
+
+
+def test_fit_recognises_scaled_functions_and_refuses_others() -> None:
+    x = np.linspace(-12.0, 12.0, 481)
+    samples = np.concatenate([x, [-1e-3, 1e-3, 2e-3, 0.5, -0.5, 3.0, -3.0, 6.0]])
+
+    def fit(f):  # noqa: ANN001, ANN202
+        return fit_scalar_function(f(samples), lambda v: float(f(np.array([v]))[0]))
+
+    from math import erf
+
+    erf_ = np.vectorize(erf)
+    # GELU with its ½ folded into the next weight (what the rewrites do to BERT): 2·gelu
+    assert fit(lambda v: v * (1 + erf_(v / np.sqrt(2)))) == [Eltwise("gelu_erf"), Eltwise("linear", 2.0, 0.0)]
+    assert fit(lambda v: 3 * v + 1) == [Eltwise("linear", 3.0, 1.0)]
+    assert fit(lambda v: v) == []
+    from kernorch.codegen.library.epilogue import EpilogueError
+
+    with pytest.raises(EpilogueError):
+        fit(np.sin)
+    with pytest.raises(EpilogueError):
+        fit(lambda v: v**3)
+
+
+def test_what_cannot_be_a_post_op_stays_outside() -> None:
+    """sin is no oneDNN algorithm; a division *by* the conv result is no binary post-op."""
+    import kernorch
+
+    for nodes in ([helper.make_node("Sin", ["c"], ["y"])],
+                  [helper.make_node("Div", ["const_one", "c"], ["y"])]):  # fmt: skip
+        model = conv_then(nodes, {"const_one": np.array(1.0, np.float32)})
+        compiled = kernorch.compile(model, cost="analytic", device="a100")
+        kinds = [tuple(compiled.graph.nodes[i].prim for i in k.nodes) for k in compiled.kernels]
+        assert all(kernel in (("conv",), ("conv", "add")) for kernel in kinds if "conv" in kernel), kinds
+        feeds = {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}
+        expected = run_onnxruntime(model, feeds)["y"]  # 1/c magnifies rounding near 0: relative to the largest
+        np.testing.assert_allclose(compiled.run(feeds)["y"], expected, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_a_scalar_is_the_bias_of_one_output_channel_only() -> None:
+    """The call reads O bias values: a one-element constant can be the bias of a single channel, never of
+    several (it would be read past its end)."""
+    from kernorch.ir.graph import Graph
+    from kernorch.ir.types import TensorType
+
+    graph = Graph(inputs=[], outputs=[], name="bias")
+    for name, array in {"s": np.float32(0.5), "one": np.ones((1, 1, 1), np.float32),
+                        "v": np.ones((4, 1, 1), np.float32)}.items():  # fmt: skip
+        graph.constants[name] = np.asarray(array)
+        graph.types[name] = TensorType.of(graph.constants[name])
+    assert channel_bias(graph, "s", (1, 1, 5, 5), 1) and channel_bias(graph, "one", (1, 1, 5, 5), 1)
+    assert not channel_bias(graph, "s", (1, 4, 5, 5), 1) and not channel_bias(graph, "one", (1, 4, 5, 5), 1)
+    assert channel_bias(graph, "v", (1, 4, 5, 5), 1) and not channel_bias(graph, "v", (1, 5, 5, 4), 3)

@@ -1,0 +1,220 @@
+"""Render a `LibraryCall` as C against oneDNN's C API, with the life cycle oneDNN intends.
+
+`<name>_create(engine, stream, args)` runs once when a plan is loaded: it builds the primitive (weights
+as `format_tag_any` when they are constant, so oneDNN picks its packed layout), packs the weights with
+one reorder, allocates the scratchpad, and prepares the argument list. `<name>_run(state, stream, args)`
+runs per inference: it points the memories at the plan's buffers and executes. Nothing is allocated or
+created on the hot path. `<name>_destroy(state)` frees it all. State is per plan instance (no globals),
+so two models built from the same library do not share weights.
+"""
+
+from __future__ import annotations
+
+from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.library.call import LibraryCall, Tensor
+from kernorch.codegen.library.epilogue import Eltwise
+from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
+from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
+from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
+from kernorch.ir.strided import row_major
+
+ONEDNN_PRELUDE = """#include <stdio.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#define KO_CHECK(call) do { dnnl_status_t ko_status_ = (call); if (ko_status_ != dnnl_success) { \\
+    snprintf(ko_error, sizeof ko_error, "%s: %s returned oneDNN status %d", ko_where, #call, (int)ko_status_); \\
+    goto fail; } } while (0)
+/* a memory descriptor from dims and element strides (the layout is in the strides) */
+static dnnl_status_t ko_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims, const dnnl_dim_t *strides) {
+    return dnnl_memory_desc_create_with_strides(md, ndims, dims, dnnl_f32, strides);
+}
+"""
+
+_ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hardswish": "dnnl_eltwise_hardswish",
+                "hardsigmoid": "dnnl_eltwise_hardsigmoid", "logistic": "dnnl_eltwise_logistic",
+                "swish": "dnnl_eltwise_swish", "gelu_erf": "dnnl_eltwise_gelu_erf",
+                "gelu_tanh": "dnnl_eltwise_gelu_tanh", "tanh": "dnnl_eltwise_tanh", "exp": "dnnl_eltwise_exp",
+                "abs": "dnnl_eltwise_abs", "square": "dnnl_eltwise_square", "elu": "dnnl_eltwise_elu",
+                "soft_relu": "dnnl_eltwise_soft_relu", "mish": "dnnl_eltwise_mish",
+                "linear": "dnnl_eltwise_linear", "pow": "dnnl_eltwise_pow"}  # fmt: skip
+# swish's alpha is the sigmoid's slope (1 for SiLU); soft_relu's alpha too
+_DEFAULT_ALPHA = {"swish": 1.0, "soft_relu": 1.0}
+
+
+def _pointer(tensor: Tensor) -> str:
+    """The tensor's first element: its argument, or an offset into it (a strided view of a slice or split)."""
+    return f"(float *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
+
+
+def _array(name: str, values: tuple[int, ...]) -> str:
+    return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
+
+
+def padded_pitch(rows: int, columns: int) -> int | None:
+    """The row pitch (elements) kernorch gives a constant matmul weight that oneDNN keeps in a plain layout, or
+    None to keep it dense. oneDNN 3.2's plain-layout sgemm (what it runs without AVX-512) slows 1.5-2x when
+    the weights' rows are a multiple of 64 bytes apart (measured on Zen 3, 2 threads: [128,384]x[384,1536]
+    1355 -> 870 us, [128,256]x[256,1024] 831 -> 445 us with 16 more floats per row; no shape of the shared
+    models got slower): rows 64 bytes further apart no longer collide in the same cache sets while it
+    packs them. A matrix-vector product (few rows) reads each weight once either way: kept dense."""
+    return columns + 16 if rows >= 32 and columns >= 128 and columns % 16 == 0 else None
+
+
+def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
+    """C that re-creates the matmul primitive with weights rows `pitch` elements apart when oneDNN chose the
+    dense plain layout for them (it packs them itself otherwise, e.g. blocked for brgemm on AVX-512); the
+    reorder below then packs the weights into that padded layout once."""
+    dims = call.weights.dims
+    padded = row_major((*dims[:-1], pitch))  # rows `pitch` apart; a batch of K rows K * pitch apart
+    return [_array("s_dense", row_major(dims)), _array("s_padded", padded),
+            f"    KO_CHECK(ko_md(&md_dense, {len(dims)}, d1, s_dense));",
+            "    if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), md_dense)) {",
+            "        dnnl_primitive_desc_t padded_pd = NULL;",
+            f"        KO_CHECK(ko_md(&md_padded, {len(dims)}, d1, s_padded));",
+            f"        if (dnnl_matmul_primitive_desc_create(&padded_pd, engine, md[0], md_padded, {bias_md}, md[2], "
+            "attr) == dnnl_success) {",
+            "            dnnl_primitive_desc_destroy(pd);",
+            "            pd = padded_pd;",
+            "        }",
+            "    }"]  # fmt: skip
+
+
+def library_implementation(call: LibraryCall) -> str:
+    """Which code runs `call`, for `kernorch explain`."""
+    if direct_conv_rejection(call) is None:
+        return "direct C convolution (few output channels)"
+    if depthwise_rejection(call) is None:
+        return "direct C depthwise convolution"
+    if winograd_rejection(call) is None:
+        return "Winograd F(2x2, 3x3) convolution in C"
+    return "oneDNN"
+
+
+def render_library_call(name: str, call: LibraryCall) -> str:
+    """C for one library kernel: a state struct and `<name>_create/_run/_destroy`."""
+    if direct_conv_rejection(call) is None:  # few output channels: oneDNN's vectors would sit mostly idle
+        return render_direct_conv(name, call)
+    if depthwise_rejection(call) is None:  # oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
+        return render_depthwise_conv(name, call)
+    if winograd_rejection(call) is None:  # oneDNN has no Winograd convolution without AVX-512
+        return render_winograd_conv(name, call)
+    memories: list[tuple[str, Tensor, bool]] = [("DNNL_ARG_SRC", call.src, False),
+                                                ("DNNL_ARG_WEIGHTS", call.weights, call.weights.constant),
+                                                ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip
+    if call.bias is not None:
+        memories.append(("DNNL_ARG_BIAS", call.bias, False))
+    for position, (_, tensor) in enumerate(call.post_ops):
+        if tensor is not None:
+            memories.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({position}) | DNNL_ARG_SRC_1", tensor, False))
+    count = len(memories) + 1  # + scratchpad
+    assert len(memories) <= 16, "more memories than the descriptor array holds"
+    lines = [f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
+             f"}} {name}_state;",
+             f"static void {name}_destroy(void *state) {{",
+             f"    {name}_state *s = ({name}_state *)state;",
+             "    if (!s) return;",
+             f"    for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);",
+             "    if (s->prim) dnnl_primitive_destroy(s->prim);",
+             "    free(s);",
+             "}",
+             f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a) {{",
+             f'    static const char ko_where[] = "{name}";',
+             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
+             "    dnnl_memory_desc_t md[16] = {0};",
+             "    dnnl_memory_desc_t md_any = NULL, md_dense = NULL, md_padded = NULL;",
+             "    dnnl_primitive_attr_t attr = NULL;",
+             "    dnnl_post_ops_t ops = NULL;",
+             "    dnnl_primitive_desc_t pd = NULL, reorder_pd = NULL;",
+             "    dnnl_primitive_t reorder = NULL;",
+             "    dnnl_memory_t user = NULL;",
+             "    int ok = 0;",
+             "    if (!s) { snprintf(ko_error, sizeof ko_error, \"%s: out of memory\", ko_where); "
+             "return NULL; }"]  # fmt: skip
+    for i, (_, tensor, _) in enumerate(memories):
+        lines += [_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides),
+                  f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));"]  # fmt: skip
+    weights_md = "md[1]"
+    if call.weights.constant:  # oneDNN chooses the packed layout; packed once below
+        lines += [f"    KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, dnnl_f32, "
+                  "dnnl_format_tag_any));"]
+        weights_md = "md_any"
+    lines += ["    KO_CHECK(dnnl_primitive_attr_create(&attr));",
+              "    KO_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));",
+              "    KO_CHECK(dnnl_post_ops_create(&ops));"]  # fmt: skip
+    binary_index = 3 + (call.bias is not None)
+    for op, _ in call.post_ops:
+        if isinstance(op, Eltwise):
+            alpha = c_literal(op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
+            beta = c_literal(op.beta, "float32")
+            lines.append(f"    KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
+        else:
+            lines.append(f"    KO_CHECK(dnnl_post_ops_append_binary(ops, dnnl_binary_{op.alg}, md[{binary_index}]));")
+            binary_index += 1
+    lines.append("    KO_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));")
+    bias_md = "md[3]" if call.bias is not None else "NULL"
+    if call.op == "matmul":
+        lines.append(f"    KO_CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, md[0], {weights_md}, {bias_md}, "
+                     "md[2], attr));")  # fmt: skip
+    else:
+        lines += [_array("strides", call.strides), _array("dilates", call.dilates),
+                  _array("pad_l", call.pad_begin), _array("pad_r", call.pad_end)]  # fmt: skip
+        function = "dnnl_convolution_forward_primitive_desc_create" if call.op == "convolution" else \
+            "dnnl_deconvolution_forward_primitive_desc_create"  # fmt: skip
+        algorithm = "dnnl_convolution_direct" if call.op == "convolution" else "dnnl_deconvolution_direct"
+        lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, md[0], "
+                     f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
+    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) if call.op == "matmul" else None
+    if call.weights.constant and pitch is not None:
+        lines += _padded_weights(call, pitch, bias_md)
+    lines.append("    KO_CHECK(dnnl_primitive_create(&s->prim, pd));")
+    # weights: constant ones are reordered once into the layout the primitive chose
+    if call.weights.constant:
+        lines += ["    {",
+                  "        const_dnnl_memory_desc_t chosen = "
+                  "dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);",
+                  f"        KO_CHECK(dnnl_memory_create(&user, md[1], engine, {_pointer(call.weights)}));",
+                  "        if (dnnl_memory_desc_equal(chosen, md[1])) {",
+                  "            s->mem[1] = user; user = NULL;",
+                  "        } else {",
+                  "            KO_CHECK(dnnl_memory_create(&s->mem[1], chosen, engine, DNNL_MEMORY_ALLOCATE));",
+                  "            KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[1], engine, chosen, engine, "
+                  "NULL));",
+                  "            KO_CHECK(dnnl_primitive_create(&reorder, reorder_pd));",
+                  "            dnnl_exec_arg_t pack[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, s->mem[1]}};",
+                  "            KO_CHECK(dnnl_primitive_execute(reorder, stream, 2, pack));",
+                  "            KO_CHECK(dnnl_stream_wait(stream));",
+                  "        }",
+                  "    }"]  # fmt: skip
+    for i, (_, _, packed) in enumerate(memories):
+        if not packed:  # pointed at the plan's buffer on every run
+            lines.append(f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
+    scratch = len(memories)
+    lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{scratch}], "
+              "dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), engine, DNNL_MEMORY_ALLOCATE));"]
+    for i, (argument, _, _) in enumerate(memories):
+        lines.append(f"    s->args[{i}].arg = {argument}; s->args[{i}].memory = s->mem[{i}];")
+    lines += [f"    s->args[{scratch}].arg = DNNL_ARG_SCRATCHPAD; s->args[{scratch}].memory = s->mem[{scratch}];",
+              "    ok = 1;",
+              "fail:",
+              "    for (int i = 0; i < 16; i++) if (md[i]) dnnl_memory_desc_destroy(md[i]);",
+              "    if (md_any) dnnl_memory_desc_destroy(md_any);",
+              "    if (md_dense) dnnl_memory_desc_destroy(md_dense);",
+              "    if (md_padded) dnnl_memory_desc_destroy(md_padded);",
+              "    if (user) dnnl_memory_destroy(user);",
+              "    if (reorder) dnnl_primitive_destroy(reorder);",
+              "    if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);",
+              "    if (pd) dnnl_primitive_desc_destroy(pd);",
+              "    if (ops) dnnl_post_ops_destroy(ops);",
+              "    if (attr) dnnl_primitive_attr_destroy(attr);",
+              f"    if (!ok) {{ {name}_destroy(s); return NULL; }}",
+              "    return s;",
+              "}",
+              f"static int {name}_run(void *state, dnnl_stream_t stream, void **a) {{",
+              f"    {name}_state *s = ({name}_state *)state;"]  # fmt: skip
+    for i, (_, tensor, packed) in enumerate(memories):
+        if not packed:
+            lines.append(f"    if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) "
+                         "return 1;")  # fmt: skip
+    lines += [f"    return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;",
+              "}", ""]  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""oneDNN post-ops (epilogue.py) as C statements, for the library kernels kernorch writes itself.
+
+A direct kernel (native/depthwise_conv.py) applies its epilogue to the values it has just written, still in cache:
+each post-op becomes one C statement updating the running float `v`. The scalar helpers are the generated
+kernels' (c_prelude.PRELUDE: ko_expf, ko_tanhf, ko_erff), so a loop over channels vectorizes. The formulas
+are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's primitives against.
+"""
+
+from __future__ import annotations
+
+from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.library.call import Tensor
+from kernorch.codegen.library.epilogue import Binary, Eltwise
+
+_BINARY = {"add": "v = v + {t};", "sub": "v = v - {t};", "mul": "v = v * {t};", "div": "v = v / {t};",
+           "max": "v = KO_MAX(v, {t});", "min": "v = KO_MIN(v, {t});"}  # fmt: skip
+
+
+def _f(value: float) -> str:
+    return c_literal(value, "float32")
+
+
+def _eltwise(op: Eltwise) -> str | None:
+    """The statement for `op`, or None when kernorch has no C for it (the call then stays in oneDNN)."""
+    a, b = _f(op.alpha), _f(op.beta)
+    clamp = "(u < 0.0f ? 0.0f : (u > 1.0f ? 1.0f : u))"
+    statements = {
+        "relu": f"v = v > 0.0f ? v : {a} * v;",  # 0 * v keeps a NaN, as max(x, 0) does
+        "clip": f"v = v < {a} ? {a} : (v > {b} ? {b} : v);",
+        "hardswish": f"{{ const float u = {a} * v + {b}; v = v * {clamp}; }}",
+        "hardsigmoid": f"{{ const float u = {a} * v + {b}; v = {clamp}; }}",
+        "logistic": "v = ko_sigmoidf(v);",
+        "swish": f"v = v * ko_sigmoidf({_f(op.alpha or 1.0)} * v);",
+        "gelu_tanh": "v = 0.5f * v * (1.0f + ko_tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));",
+        "gelu_erf": "v = 0.5f * v * (1.0f + ko_erff(v * 0.7071067811865476f));",
+        "tanh": "v = ko_tanhf(v);",
+        "exp": "v = ko_expf(v);",
+        "abs": "v = __builtin_fabsf(v);",
+        "square": "v = v * v;",
+        "linear": f"v = {a} * v + {b};",
+        "elu": f"v = v > 0.0f ? v : {a} * (ko_expf(v) - 1.0f);",
+    }
+    return statements.get(op.alg)
+
+
+def post_ops_rejection(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]) -> str | None:
+    """Why these post-ops have no C here (None when every one has)."""
+    for op, _ in post_ops:
+        if isinstance(op, Eltwise) and _eltwise(op) is None:
+            return f"no C for the {op.alg} post-op"
+    return None
+
+
+def binary_operands(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]) -> tuple[list[str], list[str]]:
+    """(C declaring a pointer per binary operand, the C expression of each one's element) for a kernel that
+    loops over the output with `long n`, `int c` (channel), `y` and `x`: dims of size 1 broadcast."""
+    pointers, operands = [], []
+    for position, (_, tensor) in enumerate(post_ops):
+        if tensor is None:
+            continue
+        n, c, y, x = (0 if d == 1 else s for d, s in zip(tensor.dims, tensor.strides, strict=True))
+        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
+        operands.append(f"t{position}[n * {n}L + (long)c * {c} + (long)y * {y} + (long)x * {x}]")
+    return pointers, operands
+
+
+def post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...],
+                       operand: list[str]) -> list[str]:  # fmt: skip
+    """One statement per post-op on `v`; `operand[i]` is the C expression of binary post-op i's element (the
+    caller knows the loop variables)."""
+    lines, binary = [], 0
+    for op, _ in post_ops:
+        if isinstance(op, Binary):
+            lines.append(_BINARY[op.alg].format(t=operand[binary]))
+            binary += 1
+        else:
+            statement = _eltwise(op)
+            assert statement is not None, "post_ops_rejection accepted these post-ops"
+            lines.append(statement)
+    return lines

@@ -1,0 +1,141 @@
+"""Resize taps: the periodic form of an integer-factor upsampling reproduces the reference map, and a kernel
+upsampling its innermost axis runs residue by residue with unit-stride reads, computing the reference's
+numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.codegen.backends import render_c
+from kernorch.codegen.loops.resize_taps import periodic_taps, resize_taps
+from kernorch.ir import reference_kernels as K
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.reference import run_reference
+
+
+def _rules(size_in: int, factor: int, mode: str = "linear", coordinates: str = "half_pixel") -> tuple:
+    return size_in, size_in * factor, float(factor), mode, coordinates, "round_prefer_floor", -0.75, False
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4, 8])
+@pytest.mark.parametrize(("mode", "coordinates"), [("linear", "half_pixel"), ("cubic", "half_pixel"),
+                                                   ("linear", "asymmetric"), ("nearest", "asymmetric"),
+                                                   ("linear", "pytorch_half_pixel")])  # fmt: skip
+def test_the_periodic_taps_reproduce_the_reference_resize(factor: int, mode: str, coordinates: str) -> None:
+    rules = _rules(11, factor, mode, coordinates)
+    periodic = periodic_taps(*rules)
+    assert periodic is not None
+    found, offsets, weights, low, high = periodic
+    assert found == factor and offsets.shape == weights.shape and offsets.shape[0] == factor
+    x = np.random.default_rng(0).standard_normal(11)
+    out = np.arange(11 * factor)
+    q, r = out // factor, out % factor
+    rebuilt = sum(weights[r, t] * x[np.clip(q + offsets[r, t], 0, 10)] for t in range(offsets.shape[1]))
+    np.testing.assert_allclose(rebuilt, K.resize_axis(x, 0, *rules[1:]), rtol=1e-6, atol=1e-6)
+    inside = np.arange(low, 11 - high)  # no clamp bites there
+    assert ((inside[:, None, None] + offsets[None]) >= 0).all() and ((inside[:, None, None] + offsets[None]) < 11).all()
+
+
+def test_align_corners_and_downsampling_have_no_periodic_taps() -> None:
+    assert periodic_taps(*_rules(11, 2, "linear", "align_corners")) is None  # the pattern drifts along the axis
+    assert periodic_taps(16, 8, 0.5, "linear", "half_pixel", "round_prefer_floor", -0.75, False) is None
+    assert resize_taps(*_rules(11, 2)) is not None
+
+
+def _upsampling(shape: tuple[int, ...], factor: int, mode: str, then_add: bool) -> Graph:
+    """x [.., W] resized to [.., factor·W] along its innermost axis (and optionally + z)."""
+    out = (*shape[:-1], shape[-1] * factor)
+    graph = Graph(inputs=["x", "z"] if then_add else ["x"], outputs=["y"])
+    graph.types["x"] = TensorType(shape, "float32")
+    attrs = (("sizes", out), ("scales", (1.0,) * (len(shape) - 1) + (float(factor),)), ("mode", mode),
+             ("coordinate_mode", "half_pixel"), ("nearest_mode", "round_prefer_floor"), ("cubic_coeff_a", -0.75),
+             ("exclude_outside", False))  # fmt: skip
+    graph.nodes.append(Node("resize", ("x",), ("r" if then_add else "y",), attrs))
+    graph.types["r" if then_add else "y"] = TensorType(out, "float32")
+    if then_add:
+        graph.types["z"] = graph.types["y"] = TensorType(out, "float32")
+        graph.nodes.append(Node("add", ("r", "z"), ("y",), ()))
+    return graph
+
+
+@pytest.mark.parametrize(("factor", "mode", "then_add"), [(2, "linear", False), (4, "linear", True),
+                                                          (8, "linear", False), (2, "cubic", False)])  # fmt: skip
+def test_an_innermost_upsampling_runs_residue_by_residue(factor: int, mode: str, then_add: bool) -> None:
+    """Rows of 24 inputs: too long for one register, too short for two (rows of 16 and 32 are permuted in
+    registers instead: row_permute_test.py)."""
+    graph = _upsampling((2, 3, 5, 24), factor, mode, then_add)
+    kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
+    source = render_c("k", kernel)
+    assert f"#pragma GCC unroll {factor}" in source, source  # the residues, around a loop over 24 inputs
+    assert f"[{24 * factor * (4 if mode == 'cubic' else 2)}]" not in source, source  # no table of taps per output
+    assert "simd reduction" not in source, source  # nothing in the loops sets err
+    feeds = {name: np.random.default_rng(1).standard_normal(graph.types[name].shape).astype(np.float32)
+             for name in graph.inputs}  # fmt: skip
+    got = PlanExecutor(graph, [kernel])(feeds)["y"]
+    np.testing.assert_allclose(got, run_reference(graph, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_short_axis_keeps_its_table() -> None:
+    """Three inputs along the axis leave too short a loop to vectorize: the taps stay a lookup table."""
+    graph = _upsampling((2, 3, 5, 3), 2, "linear", False)
+    kernel = make_kernel(graph, (0,), ("y",))
+    source = render_c("k", kernel)
+    assert "#pragma GCC unroll" not in source and "[12]" in source, source
+    x = np.random.default_rng(2).standard_normal((2, 3, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def two_factor_upsampling(width: int) -> Graph:
+    """A [.., width] map quadrupled plus a [.., 2·width] map doubled along the innermost axis."""
+    out = (1, 2, 4, 4 * width)
+    graph = Graph(inputs=["a", "b"], outputs=["y"])
+    graph.types.update(a=TensorType((1, 2, 4, width), "float32"), b=TensorType((1, 2, 4, 2 * width), "float32"))
+    for source, factor, resized in (("a", 4, "ra"), ("b", 2, "rb")):
+        attrs = (("sizes", out), ("scales", (1.0, 1.0, 1.0, float(factor))), ("mode", "linear"),
+                 ("coordinate_mode", "half_pixel"), ("nearest_mode", "round_prefer_floor"), ("cubic_coeff_a", -0.75),
+                 ("exclude_outside", False))  # fmt: skip
+        graph.nodes.append(Node("resize", (source,), (resized,), attrs))
+        graph.types[resized] = TensorType(out, "float32")
+    graph.nodes.append(Node("add", ("ra", "rb"), ("y",), ()))
+    graph.types["y"] = TensorType(out, "float32")
+    return graph
+
+
+def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> None:
+    """A [.., 12] map quadrupled plus a [.., 24] map doubled: the width loop runs 4 residues, the doubling
+    reading input 2q + r // 2 for residue r."""
+    graph = two_factor_upsampling(12)
+    kernel = make_kernel(graph, (0, 1, 2), ("y",))
+    assert "#pragma GCC unroll 4" in render_c("k", kernel)
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.standard_normal(graph.types[name].shape).astype(np.float32) for name in graph.inputs}
+    np.testing.assert_allclose(PlanExecutor(graph, [kernel])(feeds)["y"], run_reference(graph, feeds)["y"],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_tables_grow_linearly_with_the_sizes() -> None:
+    """A 100 000 -> 200 000 linear upsampling: its taps without a [size_out, size_in] matrix (160 GB in float64),
+    equal to the dense definition on a small case."""
+    import tracemalloc
+
+    tracemalloc.start()
+    table = resize_taps(100_000, 200_000, 2.0, "linear", "half_pixel", "round_prefer_floor", -0.75, False)
+    periodic = periodic_taps(100_000, 200_000, 2.0, "linear", "half_pixel", "round_prefer_floor", -0.75, False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert table is not None and table[0].shape == (200_000, 2) and periodic is not None and periodic[0] == 2
+    assert peak < 200 * 2**20
+    for mode, size_in, size_out, scale in (("cubic", 7, 12, 12 / 7), ("linear", 9, 4, 4 / 9), ("nearest", 5, 11, 2.2)):
+        table = resize_taps(size_in, size_out, scale, mode, "half_pixel", "round_prefer_floor", -0.75, True)
+        assert table is not None
+        taps, weights = table
+        dense = K.resize_axis(np.eye(size_in), 0, size_out, scale, mode, "half_pixel", "round_prefer_floor", -0.75,
+                              True)  # fmt: skip
+        rebuilt = np.zeros((size_out, size_in))
+        np.add.at(rebuilt, (np.repeat(np.arange(size_out), taps.shape[1]), taps.reshape(-1)), weights.reshape(-1))
+        np.testing.assert_allclose(rebuilt, dense, atol=1e-7)

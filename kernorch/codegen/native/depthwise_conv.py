@@ -1,0 +1,247 @@
+"""A depthwise convolution in generated C: channels-last, one filter per channel, its epilogue applied in cache.
+
+Without AVX-512, oneDNN 3.2 runs a channels-last depthwise conv as `brdgmm_dw:avx2`, and with an eltwise
+post-op it slows down by half again: efficientnet_b0's 14x14x672 5x5 conv with bias and swish took 250-270 us
+in place, ~140 us without the swish (measured through kernorch's own call, 2 threads, Zen 3). The work is
+small (6.6 MFLOP, 0.5 MB in and out): what matters is keeping the FMA units fed from registers.
+
+The kernel: each parallel item is one output row (n, y) and a chunk of channels (rows alone would leave one of
+two threads idle on a 7x7 map). Inside the image, a block of `B` output pixels and one vector of channels
+accumulates in `B` registers: per filter row, the `KW` tap weights are loaded once and every input pixel
+the block needs is loaded once and multiplied into each accumulator that uses it (written out at generation
+time for the conv's stride and dilation); the columns left after the full blocks are one shorter block.
+A channel count that is no multiple of the vector ends with a vector moved back to end at the last channel
+(shufflenet's 58 and 116); fewer channels than a vector take half vectors. Pixels whose taps leave the image
+(padding) take a bounds-checked loop. The bias starts the sums; the post-ops (library/post_ops.py) then run over the
+item's outputs while they are in L1. Weights are repacked once at create, tap-major with the channels
+contiguous: [KH][KW][C rounded up to 16]. A run allocates nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kernorch.codegen.library.call import LibraryCall
+from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.native.direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
+
+CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
+MIN_ITEMS = 32  # parallel items a call is cut into when rows allow: both threads busy, little imbalance
+MAX_BLOCK = 8  # output pixels per register block
+ALIASING_CHANNELS = 128  # from here on, a power-of-two channel count stays with oneDNN (depthwise_rejection)
+
+
+def _halved(line: str) -> str:
+    """A line of vector code on half vectors (VECTOR_TYPES' ko_vh)."""
+    return re.sub(r"\bko_vc(u?)\b", r"ko_vh\1", line)
+
+
+def depthwise_rejection(call: LibraryCall) -> str | None:
+    """Why the depthwise kernel does not run `call` (None when it does)."""
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 5:
+        return "not a grouped 2-d convolution"
+    channels = call.src.dims[1]
+    if call.weights.dims[:3] != (channels, 1, 1) or call.dst.dims[1] != channels:
+        return "not depthwise (one input and one output channel per group)"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
+    if channels >= ALIASING_CHANNELS and channels & (channels - 1) == 0:
+        # pixels a power of two of 512+ bytes apart (and rows a multiple of 4 KB) fall into the same L1 sets:
+        # a register block's taps evict each other. segformer_b0's 128/256/1024-channel maps ran 1.1-3.5x
+        # slower than oneDNN's; its 640-channel one 1.1-2.1x faster (bench/conv_kernels.py)
+        return f"{channels} channels: a power of two, whose pixels alias in the L1 cache"
+    return post_ops_rejection(call.post_ops)
+
+
+def _block_size(kernel_w: int) -> int:
+    # accumulators + the row's tap weights + one loaded input vector within AVX2's 16 registers
+    return max(1, min(MAX_BLOCK, 14 - kernel_w))
+
+
+def _chunking(rows: int, channels: int) -> tuple[int, int]:
+    """(channels per item, items per row): rows alone when there are enough of them."""
+    if rows >= MIN_ITEMS or channels <= CHANNEL_PAD:
+        return channels, 1
+    wanted = min(-(-MIN_ITEMS // rows), channels // CHANNEL_PAD)
+    chunk = -(-channels // wanted // CHANNEL_PAD) * CHANNEL_PAD
+    return chunk, -(-channels // chunk)
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """The conv's sizes and element strides, as the C below uses them."""
+
+    call: LibraryCall
+    pitch: int  # packed weights: elements between two taps
+
+    @property
+    def kernel_w(self) -> int:
+        return self.call.weights.dims[4]
+
+    def source_row(self, tap_y: str) -> str:
+        """Offset of the input row filter row `tap_y` reads for output row y."""
+        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
+
+    def source_column(self, x: str, tap_x: str) -> str:
+        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
+
+    def tap(self, tap_y: str, tap_x: str) -> str:
+        return f"({tap_y} * {self.kernel_w} + {tap_x}) * {self.pitch}L"
+
+    def vectors(self, body: list[str], scalar: list[str], indent: str) -> list[str]:
+        """`body` for every vector of channels in [c0, c1), the last one moved back to end at c1 (it recomputes
+        a few channels of the one before: the same values); with fewer channels than a vector, the same on half
+        vectors (8 channels ran scalar on AVX-512: 212 µs vs oneDNN's 36 for a 112x112 3x3 map); `scalar` per
+        channel when there is not even half a vector."""
+        lines: list[str] = []
+        for lanes, vector in (("KO_VC_LANES", body), ("KO_VH_LANES", [_halved(line) for line in body])):
+            lines += [f"{indent}if (c1 - c0 >= {lanes}) {{",
+                      f"{indent}    for (int c = c0; c < c1; c += {lanes}) {{",
+                      f"{indent}        if (c > c1 - {lanes}) c = c1 - {lanes};",
+                      *(f"{indent}        {line}" for line in vector),
+                      f"{indent}    }}",
+                      f"{indent}}} else "]  # fmt: skip
+        lines[-1] += "{"
+        return [*lines,
+                f"{indent}    for (int c = c0; c < c1; c++) {{",
+                *(f"{indent}        {line}" for line in scalar),
+                f"{indent}    }}",
+                f"{indent}}}"]  # fmt: skip
+
+    def interior(self, block: int) -> list[str]:
+        """`block` pixels from x on whose taps are all inside the image: per channel vector, straight-line loads
+        and FMAs (each input pixel loaded once per filter row, into every accumulator that uses it)."""
+        (_, stride_x), (_, dilate_x) = self.call.strides, self.call.dilates
+        src_x, dst_x = self.call.src.strides[3], self.call.dst.strides[3]
+        body = [f"ko_vc acc{i} = *(const ko_vcu *)(s->bias + c);" for i in range(block)]
+        body += ["for (int ky = ky0; ky < ky1; ky++) {",
+                 f"    const float *r = in + {self.source_row('ky')} + {self.source_column('x', '0')} * {src_x} + c;",
+                 f"    const float *wt = s->w + {self.tap('ky', '0')} + c;"]  # fmt: skip
+        body += [f"    const ko_vc w{k} = *(const ko_vcu *)(wt + {k * self.pitch});" for k in range(self.kernel_w)]
+        uses: dict[int, list[tuple[int, int]]] = {}  # input pixel (from the block's first tap) -> (pixel, tap)
+        for i in range(block):
+            for k in range(self.kernel_w):
+                uses.setdefault(i * stride_x + k * (dilate_x + 1), []).append((i, k))
+        for position in sorted(uses):
+            fmas = " ".join(f"acc{i} += v * w{k};" for i, k in uses[position])
+            body.append(f"    {{ const ko_vc v = *(const ko_vcu *)(r + {position * src_x}); {fmas} }}")
+        body.append("}")
+        body += [f"*(ko_vcu *)(out + (long)(x + {i}) * {dst_x} + c) = acc{i};" for i in range(block)]
+        scalar = [f"for (int i = 0; i < {block}; i++) {{",
+                  "    float acc = s->bias[c];",
+                  f"    for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)",
+                  f"        acc += in[{self.source_row('ky')} + {self.source_column('x + i', 'kx')} * {src_x} + c] * "
+                  f"s->w[{self.tap('ky', 'kx')} + c];",
+                  f"    out[(long)(x + i) * {dst_x} + c] = acc;",
+                  "}"]  # fmt: skip
+        return self.vectors(body, scalar, "            ")
+
+    def edge(self, begin: str, end: str) -> list[str]:
+        """Pixels [begin, end) with taps outside the image (padding): bounds checked per tap."""
+        width, src_x, dst_x = self.call.src.dims[3], self.call.src.strides[3], self.call.dst.strides[3]
+
+        def accumulate(zero: str, load: str, weight: str) -> list[str]:
+            return [f"{zero}",
+                    f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++) {{",
+                    f"    const long ix = {self.source_column('x', 'kx')};",
+                    f"    if (ix < 0 || ix >= {width}) continue;",
+                    f"    acc += {load}(in + {self.source_row('ky')} + ix * {src_x} + c) * "
+                    f"{weight}(s->w + {self.tap('ky', 'kx')} + c);",
+                    "}"]  # fmt: skip
+
+        body = [*accumulate("ko_vc acc = *(const ko_vcu *)(s->bias + c);", "*(const ko_vcu *)", "*(const ko_vcu *)"),
+                f"*(ko_vcu *)(out + (long)x * {dst_x} + c) = acc;"]  # fmt: skip
+        scalar = [*accumulate("float acc = s->bias[c];", "*", "*"), f"out[(long)x * {dst_x} + c] = acc;"]
+        return [f"        for (int x = {begin}; x < {end}; x++) {{",
+                *self.vectors(body, scalar, "            "),
+                "        }"]  # fmt: skip
+
+
+def render_depthwise_conv(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `depthwise_rejection` accepted): state, create, run, destroy."""
+    batch, channels, height, width = call.src.dims
+    kernel_h, kernel_w = call.weights.dims[3:]
+    _, _, out_h, out_w = call.dst.dims
+    src_n = call.src.strides[0]
+    dst_n, _, dst_y, dst_x = call.dst.strides
+    w_c, _, _, w_y, w_x = call.weights.strides
+    stride_y, stride_x = call.strides
+    dilate_y, dilate_x = (d + 1 for d in call.dilates)
+    pad_y, pad_x = call.pad_begin
+    pitch = -(-channels // CHANNEL_PAD) * CHANNEL_PAD
+    geometry = _Geometry(call, pitch)
+    block = _block_size(kernel_w)
+    chunk, chunks = _chunking(batch * out_h, channels)
+    # output columns whose taps all fall inside the image: full blocks, then one shorter block
+    first = min(-(-pad_x // stride_x), out_w)
+    last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
+    blocked = first + (last - first) // block * block
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+    pointers, operands = binary_operands(call.post_ops)
+    epilogue = post_op_statements(call.post_ops, operands)
+    remainder = ["        {", f"            const int x = {blocked};", *geometry.interior(last - blocked),
+                 "        }"] if last > blocked else []  # fmt: skip
+
+    lines = [VECTOR_TYPES,
+             f"typedef struct {{ float *w; float *bias; }} {name}_state;",
+             f"static void {name}_destroy(void *state) {{",
+             f"    {name}_state *s = ({name}_state *)state;",
+             "    if (!s) return;",
+             "    free(s->w);",
+             "    free(s->bias);",
+             "    free(s);",
+             "}",
+             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
+             "    (void)engine; (void)stream;",
+             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
+             "    if (s) {",
+             f"        s->w = (float *)aligned_alloc(64, {kernel_h * kernel_w * pitch * 4});",
+             f"        s->bias = (float *)aligned_alloc(64, {pitch * 4});",
+             "    }",
+             f'    if (!s || !s->w || !s->bias) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
+             f"{name}_destroy(s); return NULL; }}",
+             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *bias = {bias};",
+             f"    memset(s->w, 0, {kernel_h * kernel_w * pitch * 4});",
+             f"    memset(s->bias, 0, {pitch * 4});",
+             f"    for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
+             f"        for (int c = 0; c < {channels}; c++)",
+             f"            s->w[(ky * {kernel_w} + kx) * {pitch} + c] = "
+             f"w[(long)c * {w_c} + (long)ky * {w_y} + (long)kx * {w_x}];",
+             f"    if (bias) for (int c = 0; c < {channels}; c++) s->bias[c] = bias[c];",
+             "    return s;",
+             "}",
+             *run_prologue(name, call),
+             *pointers,
+             "    #pragma omp parallel for schedule(static)",
+             f"    for (long item = 0; item < {batch * out_h * chunks}L; item++) {{",
+             f"        const long row = item / {chunks}, n = row / {out_h}, y = row % {out_h};",
+             f"        const int c0 = (int)(item % {chunks}) * {chunk};",
+             f"        const int c1 = c0 + {chunk} < {channels} ? c0 + {chunk} : {channels};",
+             f"        const float *in = src + n * {src_n}L;",
+             f"        float *out = dst + n * {dst_n}L + y * {dst_y}L;",
+             f"        int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
+             f"        while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y} < 0) ky0++;",
+             f"        while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y} >= {height}) ky1--;",
+             *geometry.edge("0", str(first)),
+             f"        for (int x = {first}; x < {blocked}; x += {block}) {{",
+             *geometry.interior(block),
+             "        }",
+             *remainder,
+             *geometry.edge(str(last), str(out_w)),
+             ]  # fmt: skip
+    if epilogue:
+        lines += [f"        for (int x = 0; x < {out_w}; x++) {{",
+                  f"            float *o = out + (long)x * {dst_x};",
+                  "            for (int c = c0; c < c1; c++) {",
+                  "                float v = o[c];",
+                  *(f"                {statement}" for statement in epilogue),
+                  "                o[c] = v;",
+                  "            }",
+                  "        }"]  # fmt: skip
+    lines += ["    }", "    return 0;", "}", ""]
+    return "\n".join(lines)

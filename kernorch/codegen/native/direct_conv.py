@@ -1,0 +1,159 @@
+"""A direct convolution in generated C for the shape oneDNN handles worst: few output channels.
+
+oneDNN vectorizes a convolution over output channels (16 per AVX-512 register). With 1–4 of them most of each
+register is idle: candy's last conv (32 → 3 channels, 9x9, 224x224) runs at ~43 GFLOP/s in oneDNN's brgconv,
+18.2 ms. Vectorized over input channels instead — a channels-last source holds them contiguously — a register
+block of output pixels × output channels accumulates 16-lane partial sums, reduced once per output: 4.4 ms for
+the same conv (both measured in one process here, 2 threads). Same `<name>_create/_run/_destroy` interface as
+the oneDNN calls (library/onednn.py): the weights are repacked once at create into [OC][KH][KW][IC] and the bias is
+copied; a run allocates nothing.
+"""
+
+from __future__ import annotations
+
+from kernorch.codegen.library.call import LibraryCall
+
+VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
+MAX_OUTPUT_CHANNELS = 4
+# The vector width and the register budget are the compiler's (-march=native): the same source, so a plan saved
+# on one CPU regenerates identically on another. AVX-512 has 32 registers (24 accumulators, the rest hold the
+# weights and the loaded source); AVX2 has 16 of half the width (12 accumulators). With AVX-512's blocking on
+# AVX2, every 16-lane accumulator took two registers and spilled: candy's last conv ran in 61 ms.
+VECTOR_TYPES = """#ifndef KO_VC
+#define KO_VC
+#ifdef __AVX512F__
+#define KO_VC_LANES 16
+#define KO_VC_ACCUMULATORS 24
+#else
+#define KO_VC_LANES 8
+#define KO_VC_ACCUMULATORS 12
+#endif
+typedef float ko_vc __attribute__((vector_size(KO_VC_LANES * 4)));
+typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4)));  /* an unaligned load */
+/* half a vector, for channel counts below KO_VC_LANES (efficientvit's 8-channel stem on AVX-512) */
+#define KO_VH_LANES (KO_VC_LANES / 2)
+typedef float ko_vh __attribute__((vector_size(KO_VH_LANES * 4)));
+typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
+#endif"""
+
+
+def operand_rejection(call: LibraryCall) -> str | None:
+    """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
+    in the source and destination, weights known at create (they are repacked there), no offsets."""
+    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
+        return "not channels-last"
+    if not call.weights.constant:
+        return "weights are not constant"
+    if call.src.offset or call.dst.offset:
+        return "an offset source or destination"
+    return None
+
+
+def run_prologue(name: str, call: LibraryCall) -> list[str]:
+    """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
+    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
+            "    (void)stream;",
+            f"    const {name}_state *s = (const {name}_state *)state;",
+            f"    const float *src = (const float *)a[{call.src.slot}];",
+            f"    float *dst = (float *)a[{call.dst.slot}];"]  # fmt: skip
+
+
+def direct_conv_rejection(call: LibraryCall) -> str | None:
+    """Why the direct kernel does not run `call` (None when it does)."""
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
+        return "not a 2-d convolution without groups"
+    if call.post_ops:
+        return "post-ops run in oneDNN"
+    out_channels, in_channels = call.weights.dims[0], call.weights.dims[1]
+    if out_channels > MAX_OUTPUT_CHANNELS:
+        return f"{out_channels} output channels fill oneDNN's vectors"
+    if in_channels % VECTOR or call.src.strides[1] != 1:
+        return "input channels are not contiguous in multiples of 16"
+    if any(call.pad_begin) or any(call.pad_end):
+        return "padded"  # candy pads explicitly (reflection), so its convs have none
+    return None
+
+
+def render_direct_conv(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `direct_conv_rejection` accepted): state, create, run, destroy."""
+    _, in_channels, _, _ = call.src.dims
+    out_channels, _, kernel_h, kernel_w = call.weights.dims
+    _, _, out_h, out_w = call.dst.dims
+    src_n, _, src_y, src_x = call.src.strides
+    dst_n, dst_c, dst_y, dst_x = call.dst.strides
+    w_o, w_i, w_y, w_x = call.weights.strides
+    stride_y, stride_x = call.strides
+    dilate_y, dilate_x = (d + 1 for d in call.dilates)
+    block = f"{name}_block"  # output pixels per register block: a C constant, from the register budget
+    packed = out_channels * kernel_h * kernel_w * in_channels
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+
+    def body(pixels: int | str) -> list[str]:
+        """Accumulate `pixels` (a count or a C constant) outputs from x0 on, all output channels, then reduce and
+        store them."""
+        return [f"            ko_vc acc[{pixels}][{out_channels}];",
+                f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) "
+                "acc[i][o] = (ko_vc){0};",
+                f"            for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++) {{",
+                f"                const float *at = in + (long)(y * {stride_y} + ky * {dilate_y}) * {src_y} + "
+                f"(long)(x0 * {stride_x} + kx * {dilate_x}) * {src_x};",
+                f"                const float *tap = s->w + (ky * {kernel_w} + kx) * {in_channels};",
+                f"                for (int c = 0; c < {in_channels}; c += KO_VC_LANES) {{",
+                f"                    ko_vc w[{out_channels}];",
+                f"                    for (int o = 0; o < {out_channels}; o++) "
+                f"w[o] = *(const ko_vc *)(tap + o * {kernel_h * kernel_w * in_channels} + c);",
+                f"                    for (int i = 0; i < {pixels}; i++) {{",
+                f"                        ko_vc v = *(const ko_vcu *)(at + (long)i * {stride_x * src_x} + c);",
+                f"                        for (int o = 0; o < {out_channels}; o++) acc[i][o] += v * w[o];",
+                "                    }",
+                "                }",
+                "            }",
+                f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) {{",
+                "                float sum = s->bias[o];",
+                "                for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",
+                f"                out[(long)o * {dst_c} + (long)(x0 + i) * {dst_x}] = sum;",
+                "            }"]  # fmt: skip
+
+    lines = [VECTOR_TYPES,
+             f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? "
+             f"KO_VC_ACCUMULATORS / {out_channels} : 8 }};",
+             f"typedef struct {{ float *w; float bias[{out_channels}]; }} {name}_state;",
+             f"static void {name}_destroy(void *state) {{",
+             f"    {name}_state *s = ({name}_state *)state;",
+             "    if (!s) return;",
+             "    free(s->w);",
+             "    free(s);",
+             "}",
+             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
+             "    (void)engine; (void)stream;",
+             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
+             f"    if (s) s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});",
+             f'    if (!s || !s->w) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
+             f"{name}_destroy(s); return NULL; }}",
+             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
+             f"        for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",
+             f"            s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "
+             f"w[(long)o * {w_o} + (long)c * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];",
+             f"    const float *bias = {bias};",
+             f"    for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;",
+             "    return s;",
+             "}",
+             *run_prologue(name, call),
+             "    #pragma omp parallel for schedule(static)",
+             f"    for (long row = 0; row < {call.dst.dims[0] * out_h}L; row++) {{",
+             f"        const long n = row / {out_h}, y = row % {out_h};",
+             f"        const float *in = src + n * {src_n};",
+             f"        float *out = dst + n * {dst_n} + y * {dst_y};",
+             "        int x0 = 0;",
+             f"        for (; x0 + {block} <= {out_w}; x0 += {block}) {{",
+             *body(block),
+             "        }",
+             f"        for (; x0 < {out_w}; x0++) {{",
+             *body(1),
+             "        }",
+             "    }",
+             "    return 0;",
+             "}",
+             ""]  # fmt: skip
+    return "\n".join(lines)
