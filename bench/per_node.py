@@ -92,7 +92,7 @@ def main() -> int:
             prims = [graph.nodes[i].prim for i in kernel.nodes]
             shape = graph.types[kernel.outputs[0]].shape if kernel.outputs else ()
             what = absorbed_summary(kernel) or " ".join(prims[:8]) + (" …" if len(prims) > 8 else "")
-            print(f"  {ours[k] * 1e6:9.1f}  {compiled.executor.backends[k]:<9} {list(shape)!s:<20} {what}")
+            print(f"  {ours[k] * 1e6:9.1f}  {compiled.executor.backends[k].name:<11} {list(shape)!s:<20} {what}")
     print(f"whole model, sum of kernels in place: kernorch {sum(ours) * 1e3:.3f} ms; onnxruntime nodes "
           f"{sum(theirs.values()) / 1e3:.3f} ms")
     return 0

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import GENERATED_C, choose_backend
 from kernorch.cost.analytic import AnalyticCostModel, calibrate_this_machine
 from kernorch.cost.bandwidth import measure_levels
 from kernorch.cost.gir_model import GirScreen, estimate, kernel_gir, spearman
@@ -57,7 +57,7 @@ class Recording:
         if len(kernel.nodes) == 1 and math.isfinite(measured):
             self.alone[(id(kernel.graph), kernel.nodes[0])] = measured
         self.kernels[key] = kernel
-        if key not in self.rows and math.isfinite(measured) and choose_backend(kernel)[0] == "c":
+        if key not in self.rows and math.isfinite(measured) and choose_backend(kernel)[0] is GENERATED_C:
             gir = kernel_gir(kernel, self.threads)
             if gir is not None:
                 self.rows[key] = (measured, estimate(gir, self.levels, self.threads),

@@ -16,8 +16,8 @@ from kernorch.errors import KernorchError
 from kernorch.frontend.torch_export import export_to_onnx, is_torch_module
 from kernorch.options import Options
 from kernorch.pipeline import ModelSource, Progress, compile_model
-from kernorch.runtime.artifact import ArtifactError, load_model
-from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.artifact import ArtifactError
+from kernorch.runtime.compiled import CompiledModel, load_model
 
 __all__ = ["ArtifactError", "CompiledModel", "compile", "load"]
 

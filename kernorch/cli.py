@@ -276,9 +276,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from kernorch.codegen.backends import template_summary
-    from kernorch.codegen.library.call import absorbed_summary, describe_library_call
-    from kernorch.codegen.library.onednn import library_implementation
+    from kernorch.codegen.backends import choose_backend
+    from kernorch.codegen.library.call import absorbed_summary
 
     result = _orchestrate(args, show_progress=True)
     graph = result.plan.graph
@@ -286,11 +285,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
         print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
         print(f"    from: {', '.join(origins)}")
+        backend, reason = choose_backend(kernel)
         absorbed = absorbed_summary(kernel)
-        if absorbed is not None:
-            print(f"    library call: {absorbed}, by {library_implementation(describe_library_call(kernel))}")
-        if (template := template_summary(kernel)) is not None:
-            print(f"    {template}")
+        if absorbed is not None and backend is not None:
+            print(f"    library call: {absorbed}, by {backend.summary(kernel)}")
+        else:
+            print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
     if result.layout_report is not None:
@@ -326,7 +326,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _explain_gir(result: OrchestrationResult, k: int) -> None:
     """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
     rendered from the rewritten one."""
-    from kernorch.codegen.backends import choose_backend, template_summary
+    from kernorch.codegen.backends import choose_backend
     from kernorch.codegen.c.kernel import render_kernel
     from kernorch.codegen.gir.lower import lower
     from kernorch.codegen.gir.rules import optimize
@@ -336,8 +336,8 @@ def _explain_gir(result: OrchestrationResult, k: int) -> None:
     if not 0 <= k < len(kernels):
         raise KernorchError(f"--gir {k}: the plan has kernels 0 to {len(kernels) - 1}")
     backend, reason = choose_backend(kernels[k])
-    if backend != "c" or template_summary(kernels[k]) is not None:
-        print(f"kernel {k} has no GIR: {template_summary(kernels[k]) or reason}")
+    if backend is None or not backend.has_gir:
+        print(f"kernel {k} has no GIR: {backend.summary(kernels[k]) if backend is not None else reason}")
         return
     loops = describe(kernels[k])
     before, after = lower(loops), optimize(lower(loops))
@@ -433,7 +433,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
             # the compiled graph is the rewritten one: its node indices are not check's
-            print(f"  kernel {i:>2} [{backend:>9}] {' → '.join(compiled.graph.nodes[n].prim for n in kernel.nodes)}")
+            prims = " → ".join(compiled.graph.nodes[n].prim for n in kernel.nodes)
+            print(f"  kernel {i:>2} [{backend.name:>11}] {prims}")
         try:
             picture = write_svg(Path(args.pictures) / f"{name}.svg", compiled.graph, compiled.kernels, compiled.costs,
                                 name)  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from kernorch.cost import remote  # noqa: E402
+from kernorch.cost import profile, remote  # noqa: E402
 from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel  # noqa: E402
 from kernorch.cost.profile_db import Measurement  # noqa: E402
 from kernorch.errors import KernorchError  # noqa: E402
@@ -49,12 +49,12 @@ def test_measurements_come_from_ray_worker_processes(cluster: Any, tmp_path: Pat
     import os
     import socket
 
-    from kernorch.cost.profile import isolate
+    from kernorch.cost.profile import isolate, measure_payloads, signature
     from kernorch.ir.kernel import make_kernel
 
     graph = import_graph(self_attention_block(seq=16, hidden=32, heads=2))
     kernels = [isolate(make_kernel(graph, (i,), node.outputs)) for i, node in enumerate(graph.nodes)][:12]
-    results = remote.measure_on_ray("", kernels, 2)
+    results = remote.measure_on_ray("", kernels, 2, [signature(k)[1] for k in kernels], measure_payloads)
     assert len({r.signature for r in results}) >= 6
     workers = {r.worker for r in results}
     assert workers and f"{socket.gethostname()}:{os.getpid()}" not in workers  # not this (the driver) process
@@ -63,13 +63,13 @@ def test_measurements_come_from_ray_worker_processes(cluster: Any, tmp_path: Pat
 def test_results_of_another_machine_kind_are_kept_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     graph = import_graph(self_attention_block(seq=16, hidden=32, heads=2))
 
-    def foreign_cluster(address: str, kernels: list, threads: int, progress: Any = None, keys: Any = None) -> list:
+    def foreign_cluster(address: str, kernels: list, threads: int, *rest: Any) -> list:
         from kernorch.cost.profile import isolate, signature
 
         return [remote.RemoteResult(signature(isolate(k))[1], "Some Other CPU|64|threads=2",
                                     Measurement(1e-3, 5, 0.01, False)) for k in kernels]  # fmt: skip
 
-    monkeypatch.setattr(remote, "measure_on_ray", foreign_cluster)
+    monkeypatch.setattr(profile, "measure_on_ray", foreign_cluster)
     result = plan_graph(graph, Options(workers="ray://example:10001", cache_dir=tmp_path, rewrite=False))
     assert result.tuning is not None
     assert result.tuning["foreign"] > 10 and result.tuning["measured_remotely"] == 0

@@ -1,7 +1,9 @@
 """The folder tree is the architecture: which stage may import which, checked from the source.
 
-Every `import kernorch.X` / `from kernorch.X import ...` in a stage's modules (also inside functions;
-tests excluded) is an edge stage → stage. The edges must form a DAG that respects the pipeline's layers.
+Every `import kernorch.X` / `from kernorch.X import ...` in a stage's modules (also inside functions and
+`if TYPE_CHECKING:` blocks; tests excluded) is an edge stage → stage. The edges must form a DAG that respects
+the pipeline's layers. The same holds module by module (no import circle, however it is hidden), within
+codegen/ between its subpackages, and no module imports another module's private (`_name`) names.
 """
 
 from __future__ import annotations
@@ -97,6 +99,94 @@ def test_key_rules_of_the_issue() -> None:
     for below in ("cost", "codegen", "runtime", "ir"):
         assert "orchestrate" not in edges.get(below, set()), f"{below} imports orchestrate"
     assert "fission" not in edges.get("rewrite", set())
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if not p.name.endswith("_test.py")}
+
+
+def module_imports() -> dict[str, list[tuple[str, list[str]]]]:
+    """Per module, every kernorch module it imports (anywhere in it) with the names it takes from it. `from
+    package import submodule` is an import of the submodule; a package's `__init__` run by importing one of its
+    own submodules is Python's doing, not an edge."""
+    found: dict[str, list[tuple[str, list[str]]]] = {}
+    for name, path in MODULES.items():
+        edges = found.setdefault(name, [])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch"):
+                names = [alias.name for alias in node.names]
+                submodules = [f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in MODULES]
+                edges += [(module, []) for module in submodules]
+                rest = [n for n in names if f"{node.module}.{n}" not in MODULES]
+                if rest:
+                    edges.append((node.module, rest))
+            elif isinstance(node, ast.Import):
+                edges += [(alias.name, []) for alias in node.names if alias.name in MODULES]
+    return found
+
+
+def test_modules_have_no_import_circle() -> None:
+    graph = {m: {t for t, _ in edges if t != m and not m.startswith(t + ".")} for m, edges in module_imports().items()}
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        if state.get(module) == 2:
+            return
+        assert state.get(module) != 1, f"import circle: {' → '.join([*path[path.index(module):], module])}"
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    taken = [(m, t, n) for m, edges in module_imports().items() for t, names in edges for n in names
+             if n.startswith("_") and t != m]  # fmt: skip
+    assert not taken, f"private names imported across modules: {taken}"
+
+
+# codegen/ inside: the subpackage (or top-level module) -> what it may import (besides itself)
+CODEGEN = "kernorch.codegen"
+CODEGEN_ALLOWED = {
+    "loops": set(),  # the loop description and its index algebra
+    "gir": {"loops", "target"},  # the GIR, its lowering, rules and passes: no language in it
+    "c": {"loops", "gir", "target"},  # C from the GIR
+    "library": {"loops", "c"},  # oneDNN calls; their post-ops written in C
+    "native": {"loops", "library", "c", "backend"},  # hand-written kernels (oneDNN-shaped calls, templates)
+    "views": set(),
+    "target": set(),
+    "backend": {"target"},  # the Backend interface
+    "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target"},  # the registry
+    "program": {"backends", "backend", "c", "library", "target"},  # the whole-plan program, compiler
+}
+
+
+def codegen_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if module.startswith(CODEGEN + ".") and len(parts) > 2 else None
+
+
+def test_codegen_subpackages_import_only_their_layer() -> None:
+    for module, edges in module_imports().items():
+        source = codegen_part(module)
+        if source is None:
+            continue
+        assert source in CODEGEN_ALLOWED, f"{module}: codegen part {source!r} has no declared layer"
+        for target, _ in edges:
+            part = codegen_part(target)
+            if part is not None and part != source:
+                assert part in CODEGEN_ALLOWED[source], f"{module} imports {target} ({source} → {part})"
+    assert "c" not in CODEGEN_ALLOWED["gir"]
 
 
 if __name__ == "__main__":  # print the graph: python tests/test_structure.py

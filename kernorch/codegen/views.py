@@ -5,7 +5,8 @@ input's buffer (row-major data keeps its order) — so they run no code and move
 A concat along such an axis is the same in reverse: its inputs are placed at offsets inside its output, so the
 kernels producing them write there directly and the concat runs no code. Whether that is possible is a property
 of the whole plan (an input must be written by a kernel, not be a graph input or output, and be placed in only
-one concat), so `plan_views` decides it per plan; a concat it cannot place runs as a copy ("c")."""
+one concat), so `plan_views` (codegen/backends/registry.py) decides it per plan; a concat it cannot place runs as a
+copy (generated C)."""
 
 from __future__ import annotations
 
@@ -56,29 +57,6 @@ def concat_pieces(kernel: CandidateKernel) -> dict[str, tuple[str, int]] | None:
         pieces[value] = (output, start * stride)
         start += graph.types[value].shape[axis]
     return pieces
-
-
-def plan_views(kernels: Sequence[CandidateKernel],
-               backends: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, int]]]:  # fmt: skip
-    """The plan's backends with every concat that cannot be placed turned into a copy ("c"), and its views:
-    value -> (the value whose bytes it is, element offset)."""
-    chosen = list(backends)
-    views: dict[str, tuple[str, int]] = {}
-    for kernel, backend in zip(kernels, chosen, strict=True):
-        if backend == "view" and kernel.primitives[0].prim != "concat":
-            views.update(view_outputs(kernel) or {})
-    placed: set[str] = set()
-    for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
-        if backend != "view" or kernel.primitives[0].prim != "concat":
-            continue
-        pieces = concat_pieces(kernel) or {}
-        # a piece that is itself a view, or already placed in another concat, keeps its own bytes: copy
-        if not pieces or any(value in views or value in placed for value in pieces):
-            chosen[k] = "c"
-            continue
-        views.update(pieces)
-        placed.update(pieces)
-    return chosen, views
 
 
 def view_outputs(kernel: CandidateKernel) -> dict[str, tuple[str, int]] | None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import GENERATED_C, VIEW, choose_backend
 from kernorch.codegen.views import contiguous_block
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -64,7 +64,7 @@ def test_view_kernels_alias_and_compute_the_same(case: str) -> None:
     graph = _graph(prim, attrs, in_shape, out_shapes)
     view = make_kernel(graph, (1,), graph.nodes[1].outputs if prim != "split" else ("y0", "y1"))
     kernels = [make_kernel(graph, (0,), ("t",)), view, make_kernel(graph, (2,), ("z",))]
-    assert choose_backend(view)[0] == "view"
+    assert choose_backend(view)[0] is VIEW
     executor = PlanExecutor(graph, kernels)
     assert np.shares_memory(executor.buffers["y0"], executor.buffers["t"])
     x = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
@@ -76,9 +76,9 @@ def test_view_kernels_alias_and_compute_the_same(case: str) -> None:
 
 def test_a_strided_slice_or_inner_split_is_not_a_view() -> None:
     strided = _graph("slice", {"ranges": ((0, 4, 2), (0, 4, 1))}, (4, 4), [(2, 4)])
-    assert choose_backend(make_kernel(strided, (1,), ("y0",)))[0] == "c"
+    assert choose_backend(make_kernel(strided, (1,), ("y0",)))[0] is GENERATED_C
     inner = _graph("split", {"axis": 1, "sizes": (2, 2)}, (2, 4), [(2, 2), (2, 2)])
-    assert choose_backend(make_kernel(inner, (1,), ("y0", "y1")))[0] == "c"
+    assert choose_backend(make_kernel(inner, (1,), ("y0", "y1")))[0] is GENERATED_C
 
 
 def _concat_graph(piece_is_view: bool, twice: bool) -> tuple[Graph, list]:
@@ -106,13 +106,13 @@ def test_a_concat_is_placed_inside_its_output_when_the_plan_allows(piece_is_view
 
     graph, kernels = _concat_graph(piece_is_view, twice)
     concat = next(i for i, n in enumerate(graph.nodes) if n.prim == "concat")
-    assert choose_backend(kernels[concat])[0] == "view"
+    assert choose_backend(kernels[concat])[0] is VIEW
     executor = PlanExecutor(graph, kernels)
     placed = not piece_is_view
-    assert (executor.backends[concat] == "view") == placed  # a piece that is a view keeps its bytes: copy
+    assert (executor.backends[concat] is VIEW) == placed  # a piece that is a view keeps its bytes: copy
     assert np.shares_memory(executor.buffers["a"], executor.buffers["c"]) == placed
     if twice:  # a is placed in c; the second concat copies it
-        assert executor.backends[graph.nodes.index(graph.nodes[-2])] == "c"
+        assert executor.backends[graph.nodes.index(graph.nodes[-2])] is GENERATED_C
     assert tuple(executor.backends) == generate_source(kernels)[1].backends  # a saved plan regenerates the same code
     x = np.random.default_rng(1).standard_normal((1, 2, 3)).astype(np.float32)
     expected = run_reference(graph, {"x": x})

@@ -61,7 +61,7 @@ def estimate(gir: Gir, levels: MemoryLevels, threads: int) -> float:
 def kernel_gir(candidate: CandidateKernel, threads: int) -> Gir | None:
     """The optimized GIR of a kernel the C backend generates, None for any other kernel."""
     backend, _ = choose_backend(candidate)
-    if backend != "c":
+    if backend is None or not backend.has_gir:
         return None
     try:
         return rewritten(candidate, threads)

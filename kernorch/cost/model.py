@@ -32,7 +32,7 @@ class GeneratableCost:
 
     def cost(self, candidate: CandidateKernel) -> float:
         backend, _ = choose_backend(candidate)
-        if backend == "view":  # an alias: no code runs
+        if backend is not None and not backend.runs_code:  # an alias: no code runs
             return 0.0
         return math.inf if backend is None else self.base.cost(candidate)
 

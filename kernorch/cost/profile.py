@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import math
 import os
+import socket
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -31,16 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend, refuse_native, refused_native, render_c
-from kernorch.codegen.c.prelude import prelude_used_by
+from kernorch.codegen.backends import Backend, choose_backend, refuse_native, refused_native
 from kernorch.codegen.gir.memo import remembering
-from kernorch.codegen.library.call import describe_library_call
-from kernorch.codegen.library.onednn import render_library_call
 from kernorch.codegen.program.compiler import CFLAGS, compile_source
-from kernorch.codegen.program.plan import NATIVE_BACKENDS, NativePlan, render_plan, translation_unit
+from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
+from kernorch.cost.remote import decode_kernel, measure_on_ray
 from kernorch.cost.verify import output_mismatch
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
@@ -81,30 +80,23 @@ def isolate(kernel: CandidateKernel) -> CandidateKernel:
     return make_kernel(mini, tuple(range(len(nodes))), kernel.outputs)
 
 
-def signature(kernel: CandidateKernel, backend: str | None = None) -> tuple[str, str]:
-    """(backend, sha256 of what determines the kernel's run time); `backend` when the caller already chose it
-    (choosing describes a generated kernel, which is most of what a signature costs)."""
+def signature(kernel: CandidateKernel, backend: Backend | None = None) -> tuple[Backend, str]:
+    """(backend, sha256 of what determines the kernel's run time: `Backend.signature_text` under its label);
+    `backend` when the caller already chose it (choosing describes a generated kernel, which is most of what a
+    signature costs)."""
     if backend is None:
-        backend, _ = choose_backend(kernel)
-    if backend == "c":  # with the prelude helpers it calls: its math functions (exp, tanh...) set what it costs
-        code = render_c("k", kernel)
-        text = prelude_used_by(code) + code
-    elif backend == "library":
-        text = render_library_call("k", describe_library_call(kernel))
-    else:
-        graph = kernel.graph
-        text = json.dumps({
-            "nodes": [(n.prim, n.attrs, [str(graph.types[v]) for v in n.inputs],
-                       [v in graph.constants for v in n.inputs]) for n in kernel.primitives],
-            "outputs": [str(graph.types[v]) for v in kernel.outputs],
-        }, default=str)  # fmt: skip
-    return str(backend), hashlib.sha256(f"{backend}\n{' '.join(CFLAGS)}\n{text}".encode()).hexdigest()
+        backend, reason = choose_backend(kernel)
+        if backend is None:
+            raise KernorchError(f"no backend runs {kernel.describe()}: {reason}")
+    text = backend.signature_text(kernel)
+    label = backend.signature_label
+    return backend, hashlib.sha256(f"{label}\n{' '.join(CFLAGS)}\n{text}".encode()).hexdigest()
 
 
 @dataclass
 class _Pending:
     key: str
-    kind: str
+    kind: Backend
     kernel: CandidateKernel  # on a graph of its own (isolate): what is timed
     candidate: CandidateKernel  # as in the orchestrated graph: what is rendered (the same code)
     fallback: Measurement | None = None  # fastest contended run so far (or a contended value stored before)
@@ -148,7 +140,7 @@ class ProfiledCostModel:
 
     def prepare(self, candidates: list[CandidateKernel]) -> None:
         """Measure every candidate not yet in the database (batch-compiled), committing as it goes."""
-        pending: dict[str, tuple[str, CandidateKernel]] = {}
+        pending: dict[str, tuple[Backend, CandidateKernel]] = {}
         for candidate in candidates:
             if candidate.graph is not self._graph:  # candidate keys are node indices: per graph
                 self._graph, self._signature_of = candidate.graph, {}
@@ -158,13 +150,13 @@ class ProfiledCostModel:
             if backend is None:
                 self._signature_of[candidate.key] = None
                 continue
-            if backend == "view":  # an alias: no code runs, nothing to measure
+            if not backend.runs_code:  # an alias: no code runs, nothing to measure
                 self._signature_of[candidate.key] = VIEW_KEY
                 self._known[VIEW_KEY] = 0.0
                 continue
             # generated C and library calls do not depend on where their inputs come from: signed (and compiled)
             # as they are in the graph, which shares the description the screen made; timed isolated
-            native = backend in ("c", "library")
+            native = backend.native
             kind, key = signature(candidate if native else isolate(candidate), backend if native else None)
             self._signature_of[candidate.key] = key
             if key in self.failures:  # inf, or what its reference implementation took (a single primitive)
@@ -203,11 +195,9 @@ class ProfiledCostModel:
     def _measure_on_workers(self, missing: list[_Pending]) -> list[_Pending]:
         """Measure on the Ray cluster; store every result under the machine that produced it. What this machine
         kind's workers measured quietly is done; the rest is returned, to be measured here."""
-        from kernorch.cost.remote import measure_on_ray
-
         assert self.workers is not None
-        results = measure_on_ray(self.workers, [item.kernel for item in missing], self.threads, self.progress,
-                                 [item.key for item in missing])  # fmt: skip
+        results = measure_on_ray(self.workers, [item.kernel for item in missing], self.threads,
+                                 [item.key for item in missing], measure_payloads, self.progress)  # fmt: skip
         done: set[str] = set()
         for result in results:
             self.database.store(result.signature, result.machine, result.measurement)
@@ -225,7 +215,7 @@ class ProfiledCostModel:
         `failures` (the others are measured as usual)."""
 
         def build(batch: list[_Pending]) -> dict[str, tuple[Path, NativePlan]]:
-            native = [item for item in batch if item.kind in NATIVE_BACKENDS]
+            native = [item for item in batch if item.kind.native]
             try:
                 return self._compile_unit(native)
             except Exception:  # noqa: BLE001 - one broken kernel must not take the batch with it: find it
@@ -264,7 +254,7 @@ class ProfiledCostModel:
         a wrong result is recorded in `failures` instead."""
         launchers: dict[str, Callable[[], Any]] = {}
         for item in batch:
-            if item.kind not in NATIVE_BACKENDS:
+            if not item.kind.native:
                 launchers[item.key] = self._executor_launcher(item.kernel)
                 continue
             if item.key not in libraries:
@@ -434,3 +424,17 @@ def native_launcher(path: Path, plan: NativePlan, kernel: CandidateKernel, threa
 
     launch.keep_alive = (buffers, library)  # type: ignore[attr-defined]  # buffers and state live with the launcher
     return launch
+
+
+def measure_payloads(payloads: Sequence[dict[str, Any]], threads: int) -> dict[str, Any]:
+    """What a Ray worker runs (cost/remote.py): measure the kernels here, return this machine's fingerprint and
+    the measurements."""
+    kernels = [decode_kernel(p) for p in payloads]
+    with tempfile.TemporaryDirectory(prefix="kernorch-worker-") as scratch:
+        database = ProfileDatabase(Path(scratch) / "profiles.sqlite")
+        model = ProfiledCostModel(database, threads)
+        model.prepare(kernels)
+        keys = [signature(isolate(k))[1] for k in kernels]
+        found = database.lookup(keys, model.machine)
+    rows = [[key, m.seconds, m.runs, m.spread, m.contended] for key, m in found.items()]
+    return {"machine": model.machine, "results": rows, "worker": f"{socket.gethostname()}:{os.getpid()}"}

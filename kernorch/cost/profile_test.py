@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import GENERATED_C, ONEDNN, VIEW, choose_backend
 from kernorch.cost.profile import ProfileDatabase, ProfileDatabaseError, ProfiledCostModel, isolate, signature
 from kernorch.cost.profile_db import Measurement
 from kernorch.errors import KernorchError
@@ -55,7 +55,7 @@ def test_interrupted_run_resumes(tmp_path: Path) -> None:
     done = partial.measured
     resumed = ProfiledCostModel(ProfileDatabase(database))
     resumed.prepare(kernels)
-    distinct = {signature(isolate(k))[1] for k in kernels if choose_backend(k)[0] not in (None, "view")}  # views: 0
+    distinct = {signature(isolate(k))[1] for k in kernels if (choose_backend(k)[0] or VIEW).runs_code}  # views: 0
     # values the first run could only measure on a busy machine are stored marked and measured again
     assert done + resumed.measured == len(distinct) + len(partial.contended)
 
@@ -300,8 +300,8 @@ def test_a_candidate_is_signed_as_its_isolated_copy() -> None:
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
     (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
     native = [(k, backend) for k in enumerate_candidates(sub, OrchestrationLimits(), LinearEpilogues(graph)).kernels
-              if (backend := choose_backend(k)[0]) in ("c", "library")]  # fmt: skip
-    assert {backend for _, backend in native} == {"c", "library"} and len(native) > 50
+              if (backend := choose_backend(k)[0]) in (GENERATED_C, ONEDNN)]  # fmt: skip
+    assert {backend for _, backend in native} == {GENERATED_C, ONEDNN} and len(native) > 50
     assert any(k.graph.constants.keys() & set(k.inputs) for k, _ in native)  # constants among their inputs
     for kernel, backend in native:
         assert signature(kernel, backend) == signature(isolate(kernel), backend), kernel.describe()
@@ -334,7 +334,7 @@ def _levels():  # type: ignore[no-untyped-def]
 
 
 def _refused_when_fused(render: Any) -> Any:
-    """render_library_call, with every call that absorbed post-ops made to fail as oneDNN failed on an unseen
+    """oneDNN's renderer, with every call that absorbed post-ops made to fail as oneDNN failed on an unseen
     model: a memory descriptor it refuses (status 2, invalid arguments) when the plan's kernels are created."""
 
     def planted(name: str, call: Any) -> str:
@@ -353,13 +353,13 @@ def test_a_candidate_a_library_refuses_is_dropped_with_its_reason(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The model still compiles, without the refused kernels (each listed with oneDNN's reason among the
     rejections), and computes what onnxruntime does; a kernel computing a wrong result is dropped the same way."""
-    import kernorch.codegen.program.plan as plan_module
+    from kernorch.codegen.backends import ONEDNN
     from kernorch.options import Options
     from kernorch.pipeline import compile_plan, import_graph
     from kernorch.tools.check import run_onnxruntime
     from kernorch.tools.demo_models import conv_norm_act_block
 
-    monkeypatch.setattr(plan_module, "render_library_call", _refused_when_fused(plan_module.render_library_call))
+    monkeypatch.setattr(ONEDNN, "render_call", _refused_when_fused(ONEDNN.render_call))
     model = conv_norm_act_block(channels=8, size=16)
     graph = import_graph(model)
     cost = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"), kernel_cache=tmp_path)
@@ -371,7 +371,7 @@ def test_a_candidate_a_library_refuses_is_dropped_with_its_reason(tmp_path: Path
     from kernorch.codegen.library.call import describe_library_call
 
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-             if b == "library"]  # fmt: skip
+             if b.stateful]  # fmt: skip
     assert calls and not any(call.post_ops for call in calls)
     x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
     (expected,) = run_onnxruntime(model, {"x": x}, 2).values()
@@ -399,7 +399,7 @@ def test_a_kernel_that_computes_a_wrong_result_is_dropped(tmp_path: Path,
 
 
 def _every_conv_refused(render: Any) -> Any:
-    """render_library_call, with every convolution call made to fail when it is created (oneDNN status 2)."""
+    """oneDNN's renderer, with every convolution call made to fail when it is created (oneDNN status 2)."""
 
     def planted(name: str, call: Any) -> str:
         code = render(name, call)
@@ -422,38 +422,37 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
     import subprocess
     import sys
 
-    import kernorch.codegen.backends as backends
-    import kernorch.codegen.program.plan as plan_module
+    from kernorch.codegen.backends import ONEDNN, REFERENCE, registry
     from kernorch.options import Options
     from kernorch.pipeline import compile_plan, import_graph
     from kernorch.tools.bench import unfused_plan
     from kernorch.tools.check import run_onnxruntime
     from kernorch.tools.demo_models import conv_norm_act_block
 
-    monkeypatch.setattr(backends, "_REFUSED", {})
-    monkeypatch.setattr(plan_module, "render_library_call", _every_conv_refused(plan_module.render_library_call))
+    monkeypatch.setattr(registry, "_REFUSED", {})
+    monkeypatch.setattr(ONEDNN, "render_call", _every_conv_refused(ONEDNN.render_call))
     model = conv_norm_act_block(channels=8, size=16)
     options = Options(cache_dir=tmp_path, layout="nchw")
     result = orchestrate(import_graph(model),
                          ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"), kernel_cache=tmp_path))
     plan = result.plan
     if planned == "unfused":
-        backends._REFUSED.clear()  # nothing learned from profiling: the executor meets the refusal itself
+        registry._REFUSED.clear()  # nothing learned from profiling: the executor meets the refusal itself
         plan = unfused_plan(result)
     compiled = compile_plan(result, options, plan)
     convs = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
              if any(n.prim == "conv" for n in k.primitives)]  # fmt: skip
-    assert "reference" in convs and "library" not in convs  # (a depthwise conv is generated C either way)
+    assert REFERENCE in convs and ONEDNN not in convs  # (a depthwise conv is generated C either way)
     x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
     (expected,) = run_onnxruntime(model, {"x": x}, 2).values()
     np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-5)
     directory = compiled.save(tmp_path / "plan")
     np.save(tmp_path / "x.npy", x)
     script = ("import sys, numpy as np, kernorch; m = kernorch.load(sys.argv[1], cache_dir=sys.argv[3]); "
-              "print(m.executor.backends.count('reference')); "
+              "print(sum(not b.native for b in m.executor.backends)); "
               "np.save(sys.argv[2], m.run({'x': np.load(sys.argv[4])})['y'])")
     done = subprocess.run([sys.executable, "-c", script, str(directory), str(tmp_path / "y.npy"), str(tmp_path),
                            str(tmp_path / "x.npy")], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[-1]) >= convs.count("reference")
+    assert int(done.stdout.split()[-1]) >= convs.count(REFERENCE)
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kernorch.cost.profile_db import Measurement
@@ -52,21 +48,6 @@ def encode_kernel(kernel: CandidateKernel) -> dict[str, Any]:
 def decode_kernel(payload: dict[str, Any]) -> CandidateKernel:
     graph = graph_from_json(json.loads(payload["graph"]), payload["weights"])
     return make_kernel(graph, tuple(int(n) for n in payload["nodes"]), tuple(str(o) for o in payload["outputs"]))
-
-
-def measure_payloads(payloads: Sequence[dict[str, Any]], threads: int) -> dict[str, Any]:
-    """What a worker runs: measure the kernels here, return this machine's fingerprint and the measurements."""
-    from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel, isolate, signature
-
-    kernels = [decode_kernel(p) for p in payloads]
-    with tempfile.TemporaryDirectory(prefix="kernorch-worker-") as scratch:
-        database = ProfileDatabase(Path(scratch) / "profiles.sqlite")
-        model = ProfiledCostModel(database, threads)
-        model.prepare(kernels)
-        keys = [signature(isolate(k))[1] for k in kernels]
-        found = database.lookup(keys, model.machine)
-    rows = [[key, m.seconds, m.runs, m.spread, m.contended] for key, m in found.items()]
-    return {"machine": model.machine, "results": rows, "worker": f"{socket.gethostname()}:{os.getpid()}"}
 
 
 def _ray() -> Any:
@@ -103,10 +84,14 @@ def validated(reply: Any, asked: set[str]) -> tuple[list[RemoteResult], int]:
     return kept, len(reply["results"]) - len(kept)
 
 
-def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: int, progress: Progress | None = None,
-                   keys: Sequence[str] | None = None) -> list[RemoteResult]:  # fmt: skip
-    """Measure `kernels` (isolated) on the Ray cluster at `address` ("" = RAY_ADDRESS or a local instance).
-    `keys`: their signatures, the only ones a reply may carry (by default computed here)."""
+Worker = Callable[[Sequence[dict[str, Any]], int], dict[str, Any]]
+
+
+def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: int, keys: Sequence[str],
+                   worker: Worker, progress: Progress | None = None) -> list[RemoteResult]:  # fmt: skip
+    """Measure `kernels` (isolated) on the Ray cluster at `address` ("" = RAY_ADDRESS or a local instance) by
+    running `worker` (cost/profile.py's `measure_payloads`) there on chunks of encoded kernels. `keys`: their
+    signatures, the only ones a reply may carry."""
     ray = _ray()
     if not kernels:
         return []
@@ -121,12 +106,8 @@ def measure_on_ray(address: str, kernels: Sequence[CandidateKernel], threads: in
                                      f"{str(error).strip().splitlines()[0][:200]}") from None  # fmt: skip
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     cpus = min(int(n["Resources"].get("CPU", 1)) for n in nodes) if nodes else 1
-    task = ray.remote(num_cpus=max(cpus, 1))(measure_payloads)  # a whole node per task: no timing side by side
+    task = ray.remote(num_cpus=max(cpus, 1))(worker)  # a whole node per task: no timing side by side
     size = min(MAX_CHUNK, -(-len(kernels) // max(len(nodes), 1)))  # one chunk per node, at most MAX_CHUNK
-    if keys is None:
-        from kernorch.cost.profile import signature
-
-        keys = [signature(kernel)[1] for kernel in kernels]
     starts = range(0, len(kernels), size)
     pending = {task.remote([encode_kernel(k) for k in kernels[i: i + size]], threads): set(keys[i: i + size])
                for i in starts}  # fmt: skip

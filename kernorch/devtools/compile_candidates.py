@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import Backend, choose_backend
 from kernorch.codegen.program.compiler import CompileError, compile_source
 from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
 from kernorch.cost.model import CostModel
@@ -36,7 +36,6 @@ from kernorch.cost.verify import output_mismatch
 from kernorch.errors import KernorchError
 from kernorch.ir.kernel import CandidateKernel
 
-COMPILED_BACKENDS = ("c", "library")  # a view runs no code
 RUN_THREADS = 2
 
 
@@ -49,7 +48,7 @@ class Failure:
 @dataclass(frozen=True)
 class _Item:
     key: str
-    backend: str
+    backend: Backend
     kernel: CandidateKernel
 
 
@@ -83,7 +82,7 @@ class CompilingCost:
         compiler run per prepared window would spend its time on the prelude)."""
         for candidate in candidates:
             backend, _ = choose_backend(candidate)
-            if backend not in COMPILED_BACKENDS:
+            if backend is None or not backend.native or not backend.runs_code:  # a view runs no code
                 continue
             isolated = isolate(candidate)
             try:
@@ -127,7 +126,7 @@ class CompilingCost:
         return failures, built
 
     def _compile_unit(self, items: list[_Item]) -> tuple[Path, list[NativePlan]]:
-        plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.backend], tasks=item.backend == "c")
+        plans = [render_plan(f"p{item.key[:16]}", [item.kernel], [item.backend], tasks=not item.backend.stateful)
                  for item in items]  # fmt: skip
         return compile_source(translation_unit(plans), self.cache_dir), plans
 

@@ -72,7 +72,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "valid = (whole >= low) & (whole < high)", "valid = whole == whole", (SEMANTICS,)),
     Mutant("INT_MIN / -1 divides (a trap)", "kernorch/codegen/c/prelude.py",
            "return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;", "return a / b;", (DIVISION_EDGES,)),
-    Mutant("a lone primitive a library refuses is dropped, not run by its reference", "kernorch/codegen/backends.py",
+    Mutant("a lone primitive a library refuses is dropped, not run by its reference",
+           "kernorch/codegen/backends/registry.py",
            "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
            "    if True:\n        return False\n    _REFUSED", (REFUSED_PRIMITIVE,)),
     # one model, many callers
@@ -151,7 +152,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"({args[0]} ? {args[1]} : {args[2]})"', 'f"({args[0]} ? {args[2]} : {args[1]})"',
            (GIR_RENDERER, RANDOM_PLANS)),
     Mutant("GIR hoists what varies along an unrolled or row loop", "kernorch/codegen/gir/lower.py",
-           'outer = 0 if any(_mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]',
+           'outer = 0 if any(mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]',
            'outer = ctx["outer"]', (GIR_RENDERER, RANDOM_PLANS, EXECUTOR)),
     Mutant("index remainder bound off by one", "kernorch/codegen/loops/indexing.py",
            "if bounds is not None and bounds[0] >= 0 and bounds[1] < n:",

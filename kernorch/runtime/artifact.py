@@ -16,20 +16,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kernorch.codegen.backends import refuse_native, refused_native
 from kernorch.codegen.program.compiler import CFLAGS, compiler_identity
 from kernorch.errors import KernorchError
-from kernorch.ir.graph import verify
-from kernorch.ir.kernel import make_kernel
+from kernorch.ir.graph import Graph, verify
+from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.plan import validate_plan
 from kernorch.ir.serialize import constants_npz, graph_from_json, graph_to_json
 from kernorch.ir.types import TensorType
 from kernorch.machine import cpu_model, isa_digest, isa_flags
 from kernorch.options import check_threads
-from kernorch.runtime.compiled import CompiledModel
 from kernorch.runtime.executor import generate_source
 from kernorch.runtime.memory import check_fits
 
@@ -52,7 +52,28 @@ def manifest_digest(plan: dict[str, Any]) -> str:
     return _digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-def save_model(model: CompiledModel, target: Path) -> Path:
+class SavablePlan(Protocol):
+    """What a saved plan holds (a compiled model has it)."""
+
+    graph: Graph
+    kernels: list[CandidateKernel]
+    costs: list[float]
+    threads: int
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """A plan directory's content, verified: what a compiled model is built from (runtime/compiled.py)."""
+
+    graph: Graph
+    kernels: list[CandidateKernel]
+    costs: list[float]
+    threads: int
+    metadata: dict[str, Any]
+
+
+def save_plan(model: SavablePlan, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     graph = model.graph
     (target / "weights.npz").write_bytes(constants_npz(graph))
@@ -114,9 +135,8 @@ def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
     return data
 
 
-def load_model(directory: str | os.PathLike[str], threads: int | None = None,
-               cache_dir: Path | None = None, runtime: str = "kernels") -> CompiledModel:  # fmt: skip
-    """Load a saved plan without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
+def read_plan(directory: str | os.PathLike[str], threads: int | None = None) -> SavedPlan:
+    """A saved plan, read without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
     if threads is not None:
         check_threads(threads)
     source = Path(directory)
@@ -156,9 +176,7 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None,
     if regenerated.encode() != shipped_source:
         raise ArtifactError(f"{source / 'kernels.c'} is not the code plan.json generates (edited, or from "
                             "another kernorch version); refusing to build it")  # fmt: skip
-    # The library is built here from the verified source (cached by source, flags, compiler and ISA).
-    model = CompiledModel(graph, kernels, costs, threads or saved_threads, metadata, cache_dir, runtime)
     built_on = plan.get("built_on", {})
     if isinstance(built_on, dict) and built_on.get("isa_digest") != isa_digest():
-        model.metadata = {**metadata, "rebuilt_for_this_cpu": True}
-    return model
+        metadata = {**metadata, "rebuilt_for_this_cpu": True}
+    return SavedPlan(graph, kernels, costs, threads or saved_threads, metadata)

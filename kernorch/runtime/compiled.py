@@ -13,6 +13,7 @@ import numpy as np
 from kernorch.errors import InputMismatch
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
+from kernorch.runtime.artifact import read_plan, save_plan
 from kernorch.runtime.executor import PlanExecutor
 
 
@@ -60,6 +61,12 @@ class CompiledModel:
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the plan as data (plan.json, weights.npz) plus its C source and library; see `kernorch.load`."""
-        from kernorch.runtime.artifact import save_model
+        return save_plan(self, Path(directory))
 
-        return save_model(self, Path(directory))
+
+def load_model(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
+               runtime: str = "kernels") -> CompiledModel:  # fmt: skip
+    """Load a saved plan without re-tuning (runtime/artifact.py refuses anything corrupted, tampered with or
+    inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA)."""
+    saved = read_plan(directory, threads)
+    return CompiledModel(saved.graph, saved.kernels, saved.costs, saved.threads, saved.metadata, cache_dir, runtime)

@@ -25,11 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend, refuse_native
+from kernorch.codegen.backends import REFERENCE, Backend, choose_backend, plan_views, refuse_native
 from kernorch.codegen.program.compiler import compile_source, load_library
 from kernorch.codegen.program.plan import NativePlan, render_plan
 from kernorch.codegen.program.rprogram import MAX_VEUS
-from kernorch.codegen.views import plan_views
 from kernorch.errors import KernorchError
 from kernorch.ir import foreign
 from kernorch.ir.graph import Graph
@@ -65,7 +64,7 @@ def generate_source(kernels: list[CandidateKernel]) -> tuple[str, NativePlan]:
     return plan.source, plan
 
 
-def _backend(kernel: CandidateKernel) -> str:
+def _backend(kernel: CandidateKernel) -> Backend:
     backend, reason = choose_backend(kernel)
     if backend is None:
         raise KernorchError(f"no backend can run {kernel.describe()}: {reason}")
@@ -175,7 +174,7 @@ class PlanExecutor:
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
-        self.backends: list[str] = []
+        self.backends: list[Backend] = []
         for i, kernel in enumerate(kernels):
             backend, reason = choose_backend(kernel)
             if backend is None:
@@ -209,11 +208,11 @@ class PlanExecutor:
                 break
             except LibraryRefused as refusal:
                 k = refusal.kernel
-                if k is None or not 0 <= k < len(kernels) or self.backends[k] == "reference" or \
+                if k is None or not 0 <= k < len(kernels) or not self.backends[k].native or \
                         not refuse_native(kernels[k], str(refusal).removeprefix("cannot create the plan's library "
                                                                              "kernels: ")[:300]):  # fmt: skip
                     raise
-                self.backends[k] = "reference"
+                self.backends[k] = REFERENCE
         if runtime == "rprogram":
             self.build_rprogram()
 
@@ -316,7 +315,7 @@ class PlanExecutor:
         reads: list[list[tuple[int, int]]] = []
         writes: list[list[tuple[int, int]]] = []
         for kernel, backend in zip(self.kernels, self.backends, strict=True):
-            touched = ([], []) if backend == "view" else (kernel.inputs, kernel.outputs)
+            touched = (kernel.inputs, kernel.outputs) if backend.runs_code else ([], [])
             reads.append([_interval(workspace.buffers[v]) for v in touched[0]])
             writes.append([_interval(workspace.buffers[v]) for v in touched[1]])
         predecessors = unit_dependencies(units, kernel_dependencies(reads, writes))

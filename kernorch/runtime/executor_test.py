@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernorch.codegen.backends import NotGeneratable, choose_backend
+from kernorch.codegen.backends import GENERATED_C, LSTM_SCAN, ONEDNN, VIEW, NotGeneratable, choose_backend
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.plan import executable_order, validate_plan
@@ -272,7 +272,7 @@ def test_layout_and_window_primitives(case: str) -> None:
         assert out_shape is not None
         graph = _single(prim, {"x": TensorType(in_shape, F32)}, attrs, TensorType(out_shape, F32))
     kernel = make_kernel(graph, (0,), tuple(graph.outputs))
-    assert choose_backend(kernel)[0] == ("view" if prim == "reshape" else "c")  # a lone reshape is an alias
+    assert choose_backend(kernel)[0] is (VIEW if prim == "reshape" else GENERATED_C)  # a lone reshape is an alias
     expected = run_reference(graph, {"x": x})
     actual = PlanExecutor(graph, [kernel])({"x": x})
     for name in expected:
@@ -287,7 +287,7 @@ def test_gather_and_concat_and_out_of_range_index() -> None:
     graph.nodes = [Node("gather", ("table", "ids"), ("y",), (("axis", 0),))]
     verify(graph)
     kernel = make_kernel(graph, (0,), ("y",))
-    assert choose_backend(kernel)[0] == "c"
+    assert choose_backend(kernel)[0] is GENERATED_C
     executor = PlanExecutor(graph, [kernel])
     ids = np.array([[0, 9, -1], [3, 3, 2]], dtype=np.int64)
     np.testing.assert_array_equal(executor({"ids": ids})["y"], run_reference(graph, {"ids": ids})["y"])
@@ -326,7 +326,7 @@ def test_lstm_scan_template_matches_onnxruntime(direction: str, batch: int, hidd
     compiled = compile(model, cost="analytic", threads=threads)
     scan = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
             if k.primitives[0].prim == "lstm_recurrence"]  # fmt: skip
-    assert scan == ["c"]
+    assert scan == [LSTM_SCAN]
     got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
@@ -374,7 +374,7 @@ def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     compiled = compile(model, cost="analytic")
-    assert compiled.executor.backends == ["library"]  # one oneDNN matmul with the bias argument
+    assert compiled.executor.backends == [ONEDNN]  # one oneDNN matmul with the bias argument
     assert "DNNL_ARG_BIAS" in compiled.executor.source
     np.testing.assert_allclose(compiled.run({"a": a})["y"], run_onnxruntime(model, {"a": a})["y"], rtol=1e-6, atol=1e-6)
 
@@ -401,7 +401,7 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     compiled = compile(model, cost="analytic")
-    assert compiled.executor.backends == ["library", "library"]  # no transposing copy before either call
+    assert compiled.executor.backends == [ONEDNN, ONEDNN]  # no transposing copy before either call
     expected = run_onnxruntime(model, {"q": q, "k": k})
     actual = compiled.run({"q": q, "k": k})
     for name in ("s", "p"):
@@ -466,12 +466,12 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     compiled = compile(model, cost="analytic")
     summaries = [absorbed_summary(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-                 if b == "library"]  # fmt: skip
+                 if b.stateful]  # fmt: skip
     # the split became a slice per piece (rewrite split-to-slices), each read by its matmul through strides
     assert sum((s or "").count("strided operand (slice → reshape → transpose") for s in summaries) == 3, summaries
-    assert all(b in ("library", "c", "view") for b in compiled.executor.backends)
+    assert all(b in (ONEDNN, GENERATED_C, VIEW) for b in compiled.executor.backends)
     layout_kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-                      if b == "c" and all(n.prim in ("split", "reshape", "transpose") for n in k.primitives)]
+                      if b is GENERATED_C and all(n.prim in ("split", "reshape", "transpose") for n in k.primitives)]
     assert not layout_kernels, [k.describe() for k in layout_kernels]  # no copy of q, k or v
     np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
@@ -522,7 +522,7 @@ def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     compiled = compile(model, cost="analytic")
-    assert compiled.executor.backends == ["library", "library"]
+    assert compiled.executor.backends == [ONEDNN, ONEDNN]
     source = compiled.executor.source
     assert "s_padded[] = {160, 1}" in source and "s_padded[] = {6400, 160, 1}" in source
     feeds = {"x": x, "xb": xb}
@@ -552,7 +552,8 @@ def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
     compiled = compile(model, cost="analytic", device="a100", layout=layout)
     conv_kernels = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
                     if any(compiled.graph.nodes[i].prim == "conv" for i in k.nodes)]  # fmt: skip
-    assert conv_kernels == (["c"] if layout == "nchw" else ["library"])
+    # channels-last: a library-shaped call (oneDNN's, or kernorch's own depthwise conv where it is faster)
+    assert conv_kernels == [GENERATED_C] if layout == "nchw" else [b.stateful for b in conv_kernels] == [True]
     np.testing.assert_allclose(compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
 

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from kernorch.codegen.backends import VIEW
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -79,7 +80,7 @@ def _view_graph(view_is_output: bool) -> tuple[Graph, list]:
 def test_a_view_shares_its_source_and_keeps_it_alive(view_is_output: bool) -> None:
     graph, kernels = _view_graph(view_is_output)
     executor = PlanExecutor(graph, kernels)
-    assert executor.backends[1] == "view"
+    assert executor.backends[1] is VIEW
     assert "b" not in executor.memory.placements  # type: ignore[union-attr]  # no bytes of its own
     assert np.shares_memory(executor.buffers["b"], executor.buffers["a"])
     a = executor.memory.placements["a"]  # type: ignore[union-attr]

@@ -305,13 +305,12 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
 def memory_report(plan: Plan) -> dict[str, int]:
     """The plan's static memory: the arena's peak bytes next to one buffer per intermediate value, and how many
     kernels are views (run no code: a reshape, contiguous slice or split, a concat its producers write into)."""
-    from kernorch.codegen.backends import choose_backend
-    from kernorch.codegen.views import plan_views
+    from kernorch.codegen.backends import REFERENCE, choose_backend, plan_views
     from kernorch.runtime.memory import plan_memory
 
-    backends, views = plan_views(plan.kernels, [choose_backend(k)[0] or "reference" for k in plan.kernels])
+    backends, views = plan_views(plan.kernels, [choose_backend(k)[0] or REFERENCE for k in plan.kernels])
     memory = plan_memory(plan.graph, plan.kernels, {value: source for value, (source, _) in views.items()})
-    view_kernels = sum(1 for b in backends if b == "view")
+    view_kernels = sum(1 for b in backends if not b.runs_code)
     return {"arena_bytes": memory.arena_bytes, "unshared_bytes": memory.unshared_bytes, "kernels": len(backends),
             "view_kernels": view_kernels, "kernels_running_code": len(backends) - view_kernels}  # fmt: skip
 

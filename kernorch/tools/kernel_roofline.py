@@ -116,7 +116,7 @@ def memory_kernels(executor: PlanExecutor, feeds: Mapping[str, np.ndarray], leve
     times = executor.kernel_times(feeds, repeats)
     rows = []
     for k, (kernel, backend, seconds) in enumerate(zip(executor.kernels, executor.backends, times, strict=True)):
-        if backend != "c" or any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
+        if not backend.has_gir or any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
             continue  # library calls, and C that is not memory-bound (the LSTM scan, depthwise convolutions)
         moved = kernel_bytes(kernel)
         gir = kernel_gir(kernel, executor.threads) if math else None

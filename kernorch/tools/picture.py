@@ -18,19 +18,19 @@ from pathlib import Path
 
 import graphviz
 
-from kernorch.codegen.backends import choose_backend
-from kernorch.codegen.library.call import absorbed_summary, describe_library_call
-from kernorch.codegen.library.onednn import library_implementation
-from kernorch.codegen.views import plan_views
+from kernorch.codegen.backends import ONNXRUNTIME, REFERENCE, choose_backend, plan_views
+from kernorch.codegen.library.call import absorbed_summary
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.orchestrate import OrchestrationResult
 
-COLOURS = {"library": "#cfe2ff", "c": "#ffe5b4", "view": "#ffffff", "reference": "#e9ecef",
-           "onnxruntime": "#f8d7da"}  # fmt: skip
-LEGEND = {"library": "library call (oneDNN / direct C conv)", "c": "generated C", "view": "view (no copy)",
-          "reference": "reference kernel", "onnxruntime": "onnxruntime fallback"}  # fmt: skip
+# by Backend.family
+COLOURS = {"library call": "#cfe2ff", "native C": "#e0cffc", "generated C": "#ffe5b4", "view": "#ffffff",
+           "reference": "#e9ecef", "onnxruntime": "#f8d7da"}  # fmt: skip
+LEGEND = {"library call": "library call (oneDNN)", "native C": "native C (direct convs, LSTM templates)",
+          "generated C": "generated C", "view": "view (no copy)", "reference": "reference kernel",
+          "onnxruntime": "onnxruntime fallback"}  # fmt: skip
 
 
 class GraphvizMissing(KernorchError):
@@ -44,23 +44,23 @@ class KernelView:
     index: int
     kernel: CandidateKernel
     cost: float
-    kind: str  # a COLOURS key
+    kind: str  # its backend's family: a COLOURS key
     title: str  # e.g. "oneDNN conv (channels-last) ← bias, swish" or "generated C"
 
 
 def kernel_views(kernels: Sequence[CandidateKernel], costs: Sequence[float]) -> list[KernelView]:
     views = []
     chosen = [choose_backend(kernel) for kernel in kernels]
-    backends, _ = plan_views(kernels, [backend or "reference" for backend, _ in chosen])  # a concat may copy
+    backends, _ = plan_views(kernels, [backend or REFERENCE for backend, _ in chosen])  # a concat may copy
     for index, (kernel, cost) in enumerate(zip(kernels, costs, strict=True)):
         backend, reason = backends[index], chosen[index][1]
         if backend != chosen[index][0]:
             reason = "generated C (its inputs cannot be placed inside the output)"
-        kind = "onnxruntime" if any(n.prim == "onnx_node" for n in kernel.primitives) else backend
+        kind = backend.family
         absorbed = absorbed_summary(kernel)
         if absorbed is not None:
-            title = f"{library_implementation(describe_library_call(kernel))}: {absorbed}"
-        elif kind == "onnxruntime":
+            title = f"{backend.summary(kernel)}: {absorbed}"
+        elif backend is ONNXRUNTIME:
             title = "onnxruntime: " + ", ".join(n.attr("op_type") for n in kernel.primitives)
         else:
             title = reason

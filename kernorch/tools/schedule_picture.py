@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from kernorch.codegen.backends import Backend
 from kernorch.errors import KernorchError
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.timing import time_call
 from kernorch.schedule.simulate import simulate
 
 RUNS = 20
-BACKEND_COLOURS = {"c": "Oranges", "library": "Blues", "reference": "Greys"}
+BACKEND_COLOURS = {"generated C": "Oranges", "native C": "Purples", "library call": "Blues", "reference": "Greys"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _overlaps(spans: list[tuple[int, int, float, float]]) -> tuple[float, list[t
     return total, pairs
 
 
-def draw_schedule(path: str | Path, report: ScheduleReport, backends: list[str], veus: int, title: str) -> Path:
+def draw_schedule(path: str | Path, report: ScheduleReport, backends: list[Backend], veus: int, title: str) -> Path:
     try:
         import matplotlib
 
@@ -92,7 +93,7 @@ def draw_schedule(path: str | Path, report: ScheduleReport, backends: list[str],
     figure, axes = plt.subplots(figsize=(14, 1.2 + 0.9 * (veus + 1)))
     maps = {name: plt.get_cmap(cmap) for name, cmap in BACKEND_COLOURS.items()}
     for kernel, veu, start, end in report.spans:
-        colour = maps.get(backends[kernel], maps["reference"])(0.35 + 0.5 * ((kernel * 0.618) % 1.0))
+        colour = maps.get(backends[kernel].family, maps["reference"])(0.35 + 0.5 * ((kernel * 0.618) % 1.0))
         rows = range(veus) if veu < 0 else [veu]  # a device-wide call occupies every vEU
         for row in rows:
             axes.broken_barh([(start * 1e3, (end - start) * 1e3)], (row - 0.4, 0.8), facecolors=colour,

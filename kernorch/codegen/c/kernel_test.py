@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -37,7 +37,7 @@ def _parallel_lines(source: str) -> list[tuple[str, str]]:
 def test_a_long_innermost_loop_under_one_outer_iteration_is_shared_out() -> None:
     graph = _gelu_graph((1, 512, 128))
     kernel = make_kernel(graph, (0, 1, 2, 3), ("y",))
-    regions = _parallel_lines(render_c("k", kernel))
+    regions = _parallel_lines(GENERATED_C.source("k", kernel))
     assert len(regions) == 1, regions
     pragma, loop = regions[0]
     assert "simd" in pragma and "65536" in loop, regions  # the flattened [512, 128] loop, not the outer [1]
@@ -62,7 +62,7 @@ def _softmax_max_graph(rows: int, width: int, prim: str) -> Graph:
 def test_float_max_and_min_are_simd_reductions_that_propagate_nan(prim: str, width: int) -> None:
     graph = _softmax_max_graph(64, width, prim)
     kernel = make_kernel(graph, (0, 1, 2), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert f"#pragma omp simd reduction({prim[7:]}:" in source, source
     x = np.random.default_rng(1).standard_normal((64, width)).astype(np.float32)
     x[3, width - 1] = np.nan  # the last element (the vector loop's tail when the width is not a multiple of 16)
@@ -91,14 +91,14 @@ def test_a_transposing_read_is_walked_in_tiles(shape: tuple[int, ...], perm: tup
     out_shape = tuple(shape[p] for p in perm)
     graph.types.update(t=TensorType(out_shape, "float32"), y=TensorType(out_shape, "float32"))
     kernel = make_kernel(graph, (0, 1), ("y",))
-    assert "_t += 16" in render_c("k", kernel)
+    assert "_t += 16" in GENERATED_C.source("k", kernel)
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(PlanExecutor(graph, [kernel])({"x": x})["y"], np.maximum(x.transpose(perm), 0))
 
 
 def test_a_contiguous_read_is_not_tiled() -> None:
     kernel = make_kernel(_gelu_graph((2, 64, 64)), (0, 1, 2, 3), ("y",))
-    assert "_t += 16" not in render_c("k", kernel)
+    assert "_t += 16" not in GENERATED_C.source("k", kernel)
 
 
 def _reduce_then_subtract_graph(shape: tuple[int, int, int]) -> Graph:
@@ -169,7 +169,7 @@ def test_a_short_innermost_loop_is_unrolled_and_the_loop_outside_it_vectorized(
     graph.types["y"] = TensorType(tuple(shape[p] for p in perm), "float32")
     graph.nodes.append(Node("transpose", ("x",), ("y",), (("perm", perm),)))
     kernel = make_kernel(graph, (0,), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     short = graph.types["y"].shape[-1]
     assert f"#pragma GCC unroll {short}" in source, source
     lines = [line.strip() for line in source.splitlines()]
@@ -192,7 +192,7 @@ def test_a_pool_along_one_axis_reads_whole_rows_of_the_others(prim: str) -> None
     graph.nodes.append(Node(prim, ("x",), ("y",), attrs))
     graph.types["y"] = TensorType((1, 10, 12, 24), "float32")
     kernel = make_kernel(graph, (0,), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert f"< {12 * 24}; m++)" in source, source  # one loop over the merged row
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],

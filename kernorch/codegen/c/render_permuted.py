@@ -9,20 +9,35 @@ array, and the rest of the body a vector loop over the block's positions, readin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kernorch.codegen.c.expr import c_literal
 from kernorch.codegen.c.prelude import V16_TYPEDEF
-from kernorch.codegen.gir.graph import MOVE, OUTER, GOperator
+from kernorch.codegen.gir.graph import MOVE, OUTER, Gir, GirPhase, GOperator
 from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.gir.sharing import Sharing, loop_headers
-
-if TYPE_CHECKING:
-    from kernorch.codegen.c.render import _Phase
+from kernorch.codegen.loops.describe import Tree
 
 
+class PhaseRenderer(Protocol):
+    """What this module needs of the renderer of one phase (c/render.py's, which calls `permuted_lines`)."""
 
-def permuted_lines(renderer: _Phase, sharing: Sharing) -> list[str]:
+    gir: Gir
+    phase: GirPhase
+    counter: list[int]
+    types: dict[str, str]  # buffer -> its C type
+    names: dict[int, str]  # register slice -> the C temporary or literal holding it
+    ctypes: dict[int, str]  # register slice -> its C type
+
+    def index(self, tree: Tree, op: GOperator) -> str: ...
+
+    def temp(self, register: int, ctype: str, expression: str) -> str: ...
+
+    def statement(self, op: GOperator) -> list[str]: ...
+
+
+
+def permuted_lines(renderer: PhaseRenderer, sharing: Sharing) -> list[str]:
     phase, gir = renderer.phase, renderer.gir
     *outer, _, _ = phase.loops
     row = row_loops_of(phase.loops)
@@ -72,18 +87,18 @@ def permuted_lines(renderer: _Phase, sharing: Sharing) -> list[str]:
             *("}" for _ in outer), "}"]  # fmt: skip
 
 
-def _buffer(renderer: _Phase, op: GOperator) -> str | None:
+def _buffer(renderer: PhaseRenderer, op: GOperator) -> str | None:
     if op.kind != MOVE:
         return None
     return renderer.gir.slices[op.reads[0] if op.name == "load" else op.writes[0]].buffer
 
 
-def _fresh(renderer: _Phase, prefix: str) -> str:
+def _fresh(renderer: PhaseRenderer, prefix: str) -> str:
     renderer.counter[0] += 1
     return f"{prefix}{renderer.counter[0]}"
 
 
-def _table_block(renderer: _Phase, op: GOperator, table_name: str, row: tuple[str, str, int, int],
+def _table_block(renderer: PhaseRenderer, op: GOperator, table_name: str, row: tuple[str, str, int, int],
                  first: int) -> list[str]:  # fmt: skip
     """A table read per output position (a resize's weights by residue) as the block's constant array."""
     table = renderer.gir.tables[table_name]
@@ -95,7 +110,7 @@ def _table_block(renderer: _Phase, op: GOperator, table_name: str, row: tuple[st
     return [f"static const {ctype} {name}[{VECTOR}] __attribute__((aligned(64))) = {{{literals}}};"]
 
 
-def _permuted_block(renderer: _Phase, op: GOperator, source: str, access: RowAccess, first: int) -> list[str]:
+def _permuted_block(renderer: PhaseRenderer, op: GOperator, source: str, access: RowAccess, first: int) -> list[str]:
     """A read of an input row for the block's positions: one shuffle of the row's registers (or, without the
     compiler's shuffle, each lane read from the row's array)."""
     block = access.lanes[first : first + VECTOR]

@@ -53,7 +53,7 @@ from kernorch.codegen.gir.reductions import (
 from kernorch.codegen.gir.row_permute import permutable, row_access, row_loops_of
 from kernorch.codegen.gir.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
-from kernorch.codegen.gir.tiling import _mentions, _stride, reads_transposed, rows_share_a_set, transposed_copy
+from kernorch.codegen.gir.tiling import mentions, reads_transposed, rows_share_a_set, stride_along, transposed_copy
 from kernorch.codegen.gir.variance import one_pass_columns, one_pass_variance
 from kernorch.codegen.loops.describe import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
 from kernorch.codegen.loops.indexing import Digit, linearize
@@ -102,8 +102,8 @@ class _Lowering:
         `short` is the unrolled innermost loop (var, size) of a `short_innermost` phase: an access strided by
         its size along `inner` and unit-stride along it is interleaved, the unrolled blocks sharing its lines."""
         itemsize = int(np.dtype(self.dtypes.get(buffer, "float32")).itemsize)
-        stride = 0 if inner is None or not _mentions(index, inner) else _stride(index, inner, ranges)
-        interleaved = short is not None and stride == short[1] and _stride(index, short[0], ranges) == 1
+        stride = 0 if inner is None or not mentions(index, inner) else stride_along(index, inner, ranges)
+        interleaved = short is not None and stride == short[1] and stride_along(index, short[0], ranges) == 1
         if stride == 0:
             count, width, step = 1, 1, 0
         elif stride == 1 or interleaved or (tiled and stride is not None):  # a tiled transpose reads whole lines
@@ -117,11 +117,11 @@ class _Lowering:
         """Lower a value tree; returns the register slice holding it."""
         kind = tree[0]
         lanes, inner = ctx["lanes"], ctx["inner"]
-        invariant = inner is None or not _mentions(tree, inner)
+        invariant = inner is None or not mentions(tree, inner)
         blocks = ctx["blocks"]
         # a value that changes along a loop the renderer keeps around the innermost one (an unrolled short
         # innermost loop, a row step's loops) cannot run before it
-        outer = 0 if any(_mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]
+        outer = 0 if any(mentions(tree, var) for var in ctx["pinned"]) else ctx["outer"]
         if kind == "load" and ctx["permuted"]:
             permuted = self.permuted_row(tree, ctx, invariant, outer)
             if permuted is not None:
@@ -326,7 +326,7 @@ def _affine_along(tree: Any, var: str, ranges: dict[str, int]) -> bool:
     if not isinstance(tree, tuple) or not tree:
         return True
     if tree[0] == "load":
-        return not _mentions(tree[2], var) or _stride(tree[2], var, ranges) is not None
+        return not mentions(tree[2], var) or stride_along(tree[2], var, ranges) is not None
     if tree[0] == "reduce":
         return True
     return all(_affine_along(c, var, ranges) for c in tree[1:])

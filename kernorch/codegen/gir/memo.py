@@ -34,7 +34,7 @@ def remembering() -> Iterator[None]:
         _active.pop()
 
 
-def _remembered(what: tuple[Any, ...], kernel: CandidateKernel, make: Callable[[], T]) -> T:
+def remembered(what: tuple[Any, ...], kernel: CandidateKernel, make: Callable[[], T]) -> T:
     if not _active:
         return make()
     memo = _active[-1]
@@ -56,9 +56,9 @@ def _remembered(what: tuple[Any, ...], kernel: CandidateKernel, make: Callable[[
 
 def described(kernel: CandidateKernel) -> KernelLoops:
     """describe(kernel), made once per kernel while remembering (raises NotGeneratable likewise)."""
-    return _remembered(("loops",), kernel, lambda: describe(kernel))
+    return remembered(("loops",), kernel, lambda: describe(kernel))
 
 
 def rewritten(kernel: CandidateKernel, threads: int = 2) -> Gir:
     """The kernel's GIR after the rewrite rules, made once per kernel and thread count while remembering."""
-    return _remembered(("gir", threads), kernel, lambda: optimize(lower(described(kernel), threads)))
+    return remembered(("gir", threads), kernel, lambda: optimize(lower(described(kernel), threads)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import kernorch.codegen.gir.memo as memo
-from kernorch.codegen.backends import choose_backend, render_c
+from kernorch.codegen.backends import GENERATED_C, choose_backend
 from kernorch.codegen.loops.describe import NotGeneratable, describe
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -36,17 +36,17 @@ def test_a_candidate_is_described_once_while_remembering(monkeypatch: pytest.Mon
     kernel = make_kernel(_graph("exp"), (0,), ("y",))
     with memo.remembering():
         choose_backend(kernel)
-        first = render_c("k", kernel)
+        first = GENERATED_C.source("k", kernel)
         memo.rewritten(kernel, 2)
         assert len(calls) == 1
-    assert render_c("k", kernel) == first and len(calls) == 2  # outside the block: described again
+    assert GENERATED_C.source("k", kernel) == first and len(calls) == 2  # outside the block: described again
 
 
 def test_another_graph_with_the_same_node_indices_is_described_for_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     _counting(monkeypatch)
     exp, tanh = (make_kernel(_graph(prim), (0,), ("y",)) for prim in ("exp", "tanh"))
     with memo.remembering():
-        assert "exp" in render_c("k", exp) and "tanh" in render_c("k", tanh)
+        assert "exp" in GENERATED_C.source("k", exp) and "tanh" in GENERATED_C.source("k", tanh)
 
 
 def test_a_refusal_is_remembered_and_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c, render_c_tasks
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -31,7 +31,7 @@ def test_a_reduction_with_nothing_around_it_is_split_among_threads(prim: str, wi
     none for a prime) in a register before the running value goes back to memory."""
     graph = _centred_graph((1, 96, width, 40), prim)
     kernel = make_kernel(graph, (0, 1), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     # each thread's 40 results padded to 48 floats (whole cache lines): no line shared between two threads
     assert "ko_parts[ko_team][48] __attribute__((aligned(64)))" in source, source
     assert "#pragma omp for collapse(2) schedule(static)" in source, source
@@ -53,7 +53,7 @@ def test_a_reduction_with_a_batch_to_share_out_is_not_split() -> None:
     """The batch is shared out; each image's sums run in a local array, 8 taps at a time in a register."""
     graph = _centred_graph((4, 48, 40, 40), "reduce_sum")
     kernel = make_kernel(graph, (0, 1), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert "ko_parts" not in source and "float ko_run = ko_acc[l3];" in source and "ko_r2 += 8) {" in source, source
     x = np.random.default_rng(1).standard_normal((4, 48, 40, 40)).astype(np.float32)
     got = PlanExecutor(graph, [kernel], threads=2)({"x": x})["y"]
@@ -64,7 +64,7 @@ def test_a_reduction_with_a_batch_to_share_out_is_not_split() -> None:
 def test_rtasks_keep_the_reduction_whole() -> None:
     """An rTask runs a share of a phase's iterations on its own: a split would need a combining step."""
     graph = _centred_graph((1, 96, 80, 40), "reduce_sum")
-    tasked = render_c_tasks("k_task", make_kernel(graph, (0, 1), ("y",)))
+    tasked = GENERATED_C.task_source("k_task", make_kernel(graph, (0, 1), ("y",)))
     assert tasked is not None and "ko_parts" not in tasked[0]
 
 
@@ -79,7 +79,7 @@ def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: s
              ("ceil_mode", False))  # fmt: skip
     graph.nodes.append(Node(prim, ("x",), ("y",), attrs))
     kernel = make_kernel(graph, (0,), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert f"ko_acc[{channels}];" in source, source
     assert source.count("#pragma GCC unroll 3") == 2  # the 3 x 3 taps written out
     x = np.random.default_rng(2).standard_normal((1, 15, 13, channels)).astype(np.float32)

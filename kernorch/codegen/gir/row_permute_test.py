@@ -9,7 +9,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.c.prelude import PRELUDE
 from kernorch.codegen.gir.graph import MOVE
 from kernorch.codegen.gir.lower import lower
@@ -54,7 +54,7 @@ def test_accesses_along_the_output_row_and_permuted_rows() -> None:
 
 def _kernel_source(graph: Graph) -> tuple[str, str]:
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
-    return render_c("k", kernel), optimize(lower(describe(kernel))).describe()
+    return GENERATED_C.source("k", kernel), optimize(lower(describe(kernel))).describe()
 
 
 @pytest.mark.parametrize(("width", "factor"), [(16, 2), (16, 8), (32, 4), (32, 8), (64, 2), (128, 2)])

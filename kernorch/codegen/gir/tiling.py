@@ -19,7 +19,7 @@ Tree = tuple[Any, ...]
 TILE = 16  # floats per 64-byte line
 
 
-def _stride(index: Tree, var: str, ranges: dict[str, int]) -> int | None:
+def stride_along(index: Tree, var: str, ranges: dict[str, int]) -> int | None:
     """Elements the index moves when `var` grows by one; None when it is not affine in `var`."""
     terms, _ = linearize(index, ranges)
     stride = 0
@@ -29,17 +29,17 @@ def _stride(index: Tree, var: str, ranges: dict[str, int]) -> int | None:
                 if term.divisor != 1 or term.radix is not None:
                     return None
                 stride = coefficient
-        elif _mentions(term, var):
+        elif mentions(term, var):
             return None
     return stride
 
 
-def _mentions(tree: Any, var: str) -> bool:
+def mentions(tree: Any, var: str) -> bool:
     if not isinstance(tree, tuple):
         return False
     if len(tree) == 2 and tree[0] == "var":
         return bool(tree[1] == var)
-    return any(_mentions(child, var) for child in tree[1:])
+    return any(mentions(child, var) for child in tree[1:])
 
 
 def _loads(tree: Any) -> list[Tree]:
@@ -61,10 +61,10 @@ def reads_transposed(phase: Phase) -> bool:
         return False
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
     a, b = phase.loop_vars[-2:]
-    if _stride(phase.store_index, b, ranges) != 1:
+    if stride_along(phase.store_index, b, ranges) != 1:
         return False
     for index in _loads(phase.expr):
-        along_b, along_a = _stride(index, b, ranges), _stride(index, a, ranges)
+        along_b, along_a = stride_along(index, b, ranges), stride_along(index, a, ranges)
         if along_a == 1 and along_b is not None and abs(along_b) >= TILE:
             return True
     return False
@@ -81,8 +81,8 @@ def transposed_copy(phase: Phase, dtypes: dict[str, str]) -> tuple[Tree, int, in
     for index in (expr[2], phase.store_index):
         if any(not isinstance(term, Digit) for term in linearize(index, ranges)[0]):
             return None  # a gathered or clamped index: element by element
-    stride_in, stride_out = _stride(expr[2], b, ranges), _stride(phase.store_index, a, ranges)
-    if _stride(expr[2], a, ranges) != 1 or stride_in is None or stride_out is None:
+    stride_in, stride_out = stride_along(expr[2], b, ranges), stride_along(phase.store_index, a, ranges)
+    if stride_along(expr[2], a, ranges) != 1 or stride_in is None or stride_out is None:
         return None
     return expr[2], stride_in, stride_out
 

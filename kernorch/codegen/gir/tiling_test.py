@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
@@ -34,7 +34,7 @@ def test_a_transposing_copy_moves_register_blocks_and_matches_the_reference(shap
                                                                            perm: tuple[int, ...]) -> None:  # fmt: skip
     graph = _transpose(shape, perm, None)
     kernel = make_kernel(graph, (0,), tuple(graph.outputs))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     want = run_reference(graph, {"x": x})[graph.outputs[0]]
     if perm[-1] == len(shape) - 1:  # the innermost axis stays: no transposed read, no tiles
@@ -54,7 +54,7 @@ def test_a_transposing_copy_moves_register_blocks_and_matches_the_reference(shap
 def test_a_transpose_with_computation_is_tiled_element_by_element() -> None:
     graph = _transpose((64, 96), (1, 0), "exp")
     kernel = make_kernel(graph, (0, 1), tuple(graph.outputs))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert "ko_transpose8(" not in source and "_t += 16" in source
     x = np.random.default_rng(1).standard_normal((64, 96)).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})[graph.outputs[0]],

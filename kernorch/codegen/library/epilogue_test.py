@@ -48,7 +48,7 @@ def compile_single_kernel(model: onnx.ModelProto, feeds: dict[str, np.ndarray], 
     compiled = kernorch.compile(model, cost="analytic", device="a100", layout=layout, rewrite=True)
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-5, atol=2e-5)
-    library = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b == "library"]
+    library = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b.stateful]
     assert len(library) == library_kernels, [[compiled.graph.nodes[i].prim for i in k.nodes] for k in compiled.kernels]
     summary = absorbed_summary(library[0])
     assert summary is not None

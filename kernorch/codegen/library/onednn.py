@@ -13,9 +13,6 @@ from __future__ import annotations
 from kernorch.codegen.c.expr import c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Eltwise
-from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
-from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
-from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
 from kernorch.ir.strided import row_major
 
 ONEDNN_PRELUDE = """#include <stdio.h>
@@ -79,25 +76,9 @@ def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
             "    }"]  # fmt: skip
 
 
-def library_implementation(call: LibraryCall) -> str:
-    """Which code runs `call`, for `kernorch explain`."""
-    if direct_conv_rejection(call) is None:
-        return "direct C convolution (few output channels)"
-    if depthwise_rejection(call) is None:
-        return "direct C depthwise convolution"
-    if winograd_rejection(call) is None:
-        return "Winograd F(2x2, 3x3) convolution in C"
-    return "oneDNN"
-
-
-def render_library_call(name: str, call: LibraryCall) -> str:
-    """C for one library kernel: a state struct and `<name>_create/_run/_destroy`."""
-    if direct_conv_rejection(call) is None:  # few output channels: oneDNN's vectors would sit mostly idle
-        return render_direct_conv(name, call)
-    if depthwise_rejection(call) is None:  # oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
-        return render_depthwise_conv(name, call)
-    if winograd_rejection(call) is None:  # oneDNN has no Winograd convolution without AVX-512
-        return render_winograd_conv(name, call)
+def render_onednn_call(name: str, call: LibraryCall) -> str:
+    """C for one oneDNN call: a state struct and `<name>_create/_run/_destroy` (the shape every library-call
+    backend renders: codegen/backends/library_calls.py)."""
     memories: list[tuple[str, Tensor, bool]] = [("DNNL_ARG_SRC", call.src, False),
                                                 ("DNNL_ARG_WEIGHTS", call.weights, call.weights.constant),
                                                 ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip

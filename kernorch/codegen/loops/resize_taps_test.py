@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.loops.resize_taps import periodic_taps, resize_taps
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
@@ -69,7 +69,7 @@ def test_an_innermost_upsampling_runs_residue_by_residue(factor: int, mode: str,
     registers instead: row_permute_test.py)."""
     graph = _upsampling((2, 3, 5, 24), factor, mode, then_add)
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert f"#pragma GCC unroll {factor}" in source, source  # the residues, around a loop over 24 inputs
     assert f"[{24 * factor * (4 if mode == 'cubic' else 2)}]" not in source, source  # no table of taps per output
     assert "simd reduction" not in source, source  # nothing in the loops sets err
@@ -83,7 +83,7 @@ def test_a_short_axis_keeps_its_table() -> None:
     """Three inputs along the axis leave too short a loop to vectorize: the taps stay a lookup table."""
     graph = _upsampling((2, 3, 5, 3), 2, "linear", False)
     kernel = make_kernel(graph, (0,), ("y",))
-    source = render_c("k", kernel)
+    source = GENERATED_C.source("k", kernel)
     assert "#pragma GCC unroll" not in source and "[12]" in source, source
     x = np.random.default_rng(2).standard_normal((2, 3, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],
@@ -111,7 +111,7 @@ def test_two_factors_on_one_axis_split_it_by_their_least_common_multiple() -> No
     reading input 2q + r // 2 for residue r."""
     graph = two_factor_upsampling(12)
     kernel = make_kernel(graph, (0, 1, 2), ("y",))
-    assert "#pragma GCC unroll 4" in render_c("k", kernel)
+    assert "#pragma GCC unroll 4" in GENERATED_C.source("k", kernel)
     rng = np.random.default_rng(3)
     feeds = {name: rng.standard_normal(graph.types[name].shape).astype(np.float32) for name in graph.inputs}
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])(feeds)["y"], run_reference(graph, feeds)["y"],

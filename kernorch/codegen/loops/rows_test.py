@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.loops.rows import kept_in_row
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
@@ -40,7 +40,7 @@ def _check(graph: Graph, atol: float = 1e-7) -> str:
     want = run_reference(graph, {"x": x})
     for name in graph.outputs:
         np.testing.assert_allclose(got[name], want[name], rtol=2e-6, atol=atol, err_msg=name)
-    return render_c("k", kernel)
+    return GENERATED_C.source("k", kernel)
 
 
 def test_softmax_computes_exp_once_per_element() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernorch.codegen.backends import render_c
+from kernorch.codegen.backends import GENERATED_C
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
@@ -16,7 +16,7 @@ from kernorch.runtime.reference import run_reference
 def _run(graph: Graph, feeds: dict[str, np.ndarray]) -> tuple[str, np.ndarray, np.ndarray]:
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
     got = PlanExecutor(graph, [kernel])(feeds)[graph.outputs[0]]
-    return render_c("k", kernel), got, run_reference(graph, feeds)[graph.outputs[0]]
+    return GENERATED_C.source("k", kernel), got, run_reference(graph, feeds)[graph.outputs[0]]
 
 
 def test_a_concat_along_the_innermost_axis_is_one_branch_free_copy_per_piece() -> None:

@@ -46,7 +46,7 @@ def compiled_library_calls(model: onnx.ModelProto, layout: str) -> tuple[np.ndar
     feeds = {"x": random_array(tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim), seed=3)}
     compiled = kernorch.compile(model, cost="analytic", device="a100", layout=layout, rewrite=True)
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-             if b == "library"]  # fmt: skip
+             if b.stateful]  # fmt: skip
     assert calls[0].weights.dims[2:] == (1, 1), calls  # the producer conv
     return compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], calls[1:]
 
@@ -111,13 +111,15 @@ def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path
     """The call's C compiles with the given ISA flags: the direct kernels' vector width and blocking are the
     compiler's (#ifdef __AVX512F__), so the source does not depend on the machine and both branches must
     compile, though only this machine's one runs in the other tests."""
+    from kernorch.codegen.backends import LibraryCallBackend, registered
     from kernorch.codegen.c.prelude import PRELUDE
-    from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, render_library_call
+    from kernorch.codegen.library.onednn import ONEDNN_PRELUDE
     from kernorch.codegen.program.compiler import onednn_paths
     from kernorch.codegen.program.plan import ERROR_BUFFER
 
     source = directory / "conv.c"
-    source.write_text(ERROR_BUFFER + ONEDNN_PRELUDE + PRELUDE + render_library_call("k", call))
+    backend = next(b for b in registered() if isinstance(b, LibraryCallBackend) and b.rejection(call) is None)
+    source.write_text(ERROR_BUFFER + ONEDNN_PRELUDE + PRELUDE + backend.render_call("k", call))
     include, _ = onednn_paths()
     subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
                     "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip

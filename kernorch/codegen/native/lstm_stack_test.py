@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernorch import compile
+from kernorch.codegen.backends import LSTM_STACK
 from kernorch.codegen.native.lstm_stack import CHUNK_STEPS
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import stacked_lstm
@@ -28,7 +29,7 @@ def test_stack_matches_onnxruntime(layers: int, hidden: int, seq: int, batch: in
     compiled = compile(model, cost="analytic", threads=threads)  # the roofline always takes the stack
     stacks = [(k, b) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
               if k.primitives[0].prim == "lstm_stack"]  # fmt: skip
-    assert [b for _, b in stacks] == ["c"]
+    assert [b for _, b in stacks] == [LSTM_STACK]
     assert len(stacks[0][0].primitives[0].attr("unit_blocks")) == layers
     got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
     for name, value in expected.items():

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernorch.codegen.backends import c_scratch_bytes, choose_backend, render_c, render_c_tasks
+from kernorch.codegen.backends import Backend, choose_backend
 from kernorch.codegen.c.prelude import PRELUDE
-from kernorch.codegen.library.call import describe_library_call
-from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, render_library_call
+from kernorch.codegen.library.onednn import ONEDNN_PRELUDE
 from kernorch.codegen.program.rprogram import MAX_VEUS, UnitCall, render_region_runner
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.schedule.program import Unit
 
-NATIVE_BACKENDS = ("c", "library", "view")  # run inside the plan's native stretches ("view": no code at all)
 # Why the last call failed, per calling thread (calls run concurrently in workspaces of their own). A generated
 # kernel returns its `err` bits: 1 a gather index out of range, 2 an integer division or modulo by zero.
 ERROR_BUFFER = """#ifndef KO_ERROR_DEFINED
@@ -52,14 +50,14 @@ class NativePlan:
     prefix: str
     body: str  # the kernels and entry points, without the translation unit's prelude
     slots: dict[str, int]  # value -> its position in the buffer table
-    backends: tuple[str, ...]  # per kernel: "c", "library", "view" or "reference" (run by Python)
+    backends: tuple[Backend, ...]  # per kernel; those not native run by Python
     uses_onednn: bool
     units: tuple[Unit, ...] = ()  # with tasks: what an rProgram schedules, in plan order
     tasks: bool = False  # rendered with its rTask variants and region runner (an rProgram can run it)
 
     @property
     def native(self) -> tuple[bool, ...]:
-        return tuple(b in NATIVE_BACKENDS for b in self.backends)
+        return tuple(b.native for b in self.backends)
 
     @property
     def source(self) -> str:
@@ -73,14 +71,16 @@ def translation_unit(plans: list[NativePlan]) -> str:
     return head + "\n".join(p.body for p in plans)
 
 
-def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str] | None = None,
+def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[Backend] | None = None,
                 tasks: bool = False) -> NativePlan:  # fmt: skip
-    """The plan's native code; `backends` (from choose_backend) may be passed when already known. With
+    """The plan's native code; `backends` (from choose_backend) may be passed when already known. Each kernel
+    takes its backend's shape: a function (`int name(void **args)`, its scratch allocated here), a library-shaped
+    create/run/destroy against the plan's oneDNN engine (`Backend.stateful`), or nothing (an alias). With
     `tasks`, also every unit as rTasks and the rProgram region runner."""
     chosen = backends or [_backend(k) for k in kernels]
     slots: dict[str, int] = {}
     for kernel, backend in zip(kernels, chosen, strict=True):
-        if backend in NATIVE_BACKENDS:
+        if backend.native:
             for value in (*kernel.inputs, *kernel.outputs):
                 slots.setdefault(value, len(slots))
     parts: list[str] = []
@@ -92,29 +92,28 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
     scratch: list[int] = []  # bytes of every scratch buffer of the plan, allocated in create
     unit_calls: list[UnitCall] = []
     for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
-        if backend == "reference":
+        if not backend.native:
             unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=False), "", ""))
-        if backend not in NATIVE_BACKENDS:
             continue
-        if backend == "view":  # its output's slot already points at the input's bytes
+        if not backend.runs_code:  # its output's slot already points at the input's bytes
             calls.append(f"        case {k}: break;")
             continue
         name = f"{prefix}_k{k}"
         arguments = [slots[v] for v in (*kernel.inputs, *kernel.outputs)]
         parts.append(f"static const int {name}_slots[] = {{{', '.join(map(str, arguments))}}};")
         gather = f"for (int i = 0; i < {len(arguments)}; i++) args[i] = buffers[{name}_slots[i]];"
-        if backend == "c":
-            sizes = c_scratch_bytes(kernel)
+        if not backend.stateful:
+            sizes = backend.scratch_bytes(kernel)
             for j in range(len(sizes)):
                 gather += f" args[{len(arguments) + j}] = p->scratch[{len(scratch) + j}];"
             scratch += sizes
             arguments += [-1] * len(sizes)
         max_args = max(max_args, len(arguments))
-        if backend == "c":
-            parts.append(render_c(name, kernel))
+        if not backend.stateful:
+            parts.append(backend.source(name, kernel))
             calls.append(f"        case {k}: {{ {gather} int err = {name}(args); "
                          f"if (err) return ko_kernel_failed({k}, err); break; }}")
-            tasked = render_c_tasks(f"{name}_task", kernel) if tasks else None
+            tasked = backend.task_source(f"{name}_task", kernel) if tasks else None
             if tasked is not None:
                 parts.append(tasked[0])
                 unit_calls += [UnitCall(Unit(k, phase, trips, splittable=True, native=True), gather,
@@ -124,7 +123,7 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
                 unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=True), gather, f"{name}(args)"))
         else:
             onednn = True
-            parts.append(render_library_call(name, describe_library_call(kernel)))
+            parts.append(backend.source(name, kernel))
             creates.append(f"    {gather}\n    p->state[{k}] = {name}_create(p->engine, p->stream, args);\n"
                            f"    if (!p->state[{k}]) goto fail;")  # fmt: skip
             destroys.append(f"    if (p->state[{k}]) {name}_destroy(p->state[{k}]);")
@@ -201,7 +200,7 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[str]
                       tasks)
 
 
-def _backend(kernel: CandidateKernel) -> str:
+def _backend(kernel: CandidateKernel) -> Backend:
     backend, reason = choose_backend(kernel)
     if backend is None:
         raise ValueError(f"no backend can run {kernel.describe()}: {reason}")

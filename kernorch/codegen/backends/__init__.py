@@ -1,0 +1,39 @@
+"""Backends: one object per way of running a kernel (base.py's interface), and the registry that picks one.
+
+- generated C (`GENERATED_C`): fused memory-intensive kernels, described as loops, lowered to GIR, rendered as C;
+- C templates (`LSTM_SCAN`, `LSTM_STACK`): hand-written C for opaque primitives;
+- library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
+  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `WINOGRAD_CONV`) with the same create/run/destroy shape;
+- `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
+- `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs.
+
+Orchestration never needs to know C or oneDNN: it asks `choose_backend`.
+"""
+
+from kernorch.codegen.backends.base import Backend, PythonKernel, Verdict, declines, runs
+from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
+from kernorch.codegen.backends.generated_c import GENERATED_C
+from kernorch.codegen.backends.library_calls import (
+    DEPTHWISE_CONV,
+    DIRECT_CONV,
+    ONEDNN,
+    WINOGRAD_CONV,
+    LibraryCallBackend,
+    library_call,
+)
+from kernorch.codegen.backends.registry import (
+    choose_backend,
+    plan_views,
+    refuse_native,
+    refused_native,
+    register,
+    registered,
+    unregister,
+)
+from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
+from kernorch.codegen.loops.describe import NotGeneratable
+
+__all__ = ["DEPTHWISE_CONV", "DIRECT_CONV", "GENERATED_C", "LSTM_SCAN", "LSTM_STACK", "ONEDNN", "ONNXRUNTIME",
+           "REFERENCE", "VIEW", "WINOGRAD_CONV", "Backend", "LibraryCallBackend", "NotGeneratable", "PythonKernel",
+           "Verdict", "choose_backend", "declines", "library_call", "plan_views", "refuse_native", "refused_native",
+           "register", "registered", "runs", "unregister"]

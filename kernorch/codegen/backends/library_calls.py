@@ -1,0 +1,68 @@
+"""Library calls: a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one call
+described by `LibraryCall` (codegen/library/call.py), with the life cycle oneDNN intends: created once when
+the plan is loaded (weights packed), run per call, destroyed. oneDNN runs it, or one of kernorch's own
+convolutions for the shapes oneDNN handles worst (codegen/native/); the choice between them is made here only,
+by the order of the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
+from kernorch.codegen.gir.memo import remembered
+from kernorch.codegen.library.call import LibraryCall, describe_library_call
+from kernorch.codegen.library.onednn import render_onednn_call
+from kernorch.codegen.loops.describe import NotGeneratable
+from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
+from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
+from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.primitives import PRIMITIVES, Kind
+
+
+def library_call(kernel: CandidateKernel) -> LibraryCall:
+    """The kernel as one library call (made once per kernel while remembering; raises NotGeneratable)."""
+    return remembered(("library",), kernel, lambda: describe_library_call(kernel))
+
+
+class LibraryCallBackend(Backend):
+    stateful = True
+    signature_label = "library"  # one label for all of them: the profile keys predate the split
+
+    def __init__(self, name: str, family: str, what: str, rejection: Callable[[LibraryCall], str | None],
+                 render: Callable[[str, LibraryCall], str], claims: bool = False) -> None:  # fmt: skip
+        self.name, self.family, self.what = name, family, what
+        self.rejection, self.render_call, self._claims = rejection, render, claims
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
+            return declines("no linear primitive")
+        try:
+            call = library_call(kernel)
+        except NotGeneratable as error:
+            return declines(str(error), claims=self._claims)
+        rejection = self.rejection(call)
+        if rejection is not None:
+            return declines(rejection)
+        return runs(f"{self.what}: {call.op}" + (f" + {call.epilogue.describe()}" if call.epilogue else ""))
+
+    def source(self, name: str, kernel: CandidateKernel) -> str:
+        return self.render_call(name, library_call(kernel))
+
+    def summary(self, kernel: CandidateKernel) -> str:
+        return self.what
+
+    def signature_text(self, kernel: CandidateKernel) -> str:
+        return self.source("k", kernel)
+
+
+# few output channels: oneDNN's vectors would sit mostly idle
+DIRECT_CONV = LibraryCallBackend("direct_conv", "native C", "direct C convolution (few output channels)",
+                                 direct_conv_rejection, render_direct_conv)  # fmt: skip
+# oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
+DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C depthwise convolution",
+                                    depthwise_rejection, render_depthwise_conv)  # fmt: skip
+# oneDNN has no Winograd convolution without AVX-512
+WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
+                                   winograd_rejection, render_winograd_conv)  # fmt: skip
+ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", lambda call: None, render_onednn_call, claims=True)

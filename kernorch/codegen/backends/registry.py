@@ -1,0 +1,105 @@
+"""The registry: which backend runs a kernel, asked in one order, and the per-process record of native code a
+library refused. A new backend (a GPU renderer, a test's toy) registers itself here; nothing else changes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kernorch.codegen.backends.base import Backend
+from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
+from kernorch.codegen.backends.generated_c import GENERATED_C
+from kernorch.codegen.backends.library_calls import DEPTHWISE_CONV, DIRECT_CONV, ONEDNN, WINOGRAD_CONV
+from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
+from kernorch.codegen.views import concat_pieces, view_outputs
+from kernorch.ir.kernel import CandidateKernel
+
+# Asked in this order; the first that runs a kernel runs it. The reference implementation is the last resort of a
+# single primitive (choose_backend), not a member: it runs anything of one primitive.
+_ORDER: list[Backend] = [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
+                         WINOGRAD_CONV, ONEDNN]  # fmt: skip
+
+
+def registered() -> tuple[Backend, ...]:
+    """Every backend, in the order they are asked, then the reference implementation."""
+    return (*_ORDER, REFERENCE)
+
+
+def register(backend: Backend, before: Backend | None = None) -> None:
+    """Ask `backend` before `before` (by default after every registered backend)."""
+    if any(b.name == backend.name for b in registered()):
+        raise ValueError(f"a backend named {backend.name!r} is registered already")
+    _ORDER.insert(_ORDER.index(before) if before is not None else len(_ORDER), backend)
+
+
+def unregister(backend: Backend) -> None:
+    _ORDER.remove(backend)
+
+
+# Single primitives whose native code a library or the compiler refused on this machine (the profiler and the
+# executor record them): run by their reference implementation instead, so a model never loses the only kernel
+# that computes a primitive. Keyed by what the code depends on (the primitive, its attributes, its operand types
+# and which operands are constants); a saved plan lists its refused kernels and a load records them again.
+_REFUSED: dict[tuple[object, ...], str] = {}
+
+
+def _node_key(kernel: CandidateKernel) -> tuple[object, ...]:
+    (node,) = kernel.primitives
+    graph = kernel.graph
+    return (node.prim, node.attrs, tuple((str(graph.types[v]), v in graph.constants) for v in node.inputs),
+            tuple(str(graph.types[v]) for v in node.outputs))  # fmt: skip
+
+
+def refuse_native(kernel: CandidateKernel, reason: str) -> bool:
+    """Run this single-primitive kernel (and every one like it) by its reference implementation from now on;
+    False (nothing recorded) for a kernel of several primitives, which has no such fallback."""
+    if len(kernel.nodes) != 1:
+        return False
+    _REFUSED[_node_key(kernel)] = reason
+    return True
+
+
+def refused_native(kernel: CandidateKernel) -> str | None:
+    """Why this single-primitive kernel's native code was refused on this machine, or None."""
+    return _REFUSED.get(_node_key(kernel)) if len(kernel.nodes) == 1 and _REFUSED else None
+
+
+def choose_backend(kernel: CandidateKernel) -> tuple[Backend | None, str]:
+    """(backend, how it runs the kernel); backend None, with the reason, when nothing can run it. The reason of a
+    kernel nothing runs is that of the backend whose kind it is (a fusion generated C cannot describe, a linear
+    primitive no library call can take)."""
+    if (refused := refused_native(kernel)) is not None:
+        return REFERENCE, f"reference implementation (its native code was refused here: {refused})"
+    claimed: str | None = None
+    for backend in _ORDER:
+        verdict = backend.applies(kernel)
+        if verdict.runs:
+            return backend, verdict.reason
+        if verdict.claims and claimed is None:
+            claimed = verdict.reason
+    reason = claimed or "no backend runs it"
+    if REFERENCE.applies(kernel).runs:
+        return REFERENCE, f"reference implementation ({reason})"
+    return None, reason
+
+
+def plan_views(kernels: Sequence[CandidateKernel],
+               backends: Sequence[Backend]) -> tuple[list[Backend], dict[str, tuple[str, int]]]:  # fmt: skip
+    """The plan's backends with every concat that cannot be placed turned into a copy (generated C), and its
+    views: value -> (the value whose bytes it is, element offset)."""
+    chosen = list(backends)
+    views: dict[str, tuple[str, int]] = {}
+    for kernel, backend in zip(kernels, chosen, strict=True):
+        if backend.runs_code is False and kernel.primitives[0].prim != "concat":
+            views.update(view_outputs(kernel) or {})
+    placed: set[str] = set()
+    for k, (kernel, backend) in enumerate(zip(kernels, chosen, strict=True)):
+        if backend.runs_code or kernel.primitives[0].prim != "concat":
+            continue
+        pieces = concat_pieces(kernel) or {}
+        # a piece that is itself a view, or already placed in another concat, keeps its own bytes: copy
+        if not pieces or any(value in views or value in placed for value in pieces):
+            chosen[k] = GENERATED_C
+            continue
+        views.update(pieces)
+        placed.update(pieces)
+    return chosen, views

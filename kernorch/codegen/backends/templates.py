@@ -1,0 +1,51 @@
+"""Hand-written C templates for opaque primitives (codegen/native/): the LSTM scan and stacked LSTM layers run
+as waves. Each runs whole: it synchronises its own threads (the scan with a barrier per step, the stack with a
+step counter per layer), so it has no rTask variants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
+from kernorch.codegen.c.prelude import prelude_used_by
+from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
+from kernorch.codegen.native.lstm_stack import (
+    describe_lstm_stack,
+    lstm_stack_scratch_bytes,
+    lstm_stack_supported,
+    render_lstm_stack,
+)
+from kernorch.ir.kernel import CandidateKernel
+
+
+class CTemplate(Backend):
+    family = "native C"
+    signature_label = "c"  # as generated C: the profile keys of these kernels predate the split
+
+    def __init__(self, name: str, what: str, supported: Callable[[CandidateKernel], bool],
+                 scratch: Callable[[CandidateKernel], list[int]], render: Callable[[str, CandidateKernel], str],
+                 structure: Callable[[CandidateKernel], str]) -> None:  # fmt: skip
+        self.name, self.what = name, what
+        self._supported, self._scratch, self._render, self._structure = supported, scratch, render, structure
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        return runs(self.what) if self._supported(kernel) else declines(f"not a kernel the {self.what} runs")
+
+    def scratch_bytes(self, kernel: CandidateKernel) -> list[int]:
+        return self._scratch(kernel)
+
+    def source(self, name: str, kernel: CandidateKernel) -> str:
+        return self._render(name, kernel)
+
+    def signature_text(self, kernel: CandidateKernel) -> str:
+        code = self.source("k", kernel)
+        return prelude_used_by(code) + code
+
+    def summary(self, kernel: CandidateKernel) -> str:
+        return f"{self.what}: {self._structure(kernel)}"
+
+
+LSTM_SCAN = CTemplate("lstm_scan", "LSTM scan C template", lstm_supported, lstm_scratch_bytes, render_lstm,
+                      describe_lstm)  # fmt: skip
+LSTM_STACK = CTemplate("lstm_stack", "stacked LSTM layers as waves, C template", lstm_stack_supported,
+                       lstm_stack_scratch_bytes, render_lstm_stack, describe_lstm_stack)  # fmt: skip
