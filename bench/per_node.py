@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from kernorch.codegen.library.call import absorbed_summary
+from kernorch.codegen.library import absorbed_summary
 from kernorch.options import Options
 from kernorch.pipeline import compile_plan, plan_model
 from kernorch.runtime.feeds import graph_feeds

@@ -277,7 +277,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from kernorch.codegen.backends import choose_backend
-    from kernorch.codegen.library.call import absorbed_summary
+    from kernorch.codegen.library import absorbed_summary
 
     result = _orchestrate(args, show_progress=True)
     graph = result.plan.graph
@@ -327,10 +327,9 @@ def _explain_gir(result: OrchestrationResult, k: int) -> None:
     """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
     rendered from the rewritten one."""
     from kernorch.codegen.backends import choose_backend
-    from kernorch.codegen.c.kernel import render_kernel
-    from kernorch.codegen.gir.lower import lower
-    from kernorch.codegen.gir.rules import optimize
-    from kernorch.codegen.loops.describe import describe
+    from kernorch.codegen.c import render_kernel
+    from kernorch.codegen.gir import lower, optimize
+    from kernorch.codegen.loops import describe
 
     kernels = result.plan.kernels
     if not 0 <= k < len(kernels):

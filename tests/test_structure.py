@@ -109,6 +109,17 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if not p.name.endswith("_test.py")}
 
 
+def _exports(module: str) -> set[str]:
+    """The names a package's `__init__` lists in `__all__` (a name exported there shadows a module of that name)."""
+    path = MODULES.get(module)
+    if path is None or path.name != "__init__.py":
+        return set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {ast.literal_eval(e) for e in node.value.elts} if isinstance(node.value, ast.List) else set()
+    return set()
+
+
 def module_imports() -> dict[str, list[tuple[str, list[str]]]]:
     """Per module, every kernorch module it imports (anywhere in it) with the names it takes from it. `from
     package import submodule` is an import of the submodule; a package's `__init__` run by importing one of its
@@ -119,9 +130,11 @@ def module_imports() -> dict[str, list[tuple[str, list[str]]]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch"):
                 names = [alias.name for alias in node.names]
-                submodules = [f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in MODULES]
+                exported = _exports(node.module)
+                submodules = [f"{node.module}.{n}" for n in names
+                              if f"{node.module}.{n}" in MODULES and n not in exported]  # fmt: skip
                 edges += [(module, []) for module in submodules]
-                rest = [n for n in names if f"{node.module}.{n}" not in MODULES]
+                rest = [n for n in names if f"{node.module}.{n}" not in submodules]
                 if rest:
                     edges.append((node.module, rest))
             elif isinstance(node, ast.Import):
@@ -187,6 +200,20 @@ def test_codegen_subpackages_import_only_their_layer() -> None:
             if part is not None and part != source:
                 assert part in CODEGEN_ALLOWED[source], f"{module} imports {target} ({source} → {part})"
     assert "c" not in CODEGEN_ALLOWED["gir"]
+
+
+def test_outsiders_import_a_codegen_subpackage_only_through_its_init() -> None:
+    """A subpackage's `__init__` exports the few names others use; its modules are its own business."""
+    reached = []
+    for module, edges in module_imports().items():
+        for target, _ in edges:
+            part = codegen_part(target)
+            if part is None or len(target.split(".")) < 4 or codegen_part(module) == part:
+                continue
+            if (MODULES.get(f"{CODEGEN}.{part}", Path()).name == "__init__.py"
+                    and MODULES[f"{CODEGEN}.{part}"].parent.name == part):  # a subpackage, not a module
+                reached.append(f"{module} → {target}")
+    assert not reached, reached
 
 
 if __name__ == "__main__":  # print the graph: python tests/test_structure.py

@@ -1,1 +1,11 @@
-"""Codegen: turn planned kernels into something that runs (generated C, PyTorch calls, reference)."""
+"""Codegen: turn planned kernels into code that runs, one subpackage per part of the way.
+
+- `backends/`: the Backend interface (one object per way of running a kernel) and the registry that picks one;
+- `loops/`: a fused memory-intensive kernel described as loops over expression trees, and the index algebra;
+- `gir/`: the GIR (PowerFusion): lowering with the choices of how a kernel runs, rewrite rules, passes;
+- `c/`: C rendered from the GIR, and the prelude of every translation unit;
+- `library/`: a linear primitive with what it absorbs as one call, rendered against oneDNN's C API;
+- `native/`: hand-written kernels (direct, depthwise and Winograd convolutions, the LSTM templates);
+- `program/`: the whole-plan program (create/run/destroy, the rProgram region runner) and its compiler;
+- `views.py`: which kernels only re-label bytes.
+"""

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernorch.codegen.backends import choose_backend
-from kernorch.codegen.gir.graph import CACHE, ELEMENTWISE, GLOBAL, MOVE, REDUCE, Gir
-from kernorch.codegen.gir.memo import rewritten
-from kernorch.codegen.loops.describe import NotGeneratable
+from kernorch.codegen.gir import CACHE, ELEMENTWISE, GLOBAL, MOVE, REDUCE, Gir, rewritten
+from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.views import view_outputs
 from kernorch.cost.bandwidth import MemoryLevels
 from kernorch.ir.graph import Graph

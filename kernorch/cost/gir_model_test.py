@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops.describe import describe
+from kernorch.codegen.loops.description import describe
 from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
 from kernorch.cost.gir_model import GirScreen, estimate, spearman
 from kernorch.ir.builder import PrimitiveBuilder

@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.backends import Backend, choose_backend, refuse_native, refused_native
-from kernorch.codegen.gir.memo import remembering
-from kernorch.codegen.program.compiler import CFLAGS, compile_source
-from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
+from kernorch.codegen.gir import remembering
+from kernorch.codegen.program import CFLAGS, NativePlan, compile_source, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError

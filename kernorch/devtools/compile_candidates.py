@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernorch.codegen.backends import Backend, choose_backend
-from kernorch.codegen.program.compiler import CompileError, compile_source
-from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
+from kernorch.codegen.program import CompileError, NativePlan, compile_source, render_plan, translation_unit
 from kernorch.cost.model import CostModel
 from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, native_launcher, signature
 from kernorch.cost.verify import output_mismatch

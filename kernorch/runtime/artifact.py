@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernorch.codegen.backends import refuse_native, refused_native
-from kernorch.codegen.program.compiler import CFLAGS, compiler_identity
+from kernorch.codegen.program import CFLAGS, compiler_identity
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel

@@ -26,9 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from kernorch.codegen.backends import REFERENCE, Backend, choose_backend, plan_views, refuse_native
-from kernorch.codegen.program.compiler import compile_source, load_library
-from kernorch.codegen.program.plan import NativePlan, render_plan
-from kernorch.codegen.program.rprogram import MAX_VEUS
+from kernorch.codegen.program import MAX_VEUS, NativePlan, compile_source, load_library, render_plan
 from kernorch.errors import KernorchError
 from kernorch.ir import foreign
 from kernorch.ir.graph import Graph

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
+from kernorch.codegen.program import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
 from kernorch.runtime.timing import time_call
 from kernorch.schedule.program import Call, Entry, Region, RProgram, RTask, Segment, Unit, Wait, check_program
 from kernorch.schedule.simulate import UnitTimes, simulate

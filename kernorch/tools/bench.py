@@ -317,7 +317,7 @@ def memory_report(plan: Plan) -> dict[str, int]:
 
 def absorbed_epilogues(plan: Plan) -> dict[str, int]:
     """What the plan's library calls absorbed, counted by kind (e.g. "conv ← bias, relu": 12)."""
-    from kernorch.codegen.library.call import absorbed_summary
+    from kernorch.codegen.library import absorbed_summary
 
     counts: dict[str, int] = {}
     for kernel in plan.kernels:

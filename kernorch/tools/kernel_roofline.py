@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernorch.codegen.gir.graph import ELEMENTWISE, Gir
+from kernorch.codegen.gir import ELEMENTWISE, Gir
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.bandwidth import MemoryLevels
 from kernorch.cost.gir_model import estimate, kernel_gir

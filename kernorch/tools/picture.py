@@ -19,7 +19,7 @@ from pathlib import Path
 import graphviz
 
 from kernorch.codegen.backends import ONNXRUNTIME, REFERENCE, choose_backend, plan_views
-from kernorch.codegen.library.call import absorbed_summary
+from kernorch.codegen.library import absorbed_summary
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel

@@ -31,9 +31,32 @@ from kernorch.codegen.backends.registry import (
     unregister,
 )
 from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
-from kernorch.codegen.loops.describe import NotGeneratable
+from kernorch.codegen.loops import NotGeneratable
 
-__all__ = ["DEPTHWISE_CONV", "DIRECT_CONV", "GENERATED_C", "LSTM_SCAN", "LSTM_STACK", "ONEDNN", "ONNXRUNTIME",
-           "REFERENCE", "VIEW", "WINOGRAD_CONV", "Backend", "LibraryCallBackend", "NotGeneratable", "PythonKernel",
-           "Verdict", "choose_backend", "declines", "library_call", "plan_views", "refuse_native", "refused_native",
-           "register", "registered", "runs", "unregister"]
+__all__ = [
+    "DEPTHWISE_CONV",
+    "DIRECT_CONV",
+    "GENERATED_C",
+    "LSTM_SCAN",
+    "LSTM_STACK",
+    "ONEDNN",
+    "ONNXRUNTIME",
+    "REFERENCE",
+    "VIEW",
+    "WINOGRAD_CONV",
+    "Backend",
+    "LibraryCallBackend",
+    "NotGeneratable",
+    "PythonKernel",
+    "Verdict",
+    "choose_backend",
+    "declines",
+    "library_call",
+    "plan_views",
+    "refuse_native",
+    "refused_native",
+    "register",
+    "registered",
+    "runs",
+    "unregister",
+]

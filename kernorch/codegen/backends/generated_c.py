@@ -4,12 +4,9 @@ rewritten (codegen/gir/), rendered as one C function with OpenMP (codegen/c/).""
 from __future__ import annotations
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c.kernel import render_kernel_tasks, scratch_bytes
-from kernorch.codegen.c.prelude import prelude_used_by
-from kernorch.codegen.c.render import render_function
-from kernorch.codegen.gir.memo import described, rewritten
-from kernorch.codegen.gir.sharing import Sharing
-from kernorch.codegen.loops.describe import NotGeneratable, is_depthwise
+from kernorch.codegen.c import Sharing, prelude_used_by, render_function, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.gir import described, rewritten
+from kernorch.codegen.loops import NotGeneratable, is_depthwise
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.gir.memo import remembered
-from kernorch.codegen.library.call import LibraryCall, describe_library_call
-from kernorch.codegen.library.onednn import render_onednn_call
-from kernorch.codegen.loops.describe import NotGeneratable
-from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
-from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
-from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
+from kernorch.codegen.gir import remembered
+from kernorch.codegen.library import LibraryCall, describe_library_call, render_onednn_call
+from kernorch.codegen.loops import NotGeneratable
+from kernorch.codegen.native import (
+    depthwise_rejection,
+    direct_conv_rejection,
+    render_depthwise_conv,
+    render_direct_conv,
+    render_winograd_conv,
+    winograd_rejection,
+)
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c.prelude import prelude_used_by
-from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
-from kernorch.codegen.native.lstm_stack import (
+from kernorch.codegen.c import prelude_used_by
+from kernorch.codegen.native import (
+    describe_lstm,
     describe_lstm_stack,
+    lstm_scratch_bytes,
     lstm_stack_scratch_bytes,
     lstm_stack_supported,
+    lstm_supported,
+    render_lstm,
     render_lstm_stack,
 )
 from kernorch.ir.kernel import CandidateKernel

@@ -1,0 +1,20 @@
+"""C from the GIR: a kernel's function (kernel.py) rendered from its rewritten GIR (render.py, with rows permuted
+in registers by render_permuted.py and loop nests by loops.py), C expressions (expr.py), and the prelude every
+generated translation unit starts with (prelude.py)."""
+
+from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.c.kernel import render_kernel, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c.loops import Sharing
+from kernorch.codegen.c.prelude import PRELUDE, prelude_used_by
+from kernorch.codegen.c.render import render_function
+
+__all__ = [
+    "PRELUDE",
+    "Sharing",
+    "c_literal",
+    "prelude_used_by",
+    "render_function",
+    "render_kernel",
+    "render_kernel_tasks",
+    "scratch_bytes",
+]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops.describe import C_TYPES, Tree
+from kernorch.codegen.loops import C_TYPES, Tree
 
 BOOLEAN_PRIMS = ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
 FLOAT_SUFFIX = {"float32": "f", "float64": ""}

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernorch.codegen.c.loops import Sharing
 from kernorch.codegen.c.render import render_function
-from kernorch.codegen.gir.lower import lower
-from kernorch.codegen.gir.rules import RULES, Rule, optimize
-from kernorch.codegen.gir.sharing import Sharing
-from kernorch.codegen.loops.describe import KernelLoops
+from kernorch.codegen.gir import RULES, Rule, lower, optimize
+from kernorch.codegen.loops import KernelLoops
 
 
 def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None,

@@ -39,12 +39,14 @@ from kernorch.codegen.c.expr import (
     c_unary,
     c_value_type,
 )
+from kernorch.codegen.c.loops import Sharing, TapSum, interchanged_lines, loop_headers, reduction_identity, tiled_loops
 from kernorch.codegen.c.prelude import V16_TYPEDEF
 from kernorch.codegen.c.render_permuted import permuted_lines
-from kernorch.codegen.gir.graph import (
+from kernorch.codegen.gir import (
     CONSTANT,
     ELEMENTWISE,
     INNERMOST,
+    LANES,
     MOVE,
     OUTER,
     REDUCE,
@@ -54,10 +56,7 @@ from kernorch.codegen.gir.graph import (
     RowStep,
     bare_sum,
 )
-from kernorch.codegen.gir.reductions import TapSum, interchanged_lines, reduction_identity
-from kernorch.codegen.gir.sharing import LANES, Sharing, loop_headers
-from kernorch.codegen.gir.tiling import tiled_loops
-from kernorch.codegen.loops.describe import C_TYPES, Tree, count_kinds
+from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
 
 _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic inside an index tree
 SUM_UNROLL = 4  # vectors of a row added per unrolled iteration when rows are summed across a block (sum_across)
@@ -419,7 +418,7 @@ class _Phase:
     def interchanged(self, sharing: Sharing) -> list[str]:
         """A phase storing a reduction, its taps outside the output's innermost loop (reductions.py)."""
         ops = [op for op in self.phase.ops if op.scope == ()]
-        reduces = [op for op in ops if op.kind == REDUCE]  # several: sums over the same taps, joined (lower.py)
+        reduces = [op for op in ops if op.kind == REDUCE]  # several: sums over the same taps, joined (gir/lowering.py)
         stores = {op.reads[0]: op for op in ops if op.kind == MOVE and op.name == "store"}
         dtype, loops, guard, _, guard_scope = reduces[0].code
         (var, size), outer = self.phase.loops[-1], self.phase.loops[:-1]
@@ -431,7 +430,7 @@ class _Phase:
             condition = ([line for part in self.block((guard_scope,)) for line in part],
                          self.condition(guard, reduces[0]))  # fmt: skip
         sums, rendered = [], set()
-        for reduce in reduces:  # joined sums share one loop body (lower.py): its lines come before both updates
+        for reduce in reduces:  # joined sums share one loop body (gir/lowering.py): its lines come before both updates
             body = () if reduce.code[3] in rendered else tuple(line for part in self.block((reduce.code[3],))
                                                                 for line in part)  # fmt: skip
             rendered.add(reduce.code[3])

@@ -12,11 +12,22 @@ from __future__ import annotations
 from typing import Protocol
 
 from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.c.loops import Sharing, loop_headers
 from kernorch.codegen.c.prelude import V16_TYPEDEF
-from kernorch.codegen.gir.graph import MOVE, OUTER, Gir, GirPhase, GOperator
-from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
-from kernorch.codegen.gir.sharing import Sharing, loop_headers
-from kernorch.codegen.loops.describe import Tree
+from kernorch.codegen.gir import (
+    MOVE,
+    OUTER,
+    VECTOR,
+    Gir,
+    GirPhase,
+    GOperator,
+    RowAccess,
+    row_access,
+    row_loops_of,
+    table_lanes,
+    window,
+)
+from kernorch.codegen.loops import Tree
 
 
 class PhaseRenderer(Protocol):

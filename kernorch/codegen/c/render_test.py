@@ -12,9 +12,9 @@ import pytest
 from kernorch.codegen.c.kernel import render_kernel
 from kernorch.codegen.c.prelude import PRELUDE
 from kernorch.codegen.c.render import _err_only_where_set
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops.describe import KernelLoops, describe
+from kernorch.codegen.loops.description import KernelLoops, describe
 from kernorch.codegen.program.compiler import compile_source, load_library
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph

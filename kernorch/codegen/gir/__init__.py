@@ -1,5 +1,63 @@
 """GIR: memory-intensive kernels as graphs of computation and explicit data movement (PowerFusion §4-§5).
 
-`graph.py` holds the IR, `lower.py` builds it from a kernel's loop description, `rules.py` rewrites it.
-The cost stage's `gir_model.py` prices it (bytes per memory level at measured bandwidths, plus compute).
+`graph.py` holds the IR, `lowering.py` builds it from a kernel's loop description, making the choices of how it
+runs with the passes beside it (sharing, tiling, interchanged and split reductions, tee, one-pass variance, row
+permutation), and `rules.py` rewrites it. `memo.py` makes a candidate's description and GIR once while a
+subgraph is priced. No language here: codegen/c/ renders the GIR as C; cost/gir_model.py prices it.
 """
+
+from kernorch.codegen.gir.graph import (
+    CACHE,
+    CONSTANT,
+    ELEMENTWISE,
+    GLOBAL,
+    INNERMOST,
+    MOVE,
+    OUTER,
+    REDUCE,
+    Gir,
+    GirPhase,
+    GOperator,
+    RowStep,
+    bare_sum,
+)
+from kernorch.codegen.gir.lowering import lower
+from kernorch.codegen.gir.memo import described, remembered, remembering, rewritten
+from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS
+from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
+from kernorch.codegen.gir.rules import RULES, Rule, optimize
+from kernorch.codegen.gir.sharing import LANES
+from kernorch.codegen.gir.tiling import TILE
+
+__all__ = [
+    "CACHE",
+    "CONSTANT",
+    "ELEMENTWISE",
+    "GLOBAL",
+    "GOperator",
+    "Gir",
+    "GirPhase",
+    "INNERMOST",
+    "LANES",
+    "MOVE",
+    "OUTER",
+    "REDUCE",
+    "RULES",
+    "RowAccess",
+    "RowStep",
+    "Rule",
+    "SPLIT_MAX_OUTPUTS",
+    "TILE",
+    "VECTOR",
+    "bare_sum",
+    "described",
+    "lower",
+    "optimize",
+    "remembered",
+    "remembering",
+    "rewritten",
+    "row_access",
+    "row_loops_of",
+    "table_lanes",
+    "window",
+]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops.describe import Buffer
+from kernorch.codegen.loops import Buffer
 
 GLOBAL, CACHE, REGISTER = "global", "cache", "register"
 LINE_BYTES = 64

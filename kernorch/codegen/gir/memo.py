@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from kernorch.codegen.gir.graph import Gir
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops.describe import KernelLoops, NotGeneratable, describe
+from kernorch.codegen.loops import KernelLoops, NotGeneratable, describe
 from kernorch.ir.kernel import CandidateKernel
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ import pytest
 
 import kernorch.codegen.gir.memo as memo
 from kernorch.codegen.backends import GENERATED_C, choose_backend
-from kernorch.codegen.loops.describe import NotGeneratable, describe
+from kernorch.codegen.loops.description import NotGeneratable, describe
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType

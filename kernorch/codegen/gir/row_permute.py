@@ -9,7 +9,7 @@ rows (up to MAX_ROW) work the same when each block's lanes fall within two adjac
 doubling of 64: 103 µs in its residue loops).
 
 `row_access` classifies one access of such a phase; `permutable` says whether a phase runs this way. The
-lowering (gir/lower.py) marks the phase `row_permuted`; the renderer evaluates the same classification per
+lowering (gir/lowering.py) marks the phase `row_permuted`; the renderer evaluates the same classification per
 output vector.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.loops.describe import Phase, Tree
+from kernorch.codegen.loops import Phase, Tree
 
 VECTOR = 16  # output positions per vector block (float32 lanes of a 512-bit register)
 MAX_ROW = 128  # longest input row held in registers (a multiple of VECTOR)

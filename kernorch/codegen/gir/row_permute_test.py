@@ -12,10 +12,10 @@ import pytest
 from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.c.prelude import PRELUDE
 from kernorch.codegen.gir.graph import MOVE
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.row_permute import row_access
 from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops.describe import describe
+from kernorch.codegen.loops.description import describe
 from kernorch.codegen.loops.resize_taps_test import _upsampling, two_factor_upsampling
 from kernorch.codegen.program.compiler import compile_source, load_library
 from kernorch.ir.graph import Graph

@@ -17,7 +17,7 @@ from kernorch.codegen.gir.graph import (
     MemorySlice,
     ParallelUnit,
 )
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import (
     merge_read_after_read,
     optimize,
@@ -25,7 +25,7 @@ from kernorch.codegen.gir.rules import (
     raise_thread_local_reads,
     swap_invariant_elementwise,
 )
-from kernorch.codegen.loops.describe import describe
+from kernorch.codegen.loops.description import describe
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernorch.codegen.gir.reductions import bare_reduction, buffers_used, interchangeable
-from kernorch.codegen.loops.describe import KernelLoops, Phase, Tree, lit, substituted
+from kernorch.codegen.loops import KernelLoops, Phase, Tree, lit, substituted
 
 
 def tee_maps_into_reductions(loops: KernelLoops) -> KernelLoops:

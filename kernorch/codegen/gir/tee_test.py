@@ -9,13 +9,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-import kernorch.codegen.gir.lower as lower_module
+import kernorch.codegen.gir.lowering as lower_module
 from kernorch.codegen.c.kernel import render_kernel
 from kernorch.codegen.gir.graph import GLOBAL, MOVE, Gir
-from kernorch.codegen.gir.lower import lower
+from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
-from kernorch.codegen.loops.describe import describe
+from kernorch.codegen.loops.description import describe
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel

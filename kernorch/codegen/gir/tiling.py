@@ -1,4 +1,4 @@
-"""Tiled loops for a phase that reads its input transposed.
+"""Whether a phase reads its input transposed, and is tiled (the tiled loops' C is c/loops.py's `tiled_loops`).
 
 A phase storing along its innermost loop variable b while a load steps through memory with a large stride in b
 and unit stride in the next loop variable a is a transpose (NCHW → NHWC, a head permutation). Untiled, every
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernorch.codegen.gir.sharing import Sharing, loop_headers
-from kernorch.codegen.loops.describe import Phase
-from kernorch.codegen.loops.indexing import Digit, linearize
+from kernorch.codegen.loops import Digit, Phase, linearize
 
 Tree = tuple[Any, ...]
 TILE = 16  # floats per 64-byte line
@@ -94,60 +92,3 @@ def rows_share_a_set(stride_in: int, itemsize: int = 4) -> bool:
     return (stride_in * itemsize) % 2048 == 0
 
 
-def tiled_loops(loops: tuple[tuple[str, int], ...], sharing: Sharing | None, hoisted: list[str], inner: list[str],
-                blocks: tuple[str, int, str, int] | None = None, strips: bool = False) -> list[str]:  # fmt: skip
-    """A phase's `loops` with the last two variables walked in TILE × TILE blocks; with `sharing`, the outer
-    loops and both block loops are shared out to the threads. `hoisted` is computed per value of the
-    second-to-last variable, `inner` is the body of the innermost loop. With `blocks` (source address, its
-    stride along b, target address, its stride along a, as C expressions of the loop variables at a block's
-    corner) a whole tile of a transposing copy is moved as 8 × 8 register blocks (`ko_transpose8`), or with
-    `strips` 8 of the input's rows at a time (`transposed_rows`)."""
-    *outer, (a, size_a), (b, size_b) = loops
-    if blocks is not None and strips:
-        return transposed_rows(loops, sharing, hoisted, inner, blocks)
-    nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, TILE), (f"{b}_t", size_b, TILE)]
-    lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
-    lines += [f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",
-              f"const int64_t {b}_end = {b}_t + {TILE} < {size_b} ? {b}_t + {TILE} : {size_b};"]  # fmt: skip
-    if blocks is None:
-        lines += _elementwise(a, b, hoisted, inner)
-    else:
-        source, stride_in, target, stride_out = blocks
-        lines += [f"if ({a}_end - {a}_t == {TILE} && {b}_end - {b}_t == {TILE}) {{",
-                  f"for (int64_t {a}_o = 0; {a}_o < {TILE}; {a}_o += 8) {{",
-                  f"for (int64_t {b}_o = 0; {b}_o < {TILE}; {b}_o += 8) {{",
-                  f"const int64_t {a} = {a}_t + {a}_o, {b} = {b}_t + {b}_o;",
-                  f"ko_transpose8({source}, {stride_in}, {target}, {stride_out});", "}", "}", "} else {",
-                  *_elementwise(a, b, hoisted, inner), "}"]  # fmt: skip
-    lines += ["}" for _ in range(closing)]
-    return lines
-
-
-def transposed_rows(loops: tuple[tuple[str, int], ...], sharing: Sharing | None, hoisted: list[str],
-                    inner: list[str], blocks: tuple[str, int, str, int]) -> list[str]:  # fmt: skip
-    """A transposing float copy: each parallel iteration takes 8 of the input's rows (8 values of b, the
-    output's innermost variable) and moves them whole, along a, as 8 × 8 register blocks (`ko_transpose8`):
-    the 8 input rows stream, each output row gets 32 contiguous bytes per block. For input rows that share
-    an L1 set (`rows_share_a_set`): a TILE × TILE tile reads 16 of them, which evict each other. Segformer's
-    [256, 16384] -> [16384, 256] copy (rows 64 KB apart) ran 1.45 ms in tiles and 0.83 ms in strips (23 ->
-    40 GB/s on 2 cores; a plain copy of the same bytes 0.43 ms); in place 1.84-2.40 -> 1.19-1.33 ms. Where
-    rows do not share a set, tiles write whole output lines and win ([16, 16, 1024] from rows 1 KB apart:
-    50-60 µs in tiles, 75 in strips)."""
-    *outer, (a, size_a), (b, size_b) = loops
-    nest = [*((v, n, 1) for v, n in outer), (f"{b}_t", size_b, 8)]
-    lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
-    source, stride_in, target, stride_out = blocks
-    lines += [f"const int64_t {b}_end = {b}_t + 8 < {size_b} ? {b}_t + 8 : {size_b};",
-              f"for (int64_t {a}_t = 0; {a}_t < {size_a}; {a}_t += 8) {{",
-              f"const int64_t {a}_end = {a}_t + 8 < {size_a} ? {a}_t + 8 : {size_a};",
-              f"if ({a}_end - {a}_t == 8 && {b}_end - {b}_t == 8) {{",
-              f"const int64_t {a} = {a}_t, {b} = {b}_t;",
-              f"ko_transpose8({source}, {stride_in}, {target}, {stride_out});", "} else {",
-              *_elementwise(a, b, hoisted, inner), "}", "}"]  # fmt: skip
-    return [*lines, *("}" for _ in range(closing))]
-
-
-def _elementwise(a: str, b: str, hoisted: list[str], inner: list[str]) -> list[str]:
-    """The block [a_t, a_end) × [b_t, b_end) element by element."""
-    return [f"for (int64_t {a} = {a}_t; {a} < {a}_end; {a}++) {{", *hoisted,
-            f"for (int64_t {b} = {b}_t; {b} < {b}_end; {b}++) {{", *inner, "}", "}"]  # fmt: skip

@@ -13,7 +13,7 @@ k an element of the row, n·(mean - k)² ≤ (n - 1)·V (Samuelson's inequality:
 √(n-1) standard deviations from the mean), so Q ≤ n·V and the subtraction loses at most log2(n) bits, however
 the data look; typically (k about one standard deviation from the mean) one bit. A row of equal values gives
 exactly 0. Rows up to `max_row` elements only: they are the ones whose two sums the renderer runs in one loop
-(gir/lower.py `_joined`), and longer rows would lose more bits.
+(gir/lowering.py `_joined`), and longer rows would lose more bits.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.gir.reductions import buffers_used, mentions_any
-from kernorch.codegen.loops.describe import KernelLoops, Phase, Tree, substituted
-from kernorch.codegen.loops.indexing import linearize, simplify_indices
+from kernorch.codegen.loops import KernelLoops, Phase, Tree, linearize, simplify_indices, substituted
 
 _F32 = "float32"
 
@@ -122,7 +121,7 @@ def _scalar(slot: str, expr: Tree) -> Phase:
 def one_pass_columns(loops: KernelLoops) -> tuple[KernelLoops, bool]:
     """The phased counterpart: an instance norm's per-channel S = Σx and V = Σ(x - S/n)², each a reduction over
     the same taps (the map's positions), become S' = Σ(x - k) and Q = Σ(x - k)² with k the channel's value at
-    the centre of the map, next to each other so the lowering runs them in one pass over the map (gir/lower.py
+    the centre of the map, next to each other so the lowering runs them in one pass over the map (gir/lowering.py
     joins them), then V = max(Q - S'·(S'/n), 0) and S = S' + n·k in place, per channel.
 
     The same bound holds (k is one of the n values: at most log2(n) bits lost, 11.6 for a 56 x 56 map, when k

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kernorch.codegen.gir.lower as lower_module
+import kernorch.codegen.gir.lowering as lower_module
 from kernorch.codegen.c.kernel import render_kernel
 from kernorch.codegen.gir.graph import GLOBAL, MOVE, Gir
-from kernorch.codegen.gir.lower import ROW_BLOCK, SHORT_ROW_ELEMENTS, lower
+from kernorch.codegen.gir.lowering import ROW_BLOCK, SHORT_ROW_ELEMENTS, lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.gir.variance import one_pass_variance
-from kernorch.codegen.loops.describe import describe
+from kernorch.codegen.loops.description import describe
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel

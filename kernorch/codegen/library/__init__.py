@@ -1,0 +1,18 @@
+"""Library calls: a linear primitive with what it absorbs as one call (call.py), the elementwise epilogues it
+absorbs as post-ops (epilogue.py), rendered against oneDNN's C API (onednn.py), and post-ops as C statements for
+the library-shaped kernels kernorch writes itself (post_ops.py)."""
+
+from kernorch.codegen.library.call import LibraryCall, absorbed_summary, describe_library_call
+from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, render_onednn_call
+from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
+
+__all__ = [
+    "LibraryCall",
+    "ONEDNN_PRELUDE",
+    "absorbed_summary",
+    "binary_operands",
+    "describe_library_call",
+    "post_op_statements",
+    "post_ops_rejection",
+    "render_onednn_call",
+]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.library.epilogue import Binary, Eltwise, Epilogue, EpilogueError, compile_epilogue
-from kernorch.codegen.loops.describe import NotGeneratable
+from kernorch.codegen.loops import NotGeneratable
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind

@@ -10,7 +10,7 @@ so two models built from the same library do not share weights.
 
 from __future__ import annotations
 
-from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.c import c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.ir.strided import row_major

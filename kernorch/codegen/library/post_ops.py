@@ -8,7 +8,7 @@ are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's 
 
 from __future__ import annotations
 
-from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.c import c_literal
 from kernorch.codegen.library.call import Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
 

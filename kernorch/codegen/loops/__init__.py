@@ -1,0 +1,41 @@
+"""The loop description of a fused memory-intensive kernel, independent of any language: phases of loops over
+expression trees (description.py), the index algebra that simplifies them (indexing.py, splitting.py), which
+kernels run as rows (rows.py) and resize taps computed with the reference's coordinate rules (resize_taps.py)."""
+
+from kernorch.codegen.loops.description import (
+    C_TYPES,
+    SHORT_INNER,
+    SUPPORTED_DTYPES,
+    Buffer,
+    KernelLoops,
+    NotGeneratable,
+    Phase,
+    Tree,
+    count_kinds,
+    describe,
+    is_depthwise,
+    lit,
+    substituted,
+)
+from kernorch.codegen.loops.indexing import Digit, linearize, simplify_indices
+from kernorch.codegen.loops.splitting import split_innermost
+
+__all__ = [
+    "Buffer",
+    "C_TYPES",
+    "Digit",
+    "KernelLoops",
+    "NotGeneratable",
+    "Phase",
+    "SHORT_INNER",
+    "SUPPORTED_DTYPES",
+    "Tree",
+    "count_kinds",
+    "describe",
+    "is_depthwise",
+    "linearize",
+    "lit",
+    "simplify_indices",
+    "split_innermost",
+    "substituted",
+]

@@ -1,0 +1,31 @@
+"""Hand-written kernels: convolutions for the shapes oneDNN handles worst (direct, depthwise, Winograd), with
+a library call's create/run/destroy shape, and C templates for opaque primitives (the LSTM scan, stacked LSTM
+layers as waves). Their backends are codegen/backends/library_calls.py and templates.py."""
+
+from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
+from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
+from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
+from kernorch.codegen.native.lstm_stack import (
+    describe_lstm_stack,
+    lstm_stack_scratch_bytes,
+    lstm_stack_supported,
+    render_lstm_stack,
+)
+from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
+
+__all__ = [
+    "depthwise_rejection",
+    "describe_lstm",
+    "describe_lstm_stack",
+    "direct_conv_rejection",
+    "lstm_scratch_bytes",
+    "lstm_stack_scratch_bytes",
+    "lstm_stack_supported",
+    "lstm_supported",
+    "render_depthwise_conv",
+    "render_direct_conv",
+    "render_lstm",
+    "render_lstm_stack",
+    "render_winograd_conv",
+    "winograd_rejection",
+]

@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernorch.codegen.library.call import LibraryCall
-from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
 
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads

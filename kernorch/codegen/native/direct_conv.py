@@ -11,7 +11,7 @@ copied; a run allocates nothing.
 
 from __future__ import annotations
 
-from kernorch.codegen.library.call import LibraryCall
+from kernorch.codegen.library import LibraryCall
 
 VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4

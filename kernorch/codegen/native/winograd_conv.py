@@ -18,8 +18,7 @@ subtract (and halve, in G), so results differ from the direct sum by rounding, ~
 
 from __future__ import annotations
 
-from kernorch.codegen.library.call import LibraryCall
-from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
 
 TILES = 18  # tiles per item: three micro-kernel rows of 6

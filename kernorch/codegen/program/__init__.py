@@ -1,0 +1,24 @@
+"""The whole-plan program: one C translation unit per plan with create/run/destroy and the rProgram region
+runner (plan.py, rprogram.py), and its compiler with the private, digest-checked cache (compiler.py)."""
+
+from kernorch.codegen.program.compiler import CFLAGS, CompileError, compile_source, compiler_identity, load_library
+from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
+from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, MAX_VEUS, REGION, SEGMENT_FIELDS, TASK, WAIT
+
+__all__ = [
+    "CALL",
+    "CFLAGS",
+    "CompileError",
+    "ENTRY_FIELDS",
+    "MAX_VEUS",
+    "NativePlan",
+    "REGION",
+    "SEGMENT_FIELDS",
+    "TASK",
+    "WAIT",
+    "compile_source",
+    "compiler_identity",
+    "load_library",
+    "render_plan",
+    "translation_unit",
+]

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.codegen.backends import Backend, choose_backend
-from kernorch.codegen.c.prelude import PRELUDE
-from kernorch.codegen.library.onednn import ONEDNN_PRELUDE
+from kernorch.codegen.c import PRELUDE
+from kernorch.codegen.library import ONEDNN_PRELUDE
 from kernorch.codegen.program.rprogram import MAX_VEUS, UnitCall, render_region_runner
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.schedule.program import Unit

@@ -55,9 +55,17 @@ from kernorch.codegen.gir.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
 from kernorch.codegen.gir.tiling import mentions, reads_transposed, rows_share_a_set, stride_along, transposed_copy
 from kernorch.codegen.gir.variance import one_pass_columns, one_pass_variance
-from kernorch.codegen.loops.describe import SUPPORTED_DTYPES, KernelLoops, Phase, Tree, count_kinds, substituted
-from kernorch.codegen.loops.indexing import Digit, linearize
-from kernorch.codegen.loops.splitting import split_innermost
+from kernorch.codegen.loops import (
+    SUPPORTED_DTYPES,
+    Digit,
+    KernelLoops,
+    Phase,
+    Tree,
+    count_kinds,
+    linearize,
+    split_innermost,
+    substituted,
+)
 
 
 class _Lowering:
