@@ -37,6 +37,7 @@ SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
 SANITIZED_SEMANTICS = "tests/test_sanitize.py"
 CONCURRENCY = "kernorch/runtime/concurrency_test.py"
+REGISTRY = "kernorch/codegen/backends/registry_test.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -297,6 +298,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):", "if False:", (API,)),
     Mutant("compile cache ignores the CPU", "kernorch/codegen/program/compiler.py",
            'version, isa_digest()])', 'version])', (API,)),
+    # the backend registry
+    Mutant("the executor ignores a Python backend's function", "kernorch/runtime/executor.py",
+           "function = self.backends[k].python_kernel(kernel)", "function = None", (REGISTRY,)),
+    Mutant("a registered backend is asked after the built-in ones", "kernorch/codegen/backends/registry.py",
+           "_ORDER.insert(_ORDER.index(before) if before is not None else len(_ORDER), backend)",
+           "_ORDER.append(backend)", (REGISTRY,)),
+    Mutant("a kernel no backend runs gets the last backend's reason", "kernorch/codegen/backends/registry.py",
+           "if verdict.claims and claimed is None:", "if True:", (REGISTRY,)),
 )  # fmt: skip
 
 

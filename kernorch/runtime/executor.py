@@ -346,7 +346,7 @@ class PlanExecutor:
         if k not in workspace.launchers:
             native = self.plan.native[k]
             workspace.launchers[k] = self._native_step(k, k + 1, workspace) if native else \
-                self._reference_launcher(self.kernels[k], workspace)  # fmt: skip
+                self._python_launcher(k, workspace)  # fmt: skip
         return workspace.launchers[k]
 
     def _native_failure_in(self, workspace: Workspace) -> Callable[[int], None]:
@@ -377,7 +377,7 @@ class PlanExecutor:
                 steps.append(self._native_step(k, end, workspace))
                 k = end
             else:
-                steps.append(self._reference_launcher(self.kernels[k], workspace))
+                steps.append(self._python_launcher(k, workspace))
                 k += 1
         return steps
 
@@ -390,6 +390,26 @@ class PlanExecutor:
             failed = library.run(first, last)
             if failed:
                 on_failure(failed)
+
+        return launch
+
+    def _python_launcher(self, k: int, workspace: Workspace) -> Launcher:
+        """Kernel k run by Python: its backend's function, or the reference implementation of its primitive."""
+        kernel = self.kernels[k]
+        function = self.backends[k].python_kernel(kernel)
+        if function is None:
+            return self._reference_launcher(kernel, workspace)
+        inputs = [workspace.buffers[v] for v in kernel.inputs]
+        targets = [workspace.buffers[v] for v in kernel.outputs]
+        backend = self.backends[k].name
+
+        def launch() -> None:
+            results = function(inputs)
+            for target, result in zip(targets, results, strict=True):
+                if result.shape != target.shape or result.dtype != target.dtype:
+                    raise KernelFailed(f"kernel {k} ({backend}) returned {result.dtype}{list(result.shape)}, "
+                                       f"planned {target.dtype}{list(target.shape)}")  # fmt: skip
+                np.copyto(target, result)
 
         return launch
 
