@@ -19,9 +19,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# torch is pinned to the CPU build that installs from local disk (see pyproject).
+# torch is an extra (pyproject): here pinned to the CPU build that installs from local disk, before anything
+# else can pull a CUDA build.
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[ort]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[ort,torch,pictures]'
 	touch $@
 
 $(STAMP_DEV): pyproject.toml $(STAMP_RUN)

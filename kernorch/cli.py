@@ -302,8 +302,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.svg or args.html:
         from pathlib import Path
 
-        from kernorch.tools.picture import write_html, write_svg
-
+        try:
+            from kernorch.tools.picture import write_html, write_svg
+        except ImportError as error:
+            raise KernorchError(f"--svg and --html need the graphviz package: pip install 'kernorch[pictures]' "
+                                f"({error})") from None  # fmt: skip
         name = Path(args.model).stem
         if args.svg:
             print(f"picture of the plan: {write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name)}")

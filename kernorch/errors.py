@@ -32,6 +32,10 @@ class FallbackWarning(UserWarning):
     """Some nodes had no kernorch rule and run whole through onnxruntime (not optimized, still exact)."""
 
 
+class NeedsTorch(KernorchError):
+    """What was asked needs PyTorch, an optional dependency (`pip install 'kernorch[torch]'`)."""
+
+
 class InputMismatch(KernorchError):
     """A run-time input has the wrong name, dtype or shape for the compiled graph."""
 

@@ -79,9 +79,7 @@ def _torch_unary(name: str) -> Callable[[np.ndarray], np.ndarray]:
     """torch's implementation of `name` (imported on first use: generated plans run without torch)."""
 
     def apply(x: np.ndarray) -> np.ndarray:
-        import torch
-
-        return getattr(torch, name)(K.to_torch(x)).numpy()  # type: ignore[no-any-return]
+        return getattr(K.torch_module(), name)(K.to_torch(x)).numpy()  # type: ignore[no-any-return]
 
     return apply
 

@@ -12,28 +12,32 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from kernorch.errors import NeedsTorch
+
 if TYPE_CHECKING:
     import torch
 
 # torch is imported on first use only: a loaded plan whose kernels are all generated code runs without it.
 
 
-def _torch() -> ModuleType:
-    import torch
-
+def torch_module() -> ModuleType:
+    """torch, or NeedsTorch in one line when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        raise NeedsTorch("the reference implementation of this primitive (what `kernorch check` and kernels no "
+                         "backend generates run) needs PyTorch: pip install 'kernorch[torch]'") from None
     return torch
 
 
 def _functional() -> ModuleType:
-    import torch.nn.functional
-
-    return torch.nn.functional
+    return torch_module().nn.functional  # type: ignore[no-any-return]
 
 
 def to_torch(array: np.ndarray) -> torch.Tensor:
     contiguous = np.ascontiguousarray(array)
     # torch refuses read-only buffers (e.g. broadcast views); those are copied.
-    return _torch().from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
+    return torch_module().from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
 
 
 def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
@@ -58,7 +62,7 @@ def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f" and a.dtype == b.dtype and a.dtype != np.float16:
-        return _torch().matmul(to_torch(a), to_torch(b)).numpy()  # type: ignore[no-any-return]
+        return torch_module().matmul(to_torch(a), to_torch(b)).numpy()  # type: ignore[no-any-return]
     return np.matmul(a, b)
 
 

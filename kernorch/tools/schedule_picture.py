@@ -88,7 +88,8 @@ def draw_schedule(path: str | Path, report: ScheduleReport, backends: list[Backe
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as error:
-        raise KernorchError(f"drawing the schedule needs matplotlib ({error})") from None
+        raise KernorchError(f"drawing the schedule needs matplotlib: pip install 'kernorch[pictures]' ({error})") \
+            from None
     target = Path(path)
     figure, axes = plt.subplots(figsize=(14, 1.2 + 0.9 * (veus + 1)))
     maps = {name: plt.get_cmap(cmap) for name, cmap in BACKEND_COLOURS.items()}
