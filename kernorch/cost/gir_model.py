@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.gir import CACHE, ELEMENTWISE, GLOBAL, MOVE, REDUCE, Gir, rewritten
 from kernorch.codegen.loops import NotGeneratable
+from kernorch.codegen.target import CPU
 from kernorch.codegen.views import view_outputs
 from kernorch.cost.bandwidth import MemoryLevels
 from kernorch.ir.graph import Graph
@@ -63,7 +64,7 @@ def kernel_gir(candidate: CandidateKernel, threads: int) -> Gir | None:
     if backend is None or not backend.has_gir:
         return None
     try:
-        return rewritten(candidate, threads)
+        return rewritten(candidate, CPU.with_threads(threads))
     except NotGeneratable:
         return None
 
@@ -98,7 +99,7 @@ class GirScreen:
         if any(PRIMITIVES[n.prim].kind in (Kind.LINEAR, Kind.OPAQUE) for n in kernel.primitives):
             return None
         try:
-            gir = rewritten(kernel, self.threads)
+            gir = rewritten(kernel, CPU.with_threads(self.threads))
         except NotGeneratable:
             return None
         return estimate(gir, self.levels, self.threads)

@@ -38,6 +38,7 @@ DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_neve
 SANITIZED_SEMANTICS = "tests/test_sanitize.py"
 CONCURRENCY = "kernorch/runtime/concurrency_test.py"
 REGISTRY = "kernorch/codegen/backends/registry_test.py"
+RTASK_UNITS = "tests/test_rtask_units.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -298,6 +299,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):", "if False:", (API,)),
     Mutant("compile cache ignores the CPU", "kernorch/codegen/program/compiler.py",
            'version, isa_digest()])', 'version])', (API,)),
+    # the rTask units recorded in the GIR
+    Mutant("a transpose's strips are counted as tiles", "kernorch/codegen/gir/graph.py",
+           "return around * -(-size_b // STRIP_ROWS)", "return around * -(-size_b // tile)", (RTASK_UNITS,)),
+    Mutant("an unrolled short loop counts as the vector loop", "kernorch/codegen/gir/graph.py",
+           "inner = -2 if self.unrolled or self.row_permuted else -1", "inner = -1", (RTASK_UNITS,)),
     # the backend registry
     Mutant("the executor ignores a Python backend's function", "kernorch/runtime/executor.py",
            "function = self.backends[k].python_kernel(kernel)", "function = None", (REGISTRY,)),

@@ -4,9 +4,10 @@ rewritten (codegen/gir/), rendered as one C function with OpenMP (codegen/c/).""
 from __future__ import annotations
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c import Sharing, prelude_used_by, render_function, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c import prelude_used_by, render, render_kernel_tasks, scratch_bytes
 from kernorch.codegen.gir import described, rewritten
 from kernorch.codegen.loops import NotGeneratable, is_depthwise
+from kernorch.codegen.target import CPU
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
@@ -16,6 +17,7 @@ class GeneratedC(Backend):
     family = "generated C"
     has_gir = True
     signature_label = "c"
+    target = CPU  # what its GIR is lowered for and its C written for
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         linear = next((n for n in kernel.primitives if PRIMITIVES[n.prim].kind == Kind.LINEAR), None)
@@ -39,10 +41,10 @@ class GeneratedC(Backend):
         return scratch_bytes(described(kernel))
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
-        return render_function(name, rewritten(kernel), Sharing())  # as c/kernel.render_kernel
+        return render(name, rewritten(kernel, self.target), self.target)  # as c/kernel.render_kernel
 
     def task_source(self, name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
-        return render_kernel_tasks(name, described(kernel))
+        return render_kernel_tasks(name, described(kernel), self.target)
 
     def signature_text(self, kernel: CandidateKernel) -> str:
         # with the prelude helpers it calls: its math functions (exp, tanh...) set what it costs

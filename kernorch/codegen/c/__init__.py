@@ -6,14 +6,14 @@ from kernorch.codegen.c.expr import c_literal
 from kernorch.codegen.c.kernel import render_kernel, render_kernel_tasks, scratch_bytes
 from kernorch.codegen.c.loops import Sharing
 from kernorch.codegen.c.prelude import PRELUDE, prelude_used_by
-from kernorch.codegen.c.render import render_function
+from kernorch.codegen.c.render import render
 
 __all__ = [
     "PRELUDE",
     "Sharing",
     "c_literal",
     "prelude_used_by",
-    "render_function",
+    "render",
     "render_kernel",
     "render_kernel_tasks",
     "scratch_bytes",

@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernorch.codegen.c.loops import Sharing
-from kernorch.codegen.c.render import render_function
+from kernorch.codegen.c.render import render
 from kernorch.codegen.gir import RULES, Rule, lower, optimize
 from kernorch.codegen.loops import KernelLoops
+from kernorch.codegen.target import CPU, Target
 
 
-def render_kernel(name: str, loops: KernelLoops, sharing: Sharing | None = None,
-                  rules: tuple[Rule, ...] = RULES) -> str:  # fmt: skip
-    """The kernel's C function: its loops lowered to GIR, rewritten by `rules`, rendered by c/render.py."""
-    return render_function(name, optimize(lower(loops), rules), sharing or Sharing())
+def render_kernel(name: str, loops: KernelLoops, target: Target = CPU, rules: tuple[Rule, ...] = RULES) -> str:
+    """The kernel's C function: its loops lowered to GIR for `target`, rewritten by `rules`, rendered by
+    c/render.py."""
+    return render(name, optimize(lower(loops, target), rules), target)
 
 
-def render_kernel_tasks(name: str, loops: KernelLoops) -> tuple[str, tuple[int, ...]]:
+def render_kernel_tasks(name: str, loops: KernelLoops, target: Target = CPU) -> tuple[str, tuple[int, ...]]:
     """The kernel as `int NAME(void **buffers, int ko_phase, int64_t ko_begin, int64_t ko_end)`, running
     iterations [ko_begin, ko_end) of phase ko_phase's parallel loop on the calling thread (an rTask), and each
-    phase's trip count."""
-    sharing = Sharing(tasks=True)
-    return render_kernel(name, loops, sharing), tuple(sharing.iterations)
+    phase's trip count (recorded in the GIR: `Gir.task_units`)."""
+    gir = optimize(lower(loops, target))
+    return render(name, gir, target, tasks=True), gir.task_units(target.tile)
 
 
 def scratch_bytes(loops: KernelLoops) -> list[int]:

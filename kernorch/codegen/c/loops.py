@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernorch.codegen.gir import SPLIT_MAX_OUTPUTS, TILE
+from kernorch.codegen.gir import SPLIT_MAX_OUTPUTS, STRIP_ROWS
 from kernorch.codegen.loops import C_TYPES
 
 UNROLLED_TAPS = 16  # an interchanged reduction over at most this many taps has them written out
@@ -87,8 +87,9 @@ def loop_headers(loops: list[tuple[str, int, int]]) -> list[str]:
 
 
 def tiled_loops(loops: tuple[tuple[str, int], ...], sharing: Sharing | None, hoisted: list[str], inner: list[str],
-                blocks: tuple[str, int, str, int] | None = None, strips: bool = False) -> list[str]:  # fmt: skip
-    """A phase's `loops` with the last two variables walked in TILE × TILE blocks; with `sharing`, the outer
+                tile: int, blocks: tuple[str, int, str, int] | None = None,
+                strips: bool = False) -> list[str]:  # fmt: skip
+    """A phase's `loops` with the last two variables walked in `tile` × `tile` blocks; with `sharing`, the outer
     loops and both block loops are shared out to the threads. `hoisted` is computed per value of the
     second-to-last variable, `inner` is the body of the innermost loop. With `blocks` (source address, its
     stride along b, target address, its stride along a, as C expressions of the loop variables at a block's
@@ -97,17 +98,17 @@ def tiled_loops(loops: tuple[tuple[str, int], ...], sharing: Sharing | None, hoi
     *outer, (a, size_a), (b, size_b) = loops
     if blocks is not None and strips:
         return transposed_rows(loops, sharing, hoisted, inner, blocks)
-    nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, TILE), (f"{b}_t", size_b, TILE)]
+    nest = [*((v, n, 1) for v, n in outer), (f"{a}_t", size_a, tile), (f"{b}_t", size_b, tile)]
     lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
-    lines += [f"const int64_t {a}_end = {a}_t + {TILE} < {size_a} ? {a}_t + {TILE} : {size_a};",
-              f"const int64_t {b}_end = {b}_t + {TILE} < {size_b} ? {b}_t + {TILE} : {size_b};"]  # fmt: skip
+    lines += [f"const int64_t {a}_end = {a}_t + {tile} < {size_a} ? {a}_t + {tile} : {size_a};",
+              f"const int64_t {b}_end = {b}_t + {tile} < {size_b} ? {b}_t + {tile} : {size_b};"]  # fmt: skip
     if blocks is None:
         lines += _elementwise(a, b, hoisted, inner)
     else:
         source, stride_in, target, stride_out = blocks
-        lines += [f"if ({a}_end - {a}_t == {TILE} && {b}_end - {b}_t == {TILE}) {{",
-                  f"for (int64_t {a}_o = 0; {a}_o < {TILE}; {a}_o += 8) {{",
-                  f"for (int64_t {b}_o = 0; {b}_o < {TILE}; {b}_o += 8) {{",
+        lines += [f"if ({a}_end - {a}_t == {tile} && {b}_end - {b}_t == {tile}) {{",
+                  f"for (int64_t {a}_o = 0; {a}_o < {tile}; {a}_o += 8) {{",
+                  f"for (int64_t {b}_o = 0; {b}_o < {tile}; {b}_o += 8) {{",
                   f"const int64_t {a} = {a}_t + {a}_o, {b} = {b}_t + {b}_o;",
                   f"ko_transpose8({source}, {stride_in}, {target}, {stride_out});", "}", "}", "} else {",
                   *_elementwise(a, b, hoisted, inner), "}"]  # fmt: skip
@@ -120,13 +121,13 @@ def transposed_rows(loops: tuple[tuple[str, int], ...], sharing: Sharing | None,
     """A transposing float copy: each parallel iteration takes 8 of the input's rows (8 values of b, the
     output's innermost variable) and moves them whole, along a, as 8 × 8 register blocks (`ko_transpose8`):
     the 8 input rows stream, each output row gets 32 contiguous bytes per block. For input rows that share
-    an L1 set (`rows_share_a_set`): a TILE × TILE tile reads 16 of them, which evict each other. Segformer's
+    an L1 set (`rows_share_a_set`): a 16 × 16 tile reads 16 of them, which evict each other. Segformer's
     [256, 16384] -> [16384, 256] copy (rows 64 KB apart) ran 1.45 ms in tiles and 0.83 ms in strips (23 ->
     40 GB/s on 2 cores; a plain copy of the same bytes 0.43 ms); in place 1.84-2.40 -> 1.19-1.33 ms. Where
     rows do not share a set, tiles write whole output lines and win ([16, 16, 1024] from rows 1 KB apart:
     50-60 µs in tiles, 75 in strips)."""
     *outer, (a, size_a), (b, size_b) = loops
-    nest = [*((v, n, 1) for v, n in outer), (f"{b}_t", size_b, 8)]
+    nest = [*((v, n, 1) for v, n in outer), (f"{b}_t", size_b, STRIP_ROWS)]
     lines, closing = sharing.collapsed(nest) if sharing is not None else (loop_headers(nest), len(nest))
     source, stride_in, target, stride_out = blocks
     lines += [f"const int64_t {b}_end = {b}_t + 8 < {size_b} ? {b}_t + 8 : {size_b};",

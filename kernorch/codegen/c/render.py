@@ -46,7 +46,6 @@ from kernorch.codegen.gir import (
     CONSTANT,
     ELEMENTWISE,
     INNERMOST,
-    LANES,
     MOVE,
     OUTER,
     REDUCE,
@@ -57,15 +56,17 @@ from kernorch.codegen.gir import (
     bare_sum,
 )
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
+from kernorch.codegen.target import Target
 
 _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic inside an index tree
 SUM_UNROLL = 4  # vectors of a row added per unrolled iteration when rows are summed across a block (sum_across)
 
 
-def render_function(name: str, gir: Gir, sharing: Sharing) -> str:
-    """The kernel as `int NAME(void **args)`, or with `sharing.tasks` as `int NAME(void **args, int ko_phase,
-    int64_t ko_begin, int64_t ko_end)`, running iterations [ko_begin, ko_end) of phase ko_phase's parallel
-    loop on the calling thread (an rTask; `sharing.iterations` receives each phase's trip count)."""
+def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
+    """The kernel, lowered for `target`, as `int NAME(void **args)`, or with `tasks` as `int NAME(void **args, int
+    ko_phase, int64_t ko_begin, int64_t ko_end)`, running iterations [ko_begin, ko_end) of phase ko_phase's
+    parallel loop on the calling thread (an rTask; the GIR says how many there are: `Gir.task_units`)."""
+    sharing = Sharing(tasks=tasks)
     out: list[str] = []
     for table, values in gir.tables.items():
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
@@ -79,10 +80,11 @@ def render_function(name: str, gir: Gir, sharing: Sharing) -> str:
         ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
         out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
     counter = [0]  # temporaries are numbered across the kernel
-    phases = [_err_only_where_set(_Phase(gir, phase, name, counter).lines(sharing)) for phase in gir.phases]
-    if sharing.tasks:  # one case per phase, running the task's share of its loop
-        if len(sharing.iterations) != len(phases):  # each phase must have said how it is shared out
-            raise AssertionError(f"{name}: {len(phases)} phases but {len(sharing.iterations)} trip counts")
+    phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target).lines(sharing)) for phase in gir.phases]
+    if tasks:  # one case per phase, running the task's share of its loop
+        if tuple(sharing.iterations) != gir.task_units(target.tile):  # the loops opened are the GIR's units
+            raise AssertionError(f"{name}: the rTask loops opened run {sharing.iterations} iterations, the GIR's "
+                                 f"phases {gir.task_units(target.tile)}")  # fmt: skip
         cases = [f"case {p}: {{\n{_indent(lines)}\n    break; }}" for p, lines in enumerate(phases)]
         out.append("    switch (ko_phase) {\n" + "\n".join(cases) + "\n    default: return 1;\n    }")
     else:
@@ -120,8 +122,8 @@ def _indent(lines: list[str]) -> str:
 
 
 class _Phase:
-    def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int]) -> None:
-        self.gir, self.phase, self.prefix, self.counter = gir, phase, prefix, counter
+    def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target) -> None:
+        self.gir, self.phase, self.prefix, self.counter, self.target = gir, phase, prefix, counter, target
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
         self.names: dict[int, str] = {}  # register slice -> the C temporary or literal holding it
         self.ctypes: dict[int, str] = {}  # register slice -> its C type
@@ -412,7 +414,7 @@ class _Phase:
         parallel = self.phase.parallel.mode == OUTER
         if not parallel:
             sharing.serial()
-        return tiled_loops(self.phase.loops, sharing if parallel else None, outside, inside, blocks,
+        return tiled_loops(self.phase.loops, sharing if parallel else None, outside, inside, self.target.tile, blocks,
                            self.phase.tiled == "strips")  # fmt: skip
 
     def interchanged(self, sharing: Sharing) -> list[str]:
@@ -468,7 +470,7 @@ class _Phase:
         lines = [f"{C_TYPES[dtype]} {acc} = {init};"]
         inner_scope = (*op.scope, body_scope)
         if op.name in ("reduce_max", "reduce_min") and dtype in FLOAT_SUFFIX and guard is None \
-                and loops[-1][1] >= 2 * LANES:  # fmt: skip
+                and loops[-1][1] >= 2 * self.target.lanes:  # fmt: skip
             lines += self.extremum(op, acc, loops, inner_scope)
         else:
             for position, (var, size) in enumerate(loops):

@@ -15,6 +15,7 @@ from kernorch.codegen.gir.graph import (
     MOVE,
     OUTER,
     REDUCE,
+    STRIP_ROWS,
     Gir,
     GirPhase,
     GOperator,
@@ -26,8 +27,6 @@ from kernorch.codegen.gir.memo import described, remembered, remembering, rewrit
 from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS
 from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.gir.rules import RULES, Rule, optimize
-from kernorch.codegen.gir.sharing import LANES
-from kernorch.codegen.gir.tiling import TILE
 
 __all__ = [
     "CACHE",
@@ -38,16 +37,15 @@ __all__ = [
     "Gir",
     "GirPhase",
     "INNERMOST",
-    "LANES",
     "MOVE",
     "OUTER",
     "REDUCE",
     "RULES",
+    "STRIP_ROWS",
     "RowAccess",
     "RowStep",
     "Rule",
     "SPLIT_MAX_OUTPUTS",
-    "TILE",
     "VECTOR",
     "bare_sum",
     "described",

@@ -21,6 +21,7 @@ and tables. `c/render.py` renders C from that alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +32,7 @@ from kernorch.codegen.loops import Buffer
 
 GLOBAL, CACHE, REGISTER = "global", "cache", "register"
 LINE_BYTES = 64
+STRIP_ROWS = 8  # input rows a strip of a transposing copy moves at once (8 x 8 register blocks)
 
 # gOperator kinds (a constant is a register initialised once: no instruction block of its own)
 MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST, CONSTANT = "move", "sync", "elementwise", "reduce", "broadcast", "constant"
@@ -138,7 +140,7 @@ class GirPhase:
     # a phase storing a reduction along its innermost axis with the taps outside that axis: "interchanged",
     # or "split" when the taps are also shared out among the threads kernel by kernel (reductions.py)
     reduction: str = ""
-    # a phase reading its input transposed (tiling.py): "elements" (TILE x TILE tiles element by element),
+    # a phase reading its input transposed (tiling.py): "elements" (tiles element by element),
     # "blocks" (a float copy: tiles moved as 8 x 8 register blocks), "strips" (a float copy whose input rows
     # share an L1 set: 8 input rows at a time, whole); "": not tiled
     tiled: str = ""
@@ -151,6 +153,31 @@ class GirPhase:
     # output positions, each input row it reads held in registers and permuted (row_permute.py)
     row_permuted: bool = False
 
+    def task_units(self, tile: int) -> int:
+        """The iterations of the loop an rTask takes a share of (Rammer's units of work, for the scheduler): the
+        loops the phase's threads share (`parallel.mode`) as its structure lays them out — its rows (in blocks of
+        `row_block`), the loops around an interchanged reduction, around an unrolled short loop or permuted rows,
+        a transpose's tiles (`tile` a side) or strips (STRIP_ROWS input rows each); the innermost loop when it
+        alone is shared; 1 for a serial phase."""
+        mode, loops = self.parallel.mode, self.loops
+        if mode == SERIAL or not loops:
+            return 1
+        if self.steps:  # shared rows (OUTER)
+            rows = math.prod(size for _, size in loops)
+            return -(-rows // self.row_block) if self.row_block else rows
+        if self.tiled:  # shared tiles (OUTER)
+            *outer, (_, size_a), (_, size_b) = loops
+            around = math.prod(size for _, size in outer)
+            if self.tiled == "strips":
+                return around * -(-size_b // STRIP_ROWS)
+            return around * -(-size_a // tile) * -(-size_b // tile)
+        # the loops inside the shared ones: the output's innermost (an interchanged reduction's taps run inside
+        # it), or the vector loop with an unrolled short loop or permuted row residues inside it
+        inner = -2 if self.unrolled or self.row_permuted else -1
+        if mode == INNERMOST:  # (a reduction's or permuted rows' phase shares only its outer loops)
+            return 1 if self.reduction or self.row_permuted else loops[inner][1]
+        return math.prod(size for _, size in loops[:inner])
+
 
 @dataclass(frozen=True)
 class Gir:
@@ -160,6 +187,10 @@ class Gir:
     roles: dict[str, str]  # buffer -> input, output, scratch, table
     buffers: tuple[Buffer, ...] = ()  # the kernel's arguments: inputs, outputs, scratch
     tables: dict[str, np.ndarray] = field(default_factory=dict)  # constant lookup tables (resize)
+
+    def task_units(self, tile: int) -> tuple[int, ...]:
+        """Per phase, the iterations its rTasks share out (`GirPhase.task_units`)."""
+        return tuple(phase.task_units(tile) for phase in self.phases)
 
     def with_phases(self, phases: list[GirPhase], slices: tuple[MemorySlice, ...] | None = None) -> Gir:
         return replace(self, phases=tuple(phases), slices=self.slices if slices is None else slices)

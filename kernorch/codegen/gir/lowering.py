@@ -3,7 +3,7 @@ a renderer needs to write it (c/render.py renders C from nothing else).
 
 Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it and which of its
 loops they share (`sharing.parallel_mode`, PARALLEL_MIN_ELEMENTS) and how many vector lanes an instruction
-block has (LANES when every access along the innermost loop is affine, else 1), and whose loop structure is
+block has (the target's lanes when every access along the innermost loop is affine, else 1), and whose loop structure is
 decided: an unrolled short innermost loop, tiles for a transposed read, pieces of an innermost loop cut where
 its selects change, a reduction interchanged with the output's innermost loop, rows with their steps. Every
 load becomes a `move` from a global slice to a register slice, every store a `move` back; the pattern of a
@@ -50,8 +50,8 @@ from kernorch.codegen.gir.reductions import (
     reduced_per_element,
     splits_among_threads,
 )
-from kernorch.codegen.gir.row_permute import permutable, row_access, row_loops_of
-from kernorch.codegen.gir.sharing import LANES, PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
+from kernorch.codegen.gir.row_permute import VECTOR, permutable, row_access, row_loops_of
+from kernorch.codegen.gir.sharing import PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
 from kernorch.codegen.gir.tiling import mentions, reads_transposed, rows_share_a_set, stride_along, transposed_copy
 from kernorch.codegen.gir.variance import one_pass_columns, one_pass_variance
@@ -66,10 +66,12 @@ from kernorch.codegen.loops import (
     split_innermost,
     substituted,
 )
+from kernorch.codegen.target import CPU, Target
 
 
 class _Lowering:
-    def __init__(self, loops: KernelLoops) -> None:
+    def __init__(self, loops: KernelLoops, target: Target) -> None:
+        self.lanes, self.tile = target.lanes, target.tile
         self.dtypes = {b.name: b.dtype for b in loops.buffers}
         self.tables = loops.tables
         self.widths = _row_widths(loops)
@@ -240,7 +242,7 @@ class _Lowering:
             inner, lanes = ctx["inner"], ctx["lanes"]
         else:
             inner = loops[-1][0]
-            lanes = LANES if loops[-1][1] >= LANES and _affine_along(body, inner, ranges) else 1
+            lanes = self.lanes if loops[-1][1] >= self.lanes and _affine_along(body, inner, ranges) else 1
         blocks = max(ctx["elements"] * volume // lanes, 1)
         # the tap variables around the body and how many taps they run (a reduction nested in one: both's)
         outer_taps, outer_volume = ctx.get("taps", (set(), 1))
@@ -308,12 +310,13 @@ class _Lowering:
         # the same test that gives the phase its loop structure (only phased kernels interchange)
         interchanged = phased and interchangeable(phase, self.dtypes.get(phase.target, "float32")) is not None
         # (`vectorized`: the renderer runs vector blocks whatever the accesses, row_permute.py)
-        lanes = LANES if inner is not None and (vectorized or _affine_along(phase.expr, inner, ranges)) else 1
+        lanes = self.lanes if inner is not None and (vectorized or _affine_along(phase.expr, inner, ranges)) else 1
         # blocks per kernel call if run once per iteration of the loops outside the innermost (and the unrolled)
         around = int(np.prod(phase.loop_sizes[:-2 if short else -1], dtype=np.int64)) * repeats
         ctx: dict[str, Any] = {
             "ranges": ranges, "inner": inner, "lanes": lanes, "elements": elements,
-            "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase), "interchanged": interchanged,
+            "blocks": max(elements // lanes, 1), "tiled": reads_transposed(phase, self.tile),
+            "interchanged": interchanged,
             "outer": around if phase.loop_vars and not interchanged else 0, "short": short,
             "order": tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)) if not outer else (),
             "pinned": (short[0],) if short else (),  # loops a value varying along cannot run before
@@ -353,13 +356,14 @@ def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges:
     return constant == 0 and terms == expected
 
 
-def lower(loops: KernelLoops, threads: int = 2) -> Gir:
-    """The kernel's GIR before any rewrite."""
+def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
+    """The kernel's GIR before any rewrite, its choices made for `target` (threads, lanes, tiles)."""
+    threads, lanes = target.threads, target.lanes
     if loops.schedule == "row" and int(np.prod(loops.row_shape, dtype=np.int64)) >= ROW_BLOCK:
         loops, _ = one_pass_variance(loops, ROW_BLOCK, SHORT_ROW_ELEMENTS)
     loops, _ = one_pass_columns(loops)
     loops = tee_maps_into_reductions(loops)
-    lowering = _Lowering(loops)
+    lowering = _Lowering(loops, target)
     phases: list[GirPhase] = []
     buffer_bytes = {b.name: max(int(np.prod(b.shape, dtype=np.int64)), 1) * int(np.dtype(b.dtype).itemsize)
                     for b in loops.buffers}  # fmt: skip
@@ -376,14 +380,15 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             steps.append(RowStep(lowering.scope, tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                  phase.target if phase.scalar else "", result))  # fmt: skip
         steps, lowering.ops = _sums_of_stored(steps, lowering.ops, lowering.slices)
-        steps = [replace(step, overlapped_tail=LANES if _overlaps_its_tail(step, lowering.ops, lowering.slices) else 0,
-                         independent=_independent(step, lowering.ops, lowering.slices)) for step in steps]  # fmt: skip
+        tails = [lanes if _overlaps_its_tail(step, lowering.ops, lowering.slices, lanes) else 0 for step in steps]
+        steps = [replace(step, overlapped_tail=tail, independent=_independent(step, lowering.ops, lowering.slices))
+                 for step, tail in zip(steps, tails, strict=True)]  # fmt: skip
         across = _summed_across_rows(steps, lowering.ops, rows, row_elements)
         across = None if across is None else _joined(across, lowering.ops)
         block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         shared = rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS
-        unit = ParallelUnit(threads if shared else 1, LANES, -(-rows // block) if block else rows,
+        unit = ParallelUnit(threads if shared else 1, lanes, -(-rows // block) if block else rows,
                             OUTER if shared else SERIAL)  # fmt: skip
         phases.append(GirPhase(unit, tuple(lowering.ops), row_elements * itemsize,
                                tuple(zip(loops.row_vars, loops.row_shape, strict=True)),
@@ -401,9 +406,11 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             if p:  # what earlier phases wrote is read only after every thread has written it
                 lowering.ops.append(GOperator(SYNC, "device", (), (), 1))
             # an upsampling of short rows: output vectors permuted from input rows in registers, unsplit
-            permuted = not reads_transposed(phase) and _mode(phase, short_innermost(phase), False) != INNERMOST \
-                and permutable(phase, loops.tables, lowering.dtypes, _row_widths(loops))  # fmt: skip
-            pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"))
+            # (the permutation is written for registers of VECTOR lanes)
+            permuted = lanes == VECTOR and not reads_transposed(phase, target.tile) and \
+                _mode(phase, short_innermost(phase), False) != INNERMOST and \
+                permutable(phase, loops.tables, lowering.dtypes, _row_widths(loops))  # fmt: skip
+            pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"), target.tile)
             if pieces is None:
                 lowering.phase_ops(phase, {}, 1, vectorized=permuted)
             if p in joined:
@@ -419,18 +426,19 @@ def lower(loops: KernelLoops, threads: int = 2) -> Gir:
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
             split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
             parallel = threads if elements * reduced_per_element(phase.expr) >= PARALLEL_MIN_ELEMENTS or split else 1
-            lanes = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
+            widest = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
                 phase.target, "float32")) is not None else ""  # fmt: skip
             tiled, strides = "", (0, 0)
-            if reads_transposed(phase):  # a float copy moves register blocks: in tiles, or strips of input rows
+            # a float copy moves register blocks: in tiles, or strips of input rows
+            if reads_transposed(phase, target.tile):
                 copy = transposed_copy(phase, lowering.dtypes)
                 strides = (0, 0) if copy is None else copy[1:]
                 tiled = "elements" if copy is None else "strips" if rows_share_a_set(copy[1]) else "blocks"
             mode = (OUTER if elements >= PARALLEL_MIN_ELEMENTS else SERIAL) if tiled else \
                 _mode(phase, short, reduction != "")  # fmt: skip
-            phases.append(GirPhase(ParallelUnit(parallel, lanes, elements, mode), tuple(lowering.ops),
+            phases.append(GirPhase(ParallelUnit(parallel, widest, elements, mode), tuple(lowering.ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
                                    tiled=tiled, strides=strides, pieces=tuple(split_loop),
@@ -539,13 +547,13 @@ def _mapping_reads(step: RowStep, ops: list[GOperator],
     return stored, read
 
 
-def _overlaps_its_tail(step: RowStep, ops: list[GOperator], slices: list[MemorySlice]) -> bool:
+def _overlaps_its_tail(step: RowStep, ops: list[GOperator], slices: list[MemorySlice], lanes: int) -> bool:
     """A loop step over one loop longer than a vector but not a multiple of it, that only maps (no reduction
     in it) and reads no buffer it stores, can end in a vector block overlapping the one before it: the
     remainder elements were a scalar loop of up to 15 exps per row (vit's softmax over rows of 197: 29 -> 26
     us). Recomputing an element from the same inputs stores the value it already holds."""
     mapping = _mapping_reads(step, ops, slices)
-    if mapping is None or step.loops[0][1] < LANES or step.loops[0][1] % LANES == 0:
+    if mapping is None or step.loops[0][1] < lanes or step.loops[0][1] % lanes == 0:
         return False
     stored, read = mapping
     return stored.isdisjoint(buffer for buffer, level in read if level == GLOBAL)
@@ -605,10 +613,11 @@ def _vector_axis(phase: Phase) -> int:
     return -2 if short_innermost(phase) else -1
 
 
-def _pieces(phase: Phase, dtype: str) -> list[tuple[int, int, Tree]] | None:
+def _pieces(phase: Phase, dtype: str, tile: int) -> list[tuple[int, int, Tree]] | None:
     """A plain phase's vectorized loop cut where its selects on that loop's variable change (splitting.py):
     (begin, end, the expression on that range); None when it is not cut. Not a loop shared out itself."""
-    if not phase.loop_vars or phase.scalar or reads_transposed(phase) or interchangeable(phase, dtype) is not None:
+    if not phase.loop_vars or phase.scalar or reads_transposed(phase, tile) or \
+            interchangeable(phase, dtype) is not None:  # fmt: skip
         return None
     short = short_innermost(phase)
     if _mode(phase, short, False) == INNERMOST:

@@ -18,6 +18,7 @@ from kernorch.codegen.gir.graph import Gir
 from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops import KernelLoops, NotGeneratable, describe
+from kernorch.codegen.target import CPU, Target
 from kernorch.ir.kernel import CandidateKernel
 
 T = TypeVar("T")
@@ -59,6 +60,6 @@ def described(kernel: CandidateKernel) -> KernelLoops:
     return remembered(("loops",), kernel, lambda: describe(kernel))
 
 
-def rewritten(kernel: CandidateKernel, threads: int = 2) -> Gir:
-    """The kernel's GIR after the rewrite rules, made once per kernel and thread count while remembering."""
-    return remembered(("gir", threads), kernel, lambda: optimize(lower(described(kernel), threads)))
+def rewritten(kernel: CandidateKernel, target: Target = CPU) -> Gir:
+    """The kernel's GIR for `target` after the rewrite rules, made once per kernel and target while remembering."""
+    return remembered(("gir", target), kernel, lambda: optimize(lower(described(kernel), target)))

@@ -37,7 +37,7 @@ def test_a_candidate_is_described_once_while_remembering(monkeypatch: pytest.Mon
     with memo.remembering():
         choose_backend(kernel)
         first = GENERATED_C.source("k", kernel)
-        memo.rewritten(kernel, 2)
+        memo.rewritten(kernel)
         assert len(calls) == 1
     assert GENERATED_C.source("k", kernel) == first and len(calls) == 2  # outside the block: described again
 

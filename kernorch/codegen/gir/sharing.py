@@ -9,7 +9,6 @@ from kernorch.codegen.loops import SHORT_INNER, Phase, count_kinds
 
 PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
 PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
-LANES = 16  # float32 lanes of an AVX-512 vector (a float max/min reduction is vectorized over two or more)
 
 
 def parallel_mode(sizes: tuple[int, ...], per_element: int = 1) -> str:

@@ -3,8 +3,9 @@
 A phase storing along its innermost loop variable b while a load steps through memory with a large stride in b
 and unit stride in the next loop variable a is a transpose (NCHW → NHWC, a head permutation). Untiled, every
 element read touches its own cache line, and with a stride of 4 KB all of them fall into one L1 set: SegFormer's
-640-channel transposes ran at 5 GB/s. Looping over TILE × TILE blocks of (a, b) instead, the block's input lines
-and output lines (TILE of each) stay in L1 until every element of them is used.
+640-channel transposes ran at 5 GB/s. Looping over tile × tile blocks of (a, b) instead (a tile side is a cache line
+of floats: `Target.tile`), the block's input lines and output lines (a tile of each) stay in L1 until every
+element of them is used.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from kernorch.codegen.loops import Digit, Phase, linearize
 
 Tree = tuple[Any, ...]
-TILE = 16  # floats per 64-byte line
 
 
 def stride_along(index: Tree, var: str, ranges: dict[str, int]) -> int | None:
@@ -52,10 +52,10 @@ def _loads(tree: Any) -> list[Tree]:
     return found
 
 
-def reads_transposed(phase: Phase) -> bool:
+def reads_transposed(phase: Phase, tile: int) -> bool:
     """The phase stores contiguously along its innermost variable and some load is contiguous along the
-    variable outside it instead, with a stride of at least a cache line along the innermost."""
-    if len(phase.loop_vars) < 2 or min(phase.loop_sizes[-2:]) < TILE or phase.scalar:
+    variable outside it instead, with a stride of at least a cache line (`tile` elements) along the innermost."""
+    if len(phase.loop_vars) < 2 or min(phase.loop_sizes[-2:]) < tile or phase.scalar:
         return False
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))
     a, b = phase.loop_vars[-2:]
@@ -63,7 +63,7 @@ def reads_transposed(phase: Phase) -> bool:
         return False
     for index in _loads(phase.expr):
         along_b, along_a = stride_along(index, b, ranges), stride_along(index, a, ranges)
-        if along_a == 1 and along_b is not None and abs(along_b) >= TILE:
+        if along_a == 1 and along_b is not None and abs(along_b) >= tile:
             return True
     return False
 
