@@ -47,7 +47,7 @@ def render_numpy(name: str, gir: Gir) -> str:
         if op.kind == MOVE and op.name == "load":
             lines.append(f"    r{op.writes[0]} = args[{position[gir.slices[op.reads[0]].buffer]}].reshape(-1)")
         elif op.kind == CONSTANT:
-            value, dtype = op.code
+            value, dtype = op.constant
             lines.append(f"    r{op.writes[0]} = np.{dtype}(float({str(value)!r}))")
         elif op.kind == ELEMENTWISE:
             lines.append(f"    r{op.writes[0]} = {NUMPY[op.name]}({', '.join(f'r{r}' for r in op.reads)})")

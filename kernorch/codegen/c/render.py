@@ -53,6 +53,7 @@ from kernorch.codegen.gir import (
     GirPhase,
     GOperator,
     RowStep,
+    Select,
     bare_sum,
 )
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
@@ -327,7 +328,7 @@ class _Phase:
         for step in steps:
             ops = [op for op in self.phase.ops if op.scope == step.scope]
             at = next(position for position, op in enumerate(ops) if op.kind == REDUCE)
-            _, ((var, size),), _, body_scope, _ = ops[at].code
+            _, ((var, size),), _, body_scope, _ = ops[at].reduction
             for op in ops[:at]:  # constants only (lower._sum_across)
                 self.statement(op)
             self.counter[0] += 1
@@ -343,7 +344,7 @@ class _Phase:
             return ["#pragma omp simd reduction(|:err)", f"for (int64_t ko_l = 0; ko_l < {width}; ko_l++) {{",
                     *body, "}"]  # fmt: skip
 
-        size = sums[0][1][sums[0][2]].code[1][0][1]
+        size = sums[0][1][sums[0][2]].reduction.loops[0][1]
         # rows of 64 and more sum 16 values at a time, the 16 partials folded to 8 after the loop: a [2048, 256]
         # layer norm ran 36.8 -> 28.4 µs, [1024, 160] 11.0 -> 8.8, [4096, 64] 20.0 -> 18.7 ([16384, 32]: 39.8 ->
         # 41.0, so rows of 32 keep 8 at a time)
@@ -409,8 +410,8 @@ class _Phase:
             store = next(op for op in self.phase.ops if op.kind == MOVE and op.name == "store")
             source, target = self.gir.slices[load.reads[0]].buffer, self.gir.slices[store.writes[0]].buffer
             stride_in, stride_out = self.phase.strides
-            blocks = (f"{source} + {self.index(load.code, load)}", stride_in,
-                      f"{target} + {self.index(store.code, store)}", stride_out)  # fmt: skip
+            blocks = (f"{source} + {self.index(load.index, load)}", stride_in,
+                      f"{target} + {self.index(store.index, store)}", stride_out)  # fmt: skip
         parallel = self.phase.parallel.mode == OUTER
         if not parallel:
             sharing.serial()
@@ -422,7 +423,7 @@ class _Phase:
         ops = [op for op in self.phase.ops if op.scope == ()]
         reduces = [op for op in ops if op.kind == REDUCE]  # several: sums over the same taps, joined (gir/lowering.py)
         stores = {op.reads[0]: op for op in ops if op.kind == MOVE and op.name == "store"}
-        dtype, loops, guard, _, guard_scope = reduces[0].code
+        dtype, loops, guard, _, guard_scope = reduces[0].reduction
         (var, size), outer = self.phase.loops[-1], self.phase.loops[:-1]
         for op in ops:
             if op.kind == CONSTANT:
@@ -433,9 +434,9 @@ class _Phase:
                          self.condition(guard, reduces[0]))  # fmt: skip
         sums, rendered = [], set()
         for reduce in reduces:  # joined sums share one loop body (gir/lowering.py): its lines come before both updates
-            body = () if reduce.code[3] in rendered else tuple(line for part in self.block((reduce.code[3],))
-                                                                for line in part)  # fmt: skip
-            rendered.add(reduce.code[3])
+            scope = reduce.reduction.body
+            body = () if scope in rendered else tuple(line for part in self.block((scope,)) for line in part)
+            rendered.add(scope)
             store = stores[reduce.writes[0]]
             target = self.address(self.gir.slices[store.writes[0]].buffer, store)
             sums.append(TapSum(reduce.name, body, self.names[reduce.reads[0]], target))
@@ -450,7 +451,7 @@ class _Phase:
 
     def guarded_select(self, op: GOperator) -> list[str]:
         """A select on indices: each side's gOperators in its own branch, where its indices are valid."""
-        condition, *branches = op.code
+        condition, *branches = op.select
         self.counter[0] += 1
         name = f"v{self.counter[0]}"
         sides = [[line for part in self.block((*op.scope, branch)) for line in part] for branch in branches]
@@ -463,7 +464,7 @@ class _Phase:
         """The reduction's loops around its body's gOperators, accumulating in a local. Float sums accumulate in
         float: the SIMD reduction keeps one partial sum per lane, which bounds the error like a pairwise sum,
         and double would halve the vector width and convert every element."""
-        dtype, loops, guard, body_scope, guard_scope = op.code
+        dtype, loops, guard, body_scope, guard_scope = op.reduction
         self.counter[0] += 1
         acc = f"t{self.counter[0]}"
         init, update = reduction_identity(op.name, dtype)
@@ -546,16 +547,16 @@ class _Phase:
 
     def address(self, buffer: str, op: GOperator) -> str:
         if self.gir.roles.get(buffer) == "table":
-            return f"{self.prefix}_{buffer}[{self.index(op.code, op)}]"
-        return f"{buffer}[{self.index(self.hoisted_index(op.code), op)}]"
+            return f"{self.prefix}_{buffer}[{self.index(op.index, op)}]"
+        return f"{buffer}[{self.index(self.hoisted_index(op.index), op)}]"
 
     def statement(self, op: GOperator) -> list[str]:
         if op.kind == CONSTANT:  # a literal (or a row statistic's name) wherever it is read
             register = op.writes[0]
             if op.name == "slot":
-                self.names[register], self.ctypes[register] = op.code, self.slot_types[op.code]
+                self.names[register], self.ctypes[register] = op.slot, self.slot_types[op.slot]
             else:
-                value, dtype = op.code
+                value, dtype = op.constant
                 self.names[register], self.ctypes[register] = c_literal(value, dtype), C_TYPES[dtype]
                 if dtype in FLOAT_SUFFIX and not math.isnan(value):
                     self.numbers.add(register)
@@ -575,20 +576,23 @@ class _Phase:
             return [f"{self.address(side.buffer, op)} = ({target_type})({self.names[op.reads[0]]});"]
         if op.kind != ELEMENTWISE or op.name in _SILENT:
             return []  # broadcast and sync: no statement on a CPU thread
-        if op.name == "where" and op.code is not None:
+        if op.name == "where" and isinstance(op.code, Select):
             return self.guarded_select(op)
         args = [self.names[r] for r in op.reads]
-        if op.name == "cast":
-            source = next((d for d, c in C_TYPES.items() if c == self.ctypes.get(op.reads[0])), op.code)
-            return [self.temp(op.writes[0], C_TYPES[op.code], c_cast(args[0], source, op.code))]
         if op.name == "where":  # a value condition: both sides are safe to compute, and a select vectorizes
             return [self.temp(op.writes[0], self.ctypes[op.reads[1]], f"({args[0]} ? {args[1]} : {args[2]})")]
-        if op.name in ("max", "min") and op.code in FLOAT_SUFFIX and any(r in self.numbers for r in op.reads):
+        operands = op.dtype
+        assert operands is not None, f"{op.name} without its dtype"
+        dtype = operands
+        if op.name == "cast":
+            source = next((d for d, c in C_TYPES.items() if c == self.ctypes.get(op.reads[0])), dtype)
+            return [self.temp(op.writes[0], C_TYPES[dtype], c_cast(args[0], source, dtype))]
+        if op.name in ("max", "min") and dtype in FLOAT_SUFFIX and any(r in self.numbers for r in op.reads):
             number = 0 if op.reads[0] in self.numbers else 1
-            return [self.temp(op.writes[0], C_TYPES[op.code], c_bound(op.name, args[1 - number], args[number]))]
-        expression = c_unary(op.name, op.code, args[0]) if len(args) == 1 else \
-            c_binary(op.name, op.code, args[0], args[1])  # fmt: skip
-        return [self.temp(op.writes[0], c_value_type(op.name, op.code), expression)]
+            return [self.temp(op.writes[0], C_TYPES[dtype], c_bound(op.name, args[1 - number], args[number]))]
+        expression = c_unary(op.name, dtype, args[0]) if len(args) == 1 else \
+            c_binary(op.name, dtype, args[0], args[1])  # fmt: skip
+        return [self.temp(op.writes[0], c_value_type(op.name, dtype), expression)]
 
 
 def _loop_vars(tree: Tree) -> set[str]:

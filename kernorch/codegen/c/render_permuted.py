@@ -60,7 +60,7 @@ def permuted_lines(renderer: PhaseRenderer, sharing: Sharing) -> list[str]:
         buffer = _buffer(renderer, op)
         if buffer is None or buffer in gir.tables:
             continue
-        access = row_access(op.code, row, gir.tables, widths.get(buffer, 0))
+        access = row_access(op.index, row, gir.tables, widths.get(buffer, 0))
         if access is None:
             raise AssertionError(f"{buffer}: read neither along the output row nor as a whole row")
         accesses[id(op)] = (buffer, access)
@@ -113,7 +113,7 @@ def _table_block(renderer: PhaseRenderer, op: GOperator, table_name: str, row: t
                  first: int) -> list[str]:  # fmt: skip
     """A table read per output position (a resize's weights by residue) as the block's constant array."""
     table = renderer.gir.tables[table_name]
-    values = table[list(table_lanes(op.code, row, renderer.gir.tables)[first : first + VECTOR])]
+    values = table[list(table_lanes(op.index, row, renderer.gir.tables)[first : first + VECTOR])]
     ctype, dtype = ("int64_t", "int64") if table.dtype.kind == "i" else ("float", "float32")
     name = _fresh(renderer, "ko_w")
     renderer.names[op.writes[0]], renderer.ctypes[op.writes[0]] = f"{name}[ko_l]", ctype

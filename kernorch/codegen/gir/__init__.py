@@ -16,10 +16,14 @@ from kernorch.codegen.gir.graph import (
     OUTER,
     REDUCE,
     STRIP_ROWS,
+    Constant,
     Gir,
     GirPhase,
     GOperator,
+    OpCode,
+    Reduction,
     RowStep,
+    Select,
     bare_sum,
 )
 from kernorch.codegen.gir.lowering import lower
@@ -29,6 +33,10 @@ from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_
 from kernorch.codegen.gir.rules import RULES, Rule, optimize
 
 __all__ = [
+    "Constant",
+    "OpCode",
+    "Reduction",
+    "Select",
     "CACHE",
     "CONSTANT",
     "ELEMENTWISE",

@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
-from kernorch.codegen.loops import Buffer
+from kernorch.codegen.loops import Buffer, Tree
 
 GLOBAL, CACHE, REGISTER = "global", "cache", "register"
 LINE_BYTES = 64
@@ -69,6 +69,41 @@ class MemorySlice:
         return self.count * max(-(-segment // LINE_BYTES) * LINE_BYTES, LINE_BYTES)
 
 
+class Constant(NamedTuple):
+    """A constant gOperator's value (a register initialised once)."""
+
+    value: float | int | bool
+    dtype: str
+
+
+class Select(NamedTuple):
+    """A select on indices (a pad's border, a concat's pieces): the condition's index tree and the scopes of
+    its two branches, each evaluated only where its indices are valid."""
+
+    condition: Tree
+    then: int
+    otherwise: int
+
+
+class Reduction(NamedTuple):
+    """A reduction's element type, its tap loops (variable, size), the guard its taps are read under (None:
+    all are valid), and the scopes of its body and of the guard's values."""
+
+    dtype: str
+    loops: tuple[tuple[str, int], ...]
+    guard: Tree | None
+    body: int
+    guard_scope: int
+
+
+_Code = TypeVar("_Code")
+
+# What a renderer needs of a gOperator beyond its kind and name: a move's index tree, an elementwise operation's
+# operand dtype (None: a select on values), a constant's value, a row statistic's name (a "slot" constant), a
+# guarded select's branches, a reduction's loops
+OpCode = Tree | str | Constant | Select | Reduction | None
+
+
 @dataclass(frozen=True)
 class GOperator:
     kind: str  # MOVE, SYNC, ELEMENTWISE, REDUCE, BROADCAST
@@ -78,11 +113,43 @@ class GOperator:
     executions: int  # instruction blocks per kernel call
     work: int = 1  # element operations per block and lane
     outer_executions: int = 0  # blocks if it ran once per iteration of the loops outside the innermost (0: n/a)
-    # for a renderer: a move's index tree, an elementwise op's dtype, a constant's (value, dtype), a row
-    # statistic's slot, a reduction's (dtype, loops, guard, the scope of its body)
-    code: Any = None
+    code: OpCode = None
     scope: tuple[int, ...] = ()  # the nest of loop bodies it runs in (row steps, reductions): () the phase's
     outer: bool = False  # runs once per iteration of the loops outside the innermost (swapped before the broadcast)
+
+    # the code, read as what this gOperator's kind holds (a wrong kind is a bug: it raises)
+    @property
+    def index(self) -> Tree:
+        """A move's element index."""
+        return _as(self.code, tuple, self, "an index")
+
+    @property
+    def dtype(self) -> str | None:
+        """An elementwise operation's operand dtype (None: a select on values)."""
+        return None if self.code is None else _as(self.code, str, self, "a dtype")
+
+    @property
+    def constant(self) -> Constant:
+        return _as(self.code, Constant, self, "a constant")
+
+    @property
+    def slot(self) -> str:
+        """The row statistic a "slot" constant reads."""
+        return _as(self.code, str, self, "a slot")
+
+    @property
+    def select(self) -> Select:
+        return _as(self.code, Select, self, "a select")
+
+    @property
+    def reduction(self) -> Reduction:
+        return _as(self.code, Reduction, self, "a reduction")
+
+
+def _as(code: OpCode, kind: type[_Code], op: GOperator, what: str) -> _Code:
+    if not isinstance(code, kind) or kind is tuple and isinstance(code, (Constant, Select, Reduction)):
+        raise TypeError(f"{op.kind} {op.name} holds {type(code).__name__}, not {what}")
+    return code
 
 
 @dataclass(frozen=True)

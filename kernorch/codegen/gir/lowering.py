@@ -35,12 +35,15 @@ from kernorch.codegen.gir.graph import (
     REGISTER,
     SERIAL,
     SYNC,
+    Constant,
     Gir,
     GirPhase,
     GOperator,
     MemorySlice,
     ParallelUnit,
+    Reduction,
     RowStep,
+    Select,
     bare_sum,
 )
 from kernorch.codegen.gir.reductions import (
@@ -161,7 +164,7 @@ class _Lowering:
             return target
         if kind == "const":
             target = self.register(tree[2], lanes, True)
-            self.emit(GOperator(CONSTANT, "const", (), (target,), 0, code=(tree[1], tree[2])))
+            self.emit(GOperator(CONSTANT, "const", (), (target,), 0, code=Constant(tree[1], tree[2])))
             return target
         if kind == "scalar":  # a row statistic an earlier row step computed
             target = self.register("float32", lanes, True)
@@ -224,7 +227,7 @@ class _Lowering:
         target = self.register(self.dtypes.get(tree[2][1], "float32") if tree[2][0] == "load" else "float32",
                                ctx["lanes"], False)  # fmt: skip
         self.emit(GOperator(ELEMENTWISE, "where", (*reads, *indices), (target,), ctx["blocks"],
-                            code=(condition, *branches)))  # fmt: skip
+                            code=Select(condition, *branches)))  # fmt: skip
         return target
 
     def reduction(self, tree: Tree, ctx: dict[str, Any]) -> int:
@@ -259,7 +262,7 @@ class _Lowering:
         self.scope = around
         target = self.register(dtype, ctx["lanes"], False)
         self.emit(GOperator(REDUCE, prim, (part, *indices), (target,), blocks,
-                            code=(dtype, loops, guard, body_scope, guard_scope)))  # fmt: skip
+                            code=Reduction(dtype, loops, guard, body_scope, guard_scope)))  # fmt: skip
         return target
 
     def gathered(self, index: Tree, ctx: dict[str, Any], indices: list[int], base: int = 1) -> Tree:
@@ -415,7 +418,7 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
                 lowering.phase_ops(phase, {}, 1, vectorized=permuted)
             if p in joined:
                 reduce = next(op for op in lowering.ops if op.kind == REDUCE and op.scope == ())
-                lowering.shared_scopes = (reduce.code[4], reduce.code[3])
+                lowering.shared_scopes = (reduce.reduction.guard_scope, reduce.reduction.body)
                 lowering.phase_ops(joined[p], {}, 1)
             for begin, end, expr in pieces or ():  # one scope of gOperators per piece of the split loop
                 lowering.scope = (lowering.new_scope(),)
@@ -494,7 +497,7 @@ def _sum_across(step: RowStep, ops: list[GOperator]) -> bool:
     if len(sums) != 1:
         return False
     at, reduce = sums[0]
-    dtype, taps, guard, body_scope, _ = reduce.code
+    dtype, taps, guard, body_scope, _ = reduce.reduction
     if reduce.name != "reduce_sum" or dtype != "float32" or guard is not None or len(taps) != 1 \
             or taps[0][1] < ROW_BLOCK:  # fmt: skip
         return False
@@ -525,11 +528,11 @@ def _joined(steps: list[RowStep], ops: list[GOperator]) -> list[RowStep]:
 
 def _taps(step: RowStep, ops: list[GOperator]) -> int:
     reduce = next(op for op in ops if op.scope == step.scope and op.kind == REDUCE)
-    return int(reduce.code[1][0][1])
+    return int(reduce.reduction.loops[0][1])
 
 
 def _reads_slot(step: RowStep, slot: str, ops: list[GOperator]) -> bool:
-    return any(op.kind == CONSTANT and op.name == "slot" and op.code == slot
+    return any(op.kind == CONSTANT and op.name == "slot" and op.slot == slot
                for op in ops if op.scope[: len(step.scope)] == step.scope)  # fmt: skip
 
 
@@ -577,7 +580,7 @@ def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slice
     if len(stores) != 1 or len(own) != 1 or own[0].kind != REDUCE or own[0].name != "reduce_sum":
         return None
     reduce = own[0]
-    dtype, taps, guard, body_scope, _ = reduce.code
+    dtype, taps, guard, body_scope, _ = reduce.reduction
     (var, size), store = loop.loops[0], stores[0]
     body = [op for op in ops if op.scope[: len(step.scope) + 1] == (*step.scope, body_scope)]
     if dtype not in ("float32", "float64") or guard is not None or len(taps) != 1 or taps[0][1] != size \
@@ -586,7 +589,7 @@ def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slice
     load = body[0]
     buffer = slices[store.writes[0]].buffer
     if reduce.reads[0] != load.writes[0] or slices[load.reads[0]].buffer != buffer or \
-            substituted(load.code, {taps[0][0]: ("var", var)}) != store.code:  # fmt: skip
+            substituted(load.index, {taps[0][0]: ("var", var)}) != store.index:  # fmt: skip
         return None
     return store.reads[0]
 
