@@ -216,6 +216,26 @@ def test_outsiders_import_a_codegen_subpackage_only_through_its_init() -> None:
     assert not reached, reached
 
 
+def test_no_backend_name_is_compared_as_a_string_outside_the_registry() -> None:
+    """What runs a kernel is a Backend object: callers read its attributes, never match its name. (A comparison
+    of a primitive's name — `node.prim == "lstm_stack"` — is about the primitive, not a backend.)"""
+    from kernorch.codegen.backends import registered
+
+    names = {backend.name for backend in registered()} | {"library"}  # "library": the name before the registry
+    found = []
+    for name, path in MODULES.items():
+        if name.startswith(f"{CODEGEN}.backends"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare) or isinstance(node.left, ast.Attribute) and node.left.attr == "prim":
+                continue
+            operands = [node.left, *node.comparators]
+            operands += [e for c in node.comparators if isinstance(c, ast.Tuple | ast.List | ast.Set) for e in c.elts]
+            if any(isinstance(o, ast.Constant) and o.value in names for o in operands):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found
+
+
 if __name__ == "__main__":  # print the graph: python tests/test_structure.py
     for stage, targets in sorted(import_edges().items()):
         print(f"{stage:<12} → {', '.join(sorted(targets))}")

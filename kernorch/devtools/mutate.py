@@ -305,6 +305,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("an unrolled short loop counts as the vector loop", "kernorch/codegen/gir/graph.py",
            "inner = -2 if self.unrolled or self.row_permuted else -1", "inner = -1", (RTASK_UNITS,)),
     # the backend registry
+    Mutant("a caller matches a backend's name instead of reading its attributes", "kernorch/cost/model.py",
+           "if backend is not None and not backend.runs_code:", 'if backend is not None and backend.name == "view":',
+           ("tests/test_structure.py",)),
     Mutant("the executor ignores a Python backend's function", "kernorch/runtime/executor.py",
            "function = self.backends[k].python_kernel(kernel)", "function = None", (REGISTRY,)),
     Mutant("a registered backend is asked after the built-in ones", "kernorch/codegen/backends/registry.py",
