@@ -236,6 +236,14 @@ def test_no_backend_name_is_compared_as_a_string_outside_the_registry() -> None:
     assert not found, found
 
 
-if __name__ == "__main__":  # print the graph: python tests/test_structure.py
+if __name__ == "__main__":  # print the graphs: python tests/test_structure.py
     for stage, targets in sorted(import_edges().items()):
         print(f"{stage:<12} → {', '.join(sorted(targets))}")
+    parts: dict[str, set[str]] = {}
+    for module, edges in module_imports().items():
+        if (source := codegen_part(module)) is not None:
+            parts.setdefault(source, set()).update(
+                p for t, _ in edges if (p := codegen_part(t)) is not None and p != source)
+    print()
+    for part, targets in sorted(parts.items()):
+        print(f"codegen/{part:<9} → {', '.join(sorted(targets))}")

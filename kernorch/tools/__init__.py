@@ -1,1 +1,2 @@
-"""User-facing tools built on the pipeline: check, conformance, demo models."""
+"""User-facing tools built on the pipeline: check, conformance, bench, explain's plan and schedule pictures and
+kernel rooflines, demo models."""
