@@ -1,0 +1,5 @@
+import sys
+
+from kernorch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,179 @@
+"""The subcommands other than explain: check, optimize, run, bench, conformance, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kernorch.cli.common import (
+    EXIT_MISMATCH,
+    EXIT_OK,
+    make_options,
+    median_ms,
+    orchestrate_model,
+    progress_bars,
+)
+from kernorch.errors import KernorchError
+from kernorch.frontend import parse_input_shapes
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from kernorch.tools.check import check_model
+
+    report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
+                            compiled=args.compiled, options=make_options(args))  # fmt: skip
+    print("\n".join(report.lines()))
+    return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    result = orchestrate_model(args, show_progress=not args.json)
+    if args.output:
+        from kernorch.pipeline import compile_plan
+
+        saved = compile_plan(result, make_options(args)).save(args.output)
+        if not args.json:
+            print(f"compiled plan saved to {saved} (run it with: kernorch run {saved})")
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+        return EXIT_OK
+    print(f"{'#':>3} {'first':>5} {'prims':>5} {'states':>6} {'cands':>6} {'solve s':>8}  {'cost us':>9} "
+          f"{'greedy us':>9}  status")  # fmt: skip
+    for i, s in enumerate(result.subgraphs):
+        print(f"{i:>3} {s.first_node:>5} {s.primitives:>5} {s.states:>6} {s.candidates:>6} {s.solve_seconds:>8.3f}  "
+              f"{s.cost * 1e6:>9.1f} {s.greedy_cost * 1e6:>9.1f}  {s.status}"
+              + (f" (the BLP of #{s.same_as}: its solution reused)" if s.same_as is not None else "")
+              + ("  [candidate cap hit: optimal over the enumerated candidates only]" if s.candidates_capped else ""))
+    plan, greedy = result.plan, result.greedy_plan
+    print(f"plan cost {plan.cost * 1e3:.3f} ms in {len(plan.kernels)} kernels; "
+          f"greedy fusion {greedy.cost * 1e3:.3f} ms in {len(greedy.kernels)} kernels "
+          f"({greedy.cost / plan.cost:.2f}x); cost model {result.cost_model}; {result.seconds:.1f} s")
+    if result.rewrite_report is not None:
+        print(result.rewrite_report.summary())
+    if result.layout_report is not None:
+        print(result.layout_report.summary())
+    if result.tuning and any(result.tuning.values()):
+        tuning = result.tuning
+        print(f"tuning: {tuning['measured']} kernel(s) measured here, {tuning['measured_remotely']} on Ray workers"
+              + (f"; {tuning['foreign']} result(s) from workers of another machine kind stored apart (not used for "
+                 "this plan)" if tuning["foreign"] else ""))  # fmt: skip
+    if not result.all_optimal:
+        print("WARNING: not every subgraph was solved to proven optimality (see status)")
+    if result.contended_kernels:
+        print(f"WARNING: {result.contended_kernels} kernel(s) of the plan were costed by measurements taken while "
+              "other processes kept the CPU busy; the plan may not be optimal. Re-run on a quiet machine: those "
+              "kernels are measured again.")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from kernorch.api import load
+    from kernorch.runtime.feeds import graph_feeds
+
+    model = load(args.plan, threads=args.threads, runtime=args.runtime)
+    feeds = graph_feeds(model.graph, seed=args.seed)
+    for spec in args.input or []:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise KernorchError(f"bad --input '{spec}': expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise KernorchError(f"cannot read input '{name}' from {path}: {error}") from None
+    outputs = model.run(feeds)
+    latency = median_ms(lambda: model.run(feeds), args.runs)
+    for name, value in outputs.items():
+        print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
+    print(f"{len(model.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
+          f"({model.threads} threads, {args.runtime} runtime)")  # fmt: skip
+    if model.executor.rprogram is not None and model.executor.rprogram.program is not None:
+        print(f"rProgram: {model.executor.rprogram.program.describe()}")
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kernorch.tools.bench import bench_model, format_report, quick_bench
+
+    options, bars = make_options(args), progress_bars(not args.json)
+    if args.quick:
+        report = quick_bench(args.model, runs=args.runs, options=options, progress=bars)
+    else:
+        report = bench_model(args.model, runs=args.runs, options=options, progress=bars,
+                             compare_layouts=args.compare_layouts)  # fmt: skip
+    print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
+    return EXIT_OK
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from kernorch.tools.conformance import default_cache_dir, generate_node_tests, run_conformance, summarize
+
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    print(f"ONNX node tests: {cache} (generated from the installed onnx package on first use)", flush=True)
+    generate_node_tests(cache)
+    results = run_conformance(cache, args.filter,
+                              progress=lambda it: tqdm(it, desc="cases", unit="case", disable=args.quiet,
+                                                       file=sys.stderr, leave=False),
+                              compiled=args.compiled, fallback=args.fallback)  # fmt: skip
+    per_op = summarize(results)
+    width = max((len(op) for op in per_op), default=2)
+    columns = ("passed", "failed", "unsupported") + (("fallback",) if args.fallback else ())
+    print(f"{'operator':<{width}}  " + "  ".join(columns))
+    for op, counts in sorted(per_op.items()):
+        print(f"{op:<{width}}  " + "  ".join(f"{counts[c]:>{len(c)}}" for c in columns))
+    shown = [r for r in results if r.status == "failed" or (args.verbose and r.status == "unsupported")]
+    for result in shown:
+        print(f"{result.status.upper()} {result.name}: {result.detail}")
+    totals = {status: sum(1 for r in results if r.status == status) for status in columns}
+    last = f"{totals['passed']} passed, {totals['failed']} failed, {totals['unsupported']} unsupported"
+    print(last + (f", {totals['fallback']} passed through the onnxruntime fallback" if args.fallback else ""))
+    return EXIT_MISMATCH if totals["failed"] else EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kernorch.api import compile
+    from kernorch.runtime.feeds import graph_feeds
+    from kernorch.tools.check import check_model, compare, run_onnxruntime, timed_onnxruntime
+    from kernorch.tools.demo_models import DEMO_MODELS
+    from kernorch.tools.picture import GraphvizMissing, write_svg
+
+    status = EXIT_OK
+    for name, build in DEMO_MODELS.items():
+        proto = build()
+        print(f"== built-in model: {name}")
+        report, _ = check_model(proto, options=make_options(args))
+        print(f"primitive graph: {report.lines()[0].split(': ', 1)[1]}")
+        print("reference interpreter vs onnxruntime:")
+        print("\n".join(report.lines()[1:]))
+        compiled = compile(proto, options=make_options(args))
+        print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
+              f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
+        for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):
+            # the compiled graph is the rewritten one: its node indices are not check's
+            prims = " → ".join(compiled.graph.nodes[n].prim for n in kernel.nodes)
+            print(f"  kernel {i:>2} [{backend.name:>11}] {prims}")
+        try:
+            picture = write_svg(Path(args.pictures) / f"{name}.svg", compiled.graph, compiled.kernels, compiled.costs,
+                                name)  # fmt: skip
+            print(f"picture of the plan: {picture} (kernels as coloured clusters; open it in a browser)")
+        except GraphvizMissing as missing:
+            print(f"picture of the plan: not drawn ({missing})")
+        feeds = graph_feeds(compiled.graph)
+        errors = compare(compiled.run(feeds), run_onnxruntime(proto, feeds, args.threads))
+        worst = max(e.relative for e in errors)
+        ours = median_ms(lambda: compiled.run(feeds), args.runs)  # noqa: B023
+        theirs = timed_onnxruntime(proto, feeds, args.threads, args.runs)
+        verdict = "PASS" if worst <= 1e-4 else "FAIL"
+        print(f"compiled plan vs onnxruntime: {verdict} (rel err {worst:.2e})")
+        print(f"latency ({args.threads} threads, median of {args.runs}): kernorch {ours:.3f} ms, "
+              f"onnxruntime {theirs:.3f} ms, speedup {theirs / ours:.2f}x")  # fmt: skip
+        status = max(status, EXIT_OK if report.passed and worst <= 1e-4 else EXIT_MISMATCH)
+    return status

@@ -1,0 +1,122 @@
+"""`kernorch explain`: the plan kernel by kernel, with its rewrites, layouts, GIR, schedule and pictures."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model
+from kernorch.errors import KernorchError
+
+if TYPE_CHECKING:
+    from kernorch.orchestrate import OrchestrationResult
+    from kernorch.rewrite import RewriteReport
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from kernorch.codegen.backends import choose_backend
+    from kernorch.codegen.library import absorbed_summary
+
+    result = orchestrate_model(args, show_progress=True)
+    graph = result.plan.graph
+    for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
+        origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
+        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
+        print(f"    from: {', '.join(origins)}")
+        backend, reason = choose_backend(kernel)
+        absorbed = absorbed_summary(kernel)
+        if absorbed is not None and backend is not None and backend.stateful:
+            print(f"    library call: {absorbed}, by {backend.summary(kernel)}")
+        else:
+            print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
+        print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
+    print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
+    if result.layout_report is not None:
+        print(result.layout_report.summary())
+    if result.rewrite_report is not None:
+        _explain_rewrites(result.rewrite_report)
+    if args.schedule:
+        _explain_schedule(args, result)
+    if args.svg or args.html:
+        from pathlib import Path
+
+        try:
+            from kernorch.tools.picture import write_html, write_svg
+        except ImportError as error:
+            raise KernorchError(f"--svg and --html need the graphviz package: pip install 'kernorch[pictures]' "
+                                f"({error})") from None  # fmt: skip
+        name = Path(args.model).stem
+        if args.svg:
+            print(f"picture of the plan: {write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name)}")
+        if args.html:
+            print(f"report: {write_html(args.html, result, name)}")
+    if args.gir is not None:
+        _explain_gir(result, args.gir)
+    if args.rejected:
+        counts: dict[str, int] = {}
+        for report in result.subgraphs:
+            for rule, count in report.rejected_counts.items():
+                counts[rule] = counts.get(rule, 0) + count
+        print("rejected candidates by rule: " + ", ".join(f"{rule} {n}" for rule, n in sorted(counts.items())))
+        for rejection in result.rejected[: args.rejected]:
+            prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
+            print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
+    return EXIT_OK
+
+
+def _explain_gir(result: OrchestrationResult, k: int) -> None:
+    """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
+    rendered from the rewritten one."""
+    from kernorch.codegen.backends import choose_backend
+    from kernorch.codegen.c import render_kernel
+    from kernorch.codegen.gir import lower, optimize
+    from kernorch.codegen.loops import describe
+
+    kernels = result.plan.kernels
+    if not 0 <= k < len(kernels):
+        raise KernorchError(f"--gir {k}: the plan has kernels 0 to {len(kernels) - 1}")
+    backend, reason = choose_backend(kernels[k])
+    if backend is None or not backend.has_gir:
+        print(f"kernel {k} has no GIR: {backend.summary(kernels[k]) if backend is not None else reason}")
+        return
+    loops = describe(kernels[k])
+    before, after = lower(loops), optimize(lower(loops))
+    for name, gir in (("as lowered", before), ("after the rewrite rules", after)):
+        moved = gir.traffic("load") + gir.traffic("store")
+        print(f"kernel {k} GIR {name} ({moved / 1e6:.3f} MB of global reads and writes per call):")
+        print(gir.describe())
+    print(f"kernel {k} C, rendered from the rewritten GIR:")
+    print(render_kernel(f"kernel_{k}", loops))
+
+
+def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> None:
+    from pathlib import Path
+
+    from kernorch.pipeline import compile_plan
+    from kernorch.runtime.feeds import graph_feeds
+    from kernorch.tools.schedule_picture import draw_schedule, measure_schedule
+
+    compiled = compile_plan(result, make_options(args))
+    executor = compiled.executor
+    report = measure_schedule(executor, graph_feeds(compiled.graph))
+    print("\n".join(report.summary()))
+    picture = draw_schedule(args.schedule, report, executor.backends, executor.threads, Path(args.model).stem)
+    print(f"schedule picture (measured timestamps): {picture}")
+
+
+def _explain_rewrites(report: RewriteReport) -> None:
+    from kernorch.rewrite import REWRITE_RULES
+
+    print(report.summary())
+    places: dict[str, list[str]] = {}
+    for firing in report.fired:
+        places.setdefault(firing.rule, []).append(firing.origin)
+    for rule, origins in places.items():
+        shown = ", ".join(list(dict.fromkeys(origins))[:6]) + (", …" if len(set(origins)) > 6 else "")
+        print(f"  {rule} ×{len(origins)}: {REWRITE_RULES[rule].doc}")
+        print(f"      at {shown}")
+    for trial in report.trials:
+        verdict = "kept" if trial.kept else "rejected"
+        follow = f" (+ {', '.join(trial.follow_ups)})" if trial.follow_ups else ""
+        print(f"  tried {trial.rule}{follow} at {trial.origin}: neighbourhood plan {trial.cost_before * 1e6:.1f} → "
+              f"{trial.cost_after * 1e6:.1f} us, {verdict}")
