@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
 
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow: both threads busy, little imbalance
@@ -186,23 +186,9 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
                  "        }"] if last > blocked else []  # fmt: skip
 
     lines = [VECTOR_TYPES,
-             f"typedef struct {{ float *w; float *bias; }} {name}_state;",
-             f"static void {name}_destroy(void *state) {{",
-             f"    {name}_state *s = ({name}_state *)state;",
-             "    if (!s) return;",
-             "    free(s->w);",
-             "    free(s->bias);",
-             "    free(s);",
-             "}",
-             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
-             "    (void)engine; (void)stream;",
-             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
-             "    if (s) {",
-             f"        s->w = (float *)aligned_alloc(64, {kernel_h * kernel_w * pitch * 4});",
-             f"        s->bias = (float *)aligned_alloc(64, {pitch * 4});",
-             "    }",
-             f'    if (!s || !s->w || !s->bias) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
-             f"{name}_destroy(s); return NULL; }}",
+             *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
+                              [f"s->w = (float *)aligned_alloc(64, {kernel_h * kernel_w * pitch * 4});",
+                               f"s->bias = (float *)aligned_alloc(64, {pitch * 4});"]),
              f"    const float *w = (const float *)a[{call.weights.slot}];",
              f"    const float *bias = {bias};",
              f"    memset(s->w, 0, {kernel_h * kernel_w * pitch * 4});",

@@ -12,6 +12,7 @@ copied; a run allocates nothing.
 from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle
 
 VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4
@@ -19,43 +20,6 @@ MAX_OUTPUT_CHANNELS = 4
 # on one CPU regenerates identically on another. AVX-512 has 32 registers (24 accumulators, the rest hold the
 # weights and the loaded source); AVX2 has 16 of half the width (12 accumulators). With AVX-512's blocking on
 # AVX2, every 16-lane accumulator took two registers and spilled: candy's last conv ran in 61 ms.
-VECTOR_TYPES = """#ifndef KO_VC
-#define KO_VC
-#ifdef __AVX512F__
-#define KO_VC_LANES 16
-#define KO_VC_ACCUMULATORS 24
-#else
-#define KO_VC_LANES 8
-#define KO_VC_ACCUMULATORS 12
-#endif
-typedef float ko_vc __attribute__((vector_size(KO_VC_LANES * 4)));
-typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4)));  /* an unaligned load */
-/* half a vector, for channel counts below KO_VC_LANES (efficientvit's 8-channel stem on AVX-512) */
-#define KO_VH_LANES (KO_VC_LANES / 2)
-typedef float ko_vh __attribute__((vector_size(KO_VH_LANES * 4)));
-typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
-#endif"""
-
-
-def operand_rejection(call: LibraryCall) -> str | None:
-    """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
-    in the source and destination, weights known at create (they are repacked there), no offsets."""
-    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
-        return "not channels-last"
-    if not call.weights.constant:
-        return "weights are not constant"
-    if call.src.offset or call.dst.offset:
-        return "an offset source or destination"
-    return None
-
-
-def run_prologue(name: str, call: LibraryCall) -> list[str]:
-    """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
-    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
-            "    (void)stream;",
-            f"    const {name}_state *s = (const {name}_state *)state;",
-            f"    const float *src = (const float *)a[{call.src.slot}];",
-            f"    float *dst = (float *)a[{call.dst.slot}];"]  # fmt: skip
 
 
 def direct_conv_rejection(call: LibraryCall) -> str | None:
@@ -117,19 +81,8 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
     lines = [VECTOR_TYPES,
              f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? "
              f"KO_VC_ACCUMULATORS / {out_channels} : 8 }};",
-             f"typedef struct {{ float *w; float bias[{out_channels}]; }} {name}_state;",
-             f"static void {name}_destroy(void *state) {{",
-             f"    {name}_state *s = ({name}_state *)state;",
-             "    if (!s) return;",
-             "    free(s->w);",
-             "    free(s);",
-             "}",
-             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
-             "    (void)engine; (void)stream;",
-             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
-             f"    if (s) s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});",
-             f'    if (!s || !s->w) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
-             f"{name}_destroy(s); return NULL; }}",
+             *state_lifecycle(name, f"float *w; float bias[{out_channels}];", ["w"],
+                              [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]),
              f"    const float *w = (const float *)a[{call.weights.slot}];",
              f"    for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
              f"        for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",

@@ -19,7 +19,7 @@ subtract (and halve, in G), so results differ from the direct sum by rounding, ~
 from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.direct_conv import VECTOR_TYPES, operand_rejection, run_prologue
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
 
 TILES = 18  # tiles per item: three micro-kernel rows of 6
 MICRO_TILES = 6  # tiles per micro-kernel block: 6 x 16 output channels = 12 AVX2 accumulators
@@ -70,26 +70,13 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
             "                        }"] if epilogue else []  # fmt: skip
 
     lines = [VECTOR_TYPES,
-             f"typedef struct {{ float *u; float *bias; float *scratch; int threads; }} {name}_state;",
-             f"static void {name}_destroy(void *state) {{",
-             f"    {name}_state *s = ({name}_state *)state;",
-             "    if (!s) return;",
-             "    free(s->u);",
-             "    free(s->bias);",
-             "    free(s->scratch);",
-             "    free(s);",
-             "}",
-             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
-             "    (void)engine; (void)stream;",
-             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
-             "    if (s) {",
-             f"        s->threads = omp_get_max_threads() < {MAX_THREADS} ? omp_get_max_threads() : {MAX_THREADS};",
-             f"        s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
-             f"        s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-             f"        s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * {(v_floats + m_floats) * 4}L);",
-             "    }",
-             f'    if (!s || !s->u || !s->bias || !s->scratch) {{ snprintf(ko_error, sizeof ko_error, "{name}: out '
-             f'of memory"); {name}_destroy(s); return NULL; }}',
+             *state_lifecycle(name, "float *u; float *bias; float *scratch; int threads;", ["u", "bias", "scratch"],
+                              [f"s->threads = omp_get_max_threads() < {MAX_THREADS} ? omp_get_max_threads() : "
+                               f"{MAX_THREADS};",
+                               f"s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
+                               f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
+                               f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
+                               f"{(v_floats + m_floats) * 4}L);"]),
              f"    const float *w = (const float *)a[{call.weights.slot}];",
              f"    const float *bias = {bias};",
              f"    for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;",

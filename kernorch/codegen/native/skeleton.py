@@ -1,0 +1,68 @@
+"""What kernorch's own library-shaped kernels share (codegen/native/): the vector types they compute in, the
+operands they need, and their create/run/destroy skeleton — a state holding the repacked weights, created once
+when the plan is loaded (or refused in one line when memory runs out), freed by destroy — written once here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kernorch.codegen.library import LibraryCall
+
+VECTOR_TYPES = """#ifndef KO_VC
+#define KO_VC
+#ifdef __AVX512F__
+#define KO_VC_LANES 16
+#define KO_VC_ACCUMULATORS 24
+#else
+#define KO_VC_LANES 8
+#define KO_VC_ACCUMULATORS 12
+#endif
+typedef float ko_vc __attribute__((vector_size(KO_VC_LANES * 4)));
+typedef float ko_vcu __attribute__((vector_size(KO_VC_LANES * 4), aligned(4)));  /* an unaligned load */
+/* half a vector, for channel counts below KO_VC_LANES (efficientvit's 8-channel stem on AVX-512) */
+#define KO_VH_LANES (KO_VC_LANES / 2)
+typedef float ko_vh __attribute__((vector_size(KO_VH_LANES * 4)));
+typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
+#endif"""
+
+
+def operand_rejection(call: LibraryCall) -> str | None:
+    """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
+    in the source and destination, weights known at create (they are repacked there), no offsets."""
+    if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
+        return "not channels-last"
+    if not call.weights.constant:
+        return "weights are not constant"
+    if call.src.offset or call.dst.offset:
+        return "an offset source or destination"
+    return None
+
+
+def run_prologue(name: str, call: LibraryCall) -> list[str]:
+    """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
+    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
+            "    (void)stream;",
+            f"    const {name}_state *s = (const {name}_state *)state;",
+            f"    const float *src = (const float *)a[{call.src.slot}];",
+            f"    float *dst = (float *)a[{call.dst.slot}];"]  # fmt: skip
+
+
+def state_lifecycle(name: str, fields: str, buffers: Sequence[str], allocate: Sequence[str]) -> list[str]:
+    """The state struct (`fields`), `<name>_destroy` (frees each of `buffers`, then the state) and the opening of
+    `<name>_create`: the state allocated, then `allocate` (statements filling its buffers), then the refusal
+    when any of them is missing. The caller writes the packing and `return s;`."""
+    lines = [f"typedef struct {{ {fields} }} {name}_state;",
+             f"static void {name}_destroy(void *state) {{",
+             f"    {name}_state *s = ({name}_state *)state;",
+             "    if (!s) return;",
+             *(f"    free(s->{buffer});" for buffer in buffers),
+             "    free(s);",
+             "}",
+             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
+             "    (void)engine; (void)stream;",
+             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));"]  # fmt: skip
+    lines += [f"    if (s) {allocate[0]}"] if len(allocate) == 1 else \
+        ["    if (s) {", *(f"        {statement}" for statement in allocate), "    }"]  # fmt: skip
+    missing = " || ".join(f"!s->{buffer}" for buffer in buffers)
+    return [*lines, f'    if (!s || {missing}) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
+                    f"{name}_destroy(s); return NULL; }}"]  # fmt: skip
