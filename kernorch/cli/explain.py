@@ -68,7 +68,6 @@ def _explain_gir(result: OrchestrationResult, k: int) -> None:
     """Kernel k's GIR before and after the rewrite rules, with the global bytes each moves, and the C
     rendered from the rewritten one."""
     from kernorch.codegen.backends import choose_backend
-    from kernorch.codegen.c import render_kernel
     from kernorch.codegen.gir import lower, optimize
     from kernorch.codegen.loops import describe
 
@@ -86,7 +85,7 @@ def _explain_gir(result: OrchestrationResult, k: int) -> None:
         print(f"kernel {k} GIR {name} ({moved / 1e6:.3f} MB of global reads and writes per call):")
         print(gir.describe())
     print(f"kernel {k} C, rendered from the rewritten GIR:")
-    print(render_kernel(f"kernel_{k}", loops))
+    print(backend.source(f"kernel_{k}", kernels[k]))
 
 
 def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> None:

@@ -4,7 +4,7 @@ rewritten (codegen/gir/), rendered as one C function with OpenMP (codegen/c/).""
 from __future__ import annotations
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c import prelude_used_by, render, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c import prelude_used_by, render, scratch_bytes
 from kernorch.codegen.gir import described, rewritten
 from kernorch.codegen.loops import NotGeneratable, is_depthwise
 from kernorch.codegen.target import CPU
@@ -41,10 +41,11 @@ class GeneratedC(Backend):
         return scratch_bytes(described(kernel))
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
-        return render(name, rewritten(kernel, self.target), self.target)  # as c/kernel.render_kernel
+        return render(name, rewritten(kernel, self.target), self.target)
 
     def task_source(self, name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
-        return render_kernel_tasks(name, described(kernel), self.target)
+        gir = rewritten(kernel, self.target)
+        return render(name, gir, self.target, tasks=True), gir.task_units(self.target.tile)
 
     def signature_text(self, kernel: CandidateKernel) -> str:
         # with the prelude helpers it calls: its math functions (exp, tanh...) set what it costs

@@ -3,7 +3,7 @@ in registers by render_permuted.py and loop nests by loops.py), C expressions (e
 generated translation unit starts with (prelude.py)."""
 
 from kernorch.codegen.c.expr import c_literal
-from kernorch.codegen.c.kernel import render_kernel, render_kernel_tasks, scratch_bytes
+from kernorch.codegen.c.kernel import render_kernel, scratch_bytes
 from kernorch.codegen.c.loops import Sharing
 from kernorch.codegen.c.prelude import PRELUDE, prelude_used_by
 from kernorch.codegen.c.render import render
@@ -15,6 +15,5 @@ __all__ = [
     "prelude_used_by",
     "render",
     "render_kernel",
-    "render_kernel_tasks",
     "scratch_bytes",
 ]

@@ -23,14 +23,6 @@ def render_kernel(name: str, loops: KernelLoops, target: Target = CPU, rules: tu
     return render(name, optimize(lower(loops, target), rules), target)
 
 
-def render_kernel_tasks(name: str, loops: KernelLoops, target: Target = CPU) -> tuple[str, tuple[int, ...]]:
-    """The kernel as `int NAME(void **buffers, int ko_phase, int64_t ko_begin, int64_t ko_end)`, running
-    iterations [ko_begin, ko_end) of phase ko_phase's parallel loop on the calling thread (an rTask), and each
-    phase's trip count (recorded in the GIR: `Gir.task_units`)."""
-    gir = optimize(lower(loops, target))
-    return render(name, gir, target, tasks=True), gir.task_units(target.tile)
-
-
 def scratch_bytes(loops: KernelLoops) -> list[int]:
     """Bytes of each scratch buffer, in argument order (after the inputs and outputs)."""
     return [max(int(np.prod(b.shape, dtype=np.int64)), 1) * np.dtype(b.dtype).itemsize
