@@ -199,7 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "tuple(shape[p] for p in perm), tuple(strides)", (API, EXECUTOR)),
     Mutant("dilation passed as is", "kernorch/codegen/library/call.py",
            'tuple(int(d) - 1 for d in attrs["dilations"])', 'tuple(int(d) for d in attrs["dilations"])',
-           (COMPILED_NODE_TESTS,)),
+           ("kernorch/codegen/library/call_test.py", COMPILED_NODE_TESTS)),
     Mutant("bias bound to the wrong argument", "kernorch/codegen/library/onednn.py",
            'memories.append(("DNNL_ARG_BIAS", call.bias, False))',
            'memories.append(("DNNL_ARG_SRC_1", call.bias, False))', (EXECUTOR, EPILOGUES)),
