@@ -248,7 +248,9 @@ def _random_layout_graph(rng: np.random.Generator) -> Graph:
     return graph
 
 
-@pytest.mark.parametrize("seed", range(40))
+# 127 and 139: graphs where a value produced in another node's frame (size-1 axes placed by the frame) changes
+# layout — the case the first 40 seeds stopped reaching as fission and rewrites changed
+@pytest.mark.parametrize("seed", [*range(40), 127, 139])
 def test_random_layout_assignments_compute_the_same(seed: int) -> None:
     rng = np.random.default_rng(seed)
     graph = _random_layout_graph(rng)
