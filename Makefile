@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,19 @@ $(ZOO_VENV)/.installed:
 zoo: $(ZOO_VENV)/.installed $(STAMP_BENCH)
 	$(ZOO_VENV)/bin/python bench/zoo/export.py $(ZOO_DIR)
 	$(BIN)/python bench/zoo/run.py $(ZOO_DIR) $(ZOO_FLAGS)
+
+# On demand: the newest torch the `torch` extra allows (2.14), in a venv of its own, under the tests that use
+# torch (the reference implementations through fission, the PyTorch front end, the torch.compile backend).
+TORCH_NEXT_VENV := .torch-next-venv
+$(TORCH_NEXT_VENV)/.installed:
+	$(PYTHON) -m venv $(TORCH_NEXT_VENV)
+	$(TORCH_NEXT_VENV)/bin/pip install -q torch==2.14.1
+	$(TORCH_NEXT_VENV)/bin/pip install -q -e '.[ort,torch]' pytest hypothesis
+	touch $@
+
+torch-next: $(TORCH_NEXT_VENV)/.installed
+	$(TORCH_NEXT_VENV)/bin/python -m pytest tests/test_torch_frontend.py tests/test_dependencies.py \
+		kernorch/runtime/concurrency_test.py kernorch/fission/rules
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests
