@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from kernorch.errors import KernorchError
+from kernorch.frontend import bind, input_signature, is_dynamic
+from kernorch.frontend.onnx_import import load_proto
 from kernorch.frontend.torch_export import export_to_onnx, is_torch_module
 from kernorch.options import Options
 from kernorch.pipeline import ModelSource, Progress, compile_model
 from kernorch.runtime.artifact import ArtifactError
 from kernorch.runtime.compiled import CompiledModel, load_model
+from kernorch.shapes import DynamicModel, is_family, load_dynamic
 
-__all__ = ["ArtifactError", "CompiledModel", "compile", "load"]
+__all__ = ["ArtifactError", "CompiledModel", "DynamicModel", "compile", "load"]
 
 
 def compile(  # noqa: A001 - the public name the docs promise
@@ -29,7 +32,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     progress: Progress | None = None,
     example_inputs: Sequence[Any] | None = None,
     **option_overrides: Any,
-) -> CompiledModel:
+) -> CompiledModel | DynamicModel:
     """Import, fission, rewrite, orchestrate and compile an ONNX model — or a torch `nn.Module`, given
     `example_inputs` (a tuple of tensors: the export is specialised to their shapes), through torch.export.
 
@@ -38,6 +41,11 @@ def compile(  # noqa: A001 - the public name the docs promise
     preset); limits=OrchestrationLimits(); rewrite=True; rewrite_budget=60 (seconds of cost-guided rewrite
     search); screen=True (profiling skips fusions the GIR performance model predicts more than 2x slower than
     their primitives apart); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
+
+    A model with symbolic dims that `input_shapes` does not bind compiles to a `DynamicModel` (kernorch/shapes/):
+    a plan per concrete shape, those of shapes=[{...}, ...] and buckets={"batch": (1, 2, 4, 8)} prepared now,
+    any other on first use (new_shapes="refuse" refuses it; pad=("batch",) pads up to a bucket where that is
+    proven exact; background_tuning=True serves an analytic plan while the measured one is tuned).
     """
     chosen = (options or Options()).with_(**option_overrides)
     if is_torch_module(model):
@@ -47,11 +55,25 @@ def compile(  # noqa: A001 - the public name the docs promise
     elif example_inputs is not None:
         raise KernorchError("example_inputs is for torch modules; an ONNX model's input shapes come from the model "
                             "or from input_shapes")  # fmt: skip
-    return compile_model(model, input_shapes, chosen, progress or Progress())
+    if input_shapes is None:
+        model = load_proto(model)
+        signature = input_signature(model)
+        if is_dynamic(signature):
+            return DynamicModel(model.SerializeToString(), chosen, progress or Progress()).prepare()
+        if len(chosen.shapes) > 1 or chosen.buckets:
+            raise KernorchError("the model has static shapes: shapes/buckets are for models with symbolic dims")
+        if chosen.shapes:
+            bind(signature, dict(chosen.shapes[0]))  # refuses a shape set that contradicts the model
+    return compile_model(model, input_shapes, chosen.with_(shapes=(), pad=()), progress or Progress())
 
 
 def load(directory: str | os.PathLike[str], threads: int | None = None,
-         cache_dir: str | os.PathLike[str] | None = None, runtime: str = "kernels") -> CompiledModel:  # fmt: skip
+         cache_dir: str | os.PathLike[str] | None = None,
+         runtime: str = "kernels") -> CompiledModel | DynamicModel:  # fmt: skip
     """Load a saved plan without re-tuning; refuses a corrupted, tampered or mismatched artifact. `runtime`:
-    "kernels" (kernel by kernel) or "rprogram" (scheduled rTasks, calibrated in place when loaded)."""
-    return load_model(directory, threads, Path(cache_dir) if cache_dir is not None else None, runtime)
+    "kernels" (kernel by kernel) or "rprogram" (scheduled rTasks, calibrated in place when loaded). A directory
+    a `DynamicModel` saved loads as one, every specialisation verified."""
+    cache = Path(cache_dir) if cache_dir is not None else None
+    if is_family(directory):
+        return load_dynamic(directory, threads, cache, runtime)
+    return load_model(directory, threads, cache, runtime)

@@ -73,6 +73,32 @@ class OrchestrationLimits:
 
 
 RUNTIMES = ("kernels", "rprogram")
+NEW_SHAPE_POLICIES = ("specialise", "refuse")
+MAX_BUCKETED_SHAPES = 64  # prepared shapes the buckets' combinations may make; more is refused, not compiled
+
+
+def _shape_sets(value: object) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]:
+    """`shapes` as given (dicts of input name -> shape, or their normal form) in normal form: sorted tuples."""
+    try:
+        items = [value] if isinstance(value, dict) else list(value)  # type: ignore[call-overload]
+        sets = tuple(tuple(sorted((str(name), tuple(int(d) for d in shape)) for name, shape in dict(item).items()))
+                     for item in items)  # fmt: skip
+    except (TypeError, ValueError):
+        raise KernorchError("shapes must be a list of {input name: shape} mappings, e.g. "
+                            "[{'input': (1, 3, 224, 224)}, {'input': (8, 3, 224, 224)}]") from None
+    return tuple(dict.fromkeys(sets))  # each once, in the order given
+
+
+def _buckets(value: object) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    try:
+        pairs = dict(value)  # type: ignore[call-overload]
+        normal = tuple(sorted((str(dim), tuple(sorted({int(s) for s in sizes}))) for dim, sizes in pairs.items()))
+    except (TypeError, ValueError):
+        raise KernorchError("buckets must map a symbolic dim to its sizes, e.g. {'batch': (1, 2, 4, 8)}") from None
+    for dim, sizes in normal:
+        if not sizes or sizes[0] < 1:
+            raise KernorchError(f"the buckets of '{dim}' must be positive sizes, got {list(sizes)}")
+    return normal
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,13 @@ class Options:
     # or "rprogram" (rTasks on one persistent region's threads, scheduled from in-place times; schedule/)
     strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
+    # Models with symbolic dims (kernorch/specialise.py): one plan per concrete shape, made ahead or on first use.
+    shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()  # shape sets to prepare ahead of time
+    buckets: tuple[tuple[str, tuple[int, ...]], ...] = ()  # symbolic dim -> sizes prepared (every combination)
+    pad: tuple[str, ...] = ()  # symbolic dims a call may be padded along, to the next bucket, where that is exact
+    new_shapes: str = "specialise"  # a shape not prepared: "specialise" it on the spot (logged) or "refuse" it
+    background_tuning: bool = False  # cost "profile": a new shape runs first on an analytic plan while its
+    # measured plan is tuned in a background thread and swapped in when ready
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
@@ -112,6 +145,24 @@ class Options:
             raise KernorchError(f"unknown workers '{self.workers}' (choose local, ray, or ray://HOST:PORT)")
         if self.runtime not in RUNTIMES:
             raise KernorchError(f"unknown runtime '{self.runtime}' (choose {' or '.join(RUNTIMES)})")
+        object.__setattr__(self, "shapes", _shape_sets(self.shapes))
+        object.__setattr__(self, "buckets", _buckets(self.buckets))
+        object.__setattr__(self, "pad", tuple(sorted({str(d) for d in ([self.pad] if isinstance(self.pad, str)
+                                                                       else self.pad)})))
+        bucketed = {dim for dim, _ in self.buckets}
+        unbucketed = [dim for dim in self.pad if dim not in bucketed]
+        if unbucketed:
+            raise KernorchError(f"dim '{unbucketed[0]}' is marked paddable but has no buckets to pad to "
+                                "(give them with --dim NAME=SIZES)")
+        combinations = 1
+        for _, sizes in self.buckets:
+            combinations *= len(sizes)
+        if combinations > MAX_BUCKETED_SHAPES:
+            raise KernorchError(f"the buckets make {combinations} shape combinations to prepare (at most "
+                                f"{MAX_BUCKETED_SHAPES}); give fewer sizes")
+        if self.new_shapes not in NEW_SHAPE_POLICIES:
+            raise KernorchError(f"unknown new_shapes policy '{self.new_shapes}' (choose "
+                                f"{' or '.join(NEW_SHAPE_POLICIES)})")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

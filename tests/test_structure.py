@@ -29,12 +29,14 @@ ALLOWED = {
     "layout": {"ir", "cost"},  # cost: the cost-model interface its decisions are measured with
     "orchestrate": {"ir", "cost"},
     "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "orchestrate", "cost", "runtime"},
-    "api": {"pipeline", "runtime", "frontend"},  # frontend: a torch module is exported to ONNX first
-    "torch_backend": {"api", "frontend"},
+    # one plan per concrete shape of a model with symbolic dims; fission: the padding proof reads the primitives
+    "shapes": {"ir", "frontend", "fission", "pipeline", "runtime"},
+    "api": {"pipeline", "runtime", "frontend", "shapes"},  # frontend: a torch module is exported to ONNX first
+    "torch_backend": {"api", "frontend", "shapes"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
-              "schedule"},
+              "schedule", "shapes"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools"},
-    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools"},
+    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools", "shapes"},
     # on-demand tools driving the CLI and tests; the compile check plans a model and compiles its candidates
     "devtools": {"api", "cli", "testing", "tools", "ir", "runtime", "pipeline", "cost", "codegen"},
     "__init__": {"api", "fission", "frontend", "runtime", "torch_backend"},  # plus BASE (Options)

@@ -75,7 +75,9 @@ def _hammer(call: Callable[[np.ndarray], list[np.ndarray]], inputs: list[np.ndar
 def compiled() -> CompiledModel:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
-        return kernorch.compile(_mixed_model(), cost="analytic")
+        model = kernorch.compile(_mixed_model(), cost="analytic")
+    assert isinstance(model, CompiledModel)
+    return model
 
 
 def _outputs(model: CompiledModel) -> Callable[[np.ndarray], list[np.ndarray]]:
@@ -96,6 +98,7 @@ def test_concurrent_calls_of_a_loaded_plan_as_rprogram(compiled: CompiledModel, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         loaded = kernorch.load(compiled.save(tmp_path / "plan"), runtime="rprogram")
+    assert isinstance(loaded, CompiledModel)
     assert loaded.executor.rprogram is not None and loaded.executor.rprogram.program is not None
     _hammer(_outputs(loaded), _inputs())
     assert loaded.executor.workspaces > 1

@@ -1,0 +1,441 @@
+"""One compiled model for every shape a model's symbolic dims allow.
+
+kernorch plans static shapes (the orchestration's costs are of concrete kernels), so a model with symbolic dims
+(`batch`, `sequence`) becomes a `DynamicModel`: a plan per concrete shape set, each an ordinary `CompiledModel`.
+
+Policy (the `Options` fields):
+- `shapes` and `buckets` name the shape sets prepared when the model is compiled (`buckets`: every combination
+  of the listed sizes of each symbolic dim);
+- a call with a shape set not prepared is specialised on the spot — planned and compiled on first use, logged
+  on the `kernorch.shapes` logger, later calls instant — unless `new_shapes="refuse"`, which refuses it;
+- `pad` names symbolic dims a call may be padded along to the next bucket (kernorch/shapes/padding.py proves
+  per primitive that the rows beyond the call's size do not reach its rows; where it cannot, the shape is
+  specialised instead, and the log says why);
+- `background_tuning` (with cost "profile"): a new shape runs at once on the analytic model's plan while its
+  measured plan is tuned in a daemon thread and swapped in when ready.
+
+Every specialisation is cached in memory and on disk (the cache directory's `specialisations/`, keyed by the
+model's bytes, the plan-shaping options and the shape set; each read back through the same verification as a
+saved plan, and rebuilt when it fails it). Kernels shared between specialisations are profiled once: the
+profile database is keyed by kernel, not by model. `DynamicModel.save` writes every specialisation plus the
+model itself (new shapes after `kernorch.load`); `load_dynamic` verifies them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from kernorch.errors import InputMismatch, KernorchError
+from kernorch.frontend import (
+    ShapeSet,
+    bind,
+    describe_shapes,
+    input_signature,
+    shape_set,
+    shapes_for,
+    symbols_of,
+)
+from kernorch.frontend.onnx_import import load_proto
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.options import Options, OrchestrationLimits
+from kernorch.pipeline import SILENT, Progress, compile_model
+from kernorch.runtime.artifact import ArtifactError
+from kernorch.runtime.compiled import CompiledModel, load_model
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.shapes.padding import PaddingProof, prove_paddable
+
+LOGGER = logging.getLogger("kernorch.shapes")
+FAMILY_FORMAT = "kernorch-dynamic-plan"
+FAMILY_VERSION = 1
+FAMILY_FILE = "family.json"
+MODEL_FILE = "model.onnx"
+# Options that decide nothing about one specialisation's plan: left out of its cache key and of its compile
+SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "new_shapes", "background_tuning")
+NOT_IN_CACHE_KEY = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Memo(Generic[K, V]):
+    """A thread-safe map whose values are built once: concurrent callers of one key wait for the one building
+    it (a failed build lets the next caller try again); callers of other keys do not wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[K, V] = {}
+        self._building: dict[K, threading.Lock] = {}
+
+    def get(self, key: K, build: Callable[[], V]) -> V:
+        if key in self._values:
+            return self._values[key]
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            if key not in self._values:
+                self._values[key] = build()
+            return self._values[key]
+
+    def put(self, key: K, value: V) -> None:
+        self._values[key] = value  # one assignment: a caller sees the old value or the new, never half of one
+
+    def lookup(self, key: K) -> V | None:
+        return self._values.get(key)
+
+    def snapshot(self) -> dict[K, V]:
+        return dict(self._values)
+
+
+def plan_options(options: Options) -> Options:
+    """The options one specialisation is compiled with: the shape policy cleared."""
+    return options.with_(shapes=(), buckets=(), pad=(), new_shapes="specialise", background_tuning=False)
+
+
+def options_to_json(options: Options) -> dict[str, Any]:
+    values = {f.name: getattr(options, f.name) for f in fields(options) if f.name not in ("cache_dir", "workers")}
+    values["limits"] = asdict(options.limits)
+    return json.loads(json.dumps(values))  # tuples become lists: the form it is read back from
+
+
+def options_from_json(values: Any, cache_dir: Path | None) -> Options:
+    if not isinstance(values, dict):
+        raise ValueError("options must be an object")
+    known = {f.name for f in fields(Options)} - {"cache_dir", "workers", "limits"}
+    given = {name: values[name] for name in known if name in values}
+    limits = OrchestrationLimits(**values.get("limits", {}))
+    return Options(limits=limits, cache_dir=cache_dir, **given)
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little") + part)
+    return digest.hexdigest()
+
+
+class DynamicModel:
+    """A model with symbolic dims, callable like a `CompiledModel` on any shape they allow (module doc)."""
+
+    def __init__(self, model: bytes, options: Options, progress: Progress = SILENT,
+                 plans: Mapping[ShapeSet, CompiledModel] | None = None) -> None:  # fmt: skip
+        self.model_bytes = model
+        self.options = options
+        self.signature = input_signature(model)
+        self.output_names = [o.name for o in load_proto(model).graph.output]
+        self._progress = progress
+        self._plans: Memo[ShapeSet, CompiledModel] = Memo()
+        for shapes, plan in (plans or {}).items():
+            self._plans.put(shapes, plan)
+        self._tuning: dict[ShapeSet, threading.Thread] = {}
+        self._proofs: Memo[tuple[ShapeSet, ShapeSet], PaddingProof] = Memo()
+        self._model_key = _digest(model, json.dumps(options_to_json(plan_options(options)), sort_keys=True).encode())
+        self.specialised_here = 0  # shape sets planned and compiled by this object (not read from a cache)
+
+    # -- what it is ---------------------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.signature]
+
+    @property
+    def threads(self) -> int:
+        return self.options.threads
+
+    @property
+    def specialisations(self) -> dict[ShapeSet, CompiledModel]:
+        """The plans made so far, by shape set."""
+        return self._plans.snapshot()
+
+    # A plan's attributes, where there is one plan: a model with symbolic dims that was made for one shape reads
+    # like a CompiledModel; with several, the caller must say which (`specialisation(shapes)`).
+    @property
+    def only_plan(self) -> CompiledModel:
+        plans = self.specialisations
+        if len(plans) != 1:
+            raise KernorchError(f"this model has symbolic dims and {len(plans)} plans (one per shape): pick one with "
+                                ".specialisation({input: shape})")  # fmt: skip
+        return next(iter(plans.values()))
+
+    @property
+    def graph(self) -> Graph:
+        return self.only_plan.graph
+
+    @property
+    def kernels(self) -> list[CandidateKernel]:
+        return self.only_plan.kernels
+
+    @property
+    def costs(self) -> list[float]:
+        return self.only_plan.costs
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.only_plan.metadata
+
+    @property
+    def executor(self) -> PlanExecutor:
+        return self.only_plan.executor
+
+    def describe(self) -> str:
+        inputs = "; ".join(s.describe() for s in self.signature)
+        made = ", ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none yet"
+        return f"{inputs} — specialisations: {made}"
+
+    def prepared_shape_sets(self) -> list[ShapeSet]:
+        """The shape sets `options.shapes` and `options.buckets` name, each checked against the signature."""
+        sets = [self._checked(dict(shapes)) for shapes in self.options.shapes]
+        buckets = dict(self.options.buckets)
+        symbols = symbols_of(self.signature)
+        unknown = sorted(set(buckets) - set(symbols))
+        if unknown:
+            raise KernorchError(f"--dim names '{unknown[0]}', which is not a symbolic dim of the model "
+                                f"(its symbolic dims: {', '.join(symbols) or 'none'})")  # fmt: skip
+        if buckets:
+            free = [s for s in symbols if s not in buckets]
+            if free and not self.options.shapes:
+                raise KernorchError(f"symbolic dim '{free[0]}' has no buckets: give its sizes with --dim too, or "
+                                    "whole shapes with --input-shape")  # fmt: skip
+            if not free:
+                for sizes in itertools.product(*(buckets[s] for s in symbols)):
+                    sets.append(shapes_for(self.signature, dict(zip(symbols, sizes, strict=True))))
+        return list(dict.fromkeys(sets))
+
+    def _checked(self, shapes: Mapping[str, Sequence[int]]) -> ShapeSet:
+        return shapes_for(self.signature, bind(self.signature, shapes))
+
+    # -- specialising -------------------------------------------------------------------------------------------
+    def prepare(self) -> DynamicModel:
+        """Plan and compile every prepared shape set now (the ones already made are kept)."""
+        for shapes in self.prepared_shape_sets():
+            self.specialisation(shapes)
+        return self
+
+    def specialisation(self, shapes: ShapeSet | Mapping[str, Sequence[int]]) -> CompiledModel:
+        """The plan for one shape set: from memory, else from the disk cache, else planned and compiled now."""
+        key = shapes if isinstance(shapes, tuple) else self._checked(shapes)
+        return self._plans.get(key, lambda: self._specialise(key))
+
+    def _cache_path(self, shapes: ShapeSet) -> Path:
+        return self.options.cache / "specialisations" / self._model_key[:32] / _digest(repr(shapes).encode())[:32]
+
+    def _specialise(self, shapes: ShapeSet) -> CompiledModel:
+        cached = self._cache_path(shapes)
+        options = plan_options(self.options)
+        if (cached / "plan.json").is_file():
+            try:
+                return load_model(cached, options.threads, options.cache, options.runtime)
+            except KernorchError as error:  # a cache is rebuilt, never trusted: log and plan again
+                LOGGER.warning("kernorch: the cached plan for [%s] is refused (%s); planning it again",
+                               describe_shapes(shapes), error)  # fmt: skip
+        if self.options.background_tuning and options.cost == "profile":
+            quick = compile_model(self.model_bytes, dict(shapes), options.with_(cost="analytic"), self._progress)
+            self._tune_in_background(shapes, options)
+            return quick
+        return self._compile_and_cache(shapes, options)
+
+    def _compile_and_cache(self, shapes: ShapeSet, options: Options) -> CompiledModel:
+        LOGGER.info("kernorch: specialising for [%s]: planning and compiling (%s cost)", describe_shapes(shapes),
+                    options.cost)  # fmt: skip
+        started = time.perf_counter()
+        compiled = compile_model(self.model_bytes, dict(shapes), options, self._progress)
+        self.specialised_here += 1
+        compiled.metadata["specialised_seconds"] = round(time.perf_counter() - started, 3)
+        self._store(shapes, compiled)
+        LOGGER.info("kernorch: [%s] specialised in %.1f s (%d kernels)", describe_shapes(shapes),
+                    time.perf_counter() - started, len(compiled.kernels))  # fmt: skip
+        return compiled
+
+    def _store(self, shapes: ShapeSet, compiled: CompiledModel) -> None:
+        """Into the disk cache, atomically (a reader sees the whole plan or none); a cache that cannot be
+        written costs the next process a re-plan, nothing more."""
+        target = self._cache_path(shapes)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+            compiled.save(staging)
+            try:
+                os.rename(staging, target)
+            except OSError:  # another process stored it first: theirs is as good
+                shutil.rmtree(staging, ignore_errors=True)
+        except OSError as error:
+            LOGGER.warning("kernorch: cannot cache the plan for [%s] in %s: %s", describe_shapes(shapes), target,
+                           error.strerror or error)  # fmt: skip
+
+    def _tune_in_background(self, shapes: ShapeSet, options: Options) -> None:
+        def tune() -> None:
+            try:
+                self._plans.put(shapes, self._compile_and_cache(shapes, options))
+            except Exception as error:  # noqa: BLE001 - the analytic plan keeps serving; say why tuning stopped
+                LOGGER.warning("kernorch: background tuning of [%s] failed: %s", describe_shapes(shapes), error)
+
+        LOGGER.info("kernorch: [%s] runs on the analytic plan while its measured plan is tuned in the background",
+                    describe_shapes(shapes))  # fmt: skip
+        thread = threading.Thread(target=tune, name=f"kernorch-tune-{len(self._tuning)}", daemon=True)
+        self._tuning[shapes] = thread
+        thread.start()
+
+    def wait_for_tuning(self, timeout: float | None = None) -> bool:
+        """Wait for the background tuning started so far; True when none is left running."""
+        for thread in list(self._tuning.values()):
+            thread.join(timeout)
+        return not any(t.is_alive() for t in self._tuning.values())
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Like `CompiledModel.__call__`: inputs positionally or by name, numpy arrays or torch tensors."""
+        if len(args) > len(self.input_names):
+            raise InputMismatch(f"{len(args)} inputs given, the model takes {len(self.input_names)}")
+        feeds = dict(zip(self.input_names, args, strict=False))
+        feeds.update(kwargs)
+        shapes = shape_set({name: tuple(getattr(value, "shape", np.shape(value))) for name, value in feeds.items()})
+        plan, padding = self._dispatch(shapes)
+        if padding is None:
+            return plan(**feeds)
+        as_torch = any(type(v).__module__.startswith("torch") for v in feeds.values())
+        arrays = {name: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
+                  for name, v in feeds.items()}  # fmt: skip
+        outputs = padding.run(plan, arrays)
+        results: list[Any] = [outputs[name] for name in self.output_names]
+        if as_torch:
+            import torch
+
+            results = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shapes = shape_set({name: np.shape(value) for name, value in feeds.items()})
+        plan, padding = self._dispatch(shapes)
+        return plan.run(feeds) if padding is None else padding.run(plan, dict(feeds))
+
+    def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel, PaddingProof | None]:
+        known = self._plans.lookup(shapes)
+        if known is not None:
+            return known, None
+        values = bind(self.signature, dict(shapes))  # refuses a shape the signature does not allow
+        padded = self._padded(values)
+        if padded is not None:
+            return padded
+        if self.options.new_shapes == "refuse":
+            made = "; ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none"
+            raise InputMismatch(f"no plan for [{describe_shapes(shapes)}] and new shapes are refused "
+                                f"(prepared: {made})")  # fmt: skip
+        return self.specialisation(shapes), None
+
+    def _padded(self, values: dict[str, int]) -> tuple[CompiledModel, PaddingProof] | None:
+        """The plan of the next bucket up along the paddable dims, with the proof that padding is exact there."""
+        buckets = dict(self.options.buckets)
+        target = dict(values)
+        for dim in self.options.pad:
+            if dim in values and values[dim] not in buckets[dim]:
+                larger = [size for size in buckets[dim] if size > values[dim]]
+                if not larger:
+                    return None
+                target[dim] = larger[0]
+        if target == values:
+            return None
+        shapes = shapes_for(self.signature, target)
+        plan = self._plans.lookup(shapes)
+        if plan is None:
+            return None  # its bucket is not compiled: padding would not save the planning
+        padded_dims = tuple(sorted(d for d in target if target[d] != values[d]))
+        call = shapes_for(self.signature, values)
+        proof = self._proofs.get((call, shapes), lambda: prove_paddable(self.model_bytes, self.signature,
+                                                                         padded_dims, target, values))  # fmt: skip
+        if not proof.exact:
+            LOGGER.info("kernorch: not padding %s to [%s]: %s", ", ".join(padded_dims), describe_shapes(shapes),
+                        proof.reason)  # fmt: skip
+            return None
+        return plan, proof
+
+    # -- saving -------------------------------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Every specialisation (each a plan directory, verified at load), the model (new shapes after a load)
+        and the policy, under `directory`."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        (target / MODEL_FILE).write_bytes(self.model_bytes)
+        entries = []
+        for index, (shapes, plan) in enumerate(self.specialisations.items()):
+            folder = f"shape-{index}"
+            plan.save(target / folder)
+            entries.append({"shapes": [[name, list(shape)] for name, shape in shapes], "dir": folder})
+        family: dict[str, Any] = {
+            "format": FAMILY_FORMAT, "version": FAMILY_VERSION,
+            "inputs": [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in self.signature],
+            "options": options_to_json(self.options),
+            "model_sha256": hashlib.sha256(self.model_bytes).hexdigest(),
+            "specialisations": entries,
+        }  # fmt: skip
+        family["manifest_sha256"] = _digest(json.dumps(family, sort_keys=True).encode())
+        (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
+        return target
+
+
+def is_family(directory: str | os.PathLike[str]) -> bool:
+    return (Path(directory) / FAMILY_FILE).is_file()
+
+
+def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
+                 runtime: str = "kernels") -> DynamicModel:  # fmt: skip
+    """A saved `DynamicModel`: the manifest's own hash, the model's hash and each specialisation (verified as a
+    saved plan, and its input shapes equal to the shape set it is filed under) checked before any is used."""
+    source = Path(directory)
+    manifest = source / FAMILY_FILE
+    try:
+        family = json.loads(manifest.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ArtifactError(f"{manifest} cannot be read: {str(error).splitlines()[0][:120]}") from None
+    if not isinstance(family, dict) or family.get("format") != FAMILY_FORMAT:
+        raise ArtifactError(f"{manifest} is not a kernorch dynamic-shape plan")
+    if family.get("version") != FAMILY_VERSION:
+        raise ArtifactError(f"{manifest} has format version {family.get('version')!r}; this kernorch reads "
+                            f"version {FAMILY_VERSION}")  # fmt: skip
+    body = {k: v for k, v in family.items() if k != "manifest_sha256"}
+    if family.get("manifest_sha256") != _digest(json.dumps(body, sort_keys=True).encode()):
+        raise ArtifactError(f"{manifest} was modified after it was written (its manifest hash does not match)")
+    try:
+        model = (source / MODEL_FILE).read_bytes()
+    except OSError as error:
+        raise ArtifactError(f"{source / MODEL_FILE} cannot be read: {error.strerror or error}") from None
+    if hashlib.sha256(model).hexdigest() != family.get("model_sha256"):
+        raise ArtifactError(f"{source / MODEL_FILE} does not match its checksum (corrupted or modified)")
+    try:
+        options = options_from_json(family["options"], cache_dir)
+        if threads is not None:
+            options = options.with_(threads=threads)
+        options = options.with_(runtime=runtime)
+        plans: dict[ShapeSet, CompiledModel] = {}
+        for entry in family["specialisations"]:
+            shapes = shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry["shapes"]})
+            folder = str(entry["dir"])
+            if "/" in folder or "\\" in folder or folder.startswith("."):
+                raise ValueError(f"specialisation folder '{folder[:40]}' is not a plain name")
+            plan = load_model(source / folder, threads, cache_dir, runtime)
+            actual = shape_set({name: plan.graph.types[name].shape for name in plan.graph.inputs})
+            if actual != shapes:
+                raise ValueError(f"{folder} holds the plan of [{describe_shapes(actual)}], filed under "
+                                 f"[{describe_shapes(shapes)}]")  # fmt: skip
+            plans[shapes] = plan
+    except ArtifactError:
+        raise
+    except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
+        raise ArtifactError(f"{manifest} is malformed: {str(error).splitlines()[0][:160]}") from None
+    loaded = DynamicModel(model, options, plans=plans)
+    declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
+    if declared != family.get("inputs"):
+        raise ArtifactError(f"{manifest} declares inputs that are not the model's")
+    return loaded
