@@ -145,6 +145,55 @@ def test_with_autograd_on_the_graph_runs_eagerly(caplog: pytest.LogCaptureFixtur
     assert any("compiles inference only" in r.message for r in caplog.records)
 
 
+def _attention_block() -> torch.nn.Module:
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(16, 48)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            attention = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
+            return self.norm(x + attention @ v)
+
+    torch.manual_seed(3)
+    return Block().eval()
+
+
+def test_dynamic_shapes_run_through_kernorch_specialisations(caplog: pytest.LogCaptureFixture) -> None:
+    """dynamic=True: Dynamo hands over one graph with symbolic batch and sequence sizes; each concrete shape gets
+    its own kernorch plan (none runs eagerly), reused on the next call with that shape."""
+    module = _attention_block()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="kernorch", options={"cost": "analytic"}, dynamic=True)
+    shapes = [(2, 5, 16), (3, 7, 16), (2, 9, 16), (4, 5, 16), (2, 5, 16)]
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="kernorch.torch"):
+        for shape in shapes:
+            x = torch.randn(shape)
+            assert _relative(compiled(x), module(x)) <= 1e-4
+    messages = [r.message for r in caplog.records]
+    assert not any("eagerly" in m for m in messages), messages
+    assert sum("specialises a dynamic-shape graph" in m for m in messages) == 4  # the repeated shape is reused
+    assert sum("compiled a graph of" in m for m in messages) == 4
+
+
+def test_automatic_dynamic_shapes_switch_to_specialisations(caplog: pytest.LogCaptureFixture) -> None:
+    """Default torch.compile: the first shape is compiled static; a second size makes Dynamo recompile the graph
+    with a symbolic size, which kernorch then specialises per shape instead of running it eagerly."""
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                 torch.nn.Linear(8 * 6 * 6, 5)).eval()  # fmt: skip
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="kernorch", options={"cost": "analytic"})
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="kernorch.torch"):
+        for batch in (2, 3, 6):
+            x = torch.randn(batch, 3, 8, 8)
+            assert _relative(compiled(x), module(x)) <= 1e-4
+    messages = [r.message for r in caplog.records]
+    assert not any("eagerly" in m for m in messages), messages
+    assert sum("specialises a dynamic-shape graph" in m for m in messages) == 2  # batches 3 and 6
+
+
 def test_module_without_example_inputs_is_one_clear_error() -> None:
     with pytest.raises(KernorchError, match="example_inputs"):
         kernorch.compile(ConvNet())
