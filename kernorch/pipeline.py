@@ -113,7 +113,7 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
     contended_in = getattr(cost_model, "contended_in", None)
     if contended_in is not None:
         result.contended_kernels = contended_in(result.plan.kernels)
-        counters = ("measured", "measured_remotely", "foreign")
+        counters = ("measured", "measured_remotely", "foreign", "from_database")
         result.tuning = {name: int(getattr(cost_model, name, 0)) for name in counters}
     return result
 
@@ -143,7 +143,8 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
     metadata = {"cost_model": result.cost_model, "plan_cost": chosen.cost,
                 "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal,
                 "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
-                "layout": result.layout_report.to_json() if result.layout_report else None}  # fmt: skip
+                "layout": result.layout_report.to_json() if result.layout_report else None,
+                "tuning": result.tuning or None}  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
                          cache_dir=options.cache, runtime=options.runtime)  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from kernorch.cli.common import (
     EXIT_MISMATCH,
@@ -13,21 +14,26 @@ from kernorch.cli.common import (
     median_ms,
     orchestrate_model,
     progress_bars,
+    shape_sets,
 )
 from kernorch.errors import KernorchError
-from kernorch.frontend import parse_input_shapes
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from kernorch.tools.check import check_model
 
-    report, _ = check_model(args.model, parse_input_shapes(args.input_shape), seed=args.seed, rtol=args.rtol,
-                            compiled=args.compiled, options=make_options(args))  # fmt: skip
-    print("\n".join(report.lines()))
-    return EXIT_OK if report.passed else EXIT_MISMATCH
+    passed = True
+    for shapes in shape_sets(args) or [{}]:  # several shape sets: each checked
+        report, _ = check_model(args.model, shapes, seed=args.seed, rtol=args.rtol, compiled=args.compiled,
+                                options=make_options(args))  # fmt: skip
+        print("\n".join(report.lines()))
+        passed = passed and report.passed
+    return EXIT_OK if passed else EXIT_MISMATCH
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    if len(shape_sets(args)) > 1 or args.dim:
+        return _optimize_shapes(args)
     result = orchestrate_model(args, show_progress=not args.json)
     if args.output:
         from kernorch.pipeline import compile_plan
@@ -67,15 +73,55 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _optimize_shapes(args: argparse.Namespace) -> int:
+    """Several shapes of a model with symbolic dims: a plan per shape set, tuned one after the other (kernels
+    shared between them measured once), saved together with -o."""
+    from kernorch.api import DynamicModel, compile
+    from kernorch.frontend import describe_shapes
+
+    if args.json:
+        raise KernorchError("--json shows one plan: give each input one --input-shape")
+    options = make_options(args).with_(shapes=shape_sets(args))
+    model = compile(args.model, options=options, progress=progress_bars(True))
+    if not isinstance(model, DynamicModel):
+        raise KernorchError("the model has static shapes: --dim and several --input-shape need symbolic dims")
+    print(f"{'shape set':<36} {'kernels':>7} {'plan ms':>9} {'measured':>8} {'reused':>7} {'seconds':>8}")
+    for shapes, plan in model.specialisations.items():
+        tuning = plan.metadata.get("tuning") or {}
+        seconds = plan.metadata.get("specialised_seconds")
+        print(f"{describe_shapes(shapes):<36} {len(plan.kernels):>7} {plan.metadata['plan_cost'] * 1e3:>9.3f} "
+              f"{tuning.get('measured', '-'):>8} {tuning.get('from_database', '-'):>7} "
+              f"{'cached' if seconds is None else f'{seconds:.1f}':>8}")
+    if args.output:
+        saved = model.save(args.output)
+        print(f"{len(model.specialisations)} plans saved to {saved} (run them with: kernorch run {saved})")
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from kernorch.api import DynamicModel, load
+
+    loaded = load(args.plan, threads=args.threads, runtime=args.runtime)
+    files = _input_files(args.input)
+    if not isinstance(loaded, DynamicModel):
+        _run_plan(args, loaded, files)
+    elif files:  # the inputs' shapes pick the plan (specialised now if none was saved for them)
+        missing = sorted(set(loaded.input_names) - set(files))
+        if missing:
+            raise KernorchError(f"a plan with symbolic dims takes every input from a file: '{missing[0]}' is missing")
+        _run_plan(args, loaded, files)
+    else:  # no inputs given: each saved plan on random inputs of its shape
+        print(f"{args.plan}: a plan per shape — {loaded.describe()}")
+        for plan in loaded.specialisations.values():
+            _run_plan(args, plan, files)
+    return EXIT_OK
+
+
+def _input_files(specs: list[str] | None) -> dict[str, Any]:
     import numpy as np
 
-    from kernorch.api import load
-    from kernorch.runtime.feeds import graph_feeds
-
-    model = load(args.plan, threads=args.threads, runtime=args.runtime)
-    feeds = graph_feeds(model.graph, seed=args.seed)
-    for spec in args.input or []:
+    feeds = {}
+    for spec in specs or []:
         name, sep, path = spec.partition("=")
         if not sep:
             raise KernorchError(f"bad --input '{spec}': expected NAME=FILE.npy")
@@ -83,26 +129,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             feeds[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise KernorchError(f"cannot read input '{name}' from {path}: {error}") from None
+    return feeds
+
+
+def _run_plan(args: argparse.Namespace, model: Any, files: dict[str, Any]) -> None:
+    import numpy as np
+
+    from kernorch.api import DynamicModel
+    from kernorch.frontend import describe_shapes, shape_set
+    from kernorch.runtime.feeds import graph_feeds
+
+    feeds = dict(files) if isinstance(model, DynamicModel) else {**graph_feeds(model.graph, seed=args.seed), **files}
     outputs = model.run(feeds)
     latency = median_ms(lambda: model.run(feeds), args.runs)
+    shapes = describe_shapes(shape_set({name: np.shape(value) for name, value in feeds.items()}))
     for name, value in outputs.items():
         print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
-    print(f"{len(model.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
-          f"({model.threads} threads, {args.runtime} runtime)")  # fmt: skip
-    if model.executor.rprogram is not None and model.executor.rprogram.program is not None:
-        print(f"rProgram: {model.executor.rprogram.program.describe()}")
-    return EXIT_OK
+    plan = model.specialisation(shape_set({n: np.shape(v) for n, v in feeds.items()})) \
+        if isinstance(model, DynamicModel) else model
+    print(f"[{shapes}] {len(plan.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
+          f"({plan.threads} threads, {args.runtime} runtime)")  # fmt: skip
+    if plan.executor.rprogram is not None and plan.executor.rprogram.program is not None:
+        print(f"rProgram: {plan.executor.rprogram.program.describe()}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from kernorch.cli.common import one_shape_set
     from kernorch.tools.bench import bench_model, format_report, quick_bench
 
     options, bars = make_options(args), progress_bars(not args.json)
+    shapes = one_shape_set(args, "kernorch bench")
     if args.quick:
-        report = quick_bench(args.model, runs=args.runs, options=options, progress=bars)
+        report = quick_bench(args.model, runs=args.runs, options=options, progress=bars, input_shapes=shapes,
+                             throughput=args.throughput)  # fmt: skip
     else:
         report = bench_model(args.model, runs=args.runs, options=options, progress=bars,
-                             compare_layouts=args.compare_layouts)  # fmt: skip
+                             compare_layouts=args.compare_layouts, input_shapes=shapes,
+                             throughput=args.throughput)  # fmt: skip
     print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
     return EXIT_OK
 

@@ -8,8 +8,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kernorch.frontend import parse_input_shapes
-
 if TYPE_CHECKING:
     from kernorch.options import Options
     from kernorch.orchestrate import OrchestrationResult
@@ -18,13 +16,41 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
+def add_model_args(parser: argparse.ArgumentParser, several_shapes: bool = False) -> None:
     parser.add_argument("model", help="path to an ONNX model")
     parser.add_argument(
         "--input-shape", action="append", metavar="NAME=D1xD2x...",
-        help="bind a model input to a static shape (needed when the model has symbolic dims); repeatable",
+        help="bind a model input to a static shape (a model with symbolic dims needs one per input)"
+        + ("; give an input several times for several shapes (the k-th of each input makes the k-th shape "
+           "set): a plan per shape set" if several_shapes else ""),
     )  # fmt: skip
     add_strict_arg(parser)
+
+
+def add_shape_policy_args(parser: argparse.ArgumentParser) -> None:
+    """How a model with symbolic dims is specialised (kernorch/shapes/)."""
+    parser.add_argument("--dim", action="append", metavar="NAME=SIZES",
+                        help="prepare a plan for each size of symbolic dim NAME: 1,2,4,8 or pow2:1..16 (powers of "
+                        "two) or x64:64..512 (multiples of 64); several --dim prepare every combination")
+    parser.add_argument("--pad", action="append", metavar="NAME",
+                        help="let a call whose size of NAME has no plan run padded to the next --dim size, where "
+                        "kernorch proves per primitive that padding is exact (otherwise it is specialised)")
+
+
+def shape_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
+    from kernorch.frontend import parse_shape_sets
+
+    return parse_shape_sets(getattr(args, "input_shape", None))
+
+
+def one_shape_set(args: argparse.Namespace, what: str) -> dict[str, tuple[int, ...]]:
+    """The single shape binding a subcommand that shows one plan takes."""
+    sets = shape_sets(args)
+    if len(sets) > 1:
+        from kernorch.errors import ShapeError
+
+        raise ShapeError(f"{what} shows one plan: give each input one --input-shape")
+    return sets[0] if sets else {}
 
 
 def add_strict_arg(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +142,12 @@ def make_options(args: argparse.Namespace) -> Options:
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
                                                      "strict", "workers", "screen")
              if getattr(args, name, None) is not None}  # fmt: skip
-    return Options(limits=limits).with_(**given)
+    options = Options(limits=limits).with_(**given)
+    if getattr(args, "dim", None) or getattr(args, "pad", None):
+        from kernorch.frontend import parse_dim_buckets
+
+        options = options.with_(buckets=parse_dim_buckets(args.dim), pad=tuple(args.pad or ()))
+    return options
 
 
 def add_layout_arg(parser: argparse.ArgumentParser) -> None:
@@ -163,6 +194,7 @@ def orchestrate_model(args: argparse.Namespace, show_progress: bool) -> Orchestr
     from kernorch.pipeline import plan_model
 
     options = make_options(args)
+    shapes = one_shape_set(args, f"kernorch {args.command}")
     sites = tqdm(desc="cost-guided rewrites", unit="site", file=sys.stderr, leave=False,
                  disable=not show_progress or None)  # fmt: skip
 
@@ -171,8 +203,7 @@ def orchestrate_model(args: argparse.Namespace, show_progress: bool) -> Orchestr
         sites.set_postfix_str(message[-70:])
 
     try:
-        return plan_model(args.model, parse_input_shapes(args.input_shape), options,
-                          progress_bars(show_progress, site_judged))  # fmt: skip
+        return plan_model(args.model, shapes, options, progress_bars(show_progress, site_judged))
     finally:
         sites.close()
 

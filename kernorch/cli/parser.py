@@ -11,6 +11,7 @@ from kernorch.cli.common import (
     add_model_args,
     add_orchestration_args,
     add_rewrite_args,
+    add_shape_policy_args,
     add_strict_arg,
     add_threads_arg,
     non_negative_float,
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints primitive counts by kind and the max abs / relative error (relative to the output's max "
         "magnitude). Exit 0 when the relative error is within --rtol, else 1.",
     )  # fmt: skip
-    add_model_args(check)
+    add_model_args(check, several_shapes=True)
     check.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
     check.add_argument("--rtol", type=non_negative_float, default=1e-4, help="relative error tolerance (default 1e-4)")
     check.add_argument("--compiled", action="store_true",
@@ -71,9 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fission MODEL, partition the primitive graph into subgraphs, enumerate execution states "
         "and candidate kernels, and solve the kernel-orchestration BLP with HiGHS. Prints per subgraph the "
         "primitives, states, candidates, solve seconds and solver status, then the plan cost next to the "
-        "greedy-fusion baseline on the same cost model.",
+        "greedy-fusion baseline on the same cost model. A model with symbolic dims and several shapes (--input-shape "
+        "repeated, or --dim sizes) gets a plan per shape set, tuned one after the other — kernels the shapes share "
+        "are measured once — and -o saves them all in one directory that `kernorch run` and `kernorch.load` "
+        "read (a shape without a plan is specialised on first use).",
     )  # fmt: skip
-    add_model_args(optimize)
+    add_model_args(optimize, several_shapes=True)
+    add_shape_policy_args(optimize)
     add_orchestration_args(optimize)
     optimize.add_argument("--json", action="store_true",
                           help="one JSON object: subgraphs, plan_cost, greedy_cost, kernels")  # fmt: skip
@@ -84,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="load a compiled plan directory and run it, printing the latency",
         description="Load PLAN_DIR (written by `kernorch optimize -o`) without re-tuning, run it on random "
-        "inputs or on .npy files given with --input NAME=FILE.npy, and print the outputs and the median latency.",
+        "inputs or on .npy files given with --input NAME=FILE.npy, and print the outputs and the median latency. "
+        "A directory of several plans (a model with symbolic dims) runs each saved plan, or with --input the one "
+        "for those inputs' shapes.",
     )  # fmt: skip
     run.add_argument("plan", help="directory written by `kernorch optimize MODEL -o PLAN_DIR`")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
@@ -130,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         "onnxruntime before timing. Prints median/min/max, the ratio to the best peer and the roofline bound.",
     )  # fmt: skip
     bench.add_argument("model", help="path to an ONNX model")
+    bench.add_argument("--input-shape", action="append", metavar="NAME=D1xD2x...",
+                       help="bind a model input to a static shape (a model with symbolic dims needs one per input), "
+                       "e.g. a batch of 8: input=8x3x224x224; every contender runs that shape")
+    bench.add_argument("--throughput", action="store_true",
+                       help="also time OpenVINO under its THROUGHPUT hint (its streams serve several requests at once; "
+                       "reported per batch) and count it among the best peers")
     add_strict_arg(bench)
     bench.add_argument("--runs", type=positive_int, default=20, help="timed runs per contender (default 20)")
     add_threads_arg(bench, "threads for every contender")

@@ -116,6 +116,7 @@ class ProfiledCostModel:
     workers: str | None = None  # a Ray address ("" = local instance / RAY_ADDRESS) to measure on; None: here
     machine: str = field(default_factory=fingerprint)
     measured: int = 0  # kernels timed in this session (the rest came from the database)
+    from_database: int = 0  # kernels whose time an earlier session (another model, another shape) measured
     measured_remotely: int = 0  # kernels whose value this machine kind's Ray workers measured
     foreign: int = 0  # results from workers of another machine kind, stored apart (not used for this plan)
     remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
@@ -170,6 +171,7 @@ class ProfiledCostModel:
         missing = [_Pending(key, kind, isolate(kernel), kernel, fallback=stored.get(key))
                    for key, (kind, kernel) in pending.items()
                    if key not in stored or stored[key].contended or stored[key].runs < MIN_REPEATS]  # fmt: skip
+        self.from_database += len(stored) - sum(1 for item in missing if item.fallback is not None)
         if missing and self.workers is not None:
             missing = self._measure_on_workers(missing)
         if not missing:

@@ -185,7 +185,8 @@ def import_model(
                     label = dim.dim_param or "unnamed"
                     raise ShapeError(
                         f"input '{value.name}' has symbolic dim '{label}' (axis {axis}); "
-                        f"bind it with --input-shape {value.name}=D1xD2x..."
+                        f"bind it with --input-shape {value.name}=D1xD2x... (or, for `kernorch optimize` and "
+                        "kernorch.compile, give several shapes or --dim sizes: a plan per shape)"
                     )
             shape = tuple(int(d.dim_value) for d in declared_dims)
         input_types[value.name] = TensorType(tuple(shape), dtype)

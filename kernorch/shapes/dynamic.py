@@ -237,7 +237,9 @@ class DynamicModel:
         options = plan_options(self.options)
         if (cached / "plan.json").is_file():
             try:
-                return load_model(cached, options.threads, options.cache, options.runtime)
+                loaded = load_model(cached, options.threads, options.cache, options.runtime)
+                loaded.metadata["specialised_seconds"] = None  # read from the cache, not planned here
+                return loaded
             except KernorchError as error:  # a cache is rebuilt, never trusted: log and plan again
                 LOGGER.warning("kernorch: the cached plan for [%s] is refused (%s); planning it again",
                                describe_shapes(shapes), error)  # fmt: skip

@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -38,6 +39,9 @@ from kernorch.tools.check import compare
 
 PEERS = ("onnxruntime", "openvino", "onnxruntime-noopt")
 BEST_PEERS = ("onnxruntime", "openvino")  # "best peer" is the faster of these
+# OpenVINO's THROUGHPUT hint (`--throughput`): its streams split the threads and serve several requests at once, so
+# a timed run submits as many copies of the batch as it asks for and counts the time per batch
+THROUGHPUT_PEER = "openvino-throughput"
 COOL_DOWN_SECONDS = 0.2
 KERNORCH = ("kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused")
 RPROGRAM = "kernorch-rprogram"  # kernorch's plan, the same plan directory, run as an rProgram (schedule/)
@@ -74,6 +78,7 @@ def _worker(connection: Connection, contender: str, model_path: str, plan_dir: s
 def _serve(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     feeds: dict[str, np.ndarray] = connection.recv()
+    compiled: Any = None  # kernorch's plan, in a kernorch worker
     if contender.startswith("onnxruntime"):
         import onnxruntime as ort
 
@@ -88,14 +93,18 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
 
         def run() -> dict[str, np.ndarray]:
             return dict(zip(names, session.run(names, feeds), strict=True))
-    elif contender == "openvino":
+    elif contender.startswith("openvino"):
         import onnx
         import openvino as ov
 
         core = ov.Core()
-        network = core.compile_model(core.read_model(model_path), "CPU", {
-            "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
-            "INFERENCE_NUM_THREADS": threads})  # fmt: skip
+        source = core.read_model(model_path)
+        if any(port.get_partial_shape().is_dynamic for port in source.inputs):  # fixed to the feeds', like ours
+            source.reshape({port.get_any_name(): list(feeds[port.get_any_name()].shape) for port in source.inputs})
+        hint = {"PERFORMANCE_HINT": "THROUGHPUT"} if contender == THROUGHPUT_PEER else \
+            {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+        network = core.compile_model(source, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                     "INFERENCE_NUM_THREADS": threads, **hint})  # fmt: skip
         request = network.create_infer_request()
         # OpenVINO may rename outputs (e.g. dynamo exports): its ports follow the model's output order
         names = [output.name for output in onnx.load(model_path, load_external_data=False).graph.output]
@@ -104,6 +113,21 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
         def run() -> dict[str, np.ndarray]:
             request.infer(feeds)
             return {name: np.array(request.get_tensor(port).data) for name, port in outputs}  # copied, like ours
+
+        if contender == THROUGHPUT_PEER:
+            copies = int(network.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            queue = ov.AsyncInferQueue(network, copies)
+            check = run
+
+            def run() -> dict[str, np.ndarray]:
+                for _ in range(copies):
+                    queue.start_async(feeds)
+                queue.wait_all()
+                return {}
+
+            connection.send(check())
+            _timing_loop(connection, run, feeds, per_call=copies)
+            return
     else:
         import kernorch
 
@@ -113,6 +137,13 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
             return compiled.run(feeds)
 
     connection.send(run())
+    _timing_loop(connection, run, feeds, compiled)
+
+
+def _timing_loop(connection: Connection, run: Any, feeds: dict[str, np.ndarray], compiled: Any = None,
+                 per_call: int = 1) -> None:  # fmt: skip
+    """Answer the parent's commands: time `runs` calls (seconds per batch: a call that ran `per_call` batches
+    counts as that many), schedule the rProgram (a kernorch worker), stop."""
     while True:
         command, count = connection.recv()
         if command == "stop":
@@ -125,7 +156,7 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
                              "program": runner.program.describe(), "choice": runner.choice,
                              "candidates_ms": {name: s * 1e3 for name, s in runner.measured.items()}})  # fmt: skip
             continue
-        connection.send(list(time_call(run, runs=count, warmup=0).samples))
+        connection.send([sample / per_call for sample in time_call(run, runs=count, warmup=0).samples])
 
 
 @dataclass
@@ -218,16 +249,24 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
     return times, prepared
 
 
+def available_peers(names: Sequence[str], throughput: bool = False) -> list[str]:
+    """The peers among `names` that are installed, with OpenVINO's THROUGHPUT hint too when asked for."""
+    chosen = [*names, *([THROUGHPUT_PEER] if throughput else [])]
+    return [p for p in chosen if not p.startswith("openvino") or openvino_available()]
+
+
 def quick_bench(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
-                progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+                progress: Progress | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                throughput: bool = False) -> dict[str, Any]:  # fmt: skip
     """kernorch's optimal plan against onnxruntime and OpenVINO (fp32) only: what the zoo measures on many models
-    (bench_model also plans without rewrites, greedy and unfused, and schedules an rProgram)."""
+    (bench_model also plans without rewrites, greedy and unfused, and schedules an rProgram). `input_shapes` binds
+    a model's symbolic dims; `throughput` adds OpenVINO under its THROUGHPUT hint (time per batch)."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
     options = options or Options()
-    fissioned = import_graph(model_path, strict=options.strict)
+    fissioned = import_graph(model_path, input_shapes, strict=options.strict)
     result = plan_graph(fissioned, options, progress or Progress(), make_cost_model(options, progress or Progress()))
-    peers = [p for p in BEST_PEERS if p != "openvino" or openvino_available()]
+    peers = available_peers(BEST_PEERS, throughput)
     with tempfile.TemporaryDirectory() as work:
         plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
         times, _ = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir}, graph_feeds(fissioned),
@@ -237,6 +276,7 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     best_name = min(peers, key=lambda p: contenders[p].median_ms)
     best_peer = contenders[best_name].median_ms
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
+            "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             "contenders": {name: vars(r) for name, r in contenders.items()}, "best_peer": best_name,
             "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
             "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
@@ -244,7 +284,9 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
 
 
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
-                progress: Progress | None = None, compare_layouts: bool = False) -> dict[str, Any]:  # fmt: skip
+                progress: Progress | None = None, compare_layouts: bool = False,
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                throughput: bool = False) -> dict[str, Any]:  # fmt: skip
     """Plan the model with and without rewrites (and, with `compare_layouts`, under the other layout
     policies) from one import and one cost model, then time every contender side by side."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
@@ -252,7 +294,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
     options = options or Options()
     progress = progress or Progress()
     threads = options.threads
-    fissioned = import_graph(model_path, strict=options.strict)
+    fissioned = import_graph(model_path, input_shapes, strict=options.strict)
     cost_model = make_cost_model(options, progress)
     result = plan_graph(fissioned, options.with_(rewrite=True), progress, cost_model)
     plain = plan_graph(fissioned, options.with_(rewrite=False), progress, cost_model)
@@ -268,7 +310,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
             other = plan_graph(fissioned, options.with_(layout=policy), progress, cost_model)
             plans[name] = (other, other.plan)
             layouts[name] = other.layout_report
-    peers = [p for p in PEERS if p != "openvino" or openvino_available()]
+    peers = available_peers(PEERS, throughput)
     with tempfile.TemporaryDirectory() as work:
         plan_dirs: dict[str, str] = {}
         for name, (origin, plan) in plans.items():
@@ -278,12 +320,14 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
                                           rounds)  # fmt: skip
     contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
                   for name, t in times.items()}  # fmt: skip
-    best_name = min((p for p in BEST_PEERS if p in contenders), key=lambda p: contenders[p].median_ms)
+    best_name = min((p for p in (*BEST_PEERS, THROUGHPUT_PEER) if p in contenders),
+                    key=lambda p: contenders[p].median_ms)  # fmt: skip
     best_peer = contenders[best_name].median_ms
     bound = roofline_bound(result.plan.graph, options)
     return {
         "model": Path(model_path).name,
         "threads": threads,
+        "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
         "runs": len(times["kernorch"]),
         "contenders": {name: vars(r) for name, r in contenders.items()},
         "best_peer": best_name,
@@ -328,8 +372,11 @@ def absorbed_epilogues(plan: Plan) -> dict[str, int]:
 
 
 def format_report(report: dict[str, Any]) -> list[str]:
-    lines = [f"{report['model']}: {report['runs']} runs per contender, {report['threads']} threads, interleaved; "
-             f"best peer {report['best_peer']}"]
+    inputs = ", ".join(f"{name}={'x'.join(map(str, shape))}" for name, shape in report.get("inputs", {}).items())
+    lines = [f"{report['model']} [{inputs}]: {report['runs']} runs per contender, {report['threads']} threads, "
+             f"interleaved; best peer {report['best_peer']}"
+             + ("; openvino-throughput: time per batch with its streams serving several at once"
+                if THROUGHPUT_PEER in report["contenders"] else "")]
     header = f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
     lines.append(header)
     for name, r in report["contenders"].items():
