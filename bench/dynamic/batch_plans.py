@@ -75,7 +75,8 @@ def main() -> int:
         return 2
     plans = {  # (plan's origin, batch it runs at) -> plan
         ("small", "small"): small.plan, ("large", "large"): large.plan,
-        ("small", "large"): transplant(small.plan, large, cost), ("large", "small"): transplant(large.plan, small, cost),
+        ("small", "large"): transplant(small.plan, large, cost),
+        ("large", "small"): transplant(large.plan, small, cost),
     }  # fmt: skip
     own = {frozenset(k.nodes) for k in small.plan.kernels}
     other = {frozenset(k.nodes) for k in large.plan.kernels}
