@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernorch.errors import KernorchError
-from kernorch.frontend import bind, input_signature, is_dynamic
+from kernorch.frontend import bind, checked_proto, input_signature, is_dynamic
 from kernorch.frontend.onnx_import import load_proto
 from kernorch.frontend.torch_export import export_to_onnx, is_torch_module
 from kernorch.options import Options
@@ -57,8 +57,12 @@ def compile(  # noqa: A001 - the public name the docs promise
                             "or from input_shapes")  # fmt: skip
     if input_shapes is None:
         model = load_proto(model)
-        signature = input_signature(model)
+        try:
+            signature = input_signature(model)
+        except KernorchError:  # a model the import refuses anyway: its own message, from the usual path
+            signature = []
         if is_dynamic(signature):
+            checked_proto(model)  # a malformed model is refused now, not at its first call
             return DynamicModel(model.SerializeToString(), chosen, progress or Progress()).prepare()
         if len(chosen.shapes) > 1 or chosen.buckets:
             raise KernorchError("the model has static shapes: shapes/buckets are for models with symbolic dims")

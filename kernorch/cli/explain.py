@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model
+from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model, progress_bars, shape_sets
 from kernorch.errors import KernorchError
 
 if TYPE_CHECKING:
@@ -17,6 +17,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from kernorch.codegen.backends import choose_backend
     from kernorch.codegen.library import absorbed_summary
 
+    if len(shape_sets(args)) == 2:
+        return _explain_two_shapes(args)
     result = orchestrate_model(args, show_progress=True)
     graph = result.plan.graph
     for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
@@ -61,6 +63,36 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for rejection in result.rejected[: args.rejected]:
             prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
             print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
+    return EXIT_OK
+
+
+def _explain_two_shapes(args: argparse.Namespace) -> int:
+    """Two shape sets of a model with symbolic dims: both plans, and the kernels in which they differ (Korch §6.4:
+    the best orchestration at batch 1 is not the best at batch 16). Kernels are compared by the primitives they
+    fuse and the ONNX nodes those come from, so plans whose graphs the layout or rewrites changed still compare."""
+    from collections import Counter
+
+    from kernorch.frontend import describe_shapes, shape_set
+    from kernorch.ir.kernel import CandidateKernel
+    from kernorch.pipeline import plan_model
+
+    def key(kernel: CandidateKernel) -> tuple[str, str]:
+        nodes = [kernel.graph.nodes[n] for n in kernel.nodes]
+        return " → ".join(n.prim for n in nodes), ", ".join(sorted({n.origin for n in nodes}))
+
+    sets, options = shape_sets(args), make_options(args)
+    names = [describe_shapes(shape_set(shapes)) for shapes in sets]
+    results = [plan_model(args.model, shapes, options, progress_bars(True)) for shapes in sets]
+    kernels = [Counter(key(k) for k in result.plan.kernels) for result in results]
+    for name, result in zip(names, results, strict=True):
+        print(f"[{name}]: {len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms"
+              + (f"; {result.layout_report.summary()}" if result.layout_report is not None else ""))
+    for name, own, other in ((names[0], kernels[0], kernels[1]), (names[1], kernels[1], kernels[0])):
+        only = own - other
+        print(f"kernels only in the plan for [{name}] ({sum(only.values())}):")
+        for (prims, origins), count in sorted(only.items()):
+            print(f"  [{prims}]" + (f" ×{count}" if count > 1 else "") + f" from {origins}")
+    print(f"{sum((kernels[0] & kernels[1]).values())} kernels are the same in both plans")
     return EXIT_OK
 
 

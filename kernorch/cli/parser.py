@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "explain", help="print the chosen kernels and, on request, rejected candidates with the reason",
         description="Orchestrate MODEL like `optimize`, then list every kernel of the plan with its primitives, "
         "the ONNX nodes they came from and the values it writes. --rejected N also lists N rejected candidate "
-        "kernels with the pruning rule and reason.",
+        "kernels with the pruning rule and reason. Two --input-shape sets (a model with symbolic dims) plan both "
+        "shapes and list the kernels in which the two plans differ.",
     )  # fmt: skip
     add_model_args(explain)
     add_orchestration_args(explain)

@@ -1,6 +1,6 @@
 """Frontend: ONNX file or proto in, a checked model with static input types and constant tensors out."""
 
-from kernorch.frontend.onnx_import import ImportedModel, import_model, parse_input_shapes
+from kernorch.frontend.onnx_import import ImportedModel, checked_proto, import_model, parse_input_shapes
 from kernorch.frontend.signature import (
     InputSignature,
     ShapeSet,
@@ -17,6 +17,7 @@ from kernorch.frontend.signature import (
 
 __all__ = [
     "ImportedModel",
+    "checked_proto",
     "InputSignature",
     "ShapeSet",
     "bind",

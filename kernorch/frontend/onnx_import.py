@@ -112,16 +112,8 @@ def load_proto(source: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx
     return proto
 
 
-def import_model(
-    source: str | os.PathLike[str] | bytes | onnx.ModelProto,
-    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-    constant_inputs: Mapping[str, np.ndarray] | None = None,
-) -> ImportedModel:
-    """Load, check and type an ONNX model.
-
-    `constant_inputs` binds graph inputs to fixed values (they become constants): a static-shape
-    compiler's way to receive, e.g., a Reshape target that a test model passes as an input.
-    """
+def checked_proto(source: str | os.PathLike[str] | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The model, through the ONNX checker and kernorch's own checks, with its default-domain opset."""
     proto = load_proto(source)
     try:
         onnx.checker.check_model(proto)
@@ -142,6 +134,20 @@ def import_model(
     if not opset:
         raise InvalidModel("model imports no default-domain (ai.onnx) opset")
 
+    return proto, opset
+
+
+def import_model(
+    source: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    constant_inputs: Mapping[str, np.ndarray] | None = None,
+) -> ImportedModel:
+    """Load, check and type an ONNX model.
+
+    `constant_inputs` binds graph inputs to fixed values (they become constants): a static-shape
+    compiler's way to receive, e.g., a Reshape target that a test model passes as an input.
+    """
+    proto, opset = checked_proto(source)
     constants: dict[str, np.ndarray] = {}
     for tensor in proto.graph.initializer:
         onnx_dtype_name(tensor.data_type, tensor.name)
