@@ -1,5 +1,6 @@
 """Export the models of the dynamic-shape experiments with symbolic dims: the shared suite's architectures with a
-symbolic batch (and BERT with a symbolic batch and sequence length), random weights, no downloads.
+symbolic batch (convolutional networks also a symbolic height and width; BERT a symbolic batch and sequence
+length), random weights, no downloads.
 
 Runs in the zoo's virtual environment (`make zoo` creates .zoo-venv), never in kernorch's:
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 BATCH = {0: "batch"}
+IMAGE = {0: "batch", 2: "height", 3: "width"}  # convolutional networks take any resolution
 
 
 class _ConvNorm(torch.nn.Module):
@@ -119,13 +121,13 @@ def _bert_mini() -> torch.nn.Module:
 
 # name -> (module builder, example input, dynamic axes of the input)
 MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor], dict[int, str]]] = {
-    "efficientnet_b0": (_torchvision("efficientnet_b0"), lambda: torch.randn(2, 3, 224, 224), BATCH),
-    "shufflenet_v2": (_torchvision("shufflenet_v2_x1_0"), lambda: torch.randn(2, 3, 224, 224), BATCH),
-    "resnet18": (_torchvision("resnet18"), lambda: torch.randn(2, 3, 224, 224), BATCH),
+    "efficientnet_b0": (_torchvision("efficientnet_b0"), lambda: torch.randn(2, 3, 224, 224), IMAGE),
+    "shufflenet_v2": (_torchvision("shufflenet_v2_x1_0"), lambda: torch.randn(2, 3, 224, 224), IMAGE),
+    "resnet18": (_torchvision("resnet18"), lambda: torch.randn(2, 3, 224, 224), IMAGE),
     "vit_tiny": (_timm("vit_tiny_patch16_224"), lambda: torch.randn(2, 3, 224, 224), BATCH),
-    "efficientvit_b0": (_timm("efficientvit_b0"), lambda: torch.randn(2, 3, 224, 224), BATCH),
-    "candy": (Candy, lambda: torch.randn(2, 3, 224, 224), BATCH),
-    "segformer_b0": (_segformer, lambda: torch.randn(2, 3, 256, 256), BATCH),
+    "efficientvit_b0": (_timm("efficientvit_b0"), lambda: torch.randn(2, 3, 224, 224), IMAGE),
+    "candy": (Candy, lambda: torch.randn(2, 3, 224, 224), IMAGE),
+    "segformer_b0": (_segformer, lambda: torch.randn(2, 3, 256, 256), IMAGE),
     "bert_mini": (_bert_mini, lambda: torch.randint(0, 1000, (2, 64)), {0: "batch", 1: "sequence"}),
 }
 
