@@ -3,6 +3,7 @@ a small and at a large batch; each plan is then run at both batches — its own,
 kernels (node sets) instantiated on the other batch's graph — side by side with onnxruntime.
 
     .venv/bin/python bench/dynamic/batch_plans.py dynamic-models/efficientvit_b0.onnx [--small 1 --large 16]
+                                                  [--bind height=128 --bind width=128]
 
 Both batches are planned with one layout policy and without the cost-guided rewrites, so their primitive graphs
 are the same up to the batch and a plan's kernels carry over; what differs is the orchestration alone. Prints
@@ -53,16 +54,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--layout", default="channels-last")
+    parser.add_argument("--bind", action="append", default=[], metavar="DIM=SIZE",
+                        help="the size of another symbolic dim (e.g. height=128), the same at both batches")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
     signature = input_signature(str(args.model))
+    bound = {name: int(size) for name, _, size in (spec.partition("=") for spec in args.bind)}
     options = Options(threads=args.threads, rewrite_budget=0.0, layout=args.layout)
     cost = make_cost_model(options)
     batches = {"small": args.small, "large": args.large}
     results: dict[str, OrchestrationResult] = {}
     for label, batch in batches.items():
-        shapes = {s.name: tuple(batch if d == "batch" else d for d in s.dims) for s in signature}
+        sizes = {**bound, "batch": batch}
+        shapes = {s.name: tuple(sizes[d] if isinstance(d, str) else d for d in s.dims) for s in signature}
         graph = import_graph(str(args.model), shapes)  # type: ignore[arg-type]
         results[label] = plan_graph(graph, options, cost_model=cost)
         print(f"planned batch {batch}: {len(results[label].plan.kernels)} kernels, predicted "
@@ -89,7 +94,8 @@ def main() -> int:
         if frozenset(kernel.nodes) not in own:
             print("  " + describe(kernel))
 
-    figures: dict[str, Any] = {"model": args.model.name, "batches": batches, "layout": args.layout, "runs": {}}
+    figures: dict[str, Any] = {"model": args.model.name, "batches": batches, "bound": bound, "layout": args.layout,
+                               "runs": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as work:
         for at, batch in batches.items():
             result = results[at]
