@@ -167,15 +167,15 @@ def test_dynamic_shapes_run_through_kernorch_specialisations(caplog: pytest.LogC
     module = _attention_block()
     torch._dynamo.reset()
     compiled = torch.compile(module, backend="kernorch", options={"cost": "analytic"}, dynamic=True)
-    shapes = [(2, 5, 16), (3, 7, 16), (2, 9, 16), (4, 5, 16), (2, 5, 16)]
+    shapes = [(2, 5, 16), (3, 7, 16), (2, 5, 16)]
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="kernorch.torch"):
         for shape in shapes:
             x = torch.randn(shape)
             assert _relative(compiled(x), module(x)) <= 1e-4
     messages = [r.message for r in caplog.records]
     assert not any("eagerly" in m for m in messages), messages
-    assert sum("specialises a dynamic-shape graph" in m for m in messages) == 4  # the repeated shape is reused
-    assert sum("compiled a graph of" in m for m in messages) == 4
+    assert sum("specialises a dynamic-shape graph" in m for m in messages) == 2  # the repeated shape is reused
+    assert sum("compiled a graph of" in m for m in messages) == 2
 
 
 def test_automatic_dynamic_shapes_switch_to_specialisations(caplog: pytest.LogCaptureFixture) -> None:

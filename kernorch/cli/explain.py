@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model, progress_bars, shape_sets
 from kernorch.errors import KernorchError
@@ -73,10 +73,9 @@ def _explain_two_shapes(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from kernorch.frontend import describe_shapes, shape_set
-    from kernorch.ir.kernel import CandidateKernel
     from kernorch.pipeline import plan_model
 
-    def key(kernel: CandidateKernel) -> tuple[str, str]:
+    def key(kernel: Any) -> tuple[str, str]:  # a CandidateKernel
         nodes = [kernel.graph.nodes[n] for n in kernel.nodes]
         return " → ".join(n.prim for n in nodes), ", ".join(sorted({n.origin for n in nodes}))
 

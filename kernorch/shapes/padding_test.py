@@ -17,7 +17,7 @@ from kernorch.tools.check import run_onnxruntime
 RNG = np.random.default_rng(11)
 
 
-def _model(nodes: list[onnx.NodeProto], x_shape: list[object], y_shape: list[object],
+def _model(nodes: list[onnx.NodeProto], x_shape: list[str | int | None], y_shape: list[str | int | None],
            constants: dict[str, np.ndarray], x_type: int = TensorProto.FLOAT) -> onnx.ModelProto:  # fmt: skip
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", x_type, x_shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
@@ -35,8 +35,8 @@ EXACT = {
          helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0])], ["b", 4], ["b", 4], {}),
     "embedding_then_mean_over_tokens": _model(
         [helper.make_node("Gather", ["table", "x"], ["e"], axis=0),
-         helper.make_node("ReduceMean", ["e", "axes"], ["y"], keepdims=0)], ["b", 3], ["b", 8],
-        {"table": RNG.standard_normal((20, 8)).astype(np.float32), "axes": _int64(1)}, TensorProto.INT64),
+         helper.make_node("ReduceMean", ["e"], ["y"], axes=[1], keepdims=0)], ["b", 3], ["b", 8],
+        {"table": RNG.standard_normal((20, 8)).astype(np.float32)}, TensorProto.INT64),
     "class_token_expanded_to_the_batch": _model(
         [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "zero", "one"], ["b"]),
          helper.make_node("Concat", ["b", "one_one_eight"], ["target"], axis=0),
