@@ -5,8 +5,9 @@ kernels (node sets) instantiated on the other batch's graph — side by side wit
     .venv/bin/python bench/dynamic/batch_plans.py dynamic-models/efficientvit_b0.onnx [--small 1 --large 16]
                                                   [--bind height=128 --bind width=128]
 
-Both batches are planned with one layout policy and without the cost-guided rewrites, so their primitive graphs
-are the same up to the batch and a plan's kernels carry over; what differs is the orchestration alone. Prints
+Both batches are planned with one layout policy and without rewrites (at batch 1 the safe rules drop reshapes
+that are no-ops only there), so their primitive graphs are the same up to the batch and a plan's kernels carry
+over; what differs is the orchestration alone. Prints
 the kernels in which the plans differ (the primitives each fuses and the ONNX nodes they come from), the
 predicted and measured times of each plan at each batch, and writes the figures as JSON with --json.
 """
@@ -61,7 +62,7 @@ def main() -> int:
 
     signature = input_signature(str(args.model))
     bound = {name: int(size) for name, _, size in (spec.partition("=") for spec in args.bind)}
-    options = Options(threads=args.threads, rewrite_budget=0.0, layout=args.layout)
+    options = Options(threads=args.threads, rewrite=False, layout=args.layout)
     cost = make_cost_model(options)
     batches = {"small": args.small, "large": args.large}
     results: dict[str, OrchestrationResult] = {}

@@ -103,7 +103,7 @@ class Memo(Generic[K, V]):
 
 def plan_options(options: Options) -> Options:
     """The options one specialisation is compiled with: the shape policy cleared."""
-    return options.with_(shapes=(), buckets=(), pad=(), new_shapes="specialise", background_tuning=False)
+    return options.with_(**{name: getattr(Options(), name) for name in SHAPE_POLICY_FIELDS})
 
 
 def options_to_json(options: Options) -> dict[str, Any]:
@@ -143,7 +143,8 @@ class DynamicModel:
             self._plans.put(shapes, plan)
         self._tuning: dict[ShapeSet, threading.Thread] = {}
         self._proofs: Memo[tuple[ShapeSet, ShapeSet], PaddingProof] = Memo()
-        self._model_key = _digest(model, json.dumps(options_to_json(plan_options(options)), sort_keys=True).encode())
+        planning = {k: v for k, v in options_to_json(options).items() if k not in NOT_IN_CACHE_KEY}
+        self._model_key = _digest(model, json.dumps(planning, sort_keys=True).encode())
         self.specialised_here = 0  # shape sets planned and compiled by this object (not read from a cache)
 
     # -- what it is ---------------------------------------------------------------------------------------------
