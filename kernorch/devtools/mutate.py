@@ -39,6 +39,9 @@ SANITIZED_SEMANTICS = "tests/test_sanitize.py"
 CONCURRENCY = "kernorch/runtime/concurrency_test.py"
 REGISTRY = "kernorch/codegen/backends/registry_test.py"
 RTASK_UNITS = "tests/test_rtask_units.py"
+DYNAMIC = "kernorch/shapes/dynamic_test.py"
+PADDING = "kernorch/shapes/padding_test.py"
+SIGNATURE = "kernorch/frontend/signature_test.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -53,6 +56,19 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # dynamic shapes: binding, saved specialisations, the padding proof and its use
+    Mutant("shapes: one symbol may take two sizes", "kernorch/frontend/signature.py",
+           "elif values.setdefault(dim, size) != size:", "elif False:", (SIGNATURE,)),
+    Mutant("shapes: a specialisation filed under other shapes loads", "kernorch/shapes/dynamic.py",
+           "if actual != shapes:", "if False:", (DYNAMIC,)),
+    Mutant("shapes: padding proof ignores a reduction over the padded axis", "kernorch/shapes/padding.py",
+           'if first in attr("axes"):', 'if first in attr("axes") and False:', (PADDING,)),
+    Mutant("shapes: padding proof ignores a size-dependent constant", "kernorch/shapes/padding.py",
+           "        if axis is None:\n            raise NotProven(f\"constant",
+           "        if False:\n            raise NotProven(f\"constant", (DYNAMIC,)),
+    Mutant("shapes: padded outputs cut one row late", "kernorch/shapes/padding.py",
+           "index[output_axis] = slice(0, self.sizes[dim])", "index[output_axis] = slice(1, self.sizes[dim] + 1)",
+           (DYNAMIC,)),
     # generated C: templates and index arithmetic
     Mutant("C div becomes mul", "kernorch/codegen/c/expr.py", '"div": f"({a} / {b})" if is_float',
            '"div": f"({a} * {b})" if is_float', (RANDOM_PLANS,)),
