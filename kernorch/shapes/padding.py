@@ -73,11 +73,11 @@ def prove_paddable(model: bytes, signature: Sequence[InputSignature], dims: Sequ
     dims = tuple(dims)
     try:
         at_target = fission(import_model(model, dict(shapes_for(signature, target))))
-        at_call = fission(import_model(model, dict(shapes_for(signature, call))))
-        prefixes = _same_program(at_target, at_call, {d: (target[d], call[d]) for d in dims})
         input_axes: dict[str, dict[str, int]] = {}
         output_axes: dict[str, dict[str, int | None]] = {}
-        for dim in dims:
+        for dim in dims:  # one dim at a time, the others at the bucket's sizes: rows apart along each
+            at_call = fission(import_model(model, dict(shapes_for(signature, {**target, dim: call[dim]}))))
+            prefixes = _same_program(at_target, at_call, {dim: (target[dim], call[dim])})
             seeds = {s.name: s.dims.index(dim) for s in signature if dim in s.dims}
             for entry in signature:
                 if entry.dims.count(dim) > 1:

@@ -92,3 +92,27 @@ def test_what_the_proof_refuses_names_the_primitive_and_why(name: str) -> None:
     proof = prove_paddable(data, input_signature(data), ["b"], {"b": 8}, {"b": 3})
     assert not proof.exact
     assert re.search(reason, proof.reason), proof.reason
+
+
+def test_two_dims_padded_at_once_are_each_proven_apart() -> None:
+    """Elementwise work on x[b, c] pads along both; a softmax over c keeps b paddable but not both."""
+    relu = _model([helper.make_node("Relu", ["x"], ["y"])], ["b", "c"], ["b", "c"], {}).SerializeToString()
+    proof = prove_paddable(relu, input_signature(relu), ["b", "c"], {"b": 8, "c": 8}, {"b": 3, "c": 5})
+    assert proof.exact and proof.output_axes == {"b": {"y": 0}, "c": {"y": 1}}
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    assert np.array_equal(proof.run(_Reference(relu), {"x": x})["y"], np.maximum(x, 0))
+    softmax = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], ["b", "c"], ["b", "c"], {})
+    data = softmax.SerializeToString()
+    assert prove_paddable(data, input_signature(data), ["b"], {"b": 8, "c": 8}, {"b": 3, "c": 8}).exact
+    both = prove_paddable(data, input_signature(data), ["b", "c"], {"b": 8, "c": 8}, {"b": 3, "c": 5})
+    assert not both.exact and "reduces over the padded axis" in both.reason
+
+
+class _Reference:
+    """A plan stand-in that runs the model through onnxruntime (the proof's `run` only calls `.run(feeds)`)."""
+
+    def __init__(self, model: bytes) -> None:
+        self.model = onnx.load_from_string(model)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_onnxruntime(self.model, feeds)
