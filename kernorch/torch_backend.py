@@ -156,38 +156,31 @@ def _module_scalars(graph_module: Any, example_inputs: Sequence[Any], weights: s
     """0-d tensors that are a module's attributes, not its parameters or buffers (Dynamo's unspecialised floats)."""
     import torch
 
-    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-    found = set()
-    for position, value in enumerate(example_inputs):
-        if position in weights or not isinstance(value, torch.Tensor) or value.ndim or position >= len(placeholders):
-            continue
-        source = getattr(placeholders[position].meta.get("grapharg"), "source", None)
-        while source is not None:
-            if "NNModule" in type(source).__name__:
-                found.add(position)
-                break
-            source = getattr(source, "base", None)
-    return found
+    return {position for position, value in enumerate(example_inputs)
+            if position not in weights and isinstance(value, torch.Tensor) and not value.ndim
+            and any("NNModule" in kind for kind in _source_kinds(graph_module, position))}  # fmt: skip
 
 
 def _weight_positions(graph_module: Any, example_inputs: Sequence[Any]) -> set[int]:
-    """The inputs that are the module's parameters and buffers, which Dynamo lifts to graph inputs."""
+    """The inputs that are the module's parameters and buffers, which Dynamo lifts to graph inputs (a buffer's
+    source descends from a parameter/buffer dictionary)."""
     import torch
 
+    return {position for position, value in enumerate(example_inputs)
+            if isinstance(value, torch.nn.Parameter)
+            or "UnspecializedParamBufferSource" in _source_kinds(graph_module, position)}  # fmt: skip
+
+
+def _source_kinds(graph_module: Any, position: int) -> list[str]:
+    """The class names along the Dynamo source chain of placeholder `position` (where the value came from)."""
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-    positions = set()
-    for position, value in enumerate(example_inputs):
-        if isinstance(value, torch.nn.Parameter):
-            positions.add(position)
-            continue
-        source = getattr(placeholders[position].meta.get("grapharg"), "source", None) \
-            if position < len(placeholders) else None
-        while source is not None:  # a buffer: its source descends from a parameter/buffer dictionary
-            if type(source).__name__ == "UnspecializedParamBufferSource":
-                positions.add(position)
-                break
-            source = getattr(source, "base", None)
-    return positions
+    source = getattr(placeholders[position].meta.get("grapharg"), "source", None) \
+        if position < len(placeholders) else None
+    kinds = []
+    while source is not None:
+        kinds.append(type(source).__name__)
+        source = getattr(source, "base", None)
+    return kinds
 
 
 def _freeze_weights(graph_module: Any, weights: dict[int, Any], sizes: dict[int, int], arity: int) -> Any:

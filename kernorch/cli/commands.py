@@ -142,13 +142,17 @@ def _run_plan(args: argparse.Namespace, model: Any, files: dict[str, Any]) -> No
     feeds = dict(files) if isinstance(model, DynamicModel) else {**graph_feeds(model.graph, seed=args.seed), **files}
     outputs = model.run(feeds)
     latency = median_ms(lambda: model.run(feeds), args.runs)
-    shapes = describe_shapes(shape_set({name: np.shape(value) for name, value in feeds.items()}))
+    shapes = shape_set({name: np.shape(value) for name, value in feeds.items()})
     for name, value in outputs.items():
         print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
-    plan = model.specialisation(shape_set({n: np.shape(v) for n, v in feeds.items()})) \
-        if isinstance(model, DynamicModel) else model
-    print(f"[{shapes}] {len(plan.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} runs "
-          f"({plan.threads} threads, {args.runtime} runtime)")  # fmt: skip
+    # a dynamic model ran these shapes on their own plan, or padded on a bucket's (then there is none of their own)
+    plan = model.specialisations.get(shapes) if isinstance(model, DynamicModel) else model
+    if plan is None:
+        print(f"[{describe_shapes(shapes)}] padded to a prepared bucket, median latency {latency:.3f} ms over "
+              f"{args.runs} runs")  # fmt: skip
+        return
+    print(f"[{describe_shapes(shapes)}] {len(plan.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} "
+          f"runs ({plan.threads} threads, {args.runtime} runtime)")  # fmt: skip
     if plan.executor.rprogram is not None and plan.executor.rprogram.program is not None:
         print(f"rProgram: {plan.executor.rprogram.program.describe()}")
 

@@ -106,19 +106,26 @@ def read_manifest(source: Path) -> dict[str, Any]:
         raise ArtifactError(f"{source} is not a kernorch plan directory (no such directory)")
     if not plan_file.is_file():
         raise ArtifactError(f"{source} is not a kernorch plan directory (no plan.json)")
+    return read_json_manifest(plan_file, FORMAT, FORMAT_VERSION, "kernorch plan",
+                              " (re-run `kernorch optimize MODEL -o DIR`)")  # fmt: skip
+
+
+def read_json_manifest(path: Path, format_name: str, version: int, kind: str, remedy: str = "") -> dict[str, Any]:
+    """A JSON manifest that carries its own hash (a plan's plan.json, a dynamic model's family.json), checked:
+    parseable, of `format_name` and `version`, its hash intact. Every refusal is one ArtifactError line."""
     try:
-        plan = json.loads(plan_file.read_bytes())
+        plan = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        raise ArtifactError(f"{plan_file} is corrupted: {str(error).splitlines()[0][:120]}") from None
+        raise ArtifactError(f"{path} is corrupted: {str(error).splitlines()[0][:120]}") from None
     except OSError as error:
-        raise ArtifactError(f"{plan_file} cannot be read: {error.strerror or error}") from None
-    if not isinstance(plan, dict) or plan.get("format") != FORMAT:
-        raise ArtifactError(f"{plan_file} is not a kernorch plan")
-    if plan.get("version") != FORMAT_VERSION:
-        raise ArtifactError(f"{plan_file} has format version {plan.get('version')!r}; this kernorch reads "
-                            f"version {FORMAT_VERSION} (re-run `kernorch optimize MODEL -o DIR`)")  # fmt: skip
+        raise ArtifactError(f"{path} cannot be read: {error.strerror or error}") from None
+    if not isinstance(plan, dict) or plan.get("format") != format_name:
+        raise ArtifactError(f"{path} is not a {kind}")
+    if plan.get("version") != version:
+        raise ArtifactError(f"{path} has format version {plan.get('version')!r}; this kernorch reads "
+                            f"version {version}{remedy}")  # fmt: skip
     if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):
-        raise ArtifactError(f"{plan_file} was modified after it was written (its manifest hash does not match)")
+        raise ArtifactError(f"{path} was modified after it was written (its manifest hash does not match)")
     return plan
 
 

@@ -54,8 +54,8 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.options import Options, OrchestrationLimits
 from kernorch.pipeline import SILENT, Progress, compile_model
-from kernorch.runtime.artifact import ArtifactError
-from kernorch.runtime.compiled import CompiledModel, load_model
+from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, read_json_manifest
+from kernorch.runtime.compiled import CompiledModel, call_with_arrays, load_model
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 
@@ -300,24 +300,7 @@ class DynamicModel:
     # -- running ------------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Like `CompiledModel.__call__`: inputs positionally or by name, numpy arrays or torch tensors."""
-        if len(args) > len(self.input_names):
-            raise InputMismatch(f"{len(args)} inputs given, the model takes {len(self.input_names)}")
-        feeds = dict(zip(self.input_names, args, strict=False))
-        feeds.update(kwargs)
-        shapes = shape_set({name: tuple(getattr(value, "shape", np.shape(value))) for name, value in feeds.items()})
-        plan, padding = self._dispatch(shapes)
-        if padding is None:
-            return plan(**feeds)
-        as_torch = any(type(v).__module__.startswith("torch") for v in feeds.values())
-        arrays = {name: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
-                  for name, v in feeds.items()}  # fmt: skip
-        outputs = padding.run(plan, arrays)
-        results: list[Any] = [outputs[name] for name in self.output_names]
-        if as_torch:
-            import torch
-
-            results = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
-        return results[0] if len(results) == 1 else tuple(results)
+        return call_with_arrays(self.run, self.input_names, self.output_names, args, kwargs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         shapes = shape_set({name: np.shape(value) for name, value in feeds.items()})
@@ -329,7 +312,7 @@ class DynamicModel:
         if known is not None:
             return known, None
         values = bind(self.signature, dict(shapes))  # refuses a shape the signature does not allow
-        padded = self._padded(values)
+        padded = self._padded(values, shapes)
         if padded is not None:
             return padded
         if self.options.new_shapes == "refuse":
@@ -338,7 +321,7 @@ class DynamicModel:
                                 f"(prepared: {made})")  # fmt: skip
         return self.specialisation(shapes), None
 
-    def _padded(self, values: dict[str, int]) -> tuple[CompiledModel, PaddingProof] | None:
+    def _padded(self, values: dict[str, int], call: ShapeSet) -> tuple[CompiledModel, PaddingProof] | None:
         """The plan of the next bucket up along the paddable dims, with the proof that padding is exact there."""
         buckets = dict(self.options.buckets)
         target = dict(values)
@@ -355,7 +338,6 @@ class DynamicModel:
         if plan is None:
             return None  # its bucket is not compiled: padding would not save the planning
         padded_dims = tuple(sorted(d for d in target if target[d] != values[d]))
-        call = shapes_for(self.signature, values)
         proof = self._proofs.get((call, shapes), lambda: prove_paddable(self.model_bytes, self.signature,
                                                                          padded_dims, target, values))  # fmt: skip
         if not proof.exact:
@@ -383,7 +365,7 @@ class DynamicModel:
             "model_sha256": hashlib.sha256(self.model_bytes).hexdigest(),
             "specialisations": entries,
         }  # fmt: skip
-        family["manifest_sha256"] = _digest(json.dumps(family, sort_keys=True).encode())
+        family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
         return target
 
@@ -398,18 +380,7 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
     saved plan, and its input shapes equal to the shape set it is filed under) checked before any is used."""
     source = Path(directory)
     manifest = source / FAMILY_FILE
-    try:
-        family = json.loads(manifest.read_bytes())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as error:
-        raise ArtifactError(f"{manifest} cannot be read: {str(error).splitlines()[0][:120]}") from None
-    if not isinstance(family, dict) or family.get("format") != FAMILY_FORMAT:
-        raise ArtifactError(f"{manifest} is not a kernorch dynamic-shape plan")
-    if family.get("version") != FAMILY_VERSION:
-        raise ArtifactError(f"{manifest} has format version {family.get('version')!r}; this kernorch reads "
-                            f"version {FAMILY_VERSION}")  # fmt: skip
-    body = {k: v for k, v in family.items() if k != "manifest_sha256"}
-    if family.get("manifest_sha256") != _digest(json.dumps(body, sort_keys=True).encode()):
-        raise ArtifactError(f"{manifest} was modified after it was written (its manifest hash does not match)")
+    family = read_json_manifest(manifest, FAMILY_FORMAT, FAMILY_VERSION, "kernorch dynamic-shape plan")
     try:
         model = (source / MODEL_FILE).read_bytes()
     except OSError as error:
