@@ -15,7 +15,8 @@ from kernorch.errors import KernorchError
 
 COST_MODELS = ("profile", "analytic")
 LAYOUT_POLICIES = ("auto", "channels-last", "nchw")
-DEVICES = ("cpu", "v100", "a100", "h100")
+DEVICES = ("cpu", "cpu-nominal", "v100", "a100", "h100", "cuda")
+GPU_DEVICES = ("v100", "a100", "h100", "cuda")  # a GPU plan (Triton, cuBLAS/cuDNN); "cuda": the GPU present here
 DEFAULT_THREADS = 2
 MAX_THREADS = 1024  # more would only oversubscribe; a plan asking for more is refused, not obeyed
 
@@ -107,7 +108,11 @@ class Options:
 
     threads: int = DEFAULT_THREADS  # threads for measuring and running the plan
     cost: str = "profile"  # "profile": time candidate kernels here; "analytic": roofline of `device`
-    device: str = "cpu"  # roofline parameters: "cpu" calibrates this machine; the others are presets
+    # what the plan is for: "cpu" (this machine, calibrated), "cpu-nominal" (a CPU plan priced by a fixed roofline:
+    # deterministic, no calibration), or a GPU: "v100"/"a100"/"h100" presets, "cuda" the GPU present here
+    device: str = "cpu"
+    interpret: bool = False  # GPU plans without a GPU: run their Triton kernels in Triton's interpreter on the CPU
+    tf32: bool = False  # GPU plans: matmuls and convolutions may use TF32 tensor cores (Korch's A100 figures do)
     limits: OrchestrationLimits = field(default_factory=OrchestrationLimits)
     rewrite: bool = True  # primitive-graph rewrites before orchestration
     rewrite_budget: float = DEFAULT_REWRITE_BUDGET_SECONDS  # seconds for the cost-guided rewrite search
@@ -135,8 +140,10 @@ class Options:
             raise KernorchError(f"unknown cost model '{self.cost}' (choose {' or '.join(COST_MODELS)})")
         if self.device not in DEVICES:
             raise KernorchError(f"unknown device '{self.device}' (choose {', '.join(DEVICES)})")
-        if self.cost == "profile" and self.device != "cpu":
+        if self.cost == "profile" and self.device not in ("cpu", "cuda"):
             raise KernorchError(f"cost 'profile' measures this machine; device '{self.device}' needs --cost analytic")
+        if self.tf32 and self.device not in GPU_DEVICES:
+            raise KernorchError("tf32 is a GPU option (a CPU plan computes in float32)")
         if not self.rewrite_budget >= 0:
             raise KernorchError(f"rewrite_budget must be a non-negative number of seconds, got {self.rewrite_budget!r}")
         if self.layout not in LAYOUT_POLICIES:
@@ -165,6 +172,11 @@ class Options:
                                 f"{' or '.join(NEW_SHAPE_POLICIES)})")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the plan is for a GPU."""
+        return self.device in GPU_DEVICES
 
     @property
     def ray_address(self) -> str | None:

@@ -69,6 +69,8 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     """The cost model `options` ask for; kernels no backend can generate cost infinity."""
     from kernorch.cost.analytic import AnalyticCostModel, device_by_name
 
+    if options.gpu:
+        return gpu_cost_model(options)
     roofline = AnalyticCostModel(device_by_name(options.device, options.cache, options.threads))
     if options.cost == "analytic":
         return GeneratableCost(roofline)
@@ -84,6 +86,20 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
                              kernel_cache=options.cache, estimate=roofline.cost,
                              workers=options.ray_address, screen=screen)  # fmt: skip
+
+
+def gpu_cost_model(options: Options) -> CostModel:
+    """A GPU plan's cost model: the Target's roofline per launch (cost/gpu.py)."""
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.cost.gpu import GpuCostModel
+    from kernorch.runtime.gpu import device_preset
+
+    if options.cost == "profile":
+        from kernorch.runtime.gpu import profiled_gpu_cost
+
+        return GeneratableCost(profiled_gpu_cost(options), device="gpu")
+    preset = device_preset() if options.device == "cuda" else options.device
+    return GeneratableCost(GpuCostModel(GPU_TARGETS[preset], options.tf32), device="gpu")
 
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
@@ -136,7 +152,7 @@ def plan_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | N
 
 
 def compile_plan(result: OrchestrationResult, options: Options | None = None,
-                 plan: Plan | None = None) -> CompiledModel:  # fmt: skip
+                 plan: Plan | None = None) -> Any:  # fmt: skip
     """Compile the result's optimal plan, or another plan of the same graph (e.g. greedy, for comparison)."""
     options = options or Options()
     chosen = plan or result.plan
@@ -145,11 +161,17 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
                 "layout": result.layout_report.to_json() if result.layout_report else None,
                 "tuning": result.tuning or None}  # fmt: skip
+    if options.gpu:
+        from kernorch.runtime.gpu import GpuModel, device_preset
+
+        preset = device_preset() if options.device == "cuda" else options.device
+        return GpuModel(chosen.graph, chosen.kernels, chosen.costs, preset, metadata, options.cache, options.tf32,
+                        interpret=options.interpret)  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
                          cache_dir=options.cache, runtime=options.runtime)  # fmt: skip
 
 
 def compile_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  options: Options | None = None, progress: Progress = SILENT) -> CompiledModel:  # fmt: skip
+                  options: Options | None = None, progress: Progress = SILENT) -> Any:  # fmt: skip
     options = options or Options()
     return compile_plan(plan_model(model, input_shapes, options, progress), options)

@@ -36,6 +36,8 @@ class DeviceSpec:
 
 # Public datasheet figures (fp32 non-tensor-core peak, HBM bandwidth), typical launch overhead.
 DEVICE_PRESETS = {
+    # a CPU plan priced without calibrating this machine (tests, conformance: the same plan on every host)
+    "cpu-nominal": DeviceSpec("nominal x86 CPU", 20e9, 2.0e11, 5e-6),
     "v100": DeviceSpec("V100-SXM2", 900e9, 15.7e12, 5e-6),
     "a100": DeviceSpec("A100-SXM4-40GB", 1555e9, 19.5e12, 5e-6),
     "h100": DeviceSpec("H100-SXM5", 3350e9, 67e12, 4e-6),
@@ -173,6 +175,7 @@ def _single_kernel(prim: str, shape: tuple[int, ...], constant_b: bool = False, 
 
 
 def device_by_name(name: str, cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:
+    """The roofline of a CPU plan ("cpu": this machine, calibrated) or of a GPU preset."""
     if name == "cpu":
         return calibrate_this_machine(cache_dir, threads)
     if name not in DEVICE_PRESETS:

@@ -25,22 +25,23 @@ class GeneratableCost:
     """Wrap a cost model: kernels no backend can run cost infinity and never enter the BLP."""
 
     base: CostModel
+    device: str = "cpu"  # the plan's device kind: whose backends may run a kernel ("cpu" or "gpu")
 
     @property
     def name(self) -> str:
         return self.base.name
 
     def cost(self, candidate: CandidateKernel) -> float:
-        backend, _ = choose_backend(candidate)
+        backend, _ = choose_backend(candidate, self.device)
         if backend is not None and not backend.runs_code:  # an alias: no code runs
             return 0.0
         return math.inf if backend is None else self.base.cost(candidate)
 
     def rejection(self, candidate: CandidateKernel) -> str | None:
-        return rejection(candidate)
+        return rejection(candidate, self.device)
 
 
-def rejection(candidate: CandidateKernel) -> str | None:
+def rejection(candidate: CandidateKernel, device: str = "cpu") -> str | None:
     """Why no backend can generate `candidate` (what `kernorch explain --rejected` prints), or None."""
-    backend, reason = choose_backend(candidate)
+    backend, reason = choose_backend(candidate, device)
     return reason if backend is None else None

@@ -327,8 +327,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the executor ignores a Python backend's function", "kernorch/runtime/executor.py",
            "function = self.backends[k].python_kernel(kernel)", "function = None", (REGISTRY,)),
     Mutant("a registered backend is asked after the built-in ones", "kernorch/codegen/backends/registry.py",
-           "_ORDER.insert(_ORDER.index(before) if before is not None else len(_ORDER), backend)",
-           "_ORDER.append(backend)", (REGISTRY,)),
+           "order.insert(order.index(before) if before is not None else len(order), backend)",
+           "order.append(backend)", (REGISTRY,)),
     Mutant("a kernel no backend runs gets the last backend's reason", "kernorch/codegen/backends/registry.py",
            "if verdict.claims and claimed is None:", "if True:", (REGISTRY,)),
 )  # fmt: skip

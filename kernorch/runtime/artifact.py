@@ -7,6 +7,9 @@ and must equal the shipped `kernels.c`, and the library is built from that verif
 machine (a hash-keyed compile cache makes that instant for a plan built here). A plan built on a CPU
 with other ISA flags is therefore rebuilt for this one, never executed blindly.
 
+A GPU plan (`device` in plan.json: v100, a100, h100) ships `kernels.py` instead: its Triton kernels, likewise
+regenerated from the plan at load, compared, and only the regenerated text is imported (runtime/gpu.py).
+
 `plan.json` carries the hash of its own canonical content, so an edited or truncated manifest is caught
 before anything in it is used. Every refusal is an `ArtifactError`: one line naming the file and why.
 """
@@ -36,6 +39,7 @@ from kernorch.runtime.memory import check_fits
 FORMAT = "kernorch-plan"
 FORMAT_VERSION = 4  # 3: lstm_recurrence takes its recurrent weights packed; 4: kernels.c holds rTask variants
 REQUIRED_FILES = ("weights.npz", "kernels.c")
+GPU_FILES = ("weights.npz", "kernels.py")
 MANIFEST_HASH_KEY = "manifest_sha256"
 
 
@@ -71,18 +75,36 @@ class SavedPlan:
     costs: list[float]
     threads: int
     metadata: dict[str, Any]
+    device: str = "cpu"  # a GPU plan: its preset
+    tf32: bool = False
+
+
+def _gpu_source(kernels: list[CandidateKernel], device: str, tf32: bool) -> str:
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.runtime.gpu import gpu_sources
+
+    return gpu_sources(kernels, GPU_TARGETS[device], tf32)[0]
 
 
 def save_plan(model: SavablePlan, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     graph = model.graph
+    device = str(model.metadata.get("device", "cpu"))
+    tf32 = bool(model.metadata.get("tf32", False))
     (target / "weights.npz").write_bytes(constants_npz(graph))
-    # with its rTasks whatever runtime the model ran in: what a load regenerates and compares it with
-    (target / "kernels.c").write_text(generate_source(model.kernels)[0])
-    stale = target / "kernels.so"  # written by older versions; never read, so never left behind to mislead
-    if stale.is_file():
-        stale.unlink()
+    files = REQUIRED_FILES
+    if device != "cpu":
+        files = GPU_FILES
+        (target / "kernels.py").write_text(_gpu_source(model.kernels, device, tf32))
+    else:
+        # with its rTasks whatever runtime the model ran in: what a load regenerates and compares it with
+        (target / "kernels.c").write_text(generate_source(model.kernels)[0])
+    for stale_name in ("kernels.so", "kernels.py" if device == "cpu" else "kernels.c"):
+        stale = target / stale_name  # written by older versions or another device; never read, never left to mislead
+        if stale.is_file():
+            stale.unlink()
     plan: dict[str, Any] = {
+        "device": device, "tf32": tf32,
         "format": FORMAT, "version": FORMAT_VERSION,
         "graph": graph_to_json(graph),
         "kernels": [{"nodes": list(k.nodes), "outputs": list(k.outputs)} for k in model.kernels],
@@ -92,7 +114,7 @@ def save_plan(model: SavablePlan, target: Path) -> Path:
                            if (reason := refused_native(kernel)) is not None},
         "built_on": {"cpu": cpu_model(), "isa_digest": isa_digest(), "isa_flags": list(isa_flags()),
                      "compiler": compiler_identity()[1], "cflags": list(CFLAGS)},
-        "sha256": {name: _digest_bytes((target / name).read_bytes()) for name in REQUIRED_FILES},
+        "sha256": {name: _digest_bytes((target / name).read_bytes()) for name in files},
     }  # fmt: skip
     plan[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(plan)))
     (target / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -148,8 +170,15 @@ def read_plan(directory: str | os.PathLike[str], threads: int | None = None) -> 
         check_threads(threads)
     source = Path(directory)
     plan = read_manifest(source)
+    device = plan.get("device", "cpu")
+    from kernorch.codegen.target import GPU_TARGETS
+
+    if device != "cpu" and device not in GPU_TARGETS:
+        raise ArtifactError(f"{source / 'plan.json'} is for an unknown device {str(device)[:40]!r}")
+    tf32 = plan.get("tf32", False) is True
     weights = _verified_bytes(source, plan, "weights.npz")
-    shipped_source = _verified_bytes(source, plan, "kernels.c")
+    source_name = "kernels.c" if device == "cpu" else "kernels.py"
+    shipped_source = _verified_bytes(source, plan, source_name)
     plan_file = source / "plan.json"
     try:
         declared = plan["graph"]["types"]
@@ -179,10 +208,15 @@ def read_plan(directory: str | os.PathLike[str], threads: int | None = None) -> 
             raise ValueError("costs or metadata do not fit the kernels")
     except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
         raise ArtifactError(f"{plan_file} is malformed: {str(error).splitlines()[0][:160]}") from None
-    regenerated, _ = generate_source(kernels)
+    try:
+        regenerated = generate_source(kernels)[0] if device == "cpu" else _gpu_source(kernels, device, tf32)
+    except KernorchError as error:
+        raise ArtifactError(f"{plan_file} is malformed: {error}") from None
     if regenerated.encode() != shipped_source:
-        raise ArtifactError(f"{source / 'kernels.c'} is not the code plan.json generates (edited, or from "
+        raise ArtifactError(f"{source / source_name} is not the code plan.json generates (edited, or from "
                             "another kernorch version); refusing to build it")  # fmt: skip
+    if device != "cpu":
+        return SavedPlan(graph, kernels, costs, threads or saved_threads, metadata, device, tf32)
     built_on = plan.get("built_on", {})
     if isinstance(built_on, dict) and built_on.get("isa_digest") != isa_digest():
         metadata = {**metadata, "rebuilt_for_this_cpu": True}

@@ -72,8 +72,15 @@ def call_with_arrays(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndar
 
 
 def load_model(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-               runtime: str = "kernels") -> CompiledModel:  # fmt: skip
+               runtime: str = "kernels", interpret: bool = False) -> Any:  # fmt: skip
     """Load a saved plan without re-tuning (runtime/artifact.py refuses anything corrupted, tampered with or
-    inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA)."""
+    inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA).
+    A GPU plan loads as a GpuModel (runtime/gpu.py): it runs on a CUDA device, or with `interpret` in Triton's
+    interpreter; without either, its first call is refused in one line."""
     saved = read_plan(directory, threads)
+    if saved.device != "cpu":
+        from kernorch.runtime.gpu import GpuModel
+
+        return GpuModel(saved.graph, saved.kernels, saved.costs, saved.device, saved.metadata, cache_dir, saved.tf32,
+                        interpret, saved.threads)  # fmt: skip
     return CompiledModel(saved.graph, saved.kernels, saved.costs, saved.threads, saved.metadata, cache_dir, runtime)

@@ -134,7 +134,7 @@ def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -
 # The compiled path plans with the analytic cost model of a fixed preset: no measuring, and the same plan on
 # every machine (which kernels fuse differs from a profiled plan, but every kernel runs as generated code).
 # Node tests check numbers, not plan optimality: short solver and rewrite budgets keep large expanded cases quick.
-COMPILED_OPTIONS = Options(cost="analytic", device="a100", rewrite_budget=1.0,
+COMPILED_OPTIONS = Options(cost="analytic", device="cpu-nominal", rewrite_budget=1.0,
                            limits=OrchestrationLimits(solver_time_limit=2.0))
 
 

@@ -5,7 +5,9 @@
 - library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
   convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `WINOGRAD_CONV`) with the same create/run/destroy shape;
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
-- `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs.
+- `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs;
+- for GPU plans (gpu.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its epilogue),
+  `TORCH_LIBRARY` (cuBLAS/cuDNN through torch), `GPU_VIEW`.
 
 Orchestration never needs to know C or oneDNN: it asks `choose_backend`.
 """
@@ -13,6 +15,7 @@ Orchestration never needs to know C or oneDNN: it asks `choose_backend`.
 from kernorch.codegen.backends.base import Backend, PythonKernel, Verdict, declines, runs
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
+from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL, GpuBackend, TorchLibrary
 from kernorch.codegen.backends.library_calls import (
     DEPTHWISE_CONV,
     DIRECT_CONV,
@@ -22,6 +25,7 @@ from kernorch.codegen.backends.library_calls import (
     library_call,
 )
 from kernorch.codegen.backends.registry import (
+    DEVICE_KINDS,
     choose_backend,
     plan_views,
     refuse_native,
@@ -34,6 +38,13 @@ from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.loops import NotGeneratable
 
 __all__ = [
+    "DEVICE_KINDS",
+    "GPU_VIEW",
+    "TORCH_LIBRARY",
+    "TRITON",
+    "TRITON_MATMUL",
+    "GpuBackend",
+    "TorchLibrary",
     "DEPTHWISE_CONV",
     "DIRECT_CONV",
     "GENERATED_C",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from kernorch.codegen.backends.base import Backend
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
+from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
 from kernorch.codegen.backends.library_calls import DEPTHWISE_CONV, DIRECT_CONV, ONEDNN, WINOGRAD_CONV
 from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.views import concat_pieces, view_outputs
@@ -15,24 +16,36 @@ from kernorch.ir.kernel import CandidateKernel
 
 # Asked in this order; the first that runs a kernel runs it. The reference implementation is the last resort of a
 # single primitive (choose_backend), not a member: it runs anything of one primitive.
-_ORDER: list[Backend] = [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
-                         WINOGRAD_CONV, ONEDNN]  # fmt: skip
+# Per device kind: a CPU plan's program (C, oneDNN) or a GPU plan's launches (Triton, torch's cuBLAS/cuDNN); the
+# onnxruntime fallback and the reference run on the host for either.
+_ORDERS: dict[str, list[Backend]] = {
+    "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV, WINOGRAD_CONV, ONEDNN],
+    "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
+}
+DEVICE_KINDS = tuple(_ORDERS)
 
 
-def registered() -> tuple[Backend, ...]:
-    """Every backend, in the order they are asked, then the reference implementation."""
-    return (*_ORDER, REFERENCE)
+def _order(device: str) -> list[Backend]:
+    if device not in _ORDERS:
+        raise ValueError(f"unknown device kind {device!r} (choose {' or '.join(_ORDERS)})")
+    return _ORDERS[device]
+
+
+def registered(device: str = "cpu") -> tuple[Backend, ...]:
+    """Every backend of a device kind, in the order they are asked, then the reference implementation."""
+    return (*_order(device), REFERENCE)
 
 
 def register(backend: Backend, before: Backend | None = None) -> None:
-    """Ask `backend` before `before` (by default after every registered backend)."""
-    if any(b.name == backend.name for b in registered()):
+    """Ask `backend` (for plans of its `device` kind) before `before` (by default after every registered one)."""
+    order = _order(backend.device)
+    if any(b.name == backend.name for b in registered(backend.device)):
         raise ValueError(f"a backend named {backend.name!r} is registered already")
-    _ORDER.insert(_ORDER.index(before) if before is not None else len(_ORDER), backend)
+    order.insert(order.index(before) if before is not None else len(order), backend)
 
 
 def unregister(backend: Backend) -> None:
-    _ORDER.remove(backend)
+    _order(backend.device).remove(backend)
 
 
 # Single primitives whose native code a library or the compiler refused on this machine (the profiler and the
@@ -63,14 +76,14 @@ def refused_native(kernel: CandidateKernel) -> str | None:
     return _REFUSED.get(_node_key(kernel)) if len(kernel.nodes) == 1 and _REFUSED else None
 
 
-def choose_backend(kernel: CandidateKernel) -> tuple[Backend | None, str]:
-    """(backend, how it runs the kernel); backend None, with the reason, when nothing can run it. The reason of a
-    kernel nothing runs is that of the backend whose kind it is (a fusion generated C cannot describe, a linear
-    primitive no library call can take)."""
-    if (refused := refused_native(kernel)) is not None:
+def choose_backend(kernel: CandidateKernel, device: str = "cpu") -> tuple[Backend | None, str]:
+    """(backend, how it runs the kernel in a plan for `device` kind, "cpu" or "gpu"); backend None, with the
+    reason, when nothing can run it. The reason of a kernel nothing runs is that of the backend whose kind it is
+    (a fusion generated C cannot describe, a linear primitive no library call can take)."""
+    if device == "cpu" and (refused := refused_native(kernel)) is not None:
         return REFERENCE, f"reference implementation (its native code was refused here: {refused})"
     claimed: str | None = None
-    for backend in _ORDER:
+    for backend in _order(device):
         verdict = backend.applies(kernel)
         if verdict.runs:
             return backend, verdict.reason

@@ -1,0 +1,162 @@
+"""The GPU's backends: fused memory-intensive kernels rendered as Triton (`TRITON`), a matmul with its elementwise
+epilogue as one Triton template (`TRITON_MATMUL`), a lone linear primitive through torch's cuBLAS/cuDNN calls
+(`TORCH_LIBRARY`), and views (`GPU_VIEW`, a reshape or a contiguous slice: no code). They run on a GPU plan's
+runtime (runtime/gpu.py), never in the CPU plan program: `device = "gpu"`. A kernel none of them runs (an LSTM, an
+ONNX node kernorch has no rule for) runs by the reference or onnxruntime on the host, which the cost model prices
+with its copies, so plans avoid it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
+from kernorch.codegen.gir import described
+from kernorch.codegen.loops import NotGeneratable
+from kernorch.codegen.target import Target
+from kernorch.codegen.triton import TritonKernel, render_triton
+from kernorch.codegen.triton.matmul import matmul_rejection, render_matmul
+from kernorch.codegen.views import view_outputs
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.primitives import PRIMITIVES, Kind
+
+TORCH_LINEAR_DTYPES = ("float32", "float64")
+
+
+class GpuBackend(Backend):
+    device = "gpu"
+    native = False  # run by the GPU runtime's launches, not the CPU plan program
+
+    def triton(self, name: str, kernel: CandidateKernel, target: Target, tf32: bool = False) -> TritonKernel | None:
+        """The kernel as Triton functions prefixed by `name`, or None when it runs no Triton."""
+        return None
+
+
+class GpuView(GpuBackend):
+    name = "gpu_view"
+    family = "view"
+    runs_code = False
+    signature_label = "view"
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        if kernel.primitives[0].prim == "concat" or view_outputs(kernel) is None:
+            return declines("not a re-labelling of contiguous bytes")
+        return runs(f"{kernel.primitives[0].prim} as a view of its input (no copy)")
+
+
+class GeneratedTriton(GpuBackend):
+    name = "triton"
+    family = "generated Triton"
+    signature_label = "triton"
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        linear = next((n for n in kernel.primitives if PRIMITIVES[n.prim].kind == Kind.LINEAR), None)
+        try:
+            loops = described(kernel)  # a depthwise conv is a window reduction here; other linear ones are not
+            render_triton("k", loops, _ANY_GPU)
+        except NotGeneratable as error:
+            return declines(str(error), claims=linear is None)
+        return runs("generated Triton" if linear is None else "generated Triton (depthwise conv)")
+
+    def triton(self, name: str, kernel: CandidateKernel, target: Target, tf32: bool = False) -> TritonKernel | None:
+        return render_triton(name, described(kernel), target)
+
+    def signature_text(self, kernel: CandidateKernel) -> str:
+        kernel_text = render_triton("k", described(kernel), _ANY_GPU)
+        return kernel_text.source + json.dumps([launch.programs for launch in kernel_text.launches])
+
+
+class TritonMatmul(GpuBackend):
+    name = "triton_matmul"
+    family = "Triton template"
+    signature_label = "triton"
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        rejection = matmul_rejection(kernel)
+        if rejection is not None:
+            return declines(rejection)
+        epilogue = len(kernel.nodes) - 1
+        return runs("Triton matmul template" + (f" + {epilogue} fused epilogue primitive(s)" if epilogue else ""))
+
+    def triton(self, name: str, kernel: CandidateKernel, target: Target, tf32: bool = False) -> TritonKernel | None:
+        return render_matmul(name, kernel, target, tf32)
+
+
+class TorchLibrary(GpuBackend):
+    """One linear primitive through torch: cuBLAS for a matmul, cuDNN for a convolution (NHWC kernels when the
+    layout stage made it channels-last)."""
+
+    name = "torch_library"
+    family = "library call"
+    signature_label = "library"
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        if len(kernel.nodes) != 1:
+            return declines("a library call here runs one linear primitive (its epilogue is a Triton kernel, or "
+                            "fused in the Triton matmul template)", claims=False)  # fmt: skip
+        node = kernel.primitives[0]
+        if PRIMITIVES[node.prim].kind != Kind.LINEAR:
+            return declines("no linear primitive")
+        types = [kernel.graph.types[v] for v in (*node.inputs, *node.outputs)]
+        if any(t.dtype not in TORCH_LINEAR_DTYPES for t in types) or len({t.dtype for t in types}) != 1:
+            return declines(f"{node.prim} of {types[0].dtype}: torch's GPU library calls here take float32/float64",
+                            claims=True)  # fmt: skip
+        what = {"matmul": "cuBLAS matmul", "conv": "cuDNN convolution", "conv_transpose": "cuDNN deconvolution"}
+        layout = " (channels-last)" if node.attr("channels_last", False) else ""
+        return runs(f"{what[node.prim]} through torch{layout}")
+
+    def torch_call(self, kernel: CandidateKernel, tf32: bool = False) -> Callable[[Sequence[Any], Any], None]:
+        """f(operand tensors, output tensor): the primitive through torch, written into the output."""
+        import torch
+        import torch.nn.functional as F  # noqa: N812 - torch's own name for it
+
+        node = kernel.primitives[0]
+        attrs = node.attr_dict
+        if node.prim == "matmul":
+
+            def matmul(operands: Sequence[Any], out: Any) -> None:
+                torch.matmul(operands[0], operands[1], out=out)
+
+            return matmul
+        last = bool(attrs.get("channels_last", False))
+        spatial = kernel.graph.types[node.inputs[0]].rank - 2
+        pads = list(attrs["pads"])
+        symmetric = pads[:spatial] == pads[spatial:]
+        pad_spec = [p for i in reversed(range(spatial)) for p in (pads[i], pads[spatial + i])]
+        to_first = (0, spatial + 1, *range(1, spatial + 1))  # [N, *S, C] -> [N, C, *S]
+
+        def conv(operands: Sequence[Any], out: Any) -> None:
+            x, w = operands
+            if last:  # a channels-last buffer is an NCHW tensor in channels_last memory format: cuDNN's NHWC kernels
+                x = x.permute(*to_first)
+            if node.prim == "conv":
+                if not symmetric:
+                    x = F.pad(x, pad_spec)
+                function = getattr(F, f"conv{spatial}d")
+                y = function(x, w, None, tuple(attrs["strides"]), tuple(pads[:spatial]) if symmetric else 0,
+                             tuple(attrs["dilations"]), attrs["group"])  # fmt: skip
+            else:  # the unpadded result, cropped by the pads (torch pads a deconvolution symmetrically only)
+                function = getattr(F, f"conv_transpose{spatial}d")
+                y = function(x, w, None, tuple(attrs["strides"]), 0, tuple(attrs["output_padding"]), attrs["group"],
+                             tuple(attrs["dilations"]))  # fmt: skip
+                y = y[(slice(None), slice(None), *(slice(pads[i], y.shape[2 + i] - pads[spatial + i])
+                                                    for i in range(spatial)))]  # fmt: skip
+            (out.permute(*to_first) if last else out).copy_(y)
+
+        return conv
+
+
+def _any_gpu() -> Target:
+    from kernorch.codegen.target import GPU_TARGETS
+
+    return GPU_TARGETS["a100"]
+
+
+_ANY_GPU = _any_gpu()  # what a kernel's renderability is checked against (the templates do not depend on it)
+
+GPU_VIEW = GpuView()
+TRITON = GeneratedTriton()
+TRITON_MATMUL = TritonMatmul()
+TORCH_LIBRARY = TorchLibrary()

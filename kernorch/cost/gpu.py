@@ -1,0 +1,67 @@
+"""Analytic cost of a GPU plan's kernels: the roofline of the GPU Target, per launch, with occupancy.
+
+- A Triton kernel (fused memory-intensive, or the matmul template) is priced launch by launch from what its
+  renderer chose: each launch pays the launch overhead (a CUDA graph node's share), and a launch with fewer
+  programs than the GPU has SMs reaches only that share of the bandwidth (a row per program on 12 rows uses 12
+  SMs). Bytes are what the kernel reads and writes plus its scratch written and read back; flops are its
+  primitives', at the float32 peak (or TF32 tensor cores for the template when the plan allows TF32).
+- A library call (cuBLAS, cuDNN through torch) is the roofline of its one primitive at 80 % of the peak (the
+  template is priced at 60 %: library kernels are tuned per shape, the template is not), plus a copy of the
+  output for a channels-last convolution (torch gives a new tensor).
+- A kernel run on the host (the reference, onnxruntime) pays the copies over PCIe both ways and the host's time,
+  so a plan takes it only where nothing else runs the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernorch.codegen.backends import GpuBackend, choose_backend
+from kernorch.codegen.loops import NotGeneratable
+from kernorch.codegen.target import Target
+from kernorch.cost.analytic import kernel_bytes, primitive_flops
+from kernorch.ir.kernel import CandidateKernel
+
+HOST_LINK = 25e9  # bytes / s between host and device (PCIe 4 x16, one direction)
+HOST_FLOPS = 1e11  # the host CPU running a reference kernel
+HOST_OVERHEAD = 30e-6  # a synchronisation and two copies' launches
+LIBRARY_EFFICIENCY = 0.8
+TEMPLATE_EFFICIENCY = 0.6
+
+
+@dataclass
+class GpuCostModel:
+    target: Target
+    tf32: bool = False
+    name: str = "analytic"
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        backend, _ = choose_backend(candidate, "gpu")
+        if backend is None:
+            return math.inf
+        if not backend.runs_code:
+            return 0.0
+        flops = sum(primitive_flops(candidate.graph, node) for node in candidate.primitives)
+        moved = kernel_bytes(candidate)
+        bandwidth = self.target.global_bandwidth
+        if not isinstance(backend, GpuBackend):  # on the host, its operands copied there and back
+            return moved / HOST_LINK + flops / HOST_FLOPS + HOST_OVERHEAD
+        peak = self.target.tf32_flops if self.tf32 and self.target.tf32_flops else self.target.peak_flops
+        try:
+            kernel = backend.triton("k", candidate, self.target, self.tf32)
+        except NotGeneratable:
+            return math.inf
+        if kernel is None:  # a library call
+            node = candidate.primitives[0]
+            extra = 2 * candidate.graph.types[node.outputs[0]].nbytes if node.attr("channels_last", False) else 0
+            return max((moved + extra) / bandwidth, flops / (peak * LIBRARY_EFFICIENCY)) + self.target.launch_overhead
+        scratch = sum(math.prod(b.shape) * 8 for b in kernel.buffers if b.role == "scratch")
+        launches = kernel.launches
+        total = 0.0
+        for launch in launches:
+            occupancy = min(1.0, launch.programs / max(self.target.units, 1))
+            share = 1.0 / len(launches)  # the kernel's bytes and flops split evenly between its launches
+            total += max(share * (moved + 2 * scratch) / (bandwidth * occupancy),
+                         share * flops / (peak * TEMPLATE_EFFICIENCY * occupancy)) + self.target.launch_overhead
+        return total
