@@ -30,7 +30,7 @@ def resign(directory: Path, edit: Callable[[dict[str, Any]], object]) -> None:
 
 @pytest.fixture(scope="module")
 def attention() -> kernorch.CompiledModel:
-    return kernorch.compile(self_attention_block(), cost="analytic", device="a100")
+    return kernorch.compile(self_attention_block(), cost="analytic", device="cpu-nominal")
 
 
 def test_compiled_model_matches_onnxruntime_numpy_and_torch(attention: kernorch.CompiledModel) -> None:
@@ -122,7 +122,7 @@ def test_check_compiled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_compile_with_and_without_rewrites(attention: kernorch.CompiledModel) -> None:
-    plain = kernorch.compile(self_attention_block(), cost="analytic", device="a100", rewrite=False)
+    plain = kernorch.compile(self_attention_block(), cost="analytic", device="cpu-nominal", rewrite=False)
     assert plain.metadata["rewrites"] is None and attention.metadata["rewrites"]
     assert [n.prim for n in attention.graph.nodes] != [n.prim for n in plain.graph.nodes]  # the rewrites changed it
     x = np.random.default_rng(5).standard_normal((1, 64, 128)).astype(np.float32)
@@ -209,7 +209,7 @@ def test_compile_cache_key_includes_the_cpu(monkeypatch: pytest.MonkeyPatch) -> 
 def test_threads_are_per_model_and_restored(attention: kernorch.CompiledModel) -> None:
     import torch
 
-    one = kernorch.compile(self_attention_block(), cost="analytic", device="a100", threads=1)
+    one = kernorch.compile(self_attention_block(), cost="analytic", device="cpu-nominal", threads=1)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
@@ -234,7 +234,7 @@ def test_a_loaded_plan_runs_without_torch(tmp_path: Path) -> None:
     import sys
 
     proto = conv_norm_act_block(channels=8, size=16)
-    model = kernorch.compile(proto, cost="analytic", device="a100")
+    model = kernorch.compile(proto, cost="analytic", device="cpu-nominal")
     assert ONEDNN in model.executor.backends and GENERATED_C in model.executor.backends
     plan = model.save(tmp_path / "plan")
     x = np.random.default_rng(8).standard_normal((1, 8, 16, 16)).astype(np.float32)

@@ -113,7 +113,7 @@ def test_wrong_runtime_input_dtype_and_shape() -> None:
 def test_wrong_input_to_a_saved_plan_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import kernorch
 
-    plan = kernorch.compile(conv_norm_act_block(channels=4, size=8), cost="analytic", device="a100")
+    plan = kernorch.compile(conv_norm_act_block(channels=4, size=8), cost="analytic", device="cpu-nominal")
     directory = plan.save(tmp_path / "plan")
     np.save(tmp_path / "x.npy", random_array((1, 4, 8, 7)))
     code, err = run_cli(["run", str(directory), "--input", f"x={tmp_path / 'x.npy'}"], capsys)
@@ -204,7 +204,7 @@ def test_hostile_value_and_node_names_compile_and_run(tmp_path: Path, monkeypatc
     onnx.checker.check_model(model)
     x = random_array((1, 4, 5, 5))
     for layout in ("nchw", "channels-last"):
-        compiled = kernorch.compile(model, cost="analytic", device="a100", layout=layout)
+        compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal", layout=layout)
         np.testing.assert_allclose(compiled(x), run_onnxruntime(model, {names[0]: x})[names[8]], rtol=1e-5,
                                    atol=1e-5)  # fmt: skip
         loaded = kernorch.load(compiled.save(tmp_path / f"plan-{layout}"))
