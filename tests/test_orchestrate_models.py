@@ -77,7 +77,7 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert "plan cost" in text and "greedy fusion" in text and "optimal" in text
 
-    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--rejected", "3"]) == 0
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "cpu-nominal", "--rejected", "3"]) == 0
     text = capsys.readouterr().out
     assert "kernel 0:" in text and "rejected candidates by rule" in text and "library call" in text
     assert "rewrites:" in text and "tried reduce-to-matmul" in text and "neighbourhood plan" in text
@@ -85,11 +85,11 @@ def test_optimize_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture
     # a generated kernel's GIR before and after the rules, and the C rendered from it; a bad index is refused
     kernels = re.findall(r"^kernel (\d+): .*\[(.*)\]$", text, flags=re.M)
     softmax = next(int(k) for k, prims in kernels if "exp" in prims)
-    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--gir", str(softmax)]) == 0
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "cpu-nominal", "--gir", str(softmax)]) == 0
     text = capsys.readouterr().out
     assert f"kernel {softmax} GIR as lowered" in text and "after the rewrite rules" in text
     assert "reduce reduce_max" in text and "ko_expf(" in text and "rendered from the rewritten GIR" in text
-    assert main(["explain", str(path), "--cost", "analytic", "--device", "v100", "--gir", "999"]) == 2
+    assert main(["explain", str(path), "--cost", "analytic", "--device", "cpu-nominal", "--gir", "999"]) == 2
     assert "--gir 999: the plan has kernels 0 to" in capsys.readouterr().err
 
     assert main(["optimize", str(path), "--cost", "analytic", "--device", "a100", "--json"]) == 0

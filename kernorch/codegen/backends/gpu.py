@@ -19,6 +19,7 @@ from kernorch.codegen.target import Target
 from kernorch.codegen.triton import TritonKernel, render_triton
 from kernorch.codegen.triton.matmul import matmul_rejection, render_matmul
 from kernorch.codegen.views import view_outputs
+from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
@@ -110,42 +111,58 @@ class TorchLibrary(GpuBackend):
     def torch_call(self, kernel: CandidateKernel, tf32: bool = False) -> Callable[[Sequence[Any], Any], None]:
         """f(operand tensors, output tensor): the primitive through torch, written into the output."""
         import torch
-        import torch.nn.functional as F  # noqa: N812 - torch's own name for it
 
         node = kernel.primitives[0]
-        attrs = node.attr_dict
         if node.prim == "matmul":
 
             def matmul(operands: Sequence[Any], out: Any) -> None:
                 torch.matmul(operands[0], operands[1], out=out)
 
             return matmul
-        last = bool(attrs.get("channels_last", False))
+        linear = torch_linear(node, kernel.graph)
         spatial = kernel.graph.types[node.inputs[0]].rank - 2
-        pads = list(attrs["pads"])
-        symmetric = pads[:spatial] == pads[spatial:]
-        pad_spec = [p for i in reversed(range(spatial)) for p in (pads[i], pads[spatial + i])]
         to_first = (0, spatial + 1, *range(1, spatial + 1))  # [N, *S, C] -> [N, C, *S]
+        last = bool(node.attr("channels_last", False))
 
-        def conv(operands: Sequence[Any], out: Any) -> None:
-            x, w = operands
-            if last:  # a channels-last buffer is an NCHW tensor in channels_last memory format: cuDNN's NHWC kernels
-                x = x.permute(*to_first)
-            if node.prim == "conv":
-                if not symmetric:
-                    x = F.pad(x, pad_spec)
-                function = getattr(F, f"conv{spatial}d")
-                y = function(x, w, None, tuple(attrs["strides"]), tuple(pads[:spatial]) if symmetric else 0,
-                             tuple(attrs["dilations"]), attrs["group"])  # fmt: skip
-            else:  # the unpadded result, cropped by the pads (torch pads a deconvolution symmetrically only)
-                function = getattr(F, f"conv_transpose{spatial}d")
-                y = function(x, w, None, tuple(attrs["strides"]), 0, tuple(attrs["output_padding"]), attrs["group"],
-                             tuple(attrs["dilations"]))  # fmt: skip
-                y = y[(slice(None), slice(None), *(slice(pads[i], y.shape[2 + i] - pads[spatial + i])
-                                                    for i in range(spatial)))]  # fmt: skip
-            (out.permute(*to_first) if last else out).copy_(y)
+        def conv(operands: Sequence[Any], out: Any) -> None:  # torch returns a new tensor: copied into the plan's
+            (out.permute(*to_first) if last else out).copy_(linear(operands))
 
         return conv
+
+
+def torch_linear(node: Node, graph: Graph) -> Callable[[Sequence[Any]], Any]:
+    """f(operands) -> the result of a conv or conv_transpose primitive through torch (cuDNN), in the primitive's
+    layout: a channels-last buffer is an NCHW tensor in channels_last memory format, which cuDNN runs as NHWC."""
+    import torch.nn.functional as F  # noqa: N812 - torch's own name for it
+
+    attrs = node.attr_dict
+    last = bool(attrs.get("channels_last", False))
+    spatial = graph.types[node.inputs[0]].rank - 2
+    pads = list(attrs["pads"])
+    symmetric = pads[:spatial] == pads[spatial:]
+    pad_spec = [p for i in reversed(range(spatial)) for p in (pads[i], pads[spatial + i])]
+    to_first = (0, spatial + 1, *range(1, spatial + 1))
+    to_last = (0, *range(2, spatial + 2), 1)
+
+    def linear(operands: Sequence[Any]) -> Any:
+        x, w = operands
+        if last:
+            x = x.permute(*to_first)
+        if node.prim == "conv":
+            if not symmetric:
+                x = F.pad(x, pad_spec)
+            function = getattr(F, f"conv{spatial}d")
+            y = function(x, w, None, tuple(attrs["strides"]), tuple(pads[:spatial]) if symmetric else 0,
+                         tuple(attrs["dilations"]), attrs["group"])  # fmt: skip
+        else:  # the unpadded result, cropped by the pads (torch pads a deconvolution symmetrically only)
+            function = getattr(F, f"conv_transpose{spatial}d")
+            y = function(x, w, None, tuple(attrs["strides"]), 0, tuple(attrs["output_padding"]), attrs["group"],
+                         tuple(attrs["dilations"]))  # fmt: skip
+            y = y[(slice(None), slice(None), *(slice(pads[i], y.shape[2 + i] - pads[spatial + i])
+                                                for i in range(spatial)))]  # fmt: skip
+        return y.permute(*to_last) if last else y
+
+    return linear
 
 
 def _any_gpu() -> Target:
