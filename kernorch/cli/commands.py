@@ -151,10 +151,13 @@ def _run_plan(args: argparse.Namespace, model: Any, files: dict[str, Any]) -> No
         print(f"[{describe_shapes(shapes)}] padded to a prepared bucket, median latency {latency:.3f} ms over "
               f"{args.runs} runs")  # fmt: skip
         return
+    device = plan.metadata.get("device", "cpu")
+    how = f"{plan.threads} threads, {args.runtime} runtime" if device == "cpu" else f"GPU plan for {device}"
     print(f"[{describe_shapes(shapes)}] {len(plan.kernels)} kernels, median latency {latency:.3f} ms over {args.runs} "
-          f"runs ({plan.threads} threads, {args.runtime} runtime)")  # fmt: skip
-    if plan.executor.rprogram is not None and plan.executor.rprogram.program is not None:
-        print(f"rProgram: {plan.executor.rprogram.program.describe()}")
+          f"runs ({how})")  # fmt: skip
+    rprogram = getattr(getattr(plan, "executor", None), "rprogram", None)  # a GPU plan has no executor
+    if rprogram is not None and rprogram.program is not None:
+        print(f"rProgram: {rprogram.program.describe()}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -67,7 +67,12 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
 
     add_cost_arg(parser, "the cost model the plan is optimized against")
     parser.add_argument("--device", default="cpu", choices=DEVICES,
-                        help="roofline parameters: 'cpu' calibrates this machine (cached); others are presets")
+                        help="what the plan is for: cpu (this machine: C and oneDNN, its roofline calibrated), "
+                        "cpu-nominal (a CPU plan priced by a fixed roofline), v100/a100/h100 (a GPU plan: Triton "
+                        "kernels and cuBLAS/cuDNN through torch, priced by that GPU's preset; runs where a GPU is, "
+                        "`check --compiled` runs it in Triton's interpreter here), cuda (the GPU present)")
+    parser.add_argument("--tf32", action="store_true", default=None,
+                        help="GPU plans: matmuls and convolutions may use TF32 tensor cores (off by default)")
     parser.add_argument("--max-kernel-size", type=positive_int, default=defaults.max_kernel_size,
                         help=f"max primitives per kernel (default {defaults.max_kernel_size})")
     parser.add_argument("--max-subgraph-size", type=positive_int, default=defaults.max_subgraph_size,
@@ -140,7 +145,7 @@ def make_options(args: argparse.Namespace) -> Options:
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
-                                                     "strict", "workers", "screen")
+                                                     "strict", "workers", "screen", "tf32")
              if getattr(args, name, None) is not None}  # fmt: skip
     options = Options(limits=limits).with_(**given)
     if getattr(args, "dim", None) or getattr(args, "pad", None):

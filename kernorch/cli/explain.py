@@ -21,11 +21,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _explain_two_shapes(args)
     result = orchestrate_model(args, show_progress=True)
     graph = result.plan.graph
+    device = "gpu" if make_options(args).gpu else "cpu"
     for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
         origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
         print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
         print(f"    from: {', '.join(origins)}")
-        backend, reason = choose_backend(kernel)
+        backend, reason = choose_backend(kernel, device)
         absorbed = absorbed_summary(kernel)
         if absorbed is not None and backend is not None and backend.stateful:
             print(f"    library call: {absorbed}, by {backend.summary(kernel)}")
@@ -49,10 +50,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
                                 f"({error})") from None  # fmt: skip
         name = Path(args.model).stem
         if args.svg:
-            print(f"picture of the plan: {write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name)}")
+            picture = write_svg(args.svg, graph, result.plan.kernels, result.plan.costs, name, device)
+            print(f"picture of the plan: {picture}")
         if args.html:
-            print(f"report: {write_html(args.html, result, name)}")
-    if args.gir is not None:
+            print(f"report: {write_html(args.html, result, name, device)}")
+    if args.gir is not None and device == "gpu":
+        _explain_triton(result, args.gir, make_options(args))
+    elif args.gir is not None:
         _explain_gir(result, args.gir)
     if args.rejected:
         counts: dict[str, int] = {}
@@ -93,6 +97,27 @@ def _explain_two_shapes(args: argparse.Namespace) -> int:
             print(f"  [{prims}]" + (f" ×{count}" if count > 1 else "") + f" from {origins}")
     print(f"{sum((kernels[0] & kernels[1]).values())} kernels are the same in both plans")
     return EXIT_OK
+
+
+def _explain_triton(result: OrchestrationResult, k: int, options: Any) -> None:
+    """A GPU plan's kernel k as Triton: its launches (template, programs, block) and its source."""
+    from kernorch.codegen.backends import GpuBackend, choose_backend
+    from kernorch.codegen.target import GPU_TARGETS
+
+    kernels = result.plan.kernels
+    if not 0 <= k < len(kernels):
+        raise KernorchError(f"--gir {k}: the plan has kernels 0 to {len(kernels) - 1}")
+    backend, reason = choose_backend(kernels[k], "gpu")
+    target = GPU_TARGETS.get(options.device, GPU_TARGETS["h100"])
+    rendered = backend.triton(f"kernel_{k}", kernels[k], target, options.tf32) \
+        if isinstance(backend, GpuBackend) else None  # fmt: skip
+    if rendered is None:
+        print(f"kernel {k} runs no Triton: {backend.summary(kernels[k]) if backend is not None else reason}")
+        return
+    for launch in rendered.launches:
+        print(f"kernel {k} launch {launch.function}: {launch.template} template, {launch.programs} programs of "
+              f"{' x '.join(map(str, launch.block))} lanes")  # fmt: skip
+    print(rendered.source)
 
 
 def _explain_gir(result: OrchestrationResult, k: int) -> None:

@@ -130,6 +130,12 @@ def check_model(
     fissioned_graph = fission(model, strict=options.strict)
     warn_about_fallbacks(fissioned_graph)
     feeds = graph_feeds(fissioned_graph, seed)
+    if compiled and options.gpu and not options.interpret:
+        from kernorch.codegen.triton import use_interpreter_without_gpu
+
+        # a GPU plan checked on a machine without a GPU: its Triton kernels in the interpreter, the library calls
+        # through torch on the CPU
+        options = options.with_(interpret=use_interpreter_without_gpu())
     if compiled:
         program = compile_plan(plan_graph(fissioned_graph, options), options)
         graph = program.graph
@@ -146,6 +152,8 @@ def check_model(
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
     stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"
+    if compiled and options.gpu:
+        stage += f" (GPU plan for {options.device}{', run in Triton interpreter' if options.interpret else ''})"
     report = CheckReport(
         model=name,
         primitive_counts=graph.count_by_kind(),

@@ -27,10 +27,12 @@ from kernorch.orchestrate import OrchestrationResult
 
 # by Backend.family
 COLOURS = {"library call": "#cfe2ff", "native C": "#e0cffc", "generated C": "#ffe5b4", "view": "#ffffff",
-           "reference": "#e9ecef", "onnxruntime": "#f8d7da"}  # fmt: skip
-LEGEND = {"library call": "library call (oneDNN)", "native C": "native C (direct convs, LSTM templates)",
-          "generated C": "generated C", "view": "view (no copy)", "reference": "reference kernel",
-          "onnxruntime": "onnxruntime fallback"}  # fmt: skip
+           "reference": "#e9ecef", "onnxruntime": "#f8d7da", "generated Triton": "#d1e7dd",
+           "Triton template": "#a3cfbb"}  # fmt: skip
+LEGEND = {"library call": "library call (oneDNN; cuBLAS/cuDNN on a GPU)",
+          "native C": "native C (direct convs, LSTM templates)", "generated C": "generated C", "view": "view (no copy)",
+          "reference": "reference kernel", "onnxruntime": "onnxruntime fallback",
+          "generated Triton": "generated Triton", "Triton template": "Triton matmul template + epilogue"}  # fmt: skip
 
 
 class GraphvizMissing(KernorchError):
@@ -48,10 +50,13 @@ class KernelView:
     title: str  # e.g. "oneDNN conv (channels-last) ← bias, swish" or "generated C"
 
 
-def kernel_views(kernels: Sequence[CandidateKernel], costs: Sequence[float]) -> list[KernelView]:
+def kernel_views(kernels: Sequence[CandidateKernel], costs: Sequence[float], device: str = "cpu") -> list[KernelView]:
+    """Per kernel what the pictures show; `device` the plan's kind ("cpu" or "gpu": whose backends run it)."""
     views = []
-    chosen = [choose_backend(kernel) for kernel in kernels]
-    backends, _ = plan_views(kernels, [backend or REFERENCE for backend, _ in chosen])  # a concat may copy
+    chosen = [choose_backend(kernel, device) for kernel in kernels]
+    backends = [backend or REFERENCE for backend, _ in chosen]
+    if device == "cpu":
+        backends, _ = plan_views(kernels, backends)  # a concat may copy
     for index, (kernel, cost) in enumerate(zip(kernels, costs, strict=True)):
         backend, reason = backends[index], chosen[index][1]
         if backend != chosen[index][0]:
@@ -135,9 +140,9 @@ def render_svg(dot: graphviz.Digraph) -> str:
 
 
 def write_svg(path: str | Path, graph: Graph, kernels: Sequence[CandidateKernel], costs: Sequence[float],
-              name: str = "plan") -> Path:  # fmt: skip
+              name: str = "plan", device: str = "cpu") -> Path:  # fmt: skip
     target = Path(path)
-    svg = render_svg(plan_graph(graph, kernel_views(kernels, costs), name))
+    svg = render_svg(plan_graph(graph, kernel_views(kernels, costs, device), name))
     _write(target, svg)
     return target
 
@@ -150,10 +155,10 @@ def _write(target: Path, text: str) -> None:
         raise KernorchError(f"cannot write {target}: {error.strerror or error}") from None
 
 
-def write_html(path: str | Path, result: OrchestrationResult, model_name: str) -> Path:
+def write_html(path: str | Path, result: OrchestrationResult, model_name: str, device: str = "cpu") -> Path:
     """One self-contained page: summary, the picture (inline SVG), the kernel table, rewrites and layout."""
     plan = result.plan
-    views = kernel_views(plan.kernels, plan.costs)
+    views = kernel_views(plan.kernels, plan.costs, device)
     svg = render_svg(plan_graph(plan.graph, views, model_name))
     svg = svg[svg.index("<svg"):]  # inline: drop the XML prolog and doctype
     computed_by = Counter(n for kernel in plan.kernels for n in kernel.nodes)
