@@ -4,10 +4,12 @@ backend can generate out of the BLP."""
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.gir import remembering
 from kernorch.ir.kernel import CandidateKernel
 
 
@@ -39,6 +41,11 @@ class GeneratableCost:
 
     def rejection(self, candidate: CandidateKernel) -> str | None:
         return rejection(candidate, self.device)
+
+    def pricing(self) -> AbstractContextManager[None]:
+        """A block pricing one subgraph's candidates: each candidate described (and rendered) once in it."""
+        inner = getattr(self.base, "pricing", None)
+        return inner() if inner is not None else remembering()
 
 
 def rejection(candidate: CandidateKernel, device: str = "cpu") -> str | None:

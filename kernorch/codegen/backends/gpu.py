@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.gir import described
+from kernorch.codegen.gir import described, remembered
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.target import Target
 from kernorch.codegen.triton import TritonKernel, render_triton
@@ -55,18 +55,24 @@ class GeneratedTriton(GpuBackend):
     def applies(self, kernel: CandidateKernel) -> Verdict:
         linear = next((n for n in kernel.primitives if PRIMITIVES[n.prim].kind == Kind.LINEAR), None)
         try:
-            loops = described(kernel)  # a depthwise conv is a window reduction here; other linear ones are not
-            render_triton("k", loops, _ANY_GPU)
+            rendered(kernel, _ANY_GPU)  # a depthwise conv is a window reduction here; other linear ones are not
         except NotGeneratable as error:
             return declines(str(error), claims=linear is None)
         return runs("generated Triton" if linear is None else "generated Triton (depthwise conv)")
 
     def triton(self, name: str, kernel: CandidateKernel, target: Target, tf32: bool = False) -> TritonKernel | None:
+        if name == "k":
+            return rendered(kernel, target)
         return render_triton(name, described(kernel), target)
 
     def signature_text(self, kernel: CandidateKernel) -> str:
-        kernel_text = render_triton("k", described(kernel), _ANY_GPU)
+        kernel_text = rendered(kernel, _ANY_GPU)
         return kernel_text.source + json.dumps([launch.programs for launch in kernel_text.launches])
+
+
+def rendered(kernel: CandidateKernel, target: Target) -> TritonKernel:
+    """The kernel as Triton named "k" (made once per kernel and target while a subgraph is priced)."""
+    return remembered(("triton", target.name), kernel, lambda: render_triton("k", described(kernel), target))
 
 
 class TritonMatmul(GpuBackend):
@@ -120,12 +126,9 @@ class TorchLibrary(GpuBackend):
 
             return matmul
         linear = torch_linear(node, kernel.graph)
-        spatial = kernel.graph.types[node.inputs[0]].rank - 2
-        to_first = (0, spatial + 1, *range(1, spatial + 1))  # [N, *S, C] -> [N, C, *S]
-        last = bool(node.attr("channels_last", False))
 
         def conv(operands: Sequence[Any], out: Any) -> None:  # torch returns a new tensor: copied into the plan's
-            (out.permute(*to_first) if last else out).copy_(linear(operands))
+            out.copy_(linear(operands))
 
         return conv
 

@@ -78,6 +78,7 @@ def ko_rint(x):
     r = tl.floor(x + 0.5)
     odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
     r = tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+    r = tl.where(r == 0, x * 0, r)  # a zero keeps the sign of x (-0.4 rounds to -0)
     return tl.where(tl.abs(x) >= 4503599627370496.0, x, r)
 
 
@@ -99,10 +100,13 @@ def ko_pow(a, b):
     y = b.to(tl.float64)
     ax = tl.abs(x)
     p = tl.exp(y * tl.log(tl.where(ax == 0.0, 1.0, ax)))
-    p = tl.where(ax == 0.0, tl.where(y > 0, 0.0, tl.where(y == 0, 1.0, inf)), p)
+    p = tl.where(ax == 0.0, tl.where(y > 0, 0.0, tl.where(y == 0, 1.0, tl.where(y < 0, inf, y))), p)
     whole = tl.floor(y) == y
     odd = whole & ((y - 2.0 * tl.floor(y * 0.5)) == 1.0)
-    p = tl.where(x < 0, tl.where(whole, tl.where(odd, -p, p), inf - inf), p)
+    # a negative base: its sign with an odd integer exponent, NaN with a fractional one (but -inf: +inf or +0)
+    p = tl.where(x < 0, tl.where(whole, tl.where(odd, -p, p), tl.where(ax == inf, p, inf - inf)), p)
+    p = tl.where((x == 0) & odd & ((1.0 / x) < 0), -p, p)  # -0 to an odd power keeps its sign
+    p = tl.where((x == -1.0) & (tl.abs(y) == inf), 1.0, p)
     p = tl.where(y == 0, 1.0, tl.where(x == 1.0, 1.0, p))
     return p.to(a.dtype)
 '''

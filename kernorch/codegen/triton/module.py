@@ -34,20 +34,27 @@ def module_source(kernels: Sequence[TritonKernel]) -> str:
     return PRELUDE + "".join(f"\n\n# kernel {k.name}\n{k.source}" for k in kernels)
 
 
-def use_interpreter_without_gpu() -> bool:
-    """Run Triton in its interpreter unless a CUDA device is present. Must precede the first `import triton`:
-    Triton reads TRITON_INTERPRET when it is imported. True when kernels will be interpreted."""
-    if "triton" not in sys.modules and not _cuda_available():
+def nvidia_device_present() -> bool:
+    """Whether this machine has an NVIDIA GPU (its device files; no CUDA initialisation, no torch import)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def choose_interpreter() -> None:
+    """Without a GPU, run Triton in its interpreter. Triton decorates its own library (`tl.zeros`, `tl.sum`...)
+    when it is imported, reading TRITON_INTERPRET then, so this runs when kernorch's codegen is imported, before
+    anything here imports triton; an explicit TRITON_INTERPRET is kept."""
+    if "triton" not in sys.modules and not nvidia_device_present():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+def use_interpreter_without_gpu() -> bool:
+    """Whether generated Triton kernels run in Triton's interpreter in this process; refuses in one line when they
+    would need it but Triton was imported without it (its library compiled for a GPU)."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if not interpreted and not nvidia_device_present():
+        raise KernorchError("no GPU here, and Triton was imported before kernorch could choose its interpreter: "
+                            "set TRITON_INTERPRET=1 before importing triton")  # fmt: skip
+    return interpreted
 
 
 def load_module(source: str, cache_dir: Path | None = None) -> ModuleType:
@@ -56,7 +63,6 @@ def load_module(source: str, cache_dir: Path | None = None) -> ModuleType:
     with _LOCK:
         if digest in _MODULES:
             return _MODULES[digest]
-        use_interpreter_without_gpu()
         try:
             import triton  # noqa: F401 - a clear refusal here beats an ImportError inside the module
         except ImportError:
