@@ -147,7 +147,8 @@ def test_softmax_and_layer_norm_run_as_rows() -> None:
     constants = {"s": np.array(1 / shape[1], np.float32), "e": np.array(1e-5, np.float32)}
     graph = _graph({"x": TensorType(shape, "float32")}, steps, constants)
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
-    assert {launch.template for launch in TRITON.triton("k", kernel, GPU_TARGETS["a100"]).launches} == {"rows"}
+    rendered = TRITON.triton("k", kernel, GPU_TARGETS["a100"])
+    assert rendered is not None and {launch.template for launch in rendered.launches} == {"rows"}
     _check(graph, {"x": x}, rtol=1e-5, atol=1e-5)
 
 
@@ -163,7 +164,7 @@ def test_windows(prim: str, kernel: tuple[int, ...], strides: tuple[int, ...], p
     _check(graph, {"x": x}, rtol=1e-5)
 
 
-LAYOUT_CASES = {
+LAYOUT_CASES: dict[str, list[tuple[str, list[str], dict[str, Any]]]] = {
     "transpose": [("transpose", ["x"], {"perm": (2, 0, 1)}), ("exp", ["#0"], {})],
     "slice": [("slice", ["x"], {"ranges": ((1, 4, 2), (5, 0, -2), (0, 7, 3))}), ("exp", ["#0"], {})],
     "concat": [("exp", ["x"], {}), ("concat", ["x", "#0"], {"axis": 1})],
