@@ -59,13 +59,9 @@ def add_strict_arg(parser: argparse.ArgumentParser) -> None:
                         "onnxruntime as an opaque kernel with a warning")  # fmt: skip
 
 
-def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
-    from kernorch.options import OrchestrationLimits
-
-    defaults = OrchestrationLimits()
+def add_device_args(parser: argparse.ArgumentParser) -> None:
     from kernorch.options import DEVICES
 
-    add_cost_arg(parser, "the cost model the plan is optimized against")
     parser.add_argument("--device", default="cpu", choices=DEVICES,
                         help="what the plan is for: cpu (this machine: C and oneDNN, its roofline calibrated), "
                         "cpu-nominal (a CPU plan priced by a fixed roofline), v100/a100/h100 (a GPU plan: Triton "
@@ -73,6 +69,15 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
                         "`check --compiled` runs it in Triton's interpreter here), cuda (the GPU present)")
     parser.add_argument("--tf32", action="store_true", default=None,
                         help="GPU plans: matmuls and convolutions may use TF32 tensor cores (off by default)")
+
+
+def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
+    from kernorch.options import OrchestrationLimits
+
+    defaults = OrchestrationLimits()
+
+    add_cost_arg(parser, "the cost model the plan is optimized against")
+    add_device_args(parser)
     parser.add_argument("--max-kernel-size", type=positive_int, default=defaults.max_kernel_size,
                         help=f"max primitives per kernel (default {defaults.max_kernel_size})")
     parser.add_argument("--max-subgraph-size", type=positive_int, default=defaults.max_subgraph_size,

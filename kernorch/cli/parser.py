@@ -7,6 +7,7 @@ import argparse
 from kernorch.cli.commands import cmd_bench, cmd_check, cmd_conformance, cmd_demo, cmd_optimize, cmd_run
 from kernorch.cli.common import (
     add_cost_arg,
+    add_device_args,
     add_layout_arg,
     add_model_args,
     add_orchestration_args,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--compiled", action="store_true",
                        help="run the optimized, compiled plan instead of the reference interpreter")
     add_cost_arg(check, "with --compiled, the cost model that picks the plan")
+    add_device_args(check)
     add_rewrite_args(check)
     add_layout_arg(check)
     check.set_defaults(handler=cmd_check)
