@@ -5,7 +5,7 @@ Pipeline (one package per stage): frontend → fission → rewrite → orchestra
 
 import sys
 
-from kernorch.api import CompiledModel, DynamicModel, compile, load
+from kernorch.api import CompiledModel, DynamicModel, GpuModel, compile, load
 from kernorch.errors import InputMismatch, InvalidModel, KernorchError, ShapeError, UnsupportedOperator
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -23,6 +23,7 @@ if sys.modules.get("torch") is not None:  # torch.compile(backend="kernorch") fr
 __all__ = [
     "CompiledModel",
     "DynamicModel",
+    "GpuModel",
     "compile",
     "load",
     "InputMismatch",

@@ -20,9 +20,10 @@ from kernorch.options import Options
 from kernorch.pipeline import ModelSource, Progress, compile_model
 from kernorch.runtime.artifact import ArtifactError
 from kernorch.runtime.compiled import CompiledModel, load_model
+from kernorch.runtime.gpu import GpuModel
 from kernorch.shapes import DynamicModel, is_family, load_dynamic
 
-__all__ = ["ArtifactError", "CompiledModel", "DynamicModel", "compile", "load"]
+__all__ = ["ArtifactError", "CompiledModel", "DynamicModel", "GpuModel", "compile", "load"]
 
 
 def compile(  # noqa: A001 - the public name the docs promise
@@ -32,7 +33,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     progress: Progress | None = None,
     example_inputs: Sequence[Any] | None = None,
     **option_overrides: Any,
-) -> CompiledModel | DynamicModel:
+) -> CompiledModel | DynamicModel | GpuModel:
     """Import, fission, rewrite, orchestrate and compile an ONNX model — or a torch `nn.Module`, given
     `example_inputs` (a tuple of tensors: the export is specialised to their shapes), through torch.export.
 
@@ -41,6 +42,10 @@ def compile(  # noqa: A001 - the public name the docs promise
     preset); limits=OrchestrationLimits(); rewrite=True; rewrite_budget=60 (seconds of cost-guided rewrite
     search); screen=True (profiling skips fusions the GIR performance model predicts more than 2x slower than
     their primitives apart); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
+
+    device="v100"/"a100"/"h100" (analytic cost) or "cuda" (the GPU present) plans for a GPU and returns a
+    `GpuModel` (runtime/gpu.py): Triton kernels and cuBLAS/cuDNN through torch, replayed as a CUDA graph; tf32=True
+    lets its matmuls use TF32; interpret=True runs it in Triton's interpreter on a machine without a GPU.
 
     A model with symbolic dims that `input_shapes` does not bind compiles to a `DynamicModel` (kernorch/shapes/):
     a plan per concrete shape, those of shapes=[{...}, ...] and buckets={"batch": (1, 2, 4, 8)} prepared now,
@@ -62,6 +67,8 @@ def compile(  # noqa: A001 - the public name the docs promise
         except KernorchError:  # a model the import refuses anyway: its own message, from the usual path
             signature = []
         if is_dynamic(signature):
+            if chosen.gpu:
+                raise KernorchError("GPU plans take static shapes: give input_shapes for the symbolic dims")
             checked_proto(model)  # a malformed model is refused now, not at its first call
             return DynamicModel(model.SerializeToString(), chosen, progress or Progress()).prepare()
         if len(chosen.shapes) > 1 or chosen.buckets:
@@ -73,10 +80,10 @@ def compile(  # noqa: A001 - the public name the docs promise
 
 def load(directory: str | os.PathLike[str], threads: int | None = None,
          cache_dir: str | os.PathLike[str] | None = None,
-         runtime: str = "kernels") -> CompiledModel | DynamicModel:  # fmt: skip
+         runtime: str = "kernels") -> CompiledModel | DynamicModel | GpuModel:  # fmt: skip
     """Load a saved plan without re-tuning; refuses a corrupted, tampered or mismatched artifact. `runtime`:
     "kernels" (kernel by kernel) or "rprogram" (scheduled rTasks, calibrated in place when loaded). A directory
-    a `DynamicModel` saved loads as one, every specialisation verified."""
+    a `DynamicModel` saved loads as one, every specialisation verified; a GPU plan as a `GpuModel`."""
     cache = Path(cache_dir) if cache_dir is not None else None
     if is_family(directory):
         return load_dynamic(directory, threads, cache, runtime)

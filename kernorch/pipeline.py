@@ -70,7 +70,9 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     from kernorch.cost.analytic import AnalyticCostModel, device_by_name
 
     if options.gpu:
-        return gpu_cost_model(options)
+        from kernorch.cost.gpu import gpu_cost_model
+
+        return GeneratableCost(gpu_cost_model(options), device="gpu")
     roofline = AnalyticCostModel(device_by_name(options.device, options.cache, options.threads))
     if options.cost == "analytic":
         return GeneratableCost(roofline)
@@ -86,20 +88,6 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
                              kernel_cache=options.cache, estimate=roofline.cost,
                              workers=options.ray_address, screen=screen)  # fmt: skip
-
-
-def gpu_cost_model(options: Options) -> CostModel:
-    """A GPU plan's cost model: the Target's roofline per launch (cost/gpu.py)."""
-    from kernorch.codegen.target import GPU_TARGETS
-    from kernorch.cost.gpu import GpuCostModel
-    from kernorch.runtime.gpu import device_preset
-
-    if options.cost == "profile":
-        from kernorch.runtime.gpu import profiled_gpu_cost
-
-        return GeneratableCost(profiled_gpu_cost(options), device="gpu")
-    preset = device_preset() if options.device == "cuda" else options.device
-    return GeneratableCost(GpuCostModel(GPU_TARGETS[preset], options.tf32), device="gpu")
 
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,

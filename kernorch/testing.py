@@ -13,6 +13,7 @@ from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
 from kernorch.runtime import run_reference
+from kernorch.runtime.compiled import CompiledModel
 from kernorch.tools.check import run_onnxruntime
 
 
@@ -129,3 +130,12 @@ def branchy_model(cells: int = 3, branches: int = 8, channels: int = 16, size: i
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def cpu_compile(model: Any, **options: Any) -> CompiledModel:
+    """`kernorch.compile` of a model with static shapes for the CPU: a CompiledModel (typed as one)."""
+    from kernorch.api import compile
+
+    compiled = compile(model, **options)
+    assert isinstance(compiled, CompiledModel), type(compiled)
+    return compiled

@@ -14,13 +14,14 @@ import pytest
 
 import kernorch
 from kernorch.cli import main
+from kernorch.codegen.triton import nvidia_device_present
 from kernorch.errors import KernorchError
 from kernorch.runtime.artifact import ArtifactError
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
 from tests.conftest import SHARED_MODELS
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(kernorch.codegen.triton.nvidia_device_present(), reason="checks the CPU-only path")
+pytestmark = pytest.mark.skipif(nvidia_device_present(), reason="checks the CPU-only path")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_a_gpu_plan_saves_its_triton_and_loads_verified(saved_plan: tuple[Path, 
     source = (plan / "kernels.py").read_text()
     assert "@triton.jit" in source and "tl.load" in source
     loaded = kernorch.load(plan)
-    assert type(loaded).__name__ == "GpuModel" and loaded.device == "a100"
+    assert isinstance(loaded, kernorch.GpuModel) and loaded.device == "a100"
     assert loaded.source() == source  # what was verified is what would be imported
 
 
@@ -122,3 +123,18 @@ def test_shared_model_gpu_plans_match_kernel_by_kernel(name: str) -> None:
     report = verify_model(str(path), "a100")
     assert report.distinct > 0 and not report.failures, report.failures
     assert report.by_backend["triton"] > 0
+
+
+def test_the_gpu_bench_runs_every_contender_in_its_own_process(tmp_path: Path) -> None:
+    from kernorch.tools.gpu_bench import bench_gpu, format_gpu_report
+
+    model = tmp_path / "block.onnx"
+    model.write_bytes(conv_norm_act_block(channels=4, size=8).SerializeToString())
+    # on the CPU here (the same code, kernorch in Triton's interpreter); bench/gpu.sh runs it on a GPU
+    report = bench_gpu(str(model), {"cost": "analytic", "device": "a100"}, runs=2, device="cpu",
+                       contenders=("kernorch", "torch eager"))  # fmt: skip
+    for name in ("kernorch", "torch eager"):
+        result = report["contenders"][name]
+        assert "error" not in result, result
+        assert result["rel_err"] < 1e-4 and result["median_ms"] > 0
+    assert report["speedup_vs"]["torch eager"] > 0 and "kernorch" in "\n".join(format_gpu_report(report))

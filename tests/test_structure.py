@@ -35,7 +35,7 @@ ALLOWED = {
     "torch_backend": {"api", "frontend", "shapes"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
               "schedule", "shapes"},
-    "testing": {"ir", "frontend", "fission", "runtime", "tools"},
+    "testing": {"ir", "frontend", "fission", "runtime", "tools", "api"},
     "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools", "shapes"},
     # on-demand tools driving the CLI and tests; the compile check plans a model and compiles its candidates
     "devtools": {"api", "cli", "testing", "tools", "ir", "runtime", "pipeline", "cost", "codegen"},
@@ -181,8 +181,9 @@ CODEGEN_ALLOWED = {
     "views": set(),
     "target": set(),
     "backend": {"target"},  # the Backend interface
-    "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target"},  # the registry
-    "program": {"backends", "backend", "c", "library", "target"},  # the whole-plan program, compiler
+    "triton": {"loops", "target"},  # Triton from the loop description (a second language beside C)
+    "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target", "triton"},  # the registry
+    "program": {"backends", "backend", "c", "library", "target", "triton"},  # the whole-plan program, compiler
 }
 
 

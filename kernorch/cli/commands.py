@@ -166,6 +166,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     options, bars = make_options(args), progress_bars(not args.json)
     shapes = one_shape_set(args, "kernorch bench")
+    if options.gpu:
+        return _bench_gpu(args, options)
     if args.quick:
         report = quick_bench(args.model, runs=args.runs, options=options, progress=bars, input_shapes=shapes,
                              throughput=args.throughput)  # fmt: skip
@@ -174,6 +176,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              compare_layouts=args.compare_layouts, input_shapes=shapes,
                              throughput=args.throughput)  # fmt: skip
     print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
+    return EXIT_OK
+
+
+def _bench_gpu(args: argparse.Namespace, options: Any) -> int:
+    from kernorch.codegen.triton import nvidia_device_present
+    from kernorch.tools.gpu_bench import bench_gpu, format_gpu_report
+
+    if options.device != "cuda":
+        raise KernorchError(f"bench times the GPU present: --device cuda (not {options.device})")
+    if not nvidia_device_present():
+        raise KernorchError("--device cuda: this machine has no GPU (`kernorch check --compiled --device a100` "
+                            "verifies a GPU plan here in Triton's interpreter)")  # fmt: skip
+    if args.input_shape:
+        raise KernorchError("bench --device cuda runs the model's own shapes")
+    plan_options = {"cost": options.cost, "device": "cuda", "tf32": options.tf32, "rewrite": options.rewrite,
+                    "rewrite_budget": options.rewrite_budget, "layout": options.layout}  # fmt: skip
+    report = bench_gpu(args.model, plan_options, runs=args.runs)
+    print(json.dumps(report, indent=1) if args.json else "\n".join(format_gpu_report(report)))
     return EXIT_OK
 
 
@@ -209,7 +229,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kernorch.api import compile
+    from kernorch.api import CompiledModel, compile
     from kernorch.runtime.feeds import graph_feeds
     from kernorch.tools.check import check_model, compare, run_onnxruntime, timed_onnxruntime
     from kernorch.tools.demo_models import DEMO_MODELS
@@ -224,6 +244,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("reference interpreter vs onnxruntime:")
         print("\n".join(report.lines()[1:]))
         compiled = compile(proto, options=make_options(args))
+        if not isinstance(compiled, CompiledModel):
+            raise KernorchError("the demo runs CPU plans (check a GPU plan with `kernorch check --compiled --device`)")
         print(f"kernel plan ({len(compiled.kernels)} kernels; plan cost {compiled.metadata['plan_cost'] * 1e6:.1f} us, "
               f"greedy {compiled.metadata['greedy_cost'] * 1e6:.1f} us, {compiled.metadata['cost_model']} cost):")
         for i, (kernel, backend) in enumerate(zip(compiled.kernels, compiled.executor.backends, strict=True)):

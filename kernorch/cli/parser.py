@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=positive_int, default=20, help="timed runs per contender (default 20)")
     add_threads_arg(bench, "threads for every contender")
     add_cost_arg(bench, "the cost model of kernorch's plans")
+    add_device_args(bench)
     bench.add_argument("--quick", action="store_true",
                        help="only kernorch's optimal plan against onnxruntime and OpenVINO (no rewrite-free, greedy, "
                             "unfused or rProgram contenders): one plan instead of three")

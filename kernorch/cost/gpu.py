@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from kernorch.codegen.backends import GpuBackend, choose_backend
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.target import Target
 from kernorch.cost.analytic import kernel_bytes, primitive_flops
+from kernorch.cost.model import CostModel
 from kernorch.ir.kernel import CandidateKernel
 
 HOST_LINK = 25e9  # bytes / s between host and device (PCIe 4 x16, one direction)
@@ -28,6 +30,20 @@ HOST_FLOPS = 1e11  # the host CPU running a reference kernel
 HOST_OVERHEAD = 30e-6  # a synchronisation and two copies' launches
 LIBRARY_EFFICIENCY = 0.8
 TEMPLATE_EFFICIENCY = 0.6
+
+
+def gpu_cost_model(options: Any) -> CostModel:
+    """A GPU plan's cost model: the Target's roofline per launch, or (`--cost profile`, `--device cuda`) each
+    candidate timed on the GPU present (cost/gpu_profile.py)."""
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.runtime.gpu import device_preset
+
+    preset = device_preset() if options.device == "cuda" else options.device
+    if options.cost == "profile":
+        from kernorch.cost.gpu_profile import GpuProfiledCost
+
+        return GpuProfiledCost(GPU_TARGETS[preset], options.tf32, options.cache)
+    return GpuCostModel(GPU_TARGETS[preset], options.tf32)
 
 
 @dataclass

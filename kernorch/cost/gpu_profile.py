@@ -21,7 +21,6 @@ import numpy as np
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.target import Target
-from kernorch.cost.gpu import GpuCostModel
 from kernorch.cost.profile import isolate
 from kernorch.cost.profile_db import Measurement, ProfileDatabase
 from kernorch.ir.kernel import CandidateKernel
@@ -51,7 +50,6 @@ class GpuProfiledCost:
     def __post_init__(self) -> None:
         self.database = ProfileDatabase.open(self.cache_dir)
         self.machine = device_fingerprint()
-        self.estimate = GpuCostModel(self.target, self.tf32)
 
     def _key(self, candidate: CandidateKernel) -> str:
         backend, _ = choose_backend(candidate, "gpu")

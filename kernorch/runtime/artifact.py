@@ -80,8 +80,8 @@ class SavedPlan:
 
 
 def _gpu_source(kernels: list[CandidateKernel], device: str, tf32: bool) -> str:
+    from kernorch.codegen.program import gpu_sources
     from kernorch.codegen.target import GPU_TARGETS
-    from kernorch.runtime.gpu import gpu_sources
 
     return gpu_sources(kernels, GPU_TARGETS[device], tf32)[0]
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernorch.errors import InputMismatch
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.runtime.artifact import read_plan, save_plan
 from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.feeds import call_with_arrays
 
 
 @dataclass
@@ -49,26 +49,6 @@ class CompiledModel:
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the plan as data (plan.json, weights.npz) plus its C source and library; see `kernorch.load`."""
         return save_plan(self, Path(directory))
-
-
-def call_with_arrays(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]], input_names: Sequence[str],
-                     output_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:  # fmt: skip
-    """A model's `__call__`: inputs positionally or by name, numpy arrays or torch tensors, through `run` (named
-    arrays in and out); one output alone or a tuple, as tensors when the inputs were."""
-    if len(args) > len(input_names):
-        raise InputMismatch(f"{len(args)} inputs given, the model takes {len(input_names)}")
-    feeds = dict(zip(input_names, args, strict=False))
-    feeds.update(kwargs)
-    as_torch = any(type(v).__module__.startswith("torch") for v in feeds.values())
-    arrays = {name: (value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value))
-              for name, value in feeds.items()}  # fmt: skip
-    outputs = run(arrays)
-    results: list[Any] = [outputs[name] for name in output_names]
-    if as_torch:
-        import torch
-
-        results = [torch.from_numpy(r) for r in results]
-    return results[0] if len(results) == 1 else tuple(results)
 
 
 def load_model(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,

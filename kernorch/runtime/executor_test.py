@@ -24,6 +24,7 @@ from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.subgraph import build_subgraphs
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
+from kernorch.testing import cpu_compile
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "neg", "abs", "erf"]
 BINARY = ["add", "sub", "mul", "max", "min"]
@@ -310,7 +311,6 @@ def test_gather_and_concat_and_out_of_range_index() -> None:
     ("forward", 1, 64, 2), ("bidirectional", 3, 24, 2), ("reverse", 2, 48, 1),
 ])  # fmt: skip
 def test_lstm_scan_template_matches_onnxruntime(direction: str, batch: int, hidden: int, threads: int) -> None:
-    from kernorch.api import compile
     from kernorch.testing import random_array, single_op_model
     from kernorch.tools.check import run_onnxruntime
 
@@ -323,7 +323,7 @@ def test_lstm_scan_template_matches_onnxruntime(direction: str, batch: int, hidd
                  "p": random_array((dirs, 3 * hidden), seed=6)}  # fmt: skip
     model = single_op_model("LSTM", {"x": x}, {"hidden_size": hidden, "direction": direction}, constants,
                             input_order=["x", "w", "r", "b", "", "h0", "c0", "p"], outputs=3)  # fmt: skip
-    compiled = compile(model, cost="analytic", threads=threads)
+    compiled = cpu_compile(model, cost="analytic", threads=threads)
     scan = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
             if k.primitives[0].prim == "lstm_recurrence"]  # fmt: skip
     assert scan == [LSTM_SCAN]
@@ -361,7 +361,6 @@ def test_one_openmp_runtime_per_process() -> None:
 def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
 
@@ -373,7 +372,7 @@ def test_matmul_bias_is_absorbed_into_the_library_call() -> None:
         [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     assert compiled.executor.backends == [ONEDNN]  # one oneDNN matmul with the bias argument
     assert "DNNL_ARG_BIAS" in compiled.executor.source
     np.testing.assert_allclose(compiled.run({"a": a})["y"], run_onnxruntime(model, {"a": a})["y"], rtol=1e-6, atol=1e-6)
@@ -384,7 +383,6 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
     the untransposed buffers with their last two strides swapped."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
 
@@ -400,7 +398,7 @@ def test_transposed_matmul_operands_are_read_through_strides() -> None:
         [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     assert compiled.executor.backends == [ONEDNN, ONEDNN]  # no transposing copy before either call
     expected = run_onnxruntime(model, {"q": q, "k": k})
     actual = compiled.run({"q": q, "k": k})
@@ -413,7 +411,6 @@ def test_a_residual_of_a_transposed_matmul_operand_is_not_a_post_op() -> None:
     a binary post-op (no buffer holds it); it is refused with the reason and the plan computes the right thing."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.codegen.backends import choose_backend
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
@@ -426,7 +423,7 @@ def test_a_residual_of_a_transposed_matmul_operand_is_not_a_post_op() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 6, 6))], [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     fissioned = compiled.graph
     whole = make_kernel(fissioned, tuple(range(len(fissioned.nodes))), tuple(fissioned.outputs))
     backend, reason = choose_backend(whole)
@@ -440,7 +437,6 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
     matmul reads its heads straight out of the projection's output, at an offset and with row stride 3·H·D."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.codegen.library.call import absorbed_summary
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
@@ -464,7 +460,7 @@ def test_attention_reads_q_k_v_from_the_fused_projection_through_strides() -> No
          numpy_helper.from_array(np.array([seq, heads, dim], np.int64), "heads")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     summaries = [absorbed_summary(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
                  if b.stateful]  # fmt: skip
     # the split became a slice per piece (rewrite split-to-slices), each read by its matmul through strides
@@ -502,7 +498,6 @@ def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same
     transposed with a bias, and a batched 3-D weight whose batch stride follows the padded pitch."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.codegen.library.onednn import padded_pitch
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
@@ -521,7 +516,7 @@ def test_constant_matmul_weights_packed_with_a_padded_row_pitch_compute_the_same
         [numpy_helper.from_array(wt, "wt"), numpy_helper.from_array(bias, "bias"), numpy_helper.from_array(wb, "wb")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     assert compiled.executor.backends == [ONEDNN, ONEDNN]
     source = compiled.executor.source
     assert "s_padded[] = {160, 1}" in source and "s_padded[] = {6400, 160, 1}" in source
@@ -536,7 +531,6 @@ def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
     """Depthwise convs: generated C (a per-channel window reduction) on NCHW buffers, oneDNN channels-last."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from kernorch.api import compile
     from kernorch.testing import random_array
     from kernorch.tools.check import run_onnxruntime
 
@@ -549,7 +543,7 @@ def test_depthwise_conv_with_epilogue_matches_onnxruntime(layout: str) -> None:
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    compiled = compile(model, cost="analytic", device="cpu-nominal", layout=layout)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout=layout)
     conv_kernels = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
                     if any(compiled.graph.nodes[i].prim == "conv" for i in k.nodes)]  # fmt: skip
     # channels-last: a library-shaped call (oneDNN's, or kernorch's own depthwise conv where it is faster)

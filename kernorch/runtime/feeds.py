@@ -1,4 +1,5 @@
-"""The one generator of seeded random inputs: for checks, benchmarks, saved plans and profiling.
+"""The one generator of seeded random inputs: for checks, benchmarks, saved plans and profiling; and the one
+way a compiled model takes its inputs as arrays or tensors (`call_with_arrays`).
 
 Floats are standard normal; integers are drawn in [0, bound) where a bound is known (token ids inside
 the table they index), in {0, 1} for an input named as a mask (`attention_mask`: position ids derived from its
@@ -7,10 +8,12 @@ running sum stay inside their table, as with real masks), else in [0, 10); bools
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from kernorch.errors import InputMismatch
 from kernorch.ir.graph import Graph
 from kernorch.ir.types import TensorType
 
@@ -62,3 +65,23 @@ def graph_feeds(graph: Graph, seed: int = 0, index_bounds: Mapping[str, int] | N
     bounds = gather_index_bounds(graph)
     bounds.update(index_bounds or {})
     return seeded_feeds({name: graph.types[name] for name in graph.inputs}, bounds, seed)
+
+
+def call_with_arrays(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]], input_names: Sequence[str],
+                     output_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:  # fmt: skip
+    """A model's `__call__`: inputs positionally or by name, numpy arrays or torch tensors, through `run` (named
+    arrays in and out); one output alone or a tuple, as tensors when the inputs were."""
+    if len(args) > len(input_names):
+        raise InputMismatch(f"{len(args)} inputs given, the model takes {len(input_names)}")
+    feeds = dict(zip(input_names, args, strict=False))
+    feeds.update(kwargs)
+    as_torch = any(type(v).__module__.startswith("torch") for v in feeds.values())
+    arrays = {name: (value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value))
+              for name, value in feeds.items()}  # fmt: skip
+    outputs = run(arrays)
+    results: list[Any] = [outputs[name] for name in output_names]
+    if as_torch:
+        import torch
+
+        results = [torch.from_numpy(r) for r in results]
+    return results[0] if len(results) == 1 else tuple(results)

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.backends import GpuBackend, TorchLibrary, choose_backend
+from kernorch.codegen.backends import TorchLibrary, choose_backend
+from kernorch.codegen.program import gpu_sources
 from kernorch.codegen.target import GPU_TARGETS, Target
-from kernorch.codegen.triton import TritonKernel, launch, load_module, module_source, use_interpreter_without_gpu
+from kernorch.codegen.triton import TritonKernel, launch, load_module, use_interpreter_without_gpu
 from kernorch.codegen.views import view_outputs
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
@@ -54,18 +55,6 @@ def device_preset() -> str:
                     "--device a100 --cost analytic)")  # fmt: skip
     name = torch.cuda.get_device_name().lower()
     return next((preset for preset in ("v100", "a100", "h100") if preset in name), "h100")
-
-
-def gpu_sources(kernels: Sequence[CandidateKernel], target: Target,
-                tf32: bool = False) -> tuple[str, list[TritonKernel | None]]:  # fmt: skip
-    """The plan's Triton module text and, per kernel, its Triton kernel (None: a library call, a view, the host)."""
-    rendered: list[TritonKernel | None] = []
-    for k, kernel in enumerate(kernels):
-        backend, reason = choose_backend(kernel, "gpu")
-        if backend is None:
-            raise KernorchError(f"kernel {k} ({kernel.describe()}) cannot run on a GPU: {reason}")
-        rendered.append(backend.triton(f"k{k}", kernel, target, tf32) if isinstance(backend, GpuBackend) else None)
-    return module_source([k for k in rendered if k is not None]), rendered
 
 
 def _torch() -> Any:
@@ -135,7 +124,7 @@ class GpuProgram:
         tensors: dict[str, Any] = {}
         for name, array in graph.constants.items():
             stored = array.view(np.uint8) if array.dtype == np.bool_ else array
-            tensors[name] = torch.from_numpy(np.ascontiguousarray(stored)).to(self.device)
+            tensors[name] = torch.from_numpy(np.array(stored)).to(self.device)
         for name in (*graph.inputs, *graph.outputs):
             if name not in tensors:
                 t = graph.types[name]
@@ -243,21 +232,38 @@ class GpuProgram:
             for name, array in checked.items():
                 stored = array.view(np.uint8) if array.dtype == np.bool_ else array
                 self.tensors[name].copy_(torch.from_numpy(np.ascontiguousarray(stored)))
-            self.error.zero_()
-            if self.device.type == "cuda" and self.host_steps == 0:
-                if self.cuda_graph is None:
-                    for step in self.steps:  # a warm-up outside the graph: compiles every kernel, sizes workspaces
-                        step()
-                    torch.cuda.synchronize()
-                    self.cuda_graph = self._capture()
-                self.cuda_graph.replay()
-            else:
-                for step in self.steps:
-                    step()
-            if int(self.error.item()):
-                raise KernorchError("an integer division by zero or an index out of range in a GPU kernel "
-                                    "(onnxruntime refuses such input too)")  # fmt: skip
+            self._run()
+            self.check_errors()
             return {name: _to_numpy(self.tensors[name], self.graph.types[name].dtype) for name in self.graph.outputs}
+
+    def run_on_device(self, inputs: Mapping[str, Any]) -> list[Any]:
+        """One call on tensors already on the device: copied into the plan's input buffers (device to device), the
+        graph replayed, the plan's own output buffers returned (valid until the next call; nothing synchronises
+        or checks the error flag: `check_errors` does)."""
+        with self.lock:
+            for name, tensor in inputs.items():
+                self.tensors[name].copy_(tensor)
+            self._run()
+            return [self.tensors[name] for name in self.graph.outputs]
+
+    def _run(self) -> None:
+        torch = _torch()
+        self.error.zero_()
+        if self.device.type == "cuda" and self.host_steps == 0:
+            if self.cuda_graph is None:
+                for step in self.steps:  # a warm-up outside the graph: compiles every kernel, sizes workspaces
+                    step()
+                torch.cuda.synchronize()
+                self.cuda_graph = self._capture()
+            self.cuda_graph.replay()
+        else:
+            for step in self.steps:
+                step()
+
+    def check_errors(self) -> None:
+        if int(self.error.item()):
+            raise KernorchError("an integer division by zero or an index out of range in a GPU kernel "
+                                "(onnxruntime refuses such input too)")  # fmt: skip
 
 
 def _to_numpy(tensor: Any, dtype: str) -> np.ndarray:
@@ -268,14 +274,6 @@ def _to_numpy(tensor: Any, dtype: str) -> np.ndarray:
 def interpreting() -> bool:
     """Whether GPU plans run in Triton's interpreter in this process (no CUDA device)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def profiled_gpu_cost(options: Any) -> Any:
-    """`--cost profile` for a GPU plan: each candidate timed on the device with CUDA events (cost/gpu_profile.py)."""
-    from kernorch.cost.gpu_profile import GpuProfiledCost
-
-    preset = device_preset()
-    return GpuProfiledCost(GPU_TARGETS[preset], options.tf32, options.cache)
 
 
 @dataclass
@@ -325,7 +323,7 @@ class GpuModel:
         return gpu_sources(self.kernels, self.target, self.tf32)[0]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from kernorch.runtime.compiled import call_with_arrays
+        from kernorch.runtime.feeds import call_with_arrays
 
         return call_with_arrays(self.run, self.input_names, self.output_names, args, kwargs)
 

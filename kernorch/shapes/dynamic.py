@@ -55,8 +55,9 @@ from kernorch.ir.kernel import CandidateKernel
 from kernorch.options import Options, OrchestrationLimits
 from kernorch.pipeline import SILENT, Progress, compile_model
 from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, read_json_manifest
-from kernorch.runtime.compiled import CompiledModel, call_with_arrays, load_model
+from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.feeds import call_with_arrays
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 
 LOGGER = logging.getLogger("kernorch.shapes")

@@ -35,7 +35,7 @@ class TorchGraph:
         import torch
 
         self.graph, self.device = graph, device
-        self.constants = {name: torch.from_numpy(np.ascontiguousarray(array)).to(device)
+        self.constants = {name: torch.from_numpy(np.array(array)).to(device)
                           for name, array in graph.constants.items()}  # fmt: skip
         self.steps = [self._step(node) for node in graph.nodes]
         self.host_nodes = sum(step is None for step in self.steps)
@@ -105,7 +105,7 @@ class TorchGraph:
         if prim == "matmul":
             return lambda x: [torch.matmul(x[0], x[1])]
         if prim in ("conv", "conv_transpose"):
-            from kernorch.codegen.backends.gpu import torch_linear
+            from kernorch.codegen.backends import torch_linear
 
             linear = torch_linear(node, self.graph)
             return lambda x: [linear(x)]

@@ -15,7 +15,15 @@ Orchestration never needs to know C or oneDNN: it asks `choose_backend`.
 from kernorch.codegen.backends.base import Backend, PythonKernel, Verdict, declines, runs
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
-from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL, GpuBackend, TorchLibrary
+from kernorch.codegen.backends.gpu import (
+    GPU_VIEW,
+    TORCH_LIBRARY,
+    TRITON,
+    TRITON_MATMUL,
+    GpuBackend,
+    TorchLibrary,
+    torch_linear,
+)
 from kernorch.codegen.backends.library_calls import (
     DEPTHWISE_CONV,
     DIRECT_CONV,
@@ -45,6 +53,7 @@ __all__ = [
     "TRITON_MATMUL",
     "GpuBackend",
     "TorchLibrary",
+    "torch_linear",
     "DEPTHWISE_CONV",
     "DIRECT_CONV",
     "GENERATED_C",

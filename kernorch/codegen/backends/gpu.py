@@ -16,8 +16,7 @@ from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.gir import described, remembered
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.target import Target
-from kernorch.codegen.triton import TritonKernel, render_triton
-from kernorch.codegen.triton.matmul import matmul_rejection, render_matmul
+from kernorch.codegen.triton import TritonKernel, matmul_rejection, render_matmul, render_triton
 from kernorch.codegen.views import view_outputs
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel

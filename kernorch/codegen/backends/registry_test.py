@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper
 
-from kernorch import compile
 from kernorch.codegen.backends import (
     GENERATED_C,
     REFERENCE,
@@ -29,6 +28,7 @@ from kernorch.codegen.backends import (
 from kernorch.codegen.gir import CONSTANT, ELEMENTWISE, MOVE, Gir, rewritten
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.pipeline import import_graph
+from kernorch.testing import cpu_compile
 from kernorch.tools.check import run_onnxruntime
 
 NUMPY = {"add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide", "tanh": "np.tanh",
@@ -123,7 +123,7 @@ def _model() -> ModelProto:
 
 def test_a_registered_backend_runs_its_kernels_of_a_plan(toy: NumpyElementwise) -> None:
     model = _model()
-    compiled = compile(model, cost="analytic", rewrite=False)
+    compiled = cpu_compile(model, cost="analytic", rewrite=False)
     assert toy in compiled.executor.backends, compiled.executor.backends
     assert any(b.native for b in compiled.executor.backends)  # the matmul stays a library call
     toys = [k for k, b in enumerate(compiled.executor.backends) if b is toy]
@@ -141,7 +141,7 @@ def test_the_registry_asks_in_order_and_refuses_a_second_name(toy: NumpyElementw
 
 
 def test_without_it_the_same_kernels_are_generated_c() -> None:
-    compiled = compile(_model(), cost="analytic", rewrite=False)
+    compiled = cpu_compile(_model(), cost="analytic", rewrite=False)
     assert TOY not in compiled.executor.backends and GENERATED_C in compiled.executor.backends
     assert all(choose_backend(k)[0] is not TOY for k in compiled.kernels)
 

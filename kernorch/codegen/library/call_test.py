@@ -9,9 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import kernorch
 from kernorch.codegen.backends import ONEDNN
-from kernorch.testing import random_array
+from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
 
@@ -32,7 +31,7 @@ def _conv(dilations: tuple[int, int], strides: tuple[int, int], pads: tuple[int,
 def test_a_dilated_conv_in_onednn_matches_onnxruntime(
         dilations: tuple[int, int], strides: tuple[int, int], pads: tuple[int, int, int, int], layout: str) -> None:
     model = _conv(dilations, strides, pads)
-    compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=False)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=False)
     assert ONEDNN in compiled.executor.backends, compiled.executor.backends
     x = random_array((1, 16, 13, 17), seed=3)
     expected = run_onnxruntime(model, {"x": x})["y"]

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.library.call import absorbed_summary
 from kernorch.codegen.library.epilogue import Eltwise, channel_bias, fit_scalar_function
-from kernorch.testing import random_array
+from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
 CHANNELS, SIZE = 8, 6
@@ -43,9 +43,8 @@ def conv_then(activation: list[onnx.NodeProto], extra_inputs: dict[str, np.ndarr
 def compile_single_kernel(model: onnx.ModelProto, feeds: dict[str, np.ndarray], layout: str,
                           library_kernels: int = 2) -> str:  # fmt: skip
     """Compile, check against onnxruntime, and return what the first library kernel absorbed."""
-    import kernorch
 
-    compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=True)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=True)
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-5, atol=2e-5)
     library = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b.stateful]
@@ -155,12 +154,11 @@ def test_fit_recognises_scaled_functions_and_refuses_others() -> None:
 
 def test_what_cannot_be_a_post_op_stays_outside() -> None:
     """sin is no oneDNN algorithm; a division *by* the conv result is no binary post-op."""
-    import kernorch
 
     for nodes in ([helper.make_node("Sin", ["c"], ["y"])],
                   [helper.make_node("Div", ["const_one", "c"], ["y"])]):  # fmt: skip
         model = conv_then(nodes, {"const_one": np.array(1.0, np.float32)})
-        compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal")
+        compiled = cpu_compile(model, cost="analytic", device="cpu-nominal")
         kinds = [tuple(compiled.graph.nodes[i].prim for i in k.nodes) for k in compiled.kernels]
         assert all(kernel in (("conv",), ("conv", "add")) for kernel in kinds if "conv" in kernel), kinds
         feeds = {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}

@@ -194,7 +194,7 @@ def count_kinds(tree: Any, kinds: tuple[str, ...]) -> int:
 
 # ------------------------------------------------------------------------------------ the description
 
-class _Describer:
+class Describer:
     def __init__(self, kernel: CandidateKernel) -> None:
         self.kernel = kernel
         self.graph: Graph = kernel.graph
@@ -525,7 +525,7 @@ def is_depthwise(graph: Graph, node: Node) -> bool:
 
 def describe(kernel: CandidateKernel) -> KernelLoops:
     """Build the loop description of a memory-intensive kernel, or raise NotGeneratable."""
-    d = _Describer(kernel)
+    d = Describer(kernel)
     d.check()
     graph = kernel.graph
     for value in kernel.inputs:
@@ -614,7 +614,7 @@ def _simplified(phase: Phase, loops: KernelLoops) -> Phase:
     return replace(phase, expr=simplify_indices(phase.expr, ranges), store_index=simplify(phase.store_index, ranges))
 
 
-def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any) -> Phase:
+def _merged_phase(d: Describer, target: str, shape: tuple[int, ...], build: Any) -> Phase:
     """A phase over `shape`, with trailing axes merged into one loop where every access stays affine
     in the merged variable (long contiguous loops vectorize; 14-wide ones mostly do not)."""
     rank = len(shape)
@@ -649,7 +649,7 @@ def _merged_phase(d: _Describer, target: str, shape: tuple[int, ...], build: Any
                  flatten(index, shape), residues=True)  # fmt: skip
 
 
-def _inner_row_phase(d: _Describer, target: str, shape: tuple[int, ...], axes: tuple[int, ...],
+def _inner_row_phase(d: Describer, target: str, shape: tuple[int, ...], axes: tuple[int, ...],
                      outer_index: list[Tree], build: Any) -> Phase:  # fmt: skip
     """The per-row loops over the reduced axes; contiguous reduced axes become one merged loop."""
     contiguous = list(axes) == list(range(axes[0], axes[0] + len(axes)))

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
-from kernorch.testing import random_array
+from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
 EPILOGUES = {  # ONNX nodes after the depthwise conv's output "c", ending in "e"; "r" is the conv's input
@@ -64,10 +64,9 @@ def depthwise_model(channels: int, kernel: int, size: tuple[int, int], batch: in
 
 def compiled_calls(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray, list[LibraryCall]]:
     """(kernorch's output, onnxruntime's, the library calls between the two 1x1 convs)."""
-    import kernorch
 
     feeds = {"x": random_array(tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim), seed=3)}
-    compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
              if b.stateful]  # fmt: skip
     # the 1x1 convs around it (the last one may run as a matmul writing the NCHW output: layout/modes.py)

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.native.direct_conv import direct_conv_rejection
-from kernorch.testing import random_array
+from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
 
@@ -41,10 +41,9 @@ def conv_model(in_channels: int, out_channels: int, kernel: int, size: tuple[int
 
 def compiled_library_calls(model: onnx.ModelProto, layout: str) -> tuple[np.ndarray, np.ndarray, list]:
     """(kernorch's output, onnxruntime's, the library calls after the first 1x1 conv)."""
-    import kernorch
 
     feeds = {"x": random_array(tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim), seed=3)}
-    compiled = kernorch.compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=True)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout=layout, rewrite=True)
     calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
              if b.stateful]  # fmt: skip
     assert calls[0].weights.dims[2:] == (1, 1), calls  # the producer conv

@@ -11,6 +11,7 @@ import pytest
 from kernorch import compile
 from kernorch.codegen.backends import LSTM_STACK
 from kernorch.codegen.native.lstm_stack import CHUNK_STEPS
+from kernorch.testing import cpu_compile
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import stacked_lstm
 
@@ -26,7 +27,7 @@ def test_stack_matches_onnxruntime(layers: int, hidden: int, seq: int, batch: in
                                    threads: int) -> None:  # fmt: skip
     model = stacked_lstm(layers, hidden, seq, batch, features=12, state=state)
     x = np.random.default_rng(1).standard_normal((seq, batch, 12)).astype(np.float32)
-    compiled = compile(model, cost="analytic", threads=threads)  # the roofline always takes the stack
+    compiled = cpu_compile(model, cost="analytic", threads=threads)  # the roofline always takes the stack
     stacks = [(k, b) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
               if k.primitives[0].prim == "lstm_stack"]  # fmt: skip
     assert [b for _, b in stacks] == [LSTM_STACK]
@@ -67,7 +68,7 @@ def test_saved_plan_with_a_stack_loads(tmp_path: Path) -> None:
 
     model = stacked_lstm(2, 16, 6, 1, features=4)
     x = np.random.default_rng(3).standard_normal((6, 1, 4)).astype(np.float32)
-    compiled = compile(model, cost="analytic")
+    compiled = cpu_compile(model, cost="analytic")
     expected = compiled.run({"x": x})
     loaded = kernorch.load(compiled.save(tmp_path / "plan"))
     assert [k.primitives[0].prim for k in loaded.kernels].count("lstm_stack") == 1

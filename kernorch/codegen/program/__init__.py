@@ -1,7 +1,9 @@
 """The whole-plan program: one C translation unit per plan with create/run/destroy and the rProgram region
-runner (plan.py, rprogram.py), and its compiler with the private, digest-checked cache (compiler.py)."""
+runner (plan.py, rprogram.py), and its compiler with the private, digest-checked cache (compiler.py); a GPU
+plan's Triton module (gpu.py)."""
 
 from kernorch.codegen.program.compiler import CFLAGS, CompileError, compile_source, compiler_identity, load_library
+from kernorch.codegen.program.gpu import gpu_sources
 from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
 from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, MAX_VEUS, REGION, SEGMENT_FIELDS, TASK, WAIT
 
@@ -18,6 +20,7 @@ __all__ = [
     "WAIT",
     "compile_source",
     "compiler_identity",
+    "gpu_sources",
     "load_library",
     "render_plan",
     "translation_unit",

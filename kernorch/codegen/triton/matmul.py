@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-from kernorch.codegen.loops import Buffer, KernelLoops, NotGeneratable
-from kernorch.codegen.loops.description import _Describer, flatten
+from kernorch.codegen.loops import Buffer, Describer, KernelLoops, NotGeneratable, flatten
 from kernorch.codegen.target import Target
-from kernorch.codegen.triton.render import Launch, TritonKernel, _Context, _pow2, _Writer
+from kernorch.codegen.triton.render import Context, Launch, TritonKernel, Writer, pow2
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
@@ -52,7 +51,7 @@ def render_matmul(name: str, kernel: CandidateKernel, target: Target, tf32: bool
         raise NotGeneratable(rejection)
     graph = kernel.graph
     (node,) = [n for n in kernel.primitives if n.prim == "matmul"]
-    d = _Describer(kernel)
+    d = Describer(kernel)
     for value in kernel.inputs:
         d.add_buffer(value, "input")
     for value in kernel.outputs:
@@ -63,9 +62,9 @@ def render_matmul(name: str, kernel: CandidateKernel, target: Target, tf32: bool
     depth = a.shape[-1]
     index = [("var", f"b{j}") for j in range(len(batch))] + [("var", "m"), ("var", "n")]
     loops = KernelLoops(d.buffers, [], "phased", tables=d.tables)
-    writer = _Writer(loops)
-    block_m, block_n = (min(max(_pow2(size), 16), 64) for size in (rows, cols))
-    block_k = min(max(_pow2(depth), 16), 32)
+    writer = Writer(loops)
+    block_m, block_n = (min(max(pow2(size), 16), 64) for size in (rows, cols))
+    block_k = min(max(pow2(depth), 16), 32)
     tiles_n = -(-cols // block_n)
     tiles = -(-rows // block_m) * tiles_n
     batches = math.prod(batch)
@@ -101,7 +100,7 @@ def render_matmul(name: str, kernel: CandidateKernel, target: Target, tf32: bool
     emit(f"ko_mask = (m < {rows}) & (n < {cols})")
     emit(f"ko_zero = tl.zeros([{block_m}, {block_n}], tl.int64)")
     writer.slots[SLOT] = ("ko_acc", "float32")
-    context = _Context("ko_mask", "ko_zero")
+    context = Context("ko_mask", "ko_zero")
     for value in kernel.outputs:
         expr = d.value(value, index)
         buffer = d.buffer_of[value]

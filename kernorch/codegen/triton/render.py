@@ -70,26 +70,26 @@ class TritonKernel:
         return (*(b.name for b in self.buffers), *self.tables, "ko_err")
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def element_block(count: int, target: Target) -> int:
     """Lanes per program of an `elements` phase: enough programs to fill the device's resident slots
     (`target.threads`), no fewer than a block's lanes, at most BLOCK_LANES."""
-    per_program = _pow2(-(-count // max(target.threads, 1)))
-    return max(min(per_program, BLOCK_LANES), min(_pow2(count), target.lanes))
+    per_program = pow2(-(-count // max(target.threads, 1)))
+    return max(min(per_program, BLOCK_LANES), min(pow2(count), target.lanes))
 
 
 def row_block(rows: int, length: int) -> tuple[int, int]:
     """(ROWS, BLOCK) of a `rows` phase: a row's elements in blocks of up to BLOCK_LANES lanes, and as many rows
     per program as make about BLOCK_LANES lanes (one for long rows)."""
-    block = min(_pow2(length), BLOCK_LANES)
-    return min(max(BLOCK_LANES // block, 1), _pow2(rows)), block
+    block = min(pow2(length), BLOCK_LANES)
+    return min(max(BLOCK_LANES // block, 1), pow2(rows)), block
 
 
 @dataclass(frozen=True)
-class _Context:
+class Context:
     mask: str  # the lanes that run (a boolean block)
     zero: str  # int64 zeros of the block's shape: added to an address, it gives the pointer block that shape
     blocked: bool = False  # a reduction here has its taps in lanes (axis 1 of a rows block)
@@ -97,7 +97,7 @@ class _Context:
     rows: int = 0
 
 
-class _Writer:
+class Writer:
     def __init__(self, loops: KernelLoops) -> None:
         self.dtypes = {b.name: b.dtype for b in loops.buffers}
         self.dtypes.update({name: ("int64" if values.dtype.kind == "i" else "float32")
@@ -135,11 +135,11 @@ class _Writer:
         self.depth -= 1
         self.scopes.pop()
 
-    def error_if(self, condition: str, ctx: _Context) -> None:
+    def error_if(self, condition: str, ctx: Context) -> None:
         self.emit(f"tl.store(ko_err + {ctx.zero} * 0, tl.full([], 1, tl.int32), mask={ctx.mask} & {condition})")
 
     # ---- indices (int64)
-    def index(self, tree: Tree, ctx: _Context) -> str:
+    def index(self, tree: Tree, ctx: Context) -> str:
         kind = tree[0]
         if kind == "var":
             return str(tree[1])
@@ -173,13 +173,13 @@ class _Writer:
             raise NotGeneratable(f"index {kind} is not generated in Triton")
         return self.temp(text, "int64", key)[0]
 
-    def condition(self, tree: Tree, ctx: _Context) -> str:
+    def condition(self, tree: Tree, ctx: Context) -> str:
         if tree[0] == "&&":
             return f"({self.condition(tree[1], ctx)} & {self.condition(tree[2], ctx)})"
         return f"({self.index(tree[1], ctx)} {tree[0]} {self.index(tree[2], ctx)})"
 
     # ---- values
-    def value(self, tree: Tree, ctx: _Context) -> tuple[str, str]:
+    def value(self, tree: Tree, ctx: Context) -> tuple[str, str]:
         kind = tree[0]
         if kind == "const":
             return literal(tree[1], tree[2]), tree[2]
@@ -213,15 +213,15 @@ class _Writer:
             return self.reduction(tree, ctx, key)
         raise NotGeneratable(f"value {kind} is not generated in Triton")
 
-    def where(self, tree: Tree, ctx: _Context, key: Any) -> tuple[str, str]:
+    def where(self, tree: Tree, ctx: Context, key: Any) -> tuple[str, str]:
         _, condition, then, otherwise = tree
         if condition[0] in INDEX_CONDITIONS:
             # a select on indices (a pad's border, a concat's pieces): each side is read only where it holds
             chosen, _ = self.temp(self.condition(condition, ctx), "bool")
             inside, _ = self.temp(f"{ctx.mask} & {chosen}", "bool")
             outside, _ = self.temp(f"{ctx.mask} & ~{chosen}", "bool")
-            a, dtype = self.value(then, _Context(inside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
-            b, _ = self.value(otherwise, _Context(outside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
+            a, dtype = self.value(then, Context(inside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
+            b, _ = self.value(otherwise, Context(outside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
             return self.temp(f"tl.where({chosen}, {a}, {b})", dtype, key)
         c, c_dtype = self.value(condition, ctx)
         a, dtype = self.value(then, ctx)
@@ -229,7 +229,7 @@ class _Writer:
         chosen = c if c_dtype == "bool" else f"({c} != 0)"
         return self.temp(f"tl.where({chosen}, {a}, {b})", dtype, key)
 
-    def reduction(self, tree: Tree, ctx: _Context, key: Any) -> tuple[str, str]:
+    def reduction(self, tree: Tree, ctx: Context, key: Any) -> tuple[str, str]:
         _, prim, dtype, loops, body = tree
         identity = reduction_identity(prim, dtype)
         guard = None
@@ -243,7 +243,7 @@ class _Writer:
         inner = ctx
         if guard is not None:
             held, _ = self.temp(f"{ctx.mask} & {self.condition(guard, ctx)}", "bool")
-            inner = _Context(held, ctx.zero)
+            inner = Context(held, ctx.zero)
         value, _ = self.value(body, inner)
         if guard is not None:
             value = f"tl.where({inner.mask}, {value}, {identity})"
@@ -254,7 +254,7 @@ class _Writer:
         return acc, dtype
 
     def blocked_reduction(self, prim: str, dtype: str, loops: tuple[tuple[str, int], ...], guard: Tree | None,
-                          body: Tree, identity: str, ctx: _Context, key: Any) -> tuple[str, str]:  # fmt: skip
+                          body: Tree, identity: str, ctx: Context, key: Any) -> tuple[str, str]:  # fmt: skip
         """Taps in lanes: a [ROWS, TAPS] block per step, reduced across at the end (ctx.mask is [ROWS, 1])."""
         taps = math.prod(size for _, size in loops)
         lanes = ctx.taps_block
@@ -269,15 +269,15 @@ class _Writer:
             stride //= size
             self.emit(f"{var} = ({flat} // {stride}) % {size}" if stride > 1 else f"{var} = {flat} % {size}")
         zero = f"ko_z{ctx.rows}x{lanes}"
-        inner = _Context(held, zero)
+        inner = Context(held, zero)
         if guard is not None:
-            inner = _Context(self.temp(f"{held} & {self.condition(guard, inner)}", "bool")[0], zero)
+            inner = Context(self.temp(f"{held} & {self.condition(guard, inner)}", "bool")[0], zero)
         value, _ = self.value(body, inner)
         self.emit(f"{acc} = {combine(prim, dtype, acc, f'tl.where({inner.mask}, {value}, {identity})')}")
         self.close()
         return self.temp(combined_along(prim, dtype, acc, 1), dtype, key)
 
-    def store(self, phase: Phase, ctx: _Context) -> None:
+    def store(self, phase: Phase, ctx: Context) -> None:
         value, dtype = self.value(phase.expr, ctx)
         target = self.dtypes[phase.target]
         if dtype != target:
@@ -288,7 +288,7 @@ class _Writer:
                   f"mask={ctx.mask})")  # fmt: skip
 
 
-def _decompose(writer: _Writer, flat: str, variables: tuple[str, ...], sizes: tuple[int, ...]) -> None:
+def _decompose(writer: Writer, flat: str, variables: tuple[str, ...], sizes: tuple[int, ...]) -> None:
     """Loop variables from a flat index over their loops (row-major)."""
     stride = math.prod(sizes)
     for var, size in zip(variables, sizes, strict=True):
@@ -307,12 +307,12 @@ def _signature(name: str, loops: KernelLoops) -> str:
 def _elements(name: str, loops: KernelLoops, phase: Phase, target: Target) -> tuple[str, Launch]:
     count = math.prod(phase.loop_sizes)
     block = element_block(count, target)
-    writer = _Writer(loops)
+    writer = Writer(loops)
     writer.emit(f"ko_flat = tl.program_id(0).to(tl.int64) * {block} + tl.arange(0, {block}).to(tl.int64)")
     writer.emit(f"ko_mask = ko_flat < {count}")
     writer.emit(f"ko_zero = tl.zeros([{block}], tl.int64)")
     _decompose(writer, "tl.where(ko_mask, ko_flat, 0)", phase.loop_vars, phase.loop_sizes)
-    writer.store(phase, _Context("ko_mask", "ko_zero"))
+    writer.store(phase, Context("ko_mask", "ko_zero"))
     source = "\n".join([_signature(name, loops), *writer.lines])
     return source, Launch(name, -(-count // block), "elements", (block,))
 
@@ -324,14 +324,14 @@ def _rows(name: str, loops: KernelLoops, row_vars: tuple[str, ...], row_shape: t
     length = max([math.prod(p.loop_sizes) for p in phases if p.loop_vars] +
                  [math.prod(size for _, size in _taps(p.expr)) for p in phases if not p.loop_vars] + [1])
     per_program, block = row_block(rows, length)
-    writer = _Writer(loops)
+    writer = Writer(loops)
     writer.emit(f"ko_row = tl.program_id(0).to(tl.int64) * {per_program} + "
                 f"tl.arange(0, {per_program})[:, None].to(tl.int64)")  # fmt: skip
     writer.emit(f"ko_rows = ko_row < {rows}")
     writer.emit(f"ko_z{per_program}x1 = tl.zeros([{per_program}, 1], tl.int64)")
     writer.emit(f"ko_z{per_program}x{block} = tl.zeros([{per_program}, {block}], tl.int64)")
     _decompose(writer, "tl.where(ko_rows, ko_row, 0)", row_vars, row_shape)
-    row = _Context("ko_rows", f"ko_z{per_program}x1", blocked=True, taps_block=block, rows=per_program)
+    row = Context("ko_rows", f"ko_z{per_program}x1", blocked=True, taps_block=block, rows=per_program)
     for position, phase in enumerate(phases):
         if phase.scalar:
             writer.slots[phase.target] = writer.value(phase.expr, row)
@@ -346,7 +346,7 @@ def _rows(name: str, loops: KernelLoops, row_vars: tuple[str, ...], row_shape: t
         flat, _ = writer.temp(f"{start} + tl.arange(0, {block})[None, :].to(tl.int64)", "int64")
         held, _ = writer.temp(f"ko_rows & ({flat} < {length})", "bool")
         _decompose(writer, f"tl.where({held}, {flat}, 0)", phase.loop_vars, phase.loop_sizes)
-        writer.store(phase, _Context(held, f"ko_z{per_program}x{block}"))
+        writer.store(phase, Context(held, f"ko_z{per_program}x{block}"))
         writer.close()
         if position + 1 < len(phases):
             writer.emit("tl.debug_barrier()")  # a later phase may read what this one stored (another lane's)
