@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 
 $(STAMP_DEV): pyproject.toml $(STAMP_RUN)
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q triton==3.9.0  # GPU plans: their Triton kernels run in its interpreter in the tests
 	touch $@
 
 $(STAMP_DOT): | $(BIN)/python
@@ -92,6 +93,18 @@ $(TORCH_NEXT_VENV)/.installed:
 torch-next: $(TORCH_NEXT_VENV)/.installed
 	$(TORCH_NEXT_VENV)/bin/python -m pytest tests/test_torch_frontend.py tests/test_dependencies.py \
 		kernorch/runtime/concurrency_test.py kernorch/fission/rules
+
+# On demand: every distinct kernel of the analytic A100 plans of the shared models run alone in Triton's
+# interpreter (library calls through torch on the CPU) against the reference (about 15 minutes).
+gpu-verify: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.tools.gpu_verify $(MODELS)/*.onnx
+
+# The wheels bench/gpu.sh installs on a GPU machine without a package registry (Python 3.12, x86-64).
+GPU_WHEELS := onnx==1.23.2 onnxruntime==1.32.0 highspy==1.15.1 tqdm==4.70.1 protobuf==7.36.2 ml_dtypes==0.6.0 \
+	flatbuffers==25.12.19
+gpu-wheels: $(STAMP_RUN)
+	$(BIN)/pip download -q --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 \
+		--platform manylinux2014_x86_64 -d bench/gpu-wheels $(GPU_WHEELS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

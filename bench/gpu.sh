@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 40 in one go, on a machine with a GPU and no package registry (the device tool's:
+# Python 3.12, torch and Triton preinstalled). Installs the few wheels kernorch needs beyond those from
+# bench/gpu-wheels (`make gpu-wheels` downloads them here), kernorch itself without dependencies, then runs
+# bench/gpu.py: every shared model planned for the GPU present, checked against onnxruntime and timed against
+# torch eager and torch.compile, within DEADLINE seconds (default 420). Results: $OUT (the device tool's output
+# folder) or bench/results, as DATE-gpu.md and .json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODELS=${MODELS:-../shared/models}
+DEADLINE=${DEADLINE:-420}
+RESULTS=${OUT:-bench/results}
+PYTHON=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+if ls bench/gpu-wheels/*.whl >/dev/null 2>&1; then
+    "$PYTHON" -m pip install -q --no-deps --no-index bench/gpu-wheels/*.whl
+fi
+"$PYTHON" -m pip install -q --no-deps --no-build-isolation -e . 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+"$PYTHON" -c "import torch, triton, onnx, onnxruntime, highspy; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'triton', triton.__version__)"
+"$PYTHON" bench/gpu.py "$MODELS"/*.onnx --deadline "$DEADLINE" --out "$RESULTS/$(date +%F)-gpu"
