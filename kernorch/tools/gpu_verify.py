@@ -84,8 +84,14 @@ def verify_model(path: str, device: str = "a100", rewrite: bool = True) -> Verif
         report.distinct += 1
         report.by_backend[backend.name] += 1
         alone = isolate(kernel)
-        program = GpuProgram(alone.graph, [alone], GPU_TARGETS[device], interpret=True, streams=1)
-        got = program({v: values[v] for v in alone.graph.inputs})
+        prims = " → ".join(n.prim for n in kernel.primitives)
+        try:
+            program = GpuProgram(alone.graph, [alone], GPU_TARGETS[device], interpret=True, streams=1)
+            got = program({v: values[v] for v in alone.graph.inputs})
+        except Exception as error:  # noqa: BLE001 - a kernel that fails is a finding, the others still run
+            report.failures.append(f"kernel {k} [{prims}] by {backend.name}: {type(error).__name__}: "
+                                   f"{str(error).splitlines()[0][:200] if str(error) else ''}")  # fmt: skip
+            continue
         for name in kernel.outputs:
             expected = values[name]
             scale = float(np.max(np.abs(expected))) if expected.size and expected.dtype.kind == "f" else 1.0
@@ -98,7 +104,6 @@ def verify_model(path: str, device: str = "a100", rewrite: bool = True) -> Verif
                 error = float(np.any(got[name] != expected))
             report.worst = max(report.worst, error)
             if error > TOLERANCE or not same_nan:
-                prims = " → ".join(n.prim for n in kernel.primitives)
                 report.failures.append(f"kernel {k} [{prims}] by {backend.name}: {name} rel err {error:.2e}")
     report.seconds = time.perf_counter() - started
     return report

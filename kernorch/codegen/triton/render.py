@@ -88,6 +88,12 @@ def row_block(rows: int, length: int) -> tuple[int, int]:
     return min(max(BLOCK_LANES // block, 1), pow2(rows)), block
 
 
+def both(mask: str, condition: str) -> str:
+    """A mask of the lanes where both hold (`!= 0`: Triton's interpreter gives int64 for a scalar condition and
+    a block mask, which a load or store refuses as a mask)."""
+    return f"((({mask}) & ({condition})) != 0)"
+
+
 @dataclass(frozen=True)
 class Context:
     mask: str  # the lanes that run (a boolean block)
@@ -136,7 +142,7 @@ class Writer:
         self.scopes.pop()
 
     def error_if(self, condition: str, ctx: Context) -> None:
-        self.emit(f"tl.store(ko_err + {ctx.zero} * 0, tl.full([], 1, tl.int32), mask={ctx.mask} & {condition})")
+        self.emit(f"tl.store(ko_err + {ctx.zero} * 0, tl.full([], 1, tl.int32), mask={both(ctx.mask, condition)})")
 
     # ---- indices (int64)
     def index(self, tree: Tree, ctx: Context) -> str:
@@ -218,8 +224,8 @@ class Writer:
         if condition[0] in INDEX_CONDITIONS:
             # a select on indices (a pad's border, a concat's pieces): each side is read only where it holds
             chosen, _ = self.temp(self.condition(condition, ctx), "bool")
-            inside, _ = self.temp(f"{ctx.mask} & {chosen}", "bool")
-            outside, _ = self.temp(f"{ctx.mask} & ~{chosen}", "bool")
+            inside, _ = self.temp(both(ctx.mask, chosen), "bool")
+            outside, _ = self.temp(both(ctx.mask, f"~{chosen}"), "bool")
             a, dtype = self.value(then, Context(inside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
             b, _ = self.value(otherwise, Context(outside, ctx.zero, ctx.blocked, ctx.taps_block, ctx.rows))
             return self.temp(f"tl.where({chosen}, {a}, {b})", dtype, key)
@@ -242,7 +248,7 @@ class Writer:
             self.open(f"for {var} in range({int(size)}):")
         inner = ctx
         if guard is not None:
-            held, _ = self.temp(f"{ctx.mask} & {self.condition(guard, ctx)}", "bool")
+            held, _ = self.temp(both(ctx.mask, self.condition(guard, ctx)), "bool")
             inner = Context(held, ctx.zero)
         value, _ = self.value(body, inner)
         if guard is not None:
@@ -263,7 +269,7 @@ class Writer:
         self.count += 1
         self.open(f"for {start} in range(0, {taps}, {lanes}):")
         flat, _ = self.temp(f"{start} + tl.arange(0, {lanes})[None, :].to(tl.int64)", "int64")
-        held, _ = self.temp(f"{ctx.mask} & ({flat} < {taps})", "bool")
+        held, _ = self.temp(both(ctx.mask, f"({flat} < {taps})"), "bool")
         stride = taps
         for var, size in loops:
             stride //= size
@@ -271,7 +277,7 @@ class Writer:
         zero = f"ko_z{ctx.rows}x{lanes}"
         inner = Context(held, zero)
         if guard is not None:
-            inner = Context(self.temp(f"{held} & {self.condition(guard, inner)}", "bool")[0], zero)
+            inner = Context(self.temp(both(held, self.condition(guard, inner)), "bool")[0], zero)
         value, _ = self.value(body, inner)
         self.emit(f"{acc} = {combine(prim, dtype, acc, f'tl.where({inner.mask}, {value}, {identity})')}")
         self.close()
@@ -344,7 +350,7 @@ def _rows(name: str, loops: KernelLoops, row_vars: tuple[str, ...], row_shape: t
         writer.count += 1
         writer.open(f"for {start} in range(0, {length}, {block}):")
         flat, _ = writer.temp(f"{start} + tl.arange(0, {block})[None, :].to(tl.int64)", "int64")
-        held, _ = writer.temp(f"ko_rows & ({flat} < {length})", "bool")
+        held, _ = writer.temp(both("ko_rows", f"({flat} < {length})"), "bool")
         _decompose(writer, f"tl.where({held}, {flat}, 0)", phase.loop_vars, phase.loop_sizes)
         writer.store(phase, Context(held, f"ko_z{per_program}x{block}"))
         writer.close()

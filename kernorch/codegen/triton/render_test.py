@@ -198,6 +198,11 @@ def test_gathers_wrap_negative_indices_and_refuse_outside() -> None:
     _check(elements, {"i": positions})
     with pytest.raises(KernorchError, match="index out of range"):
         _run(graph, {"ids": np.array([[0, 10, 1], [1, 1, 1]], dtype=np.int64)})
+    # a constant index (ViT's class token): checked in a scalar, the flag's mask still a block
+    x = np.random.default_rng(5).standard_normal((2, 7, 3)).astype(np.float32)
+    token = _graph({"x": TensorType(x.shape, "float32")}, [("gather", ["x", "i"], {"axis": 1}), ("neg", ["#0"], {})],
+                   {"i": np.array(-7, np.int64)})  # fmt: skip
+    _check(token, {"x": x})
 
 
 @pytest.mark.parametrize(("mode", "coordinates"), [("nearest", "asymmetric"), ("linear", "half_pixel"),
