@@ -88,9 +88,9 @@ def verify_model(path: str, device: str = "a100", rewrite: bool = True) -> Verif
         try:
             program = GpuProgram(alone.graph, [alone], GPU_TARGETS[device], interpret=True, streams=1)
             got = program({v: values[v] for v in alone.graph.inputs})
-        except Exception as error:  # noqa: BLE001 - a kernel that fails is a finding, the others still run
-            report.failures.append(f"kernel {k} [{prims}] by {backend.name}: {type(error).__name__}: "
-                                   f"{str(error).splitlines()[0][:200] if str(error) else ''}")  # fmt: skip
+        except Exception as failure:  # noqa: BLE001 - a kernel that fails is a finding, the others still run
+            report.failures.append(f"kernel {k} [{prims}] by {backend.name}: {type(failure).__name__}: "
+                                   f"{str(failure).splitlines()[0][:200] if str(failure) else ''}")  # fmt: skip
             continue
         for name in kernel.outputs:
             expected = values[name]
