@@ -42,6 +42,9 @@ RTASK_UNITS = "tests/test_rtask_units.py"
 DYNAMIC = "kernorch/shapes/dynamic_test.py"
 PADDING = "kernorch/shapes/padding_test.py"
 SIGNATURE = "kernorch/frontend/signature_test.py"
+TRITON = "kernorch/codegen/triton/render_test.py"
+GPU_COST = "kernorch/cost/gpu_test.py"
+GPU_PLANS = "tests/test_gpu_plans.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -56,6 +59,26 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # GPU plans: the Triton renderer, the GPU runtime, the GPU cost model, saved GPU plans
+    Mutant("triton: a negative gather index is not counted from the end", "kernorch/codegen/triton/render.py",
+           'wrapped, _ = self.temp(f"tl.where({raw} < 0, {raw} + {size}, {raw})", "int64")',
+           'wrapped, _ = self.temp(f"{raw}", "int64")', (TRITON,)),
+    Mutant("triton: round half to even rounds ties up", "kernorch/codegen/triton/expr.py",
+           "r = tl.where(((r - x) == 0.5) & odd, r - 1.0, r)", "r = r", (TRITON,)),
+    Mutant("triton: a pad's border reads the input unmasked and keeps it", "kernorch/codegen/triton/render.py",
+           'ctx.rows))\n            return self.temp(f"tl.where({chosen}, {a}, {b})", dtype, key)',
+           'ctx.rows))\n            return self.temp(a, dtype, key)', (TRITON,)),
+    Mutant("triton: a row's reduction forgets its taps beyond the first block", "kernorch/codegen/triton/render.py",
+           'self.open(f"for {start} in range(0, {taps}, {lanes}):")', 'self.open(f"for {start} in range(0, 1, 1):")',
+           (TRITON,)),
+    Mutant("triton: the matmul template's epilogue is dropped", "kernorch/codegen/triton/matmul.py",
+           "result, _ = writer.value(expr, context)", 'result = "ko_acc"', (TRITON,)),
+    Mutant("gpu runtime: the error flag is never cleared", "kernorch/runtime/gpu.py",
+           "        self.error.zero_()\n", "", (TRITON,)),
+    Mutant("gpu cost: occupancy ignored", "kernorch/cost/gpu.py",
+           "occupancy = min(1.0, launch.programs / max(self.target.units, 1))", "occupancy = 1.0", (GPU_COST,)),
+    Mutant("gpu plans: a saved plan's Triton is not compared with the plan's", "kernorch/runtime/artifact.py",
+           "    if regenerated.encode() != shipped_source:", "    if False:", (GPU_PLANS,)),
     # dynamic shapes: binding, saved specialisations, the padding proof and its use
     Mutant("shapes: one symbol may take two sizes", "kernorch/frontend/signature.py",
            "elif values.setdefault(dim, size) != size:", "elif False:", (SIGNATURE,)),
