@@ -64,8 +64,8 @@ def test_a_kernel_only_the_host_runs_pays_its_copies() -> None:
 
 
 def test_a_gpu_plan_of_attention_runs_everything_on_the_device() -> None:
-    from kernorch.pipeline import plan_model
     from kernorch.options import Options
+    from kernorch.pipeline import plan_model
     from kernorch.tools.demo_models import self_attention_block
 
     plan = plan_model(self_attention_block(seq=32, hidden=64), options=Options(cost="analytic", device="h100")).plan
