@@ -12,10 +12,16 @@ from kernorch.codegen.target import GPU_TARGETS
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.gpu import GpuCostModel
 from kernorch.ir.graph import Graph, Node
-from kernorch.ir.kernel import make_kernel
+from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
 
 A100 = GPU_TARGETS["a100"]
+
+
+def _backend(kernel: CandidateKernel) -> str:
+    backend, reason = choose_backend(kernel, "gpu")
+    assert backend is not None, reason
+    return backend.name
 
 
 def _single(prim: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], attrs: tuple = (),
@@ -33,7 +39,7 @@ def test_a_launch_with_fewer_programs_than_sms_reaches_only_their_share_of_the_b
     small, large = (make_kernel(g, (0,), ("y",)) for g in (_single("exp", [(64,)], (64,)),
                                                            _single("exp", [(1 << 24,)], (1 << 24,))))  # fmt: skip
     for kernel in (small, large):
-        assert choose_backend(kernel, "gpu")[0].name == "triton"
+        assert _backend(kernel) == "triton"
     memory_small = model.cost(small) - A100.launch_overhead
     memory_large = model.cost(large) - A100.launch_overhead
     # one program of 64 lanes: 1/108 of the bandwidth; the large one streams at the full bandwidth
@@ -44,7 +50,7 @@ def test_a_launch_with_fewer_programs_than_sms_reaches_only_their_share_of_the_b
 def test_tf32_makes_a_compute_bound_matmul_cheaper_only_when_allowed() -> None:
     graph = _single("matmul", [(2048, 2048), (2048, 2048)], (2048, 2048))
     kernel = make_kernel(graph, (0,), ("y",))
-    assert choose_backend(kernel, "gpu")[0].name == "torch_library"
+    assert _backend(kernel) == "torch_library"
     ieee, tf32 = GpuCostModel(A100).cost(kernel), GpuCostModel(A100, tf32=True).cost(kernel)
     assert tf32 < ieee / 4
     assert math.isclose(ieee, 2 * 2048**3 / (A100.peak_flops * 0.8) + A100.launch_overhead, rel_tol=1e-6)
@@ -69,6 +75,6 @@ def test_a_gpu_plan_of_attention_runs_everything_on_the_device() -> None:
     from kernorch.tools.demo_models import self_attention_block
 
     plan = plan_model(self_attention_block(seq=32, hidden=64), options=Options(cost="analytic", device="h100")).plan
-    names = {choose_backend(kernel, "gpu")[0].name for kernel in plan.kernels}
+    names = {_backend(kernel) for kernel in plan.kernels}
     assert names <= {"triton", "triton_matmul", "torch_library", "gpu_view"}
     assert "triton" in names and ({"torch_library", "triton_matmul"} & names)
