@@ -18,6 +18,7 @@ from kernorch.ir.types import TensorType
 A100 = GPU_TARGETS["a100"]
 
 
+
 def _backend(kernel: CandidateKernel) -> str:
     backend, reason = choose_backend(kernel, "gpu")
     assert backend is not None, reason
@@ -78,3 +79,18 @@ def test_a_gpu_plan_of_attention_runs_everything_on_the_device() -> None:
     names = {_backend(kernel) for kernel in plan.kernels}
     assert names <= {"triton", "triton_matmul", "torch_library", "gpu_view"}
     assert "triton" in names and ({"torch_library", "triton_matmul"} & names)
+
+
+def test_a_depthwise_window_pays_its_taps_at_l2_not_at_global_memory() -> None:
+    from kernorch.codegen.gir import rewritten
+
+    graph = _single("conv", [(1, 64, 28, 28), (64, 1, 5, 5)], (1, 64, 28, 28),
+                    (("group", 64), ("strides", (1, 1)), ("dilations", (1, 1)), ("pads", (2, 2, 2, 2))))  # fmt: skip
+    kernel = make_kernel(graph, (0,), ("y",))
+    assert _backend(kernel) == "triton"
+    gir = rewritten(kernel, A100)  # the GIR lowered for the GPU Target: every tap a load of its own
+    lines = gir.traffic("load") + gir.traffic("store")
+    assert lines > 4 * kernel_bytes(kernel)
+    memory = GpuCostModel(A100).cost(kernel) - A100.launch_overhead
+    assert memory > 1.5 * kernel_bytes(kernel) / A100.global_bandwidth  # the taps' lines count...
+    assert memory < lines / A100.global_bandwidth  # ...at L2's bandwidth (the input fits in it), not HBM's

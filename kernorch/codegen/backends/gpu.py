@@ -50,6 +50,7 @@ class GeneratedTriton(GpuBackend):
     name = "triton"
     family = "generated Triton"
     signature_label = "triton"
+    has_gir = True  # its loops lower to a GIR for the GPU Target (what its cost model reads)
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         linear = next((n for n in kernel.primitives if PRIMITIVES[n.prim].kind == Kind.LINEAR), None)
