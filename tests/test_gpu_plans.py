@@ -138,3 +138,16 @@ def test_the_gpu_bench_runs_every_contender_in_its_own_process(tmp_path: Path) -
         assert "error" not in result, result
         assert result["rel_err"] < 1e-4 and result["median_ms"] > 0
     assert report["speedup_vs"]["torch eager"] > 0 and "kernorch" in "\n".join(format_gpu_report(report))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_plans_run_on_the_gpu_runtime_like_the_reference(seed: int) -> None:
+    """Random graphs cut into random valid kernels (views into outputs, scratch, reductions, layouts among them)."""
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.runtime.executor_test import random_case
+    from kernorch.runtime.gpu import GpuProgram
+
+    graph, plan, feeds, expected = random_case(seed, 6 + seed % 5)
+    actual = GpuProgram(graph, plan, GPU_TARGETS["a100"], interpret=True, streams=1)(feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)

@@ -106,11 +106,16 @@ class GpuProgram:
         graph = self.graph
         aliases: dict[str, str] = {}
         offsets: dict[str, int] = {}
+        self.copied_views: dict[str, tuple[str, int]] = {}
         for kernel in self.kernels:
             backend, _ = choose_backend(kernel, "gpu")
             if backend is not None and not backend.runs_code:
                 for value, (source, offset) in (view_outputs(kernel) or {}).items():
-                    aliases[value], offsets[value] = source, offset
+                    if value in graph.outputs or source in graph.outputs:
+                        # an output has a buffer of its own (a call copies it out): the view is a copy there
+                        self.copied_views[value] = (source, offset)
+                    else:
+                        aliases[value], offsets[value] = source, offset
         self.concurrent = self.device.type == "cuda" and self.streams > 1
         memory = plan_memory(graph, self.kernels, aliases)
         placements = dict(memory.placements)
@@ -154,11 +159,18 @@ class GpuProgram:
         inputs = [self.tensors[v] for v in kernel.inputs]
         outputs = [self.tensors[v] for v in kernel.outputs]
         if not backend.runs_code:
-            return lambda: None
+            copies = [(self.tensors[v], self.tensors[self.copied_views[v][0]].reshape(-1), self.copied_views[v][1])
+                      for v in kernel.outputs if v in self.copied_views]  # fmt: skip
+
+            def view() -> None:  # nothing runs, but for a view into or out of a graph output: a copy
+                for target, source, offset in copies:
+                    target.copy_(source[offset: offset + target.numel()].view(target.shape))
+
+            return view
         if triton is not None:
             buffers = [*inputs, *outputs]
             scratch = [self._tensor(b.dtype, b.shape) for b in triton.buffers if b.role == "scratch"]
-            tables = [torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for v in triton.tables.values()]
+            tables = [torch.from_numpy(np.array(v)).to(self.device) for v in triton.tables.values()]
             module, error = self.module, self.error
             ordered = [*buffers, *scratch]
             return lambda: launch(module, triton, ordered, tables, error)

@@ -96,8 +96,9 @@ def ko_relu(x):
 def ko_pow(a, b):
     # in float64: exp(b log|a|), with the signs and edge cases of C's pow
     inf = tl.full([], 0x7FF0000000000000, tl.int64).to(tl.float64, bitcast=True)
-    x = a.to(tl.float64)
-    y = b.to(tl.float64)
+    # both operands at the shape of both (a constant exponent is a scalar): no mixed-shape masks below
+    x = tl.where(b == b, a, a).to(tl.float64)
+    y = tl.where(a == a, b, b).to(tl.float64)
     ax = tl.abs(x)
     p = tl.exp(y * tl.log(tl.where(ax == 0.0, 1.0, ax)))
     p = tl.where(ax == 0.0, tl.where(y > 0, 0.0, tl.where(y == 0, 1.0, tl.where(y < 0, inf, y))), p)
