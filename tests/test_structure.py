@@ -181,7 +181,7 @@ CODEGEN_ALLOWED = {
     "views": set(),
     "target": set(),
     "backend": {"target"},  # the Backend interface
-    "triton": {"loops", "target"},  # Triton from the loop description (a second language beside C)
+    "triton": {"loops", "gir", "target"},  # Triton from the loop description; gir: which phases read transposed
     "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target", "triton"},  # the registry
     "program": {"backends", "backend", "c", "library", "target", "triton"},  # the whole-plan program, compiler
 }

@@ -31,6 +31,7 @@ from kernorch.codegen.gir.memo import described, remembered, remembering, rewrit
 from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS
 from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.gir.rules import RULES, Rule, optimize
+from kernorch.codegen.gir.tiling import reads_transposed
 
 __all__ = [
     "Constant",
@@ -58,6 +59,7 @@ __all__ = [
     "bare_sum",
     "described",
     "lower",
+    "reads_transposed",
     "optimize",
     "remembered",
     "remembering",

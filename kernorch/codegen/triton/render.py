@@ -10,6 +10,9 @@ GPU templates, as Triton expresses them):
   stores a reduction over many taps): the taps are vector lanes reduced across the block, the row's statistics
   stay in registers and its outputs are written in blocks of lanes. `ROWS` rows share a program when rows are
   short, one row takes a program when they are long (a row per program), so a block is a few thousand lanes.
+- `tiles`: a phase that reads its input transposed (a transpose, a layout change): one program per square tile
+  of its last two loops, loaded along one axis and stored along the other, Triton moving the tile between the two
+  layouts through shared memory (PowerFusion's tiled transpose).
 - phases that read what an earlier phase of the same program wrote are separated by a barrier; phases of the
   phased schedule (scratch between them) are separate launches, ordered by the stream.
 
@@ -26,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.codegen.gir import reads_transposed
 from kernorch.codegen.loops import Buffer, KernelLoops, NotGeneratable, Phase, Tree
 from kernorch.codegen.target import Target
 from kernorch.codegen.triton.expr import (
@@ -51,7 +55,7 @@ INDEX_CONDITIONS = ("<", ">=", "==", "&&", ">", "<=")
 class Launch:
     function: str  # the @triton.jit function's name in the module
     programs: int  # the grid: program instances
-    template: str  # "elements" or "rows"
+    template: str  # "elements", "rows", "tiles" or "matmul"
     block: tuple[int, ...]  # lanes per program: (BLOCK,) or (ROWS, BLOCK)
 
 
@@ -323,6 +327,29 @@ def _elements(name: str, loops: KernelLoops, phase: Phase, target: Target) -> tu
     return source, Launch(name, -(-count // block), "elements", (block,))
 
 
+def _tiles(name: str, loops: KernelLoops, phase: Phase, target: Target) -> tuple[str, Launch]:
+    """A phase that reads its input transposed: one program per [TA, TB] tile of its last two loops (the loops
+    outside them one program each). Loads walk the tile along a, stores along b; Triton moves the tile between
+    the two layouts through shared memory (PowerFusion's tiled transpose), so both sides are coalesced."""
+    *outer, size_a, size_b = phase.loop_sizes
+    *outer_vars, var_a, var_b = phase.loop_vars
+    tile = target.tile
+    tiles_a, tiles_b = -(-size_a // tile), -(-size_b // tile)
+    writer = Writer(loops)
+    emit = writer.emit
+    emit("ko_pid = tl.program_id(0).to(tl.int64)")
+    emit(f"ko_outer = ko_pid // {tiles_a * tiles_b}")
+    emit(f"ko_tile = ko_pid % {tiles_a * tiles_b}")
+    emit(f"{var_a} = (ko_tile // {tiles_b}) * {tile} + tl.arange(0, {tile})[:, None].to(tl.int64)")
+    emit(f"{var_b} = (ko_tile % {tiles_b}) * {tile} + tl.arange(0, {tile})[None, :].to(tl.int64)")
+    emit(f"ko_mask = ({var_a} < {size_a}) & ({var_b} < {size_b})")
+    emit(f"ko_zero = tl.zeros([{tile}, {tile}], tl.int64)")
+    _decompose(writer, "ko_outer", tuple(outer_vars), tuple(outer))
+    writer.store(phase, Context("ko_mask", "ko_zero"))
+    source = "\n".join([_signature(name, loops), *writer.lines])
+    return source, Launch(name, math.prod(outer) * tiles_a * tiles_b, "tiles", (tile, tile))
+
+
 def _rows(name: str, loops: KernelLoops, row_vars: tuple[str, ...], row_shape: tuple[int, ...],
           phases: list[Phase]) -> tuple[str, Launch]:  # fmt: skip
     """One program per ROWS rows of `row_shape`; `phases` run per row in order (statistics, then stores)."""
@@ -391,6 +418,8 @@ def render_triton(name: str, loops: KernelLoops, target: Target) -> TritonKernel
             if taps >= ROW_TAPS:  # a split reduction: the outputs are rows, the taps their lanes
                 single = Phase(phase.target, (), (), phase.expr, phase.store_index)
                 source, launch = _rows(function, loops, phase.loop_vars, phase.loop_sizes, [single])
+            elif not phase.residues and reads_transposed(phase, target.tile):
+                source, launch = _tiles(function, loops, phase, target)
             else:
                 source, launch = _elements(function, loops, phase, target)
             sources.append(source)

@@ -204,6 +204,7 @@ def test_windows(prim: str, kernel: tuple[int, ...], strides: tuple[int, ...], p
 
 
 LAYOUT_CASES: dict[str, list[tuple[str, list[str], dict[str, Any]]]] = {
+    "transpose-tiles": [("transpose", ["x"], {"perm": (0, 2, 1)}), ("exp", ["#0"], {})],
     "transpose": [("transpose", ["x"], {"perm": (2, 0, 1)}), ("exp", ["#0"], {})],
     "slice": [("slice", ["x"], {"ranges": ((1, 4, 2), (5, 0, -2), (0, 7, 3))}), ("exp", ["#0"], {})],
     "concat": [("exp", ["x"], {}), ("concat", ["x", "#0"], {"axis": 1})],
@@ -221,8 +222,14 @@ LAYOUT_CASES: dict[str, list[tuple[str, list[str], dict[str, Any]]]] = {
 
 @pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
 def test_layout_primitives(case: str) -> None:
-    x = np.random.default_rng(4).standard_normal((5, 6, 7)).astype(np.float32)
-    _check(_graph({"x": TensorType(x.shape, "float32")}, LAYOUT_CASES[case]), {"x": x})
+    shape = (3, 40, 70) if case == "transpose-tiles" else (5, 6, 7)  # tiles: both axes at least a tile
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    graph = _graph({"x": TensorType(x.shape, "float32")}, LAYOUT_CASES[case])
+    if case == "transpose-tiles":
+        kernel = make_kernel(graph, tuple(range(len(graph.nodes))), tuple(graph.outputs))
+        rendered = TRITON.triton("k", kernel, GPU_TARGETS["a100"])
+        assert rendered is not None and [launch.template for launch in rendered.launches] == ["tiles"]
+    _check(graph, {"x": x})
 
 
 def test_gathers_wrap_negative_indices_and_refuse_outside() -> None:
