@@ -34,6 +34,36 @@ def device_line() -> str:
             f"torch {torch.__version__}, CUDA {torch.version.cuda}, Triton {triton.__version__}")
 
 
+def measured_levels() -> str:
+    """The device's own global-memory bandwidth (a 1 GiB copy) and launch overhead (1000 tiny kernels), beside the
+    preset kernorch planned with: what the GPU Target's numbers should be replaced by."""
+    import torch
+
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.runtime.gpu import device_preset
+
+    source = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    target = torch.empty_like(source)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    target.copy_(source)
+    start.record()
+    for _ in range(10):
+        target.copy_(source)
+    end.record()
+    end.synchronize()
+    bandwidth = 10 * 2 * source.nbytes / (start.elapsed_time(end) * 1e-3)
+    tiny = torch.zeros(1, device="cuda")
+    start.record()
+    for _ in range(1000):
+        tiny.add_(1)
+    end.record()
+    end.synchronize()
+    launch = start.elapsed_time(end) * 1e-3 / 1000
+    preset = GPU_TARGETS[device_preset()]
+    return (f"measured: global memory {bandwidth / 1e9:.0f} GB/s (preset {preset.global_bandwidth / 1e9:.0f}), "
+            f"a launch {launch * 1e6:.1f} us (preset {preset.launch_overhead * 1e6:.1f}; a CUDA graph node costs less)")
+
+
 def markdown(results: list[dict], device: str, seconds: float, skipped: list[str], cli_check: str) -> str:
     lines = [f"# kernorch on a GPU — {time.strftime('%Y-%m-%d')}", "", f"Device: {device}. Run: {seconds:.0f} s, "
              "every contender in its own process, median of each contender's runs (CUDA events), ratios of "
@@ -82,6 +112,8 @@ def main() -> int:
     started = time.time()
     device = device_line()
     cuda = "no CUDA" not in device
+    if cuda:
+        device += "; " + measured_levels()
     print(device, flush=True)
     smallest = min(args.models, key=lambda m: Path(m).stat().st_size)
     command = [sys.executable, "-m", "kernorch.cli", "check", smallest, "--compiled", "--device",
