@@ -93,8 +93,9 @@ def markdown(results: list[dict], device: str, seconds: float, skipped: list[str
     lines.append("")
     for name, values in ratios.items():
         if values:
-            lines.append(f"- kernorch vs {name}: geometric mean {math.exp(sum(map(math.log, values)) / len(values)):.2f}x "
-                         f"over {len(values)} models (min {min(values):.2f}x, max {max(values):.2f}x)")  # fmt: skip
+            mean = math.exp(sum(map(math.log, values)) / len(values))
+            lines.append(f"- kernorch vs {name}: geometric mean {mean:.2f}x over {len(values)} models "
+                         f"(min {min(values):.2f}x, max {max(values):.2f}x)")  # fmt: skip
     lines.append("- Anchor: Korch reports 1.30x over the best of PyTorch, TVM and TensorRT on an A100 (TF32).")
     if skipped:
         lines.append(f"- Skipped for the deadline: {', '.join(skipped)}")
