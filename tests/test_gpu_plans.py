@@ -120,7 +120,7 @@ def test_shared_model_gpu_plans_match_kernel_by_kernel(name: str) -> None:
     path = SHARED_MODELS / f"{name}.onnx"
     if not path.is_file():
         pytest.skip(f"{path} is not here")
-    report = verify_model(str(path), "a100", rewrite=False)  # make gpu-verify plans with the rewrites
+    report = verify_model(str(path), "a100")
     assert report.distinct > 0 and not report.failures, report.failures
     assert report.by_backend["triton"] > 0
 
