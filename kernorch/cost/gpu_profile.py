@@ -95,15 +95,13 @@ def _time(kernel: CandidateKernel, target: Target, tf32: bool, cache_dir: Path |
         data: Any = rng.standard_normal(t.shape) if t.dtype.startswith("float") else rng.integers(0, 2, t.shape)
         stored = np.asarray(data).astype(t.dtype if t.dtype != "bool" else "uint8")
         program.tensors[name].copy_(torch.from_numpy(stored))
-    for step in program.steps:  # compiles, warms the caches
-        step()
+    program.run_steps()  # compiles, warms the caches
     torch.cuda.synchronize()
     times = []
     for _ in range(RUNS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for step in program.steps:
-            step()
+        program.run_steps()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e-3)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,6 @@ class GpuProgram:
         else:
             raise NoGpu(f"this plan is for a GPU ({self.target.name}) and this machine has no CUDA device "
                         "(`kernorch check MODEL --compiled --device ...` runs it in Triton's interpreter)")  # fmt: skip
-        torch.backends.cuda.matmul.allow_tf32 = self.tf32
-        torch.backends.cudnn.allow_tf32 = self.tf32
         source, rendered = gpu_sources(self.kernels, self.target, self.tf32)
         self.source = source
         self.module = load_module(source, self.cache_dir)
@@ -259,8 +258,12 @@ class GpuProgram:
             return [self.tensors[name] for name in self.graph.outputs]
 
     def _run(self) -> None:
-        torch = _torch()
         self.error.zero_()
+        with _math_mode(self.tf32):
+            self._steps_or_graph()
+
+    def _steps_or_graph(self) -> None:
+        torch = _torch()
         if self.device.type == "cuda" and self.host_steps == 0:
             if self.cuda_graph is None:
                 for step in self.steps:  # a warm-up outside the graph: compiles every kernel, sizes workspaces
@@ -272,10 +275,29 @@ class GpuProgram:
             for step in self.steps:
                 step()
 
+    def run_steps(self) -> None:
+        """The steps once, launch by launch (no graph): what profiling times with CUDA events."""
+        with _math_mode(self.tf32):
+            for step in self.steps:
+                step()
+
     def check_errors(self) -> None:
         if int(self.error.item()):
             raise KernorchError("an integer division by zero or an index out of range in a GPU kernel "
                                 "(onnxruntime refuses such input too)")  # fmt: skip
+
+
+@contextmanager
+def _math_mode(tf32: bool) -> Iterator[None]:
+    """cuBLAS and cuDNN in the plan's precision while its steps run (and are captured): TF32 only when the plan
+    allows it (torch lets cuDNN use TF32 by default), the caller's settings restored after."""
+    torch = _torch()
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
 def _to_numpy(tensor: Any, dtype: str) -> np.ndarray:
