@@ -151,3 +151,21 @@ def test_random_plans_run_on_the_gpu_runtime_like_the_reference(seed: int) -> No
     actual = GpuProgram(graph, plan, GPU_TARGETS["a100"], interpret=True, streams=1)(feeds)
     for name, value in expected.items():
         np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kernels_captured_on_one_stream_depth_never_read_each_other(seed: int) -> None:
+    """The CUDA graph puts kernels of one depth on separate streams: none may read another's output."""
+    from kernorch.codegen.target import GPU_TARGETS
+    from kernorch.runtime.executor_test import random_case
+    from kernorch.runtime.gpu import GpuProgram
+
+    graph, plan, _, _ = random_case(seed, 10)
+    levels = GpuProgram(graph, plan, GPU_TARGETS["a100"], interpret=True)._levels()
+    latest: dict[str, int] = {}  # a value's latest producer before a kernel (a plan may recompute it later)
+    for k, kernel in enumerate(plan):
+        for value in kernel.inputs:
+            if value in latest:
+                assert levels[latest[value]] < levels[k]
+        latest.update((value, k) for value in kernel.outputs)
+    assert max(levels) < len(plan)

@@ -192,19 +192,27 @@ class GpuProgram:
         return on_host
 
     # ---- running
+    def _dependencies(self) -> list[list[int]]:
+        """Per kernel, the kernels whose outputs it reads: each value's latest producer before it (a plan may
+        compute a value again later, Korch's recomputation)."""
+        latest: dict[str, int] = {}
+        dependencies = []
+        for k, kernel in enumerate(self.kernels):
+            dependencies.append(sorted({latest[v] for v in kernel.inputs if v in latest}))
+            latest.update((v, k) for v in kernel.outputs)
+        return dependencies
+
     def _levels(self) -> list[int]:
         """Per kernel, its depth in the plan's dependency graph (kernels of one depth are independent)."""
-        producer = {v: k for k, kernel in enumerate(self.kernels) for v in kernel.outputs}
         levels: list[int] = []
-        for kernel in self.kernels:
-            levels.append(1 + max((levels[producer[v]] for v in kernel.inputs if v in producer), default=-1))
+        for dependencies in self._dependencies():
+            levels.append(1 + max((levels[p] for p in dependencies), default=-1))
         return levels
 
     def _capture(self) -> Any:
         """The steps as one CUDA graph, independent kernels on separate streams."""
         torch = _torch()
-        levels = self._levels()
-        producer = {v: k for k, kernel in enumerate(self.kernels) for v in kernel.outputs}
+        levels, dependencies = self._levels(), self._dependencies()
         seen: dict[int, int] = {}
         lanes = []
         for level in levels:
@@ -223,9 +231,9 @@ class GpuProgram:
                 stream = streams[lanes[k]]
                 if lanes[k] and lanes[k] not in last:
                     stream.wait_event(start)
-                for value in self.kernels[k].inputs:
-                    if value in producer and lanes[producer[value]] != lanes[k]:
-                        stream.wait_event(done[producer[value]])
+                for producer in dependencies[k]:
+                    if lanes[producer] != lanes[k]:
+                        stream.wait_event(done[producer])
                 with torch.cuda.stream(stream):
                     step()
                 event = torch.cuda.Event()

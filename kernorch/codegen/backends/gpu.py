@@ -15,7 +15,7 @@ from typing import Any
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.gir import described, remembered
 from kernorch.codegen.loops import NotGeneratable
-from kernorch.codegen.target import Target
+from kernorch.codegen.target import GPU_TARGETS, Target
 from kernorch.codegen.triton import TritonKernel, matmul_rejection, render_matmul, render_triton
 from kernorch.codegen.views import view_outputs
 from kernorch.ir.graph import Graph, Node
@@ -168,13 +168,7 @@ def torch_linear(node: Node, graph: Graph) -> Callable[[Sequence[Any]], Any]:
     return linear
 
 
-def _any_gpu() -> Target:
-    from kernorch.codegen.target import GPU_TARGETS
-
-    return GPU_TARGETS["a100"]
-
-
-_ANY_GPU = _any_gpu()  # what a kernel's renderability is checked against (the templates do not depend on it)
+_ANY_GPU = GPU_TARGETS["a100"]  # what a kernel's renderability and signature are checked against (any GPU would do)
 
 GPU_VIEW = GpuView()
 TRITON = GeneratedTriton()
