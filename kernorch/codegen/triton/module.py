@@ -87,4 +87,5 @@ def launch(module: ModuleType, kernel: TritonKernel, tensors: Sequence[Any], tab
     error flag, in order on the current stream."""
     arguments = [*tensors, *tables, error]
     for step in kernel.launches:
-        getattr(module, step.function)[(step.programs,)](*arguments)
+        if step.programs:  # an empty tensor: nothing to launch (a grid of 0 is an error)
+            getattr(module, step.function)[(step.programs,)](*arguments)
