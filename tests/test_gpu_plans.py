@@ -86,6 +86,12 @@ def test_an_edited_triton_source_is_refused(saved_plan: tuple[Path, Path], tmp_p
     (copy / "plan.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="not the code plan.json generates"):
         kernorch.load(copy)
+    for device in (["a100"], "tpu"):  # a hostile device field (its hash forged too) is refused in one line
+        manifest["device"] = device
+        manifest[MANIFEST_HASH_KEY] = manifest_digest(manifest)
+        (copy / "plan.json").write_text(json.dumps(manifest))
+        with pytest.raises(ArtifactError, match="unknown device"):
+            kernorch.load(copy)
 
 
 def test_check_compiled_runs_a_gpu_plan_in_the_interpreter(tmp_path: Path,

@@ -173,7 +173,7 @@ def read_plan(directory: str | os.PathLike[str], threads: int | None = None) -> 
     device = plan.get("device", "cpu")
     from kernorch.codegen.target import GPU_TARGETS
 
-    if device != "cpu" and device not in GPU_TARGETS:
+    if not isinstance(device, str) or (device != "cpu" and device not in GPU_TARGETS):
         raise ArtifactError(f"{source / 'plan.json'} is for an unknown device {str(device)[:40]!r}")
     tf32 = plan.get("tf32", False) is True
     weights = _verified_bytes(source, plan, "weights.npz")
