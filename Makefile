@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-wheels
+.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-carry
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -99,12 +99,18 @@ torch-next: $(TORCH_NEXT_VENV)/.installed
 gpu-verify: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.tools.gpu_verify $(MODELS)/*.onnx
 
-# The wheels bench/gpu.sh installs on a GPU machine without a package registry (Python 3.12, x86-64).
-GPU_WHEELS := onnx==1.23.2 onnxruntime==1.32.0 highspy==1.15.1 tqdm==4.70.1 protobuf==7.36.2 ml_dtypes==0.6.0 \
-	flatbuffers==25.12.19
-gpu-wheels: $(STAMP_RUN)
+# What bench/gpu.sh needs on a GPU machine (the device tool sends the repo, at most 64 MiB with what it carries, and
+# not ../shared): highspy, the one dependency its image lacks (it has torch, triton, onnx, onnxruntime, numpy,
+# tqdm), and copies of the models to run, GPU_MODELS (the four that fit: ~45 MB). Carry bench/gpu-wheels and
+# bench/gpu-models (both ignored by git).
+GPU_WHEELS := highspy==1.15.1
+GPU_MODELS ?= segformer_b0 efficientvit_b0 candy shufflenet_v2
+gpu-carry: $(STAMP_RUN)
+	rm -rf bench/gpu-wheels bench/gpu-models && mkdir -p bench/gpu-models
 	$(BIN)/pip download -q --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 \
 		--platform manylinux2014_x86_64 -d bench/gpu-wheels $(GPU_WHEELS)
+	for m in $(GPU_MODELS); do cp $(MODELS)/$$m.onnx bench/gpu-models/; done
+	du -sh bench/gpu-wheels bench/gpu-models
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check kernorch tests

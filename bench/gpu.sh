@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 40 in one go, on a machine with a GPU and no package registry (the device tool's:
-# Python 3.12, torch and Triton preinstalled). Installs the few wheels kernorch needs beyond those from
-# bench/gpu-wheels (`make gpu-wheels` downloads them here), kernorch itself without dependencies, then runs
-# bench/gpu.py: every shared model planned for the GPU present, checked against onnxruntime and timed against
-# torch eager and torch.compile, within DEADLINE seconds (default 420). Results: $OUT (the device tool's output
-# folder) or bench/results, as DATE-gpu.md and .json.
+# Python 3.12 with torch, Triton, onnx, onnxruntime, numpy preinstalled). `make gpu-carry` here puts highspy's
+# wheel in bench/gpu-wheels and copies of the models in bench/gpu-models (the tool sends the repo, not
+# ../shared); carry both. This installs them and kernorch without dependencies, then runs bench/gpu.py: every
+# model planned for the GPU present, checked against onnxruntime and timed against torch eager and torch.compile,
+# within DEADLINE seconds (default 420). Results: $OUT (the device tool's output folder) or bench/results, as
+# DATE-gpu.md and .json. Device call: run(command="bash bench/gpu.sh", carry=["bench/gpu-wheels",
+# "bench/gpu-models"], timeout_s=540).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODELS=${MODELS:-../shared/models}
+MODELS=${MODELS:-$( [ -d bench/gpu-models ] && echo bench/gpu-models || echo ../shared/models )}
 DEADLINE=${DEADLINE:-420}
 RESULTS=${OUT:-bench/results}
 PYTHON=${PYTHON:-python3}
