@@ -68,7 +68,7 @@ def markdown(results: list[dict], device: str, seconds: float, skipped: list[str
     lines = [f"# kernorch on a GPU — {time.strftime('%Y-%m-%d')}", "", f"Device: {device}. Run: {seconds:.0f} s, "
              "every contender in its own process, median of each contender's runs (CUDA events), ratios of "
              "medians from this one run. PyTorch baseline: the model's primitive graph as torch operations "
-             "(kernorch/tools/torch_graph.py; the GPU machine has no torchvision/timm/transformers).", "",
+             "(kernorch/tools/torch_graph.py: the models are ONNX exports with random weights).", "",
              f"`kernorch check --compiled --device cuda` (CLI): {cli_check}", "",
              "| model | kernels | check (rel err vs onnxruntime) | kernorch ms | " +
              " | ".join(f"{name} ms" for name in CONTENDERS[1:]) + " | vs eager | vs Inductor | vs max-autotune |",
