@@ -4,8 +4,9 @@ The shared models are ONNX exports with random weights (running them in their to
 converter of those weights), and the ONNX-to-torch converters refuse most of them, so the baseline is the model's
 primitive graph (as imported and fissioned, before kernorch's rewrites and fusion) run op by op in torch: cuBLAS
 and cuDNN for the linear primitives, one torch kernel per elementwise, layout or reduction primitive — PyTorch
-eager — and the same function under `torch.compile` (Inductor, which fuses it). A primitive with no torch spelling here runs by its
-reference on the host (counted: `TorchGraph.host_nodes`; Inductor breaks its graph there).
+eager — and the same function under `torch.compile` (Inductor, which fuses it). A primitive with no torch
+spelling here runs by its reference on the host (counted: `TorchGraph.host_nodes`; Inductor breaks its graph
+there).
 """
 
 from __future__ import annotations
