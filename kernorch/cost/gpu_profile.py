@@ -58,11 +58,7 @@ class GpuProfiledCost:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def cost(self, candidate: CandidateKernel) -> float:
-        backend, _ = choose_backend(candidate, "gpu")
-        if backend is None:
-            return math.inf
-        if not backend.runs_code:
-            return 0.0
+        """A kernel some GPU backend runs with code (GeneratableCost prices views and what nothing runs)."""
         key = self._key(candidate)
         if key in self.rejected:
             return math.inf

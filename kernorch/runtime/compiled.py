@@ -14,11 +14,11 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.runtime.artifact import read_plan, save_plan
 from kernorch.runtime.executor import PlanExecutor
-from kernorch.runtime.feeds import call_with_arrays
+from kernorch.runtime.feeds import ArrayModel
 
 
 @dataclass
-class CompiledModel:
+class CompiledModel(ArrayModel):
     graph: Graph
     kernels: list[CandidateKernel]
     costs: list[float]
@@ -29,19 +29,6 @@ class CompiledModel:
 
     def __post_init__(self) -> None:
         self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir, runtime=self.runtime)
-
-    @property
-    def input_names(self) -> list[str]:
-        return list(self.graph.inputs)
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.graph.outputs)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Inputs positionally (graph order) or by name, as numpy arrays or torch tensors.
-        Returns one array (or tensor, matching the inputs) per output: a single value or a tuple."""
-        return call_with_arrays(self.executor, self.input_names, self.output_names, args, kwargs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.executor(feeds)

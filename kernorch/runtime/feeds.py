@@ -67,6 +67,29 @@ def graph_feeds(graph: Graph, seed: int = 0, index_bounds: Mapping[str, int] | N
     return seeded_feeds({name: graph.types[name] for name in graph.inputs}, bounds, seed)
 
 
+class ArrayModel:
+    """What a compiled model (CPU plan or GPU plan) offers callers: its inputs and outputs by name, `run` on named
+    arrays, and `__call__` on arrays or tensors positionally or by name (`call_with_arrays`)."""
+
+    graph: Graph
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inputs positionally (graph order) or by name, as numpy arrays or torch tensors.
+        Returns one array (or tensor, matching the inputs) per output: a single value or a tuple."""
+        return call_with_arrays(self.run, self.input_names, self.output_names, args, kwargs)
+
+
 def call_with_arrays(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]], input_names: Sequence[str],
                      output_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:  # fmt: skip
     """A model's `__call__`: inputs positionally or by name, numpy arrays or torch tensors, through `run` (named

@@ -35,6 +35,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
+from kernorch.runtime.feeds import ArrayModel
 from kernorch.runtime.memory import plan_memory
 from kernorch.runtime.reference import check_feeds
 
@@ -319,7 +320,7 @@ def interpreting() -> bool:
 
 
 @dataclass
-class GpuModel:
+class GpuModel(ArrayModel):
     """A compiled GPU plan: callable like a CompiledModel (numpy arrays or torch tensors in, the same kind out)."""
 
     graph: Graph
@@ -352,22 +353,9 @@ class GpuModel:
                                            self.interpret)  # fmt: skip
             return self._program
 
-    @property
-    def input_names(self) -> list[str]:
-        return list(self.graph.inputs)
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.graph.outputs)
-
     def source(self) -> str:
         """The plan's Triton module (what is saved as kernels.py and verified at load)."""
         return gpu_sources(self.kernels, self.target, self.tf32)[0]
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from kernorch.runtime.feeds import call_with_arrays
-
-        return call_with_arrays(self.run, self.input_names, self.output_names, args, kwargs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.program(feeds)

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
+from kernorch.codegen.backends.fallbacks import View
 from kernorch.codegen.gir import described, remembered
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.target import GPU_TARGETS, Target
 from kernorch.codegen.triton import TritonKernel, matmul_rejection, render_matmul, render_triton
-from kernorch.codegen.views import view_outputs
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -34,16 +34,16 @@ class GpuBackend(Backend):
         return None
 
 
-class GpuView(GpuBackend):
+class GpuView(View):
+    """The CPU's view, but for a concat: the GPU runtime places no producer inside a concat's output."""
+
     name = "gpu_view"
-    family = "view"
-    runs_code = False
-    signature_label = "view"
+    device = "gpu"
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
-        if kernel.primitives[0].prim == "concat" or view_outputs(kernel) is None:
-            return declines("not a re-labelling of contiguous bytes")
-        return runs(f"{kernel.primitives[0].prim} as a view of its input (no copy)")
+        if kernel.primitives[0].prim == "concat":
+            return declines("a concat is copied on a GPU (no producer writes into its output)")
+        return super().applies(kernel)
 
 
 class GeneratedTriton(GpuBackend):
