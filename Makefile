@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-carry
+.PHONY: demo test test-slow bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-carry
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ typecheck: $(STAMP_DEV)
 
 test: $(STAMP_DEV) $(STAMP_DOT) $(STAMP_BROWSER) lint typecheck
 	$(BIN)/python -m pytest
+
+# the few model-level tests too slow for `make test`'s 10 minutes (pyproject: the `slow` marker)
+test-slow: $(STAMP_DEV)
+	$(BIN)/python -m pytest -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -16,6 +16,7 @@ from kernorch.errors import KernorchError
 COST_MODELS = ("profile", "analytic")
 LAYOUT_POLICIES = ("auto", "channels-last", "nchw")
 DEVICES = ("cpu", "cpu-nominal", "v100", "a100", "h100", "cuda")
+PRECISIONS = ("fp32", "bf16")  # what linear primitives may multiply in (kernorch/precision/)
 GPU_DEVICES = ("v100", "a100", "h100", "cuda")  # a GPU plan (Triton, cuBLAS/cuDNN); "cuda": the GPU present here
 DEFAULT_THREADS = 2
 MAX_THREADS = 1024  # more would only oversubscribe; a plan asking for more is refused, not obeyed
@@ -113,6 +114,7 @@ class Options:
     device: str = "cpu"
     interpret: bool = False  # GPU plans without a GPU: run their Triton kernels in Triton's interpreter on the CPU
     tf32: bool = False  # GPU plans: matmuls and convolutions may use TF32 tensor cores (Korch's A100 figures do)
+    precision: str = "fp32"  # "bf16": CPU linear primitives may multiply in bfloat16 where measured faster
     limits: OrchestrationLimits = field(default_factory=OrchestrationLimits)
     rewrite: bool = True  # primitive-graph rewrites before orchestration
     rewrite_budget: float = DEFAULT_REWRITE_BUDGET_SECONDS  # seconds for the cost-guided rewrite search
@@ -144,6 +146,10 @@ class Options:
             raise KernorchError(f"cost 'profile' measures this machine; device '{self.device}' needs --cost analytic")
         if self.tf32 and self.device not in GPU_DEVICES:
             raise KernorchError("tf32 is a GPU option (a CPU plan computes in float32)")
+        if self.precision not in PRECISIONS:
+            raise KernorchError(f"unknown precision '{self.precision}' (choose {' or '.join(PRECISIONS)})")
+        if self.precision == "bf16" and self.device in GPU_DEVICES:
+            raise KernorchError("precision bf16 is a CPU option (a GPU plan may use TF32: --tf32)")
         if not self.rewrite_budget >= 0:
             raise KernorchError(f"rewrite_budget must be a non-negative number of seconds, got {self.rewrite_budget!r}")
         if self.layout not in LAYOUT_POLICIES:

@@ -24,6 +24,7 @@ from kernorch.ir.plan import Plan
 from kernorch.layout import choose_layouts
 from kernorch.options import Options
 from kernorch.orchestrate import OrchestrationResult, orchestrate
+from kernorch.precision import choose_precision
 from kernorch.rewrite import rewrite
 from kernorch.runtime.compiled import CompiledModel
 
@@ -92,7 +93,11 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                cost_model: CostModel | None = None) -> OrchestrationResult:  # fmt: skip
-    """Rewrite (unless options.rewrite is off), choose layouts and orchestrate a primitive graph."""
+    """Rewrite (unless options.rewrite is off), choose layouts and precisions and orchestrate a primitive graph."""
+    if options.precision == "bf16" and options.device == "cpu":
+        from kernorch.precision import check_bf16_supported
+
+        check_bf16_supported()
     cost_model = cost_model or make_cost_model(options, progress)
     report = None
     if options.rewrite:
@@ -127,8 +132,10 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
     laid_out, layout_report = choose_layouts(graph, cost_model, policy)
     if options.rewrite and layout_report.channels_last_convs:
         laid_out, _ = rewrite(laid_out)  # the safe rules tidy what the layout left (transpose pairs, no-op reshapes)
+    laid_out, precision_report = choose_precision(laid_out, cost_model, options.precision)
     result = orchestrate(laid_out, cost_model, options.limits, progress.subgraphs)
     result.layout_report = layout_report
+    result.precision_report = precision_report
     return result
 
 
@@ -148,6 +155,7 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "greedy_cost": result.greedy_plan.cost, "all_optimal": result.all_optimal,
                 "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
                 "layout": result.layout_report.to_json() if result.layout_report else None,
+                "precision": result.precision_report.to_json() if result.precision_report else None,
                 "tuning": result.tuning or None}  # fmt: skip
     if options.gpu:
         from kernorch.runtime.gpu import GpuModel, device_preset

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kernorch.cli import main
-from kernorch.tools.bench import openvino_available, unfused_plan
+from kernorch.precision import bf16_supported
+from kernorch.tools.bench import format_report, openvino_available, unfused_plan
 from kernorch.tools.demo_models import conv_norm_act_block
 
 
@@ -21,7 +22,10 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert {"model", "contenders", "speedup_vs_best_peer"} <= set(report)
     peers = {"onnxruntime", "openvino"} if openvino_available() else {"onnxruntime"}
     kernorch = {"kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused", "kernorch-rprogram"}
-    assert set(report["contenders"]) == peers | {"onnxruntime-noopt"} | kernorch
+    others = {"onnxruntime-noopt"} | ({"openvino-default"} if openvino_available() else set())
+    assert set(report["contenders"]) == peers | others | kernorch
+    for name, result in report["contenders"].items():  # each one's error against onnxruntime, within its tolerance
+        assert 0 <= result["rel_err"] <= (2e-2 if name == "openvino-default" else 1e-4), (name, result)
     # the same plan as an rProgram: its candidates were measured, the simulator predicted it
     rprogram = report["rprogram"]
     assert rprogram["measured_ms"] == report["contenders"]["kernorch-rprogram"]["median_ms"]
@@ -36,6 +40,24 @@ def test_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report["kernels"]["kernorch-unfused"] == report["primitives"]["rewritten"]  # one kernel per primitive
     assert report["rewrites"]["fired"] and report["primitives"]["rewritten"] < 25
     assert report["roofline"]["bound_ms"] > 0
+
+
+@pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
+def test_bench_in_bf16_compares_with_what_users_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernorch.tools.demo_models import self_attention_block
+
+    model = tmp_path / "attention.onnx"
+    model.write_bytes(self_attention_block(seq=64, hidden=128, heads=4).SerializeToString())
+    assert main(["bench", str(model), "--quick", "--runs", "4", "--cost", "analytic", "--precision", "bf16",
+                 "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    text = "\n".join(format_report(report))
+    assert "precision bf16" in text and "rel err" in text and "no bf16 path" in text
+    peers = {"onnxruntime", "openvino-default"} if openvino_available() else {"onnxruntime"}
+    assert report["precision"] == "bf16" and report["best_peer"] in peers
+    assert set(report["contenders"]) >= peers | {"kernorch"}
+    assert report["contenders"]["kernorch"]["rel_err"] <= 2e-2
+    assert report["contenders"]["onnxruntime"]["rel_err"] == 0.0
 
 
 def test_unfused_plan_is_one_kernel_per_primitive() -> None:

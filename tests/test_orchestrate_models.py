@@ -28,10 +28,13 @@ from .conftest import shared_models
 
 MODELS = shared_models()
 COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["v100"]))
+# the two slowest transformers (30 s and 13 s) run in `make test-slow`: bert_mini covers their kind in `make test`
+SLOW = {"gpt2_mini", "vit_tiny"}
 
 
 @pytest.mark.skipif(not MODELS, reason="../shared/models not present")
-@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW else [])
+                                  for p in MODELS])  # fmt: skip
 def test_model_orchestrates_optimally(path: Path) -> None:
     model = import_model(path)
     fissioned = fission(model)

@@ -27,16 +27,18 @@ ALLOWED = {
     "runtime": {"ir", "codegen", "schedule"},
     "cost": {"ir", "codegen", "runtime"},
     "layout": {"ir", "cost"},  # cost: the cost-model interface its decisions are measured with
+    "precision": {"ir", "cost"},  # likewise: a linear primitive's bf16 and float32 twins priced alone
     "orchestrate": {"ir", "cost"},
-    "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "orchestrate", "cost", "runtime"},
+    "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "precision", "orchestrate", "cost", "runtime"},
     # one plan per concrete shape of a model with symbolic dims; fission: the padding proof reads the primitives
     "shapes": {"ir", "frontend", "fission", "pipeline", "runtime"},
     "api": {"pipeline", "runtime", "frontend", "shapes"},  # frontend: a torch module is exported to ONNX first
     "torch_backend": {"api", "frontend", "shapes"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
-              "schedule", "shapes"},
+              "schedule", "shapes", "precision"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools", "api"},
-    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools", "shapes"},
+    "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools", "shapes",
+            "precision"},
     # on-demand tools driving the CLI and tests; the compile check plans a model and compiles its candidates
     "devtools": {"api", "cli", "testing", "tools", "ir", "runtime", "pipeline", "cost", "codegen"},
     "__init__": {"api", "fission", "frontend", "runtime", "torch_backend"},  # plus BASE (Options)

@@ -20,7 +20,8 @@ from kernorch.tools.check import check_model
 ZOO = Path(__file__).parent / "zoo"
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2_kv_cache", "hf_segformer"])
+# SegFormer (30 s) in `make test-slow`: the shared segformer_b0 covers its operators in `make test`
+@pytest.mark.parametrize("name", ["bert", "gpt2_kv_cache", pytest.param("hf_segformer", marks=pytest.mark.slow)])
 def test_a_zoo_model_compiles_and_matches_onnxruntime(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)  # every operator has a rule: nothing falls back

@@ -103,7 +103,7 @@ def main() -> int:
             dirs = {f"kernorch-{origin}-plan": str(compile_plan(result, options, plans[(origin, at)])
                                                    .save(Path(work) / f"{origin}-at-{at}"))
                     for origin in batches}  # fmt: skip
-            times, _ = time_contenders(str(args.model), ["onnxruntime", *dirs], dirs,
+            times, _, _ = time_contenders(str(args.model), ["onnxruntime", *dirs], dirs,
                                        graph_feeds(result.plan.graph), args.threads, args.runs, 5)  # fmt: skip
             medians = {name: float(np.median(t) * 1e3) for name, t in times.items()}
             figures["runs"][f"batch {batch}"] = {

@@ -20,12 +20,14 @@ from kernorch.errors import KernorchError
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from kernorch.tools.check import check_model
+    from kernorch.tools.check import check_model, default_rtol
 
     passed = True
+    options = make_options(args)
+    rtol = args.rtol if args.rtol is not None else default_rtol(options.precision)
     for shapes in shape_sets(args) or [{}]:  # several shape sets: each checked
-        report, _ = check_model(args.model, shapes, seed=args.seed, rtol=args.rtol, compiled=args.compiled,
-                                options=make_options(args))  # fmt: skip
+        report, _ = check_model(args.model, shapes, seed=args.seed, rtol=rtol, compiled=args.compiled,
+                                options=options)  # fmt: skip
         print("\n".join(report.lines()))
         passed = passed and report.passed
     return EXIT_OK if passed else EXIT_MISMATCH
@@ -59,6 +61,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(result.rewrite_report.summary())
     if result.layout_report is not None:
         print(result.layout_report.summary())
+    if result.precision_report is not None and result.precision_report.precision == "bf16":
+        print(result.precision_report.summary())
     if result.tuning and any(result.tuning.values()):
         tuning = result.tuning
         print(f"tuning: {tuning['measured']} kernel(s) measured here, {tuning['measured_remotely']} on Ray workers"
@@ -210,7 +214,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     results = run_conformance(cache, args.filter,
                               progress=lambda it: tqdm(it, desc="cases", unit="case", disable=args.quiet,
                                                        file=sys.stderr, leave=False),
-                              compiled=args.compiled, fallback=args.fallback)  # fmt: skip
+                              compiled=args.compiled, fallback=args.fallback, precision=args.precision)  # fmt: skip
+    if args.precision == "bf16":
+        print("precision bf16: every float32 matmul/conv multiplies in bfloat16; a case with one is held to "
+              "2e-2 of its output's magnitude")
     per_op = summarize(results)
     width = max((len(op) for op in per_op), default=2)
     columns = ("passed", "failed", "unsupported") + (("fallback",) if args.fallback else ())

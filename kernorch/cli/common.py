@@ -60,7 +60,7 @@ def add_strict_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_device_args(parser: argparse.ArgumentParser) -> None:
-    from kernorch.options import DEVICES
+    from kernorch.options import DEVICES, PRECISIONS
 
     parser.add_argument("--device", default="cpu", choices=DEVICES,
                         help="what the plan is for: cpu (this machine: C and oneDNN, its roofline calibrated), "
@@ -69,6 +69,11 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
                         "`check --compiled` runs it in Triton's interpreter here), cuda (the GPU present)")
     parser.add_argument("--tf32", action="store_true", default=None,
                         help="GPU plans: matmuls and convolutions may use TF32 tensor cores (off by default)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="fp32 (default): everything in float32; bf16: matmuls and convolutions multiply in "
+                        "bfloat16 (float32 sums) wherever that is measured faster — reductions, normalisation, "
+                        "softmax and LSTM state stay float32 (`kernorch explain` prints the policy); needs a CPU "
+                        "with AVX512-BF16 or AMX")  # fmt: skip
 
 
 def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +155,7 @@ def make_options(args: argparse.Namespace) -> Options:
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
-                                                     "strict", "workers", "screen", "tf32")
+                                                     "strict", "workers", "screen", "tf32", "precision")
              if getattr(args, name, None) is not None}  # fmt: skip
     options = Options(limits=limits).with_(**given)
     if getattr(args, "dim", None) or getattr(args, "pad", None):

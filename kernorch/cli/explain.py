@@ -24,7 +24,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     device = "gpu" if make_options(args).gpu else "cpu"
     for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
         origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
-        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
+        precision = "bf16" if any(graph.nodes[n].attr("precision") == "bf16" for n in kernel.nodes) else "fp32"
+        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]  "
+              f"{precision}")
         print(f"    from: {', '.join(origins)}")
         backend, reason = choose_backend(kernel, device)
         absorbed = absorbed_summary(kernel)
@@ -36,6 +38,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
     if result.layout_report is not None:
         print(result.layout_report.summary())
+    if result.precision_report is not None and result.precision_report.precision == "bf16":
+        from kernorch.precision import policy_lines
+
+        print(result.precision_report.summary())
+        print("precision policy (bf16 mode):\n" + "\n".join(policy_lines()))
     if result.rewrite_report is not None:
         _explain_rewrites(result.rewrite_report)
     if args.schedule:

@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     add_model_args(check, several_shapes=True)
     check.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
-    check.add_argument("--rtol", type=non_negative_float, default=1e-4, help="relative error tolerance (default 1e-4)")
+    check.add_argument("--rtol", type=non_negative_float, default=None,
+                       help="relative error tolerance (default 1e-4; 2e-2 with --precision bf16, against "
+                       "onnxruntime's float32 result)")
     check.add_argument("--compiled", action="store_true",
                        help="run the optimized, compiled plan instead of the reference interpreter")
     add_cost_arg(check, "with --compiled, the cost model that picks the plan")
@@ -67,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--fallback", action="store_true",
                              help="run nodes without a kernorch rule through onnxruntime (as `optimize` does unless "
                              "--strict) and count the cases that pass that way apart, in a 'fallback' column")
+    conformance.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                             help="bf16: every float32 matmul and convolution multiplies in bfloat16 (float32 sums), "
+                             "and a case with one passes within 2e-2 of its output's magnitude (default fp32)")
     conformance.set_defaults(handler=cmd_conformance)
 
     optimize = commands.add_parser(

@@ -45,6 +45,7 @@ SIGNATURE = "kernorch/frontend/signature_test.py"
 TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
+PRECISION = "kernorch/precision/precision_test.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -59,6 +60,18 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # bf16 mode: the reference's rounding, the library call's conversion, the stage's choice
+    Mutant("bf16 rounding truncates instead of rounding to nearest even", "kernorch/ir/reference_kernels.py",
+           "rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)",
+           "rounded = bits & np.uint32(0xFFFF0000)", (PRECISION,)),
+    Mutant("a bf16 library call multiplies in float32", "kernorch/codegen/library/onednn.py",
+           '    return (0,) if call.weights.constant else (0, 1)', '    return ()', (PRECISION,)),
+    Mutant("a bf16 call's weights stay float32 when packed", "kernorch/codegen/library/onednn.py",
+           'element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"', 'element = "dnnl_f32"', (PRECISION,)),
+    Mutant("the precision stage gives bf16 where it is slower", "kernorch/precision/__init__.py",
+           "if bf16_cost < fp32_cost:", "if bf16_cost != fp32_cost:", (PRECISION,)),
+    Mutant("kernorch's float32 depthwise kernel takes a bf16 conv", "kernorch/codegen/backends/library_calls.py",
+           "if call.precision not in self.precisions:", "if False:", (PRECISION,)),
     # GPU plans: the Triton renderer, the GPU runtime, the GPU cost model, saved GPU plans
     Mutant("triton: a negative gather index is not counted from the end", "kernorch/codegen/triton/render.py",
            'wrapped, _ = self.temp(f"tl.where({raw} < 0, {raw} + {size}, {raw})", "int64")',

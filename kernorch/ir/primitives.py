@@ -467,13 +467,31 @@ _register("resize", Kind.LAYOUT, _resize_infer,
 
 # -------------------------------------------------------------------------------------------- linear
 
+PRECISIONS = ("f32", "bf16")  # what a linear primitive multiplies; its sums and output are the value's dtype
+
+
+def _precision(types: Sequence[TensorType], attrs: Attrs) -> None:
+    """A linear primitive's `precision` (the precision stage's choice, kernorch/precision/): bf16 multiplies
+    float32 operands rounded to bfloat16, accumulating in float32."""
+    precision = C.one_of(attrs.get("precision", "f32"), "precision", PRECISIONS)
+    if precision == "bf16" and any(t.dtype != "float32" for t in types):
+        raise ValueError(f"precision bf16 needs float32 operands, got {', '.join(t.dtype for t in types)}")
+
+
+def _in_precision(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    """The operands as a linear primitive of this precision multiplies them."""
+    return [K.round_to_bf16(x) for x in inputs] if attrs.get("precision", "f32") == "bf16" else list(inputs)
+
+
 def _matmul_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     a, b = types
+    _precision(types, attrs)
     return [TensorType(K.broadcast_matmul_shape(a.shape, b.shape), _same_dtype(types))]
 
 
-_register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(inputs[0], inputs[1])],
-          "batched matrix product with numpy broadcasting")  # fmt: skip
+_register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(*_in_precision(inputs, attrs))],
+          "batched matrix product with numpy broadcasting; precision bf16: operands rounded to bfloat16, float32 "
+          "sums")  # fmt: skip
 
 
 def _channels_first(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -501,6 +519,7 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
         for name in extra:
             C.integers(attrs[name], name, spatial, low=0)
         C.one_of(attrs.get("channels_last", False), "channels_last", (False, True))
+        _precision(types, attrs)
         last = bool(attrs.get("channels_last", False))
         x_shape = _channels_first(x.shape) if last else x.shape
         shape = infer_shape(x_shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
@@ -508,7 +527,7 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
         return [TensorType(_channels_last(shape) if last else shape, _same_dtype(types))]
 
     def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
-        x, w = inputs
+        x, w = _in_precision(inputs, attrs)
         last = bool(attrs.get("channels_last", False))
         x_first = np.moveaxis(x, -1, 1) if last else x
         y = compute(x_first, w, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],

@@ -60,6 +60,17 @@ def broadcast_matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...
     return tuple(int(d) for d in out)
 
 
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept as float32: what a linear primitive with
+    `precision="bf16"` multiplies (its sums stay float32). bfloat16 is float32's top 16 bits, so rounding adds
+    0x7FFF plus the lowest kept bit and clears the low half; NaN stays NaN (the addition could carry it into inf),
+    and values beyond bfloat16's largest finite round to inf, as oneDNN's conversion does."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    result = rounded.view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), result).astype(np.float32)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f" and a.dtype == b.dtype and a.dtype != np.float16:
         return torch_module().matmul(to_torch(a), to_torch(b)).numpy()  # type: ignore[no-any-return]

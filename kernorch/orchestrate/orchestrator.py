@@ -54,6 +54,7 @@ class OrchestrationResult:
     rewrite_report: Any = None  # kernorch.rewrite.RewriteReport when the graph was rewritten first
     contended_kernels: int = 0  # plan kernels whose measured cost never got a quiet measurement
     layout_report: Any = None  # kernorch.layout.LayoutReport when layouts were chosen
+    precision_report: Any = None  # kernorch.precision.PrecisionReport when precisions were chosen
     tuning: dict[str, int] | None = None  # kernels measured here / on Ray workers / foreign results (profiling)
 
     @property
@@ -79,6 +80,7 @@ class OrchestrationResult:
             "contended_kernels": self.contended_kernels,
             "tuning": self.tuning,
             "layout": self.layout_report.to_json() if self.layout_report is not None else None,
+            "precision": self.precision_report.to_json() if self.precision_report is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}

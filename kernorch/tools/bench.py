@@ -1,9 +1,13 @@
 """`kernorch bench`: kernorch side by side with its peers, each contender in its own worker process.
 
-Peers: onnxruntime with all graph optimizations (and with none, for reference), and OpenVINO (fp32: the
-inference precision hint is set to f32, since it would compute in bf16 on this CPU; latency hint, one
-stream, the same thread count), when the `openvino` package is installed. The *best peer* is the faster of
-onnxruntime and OpenVINO. kernorch: its optimal plan; its optimal plan without primitive-graph rewrites
+Peers: onnxruntime with all graph optimizations (and with none, for reference), and OpenVINO (latency hint, one
+stream, the same thread count) when the `openvino` package is installed: `openvino` with its inference precision
+hint set to f32, and `openvino-default` without a hint, which is what users get — bf16 on CPUs with bf16
+instructions. The *best peer* is the faster of onnxruntime and OpenVINO fp32; with `--precision bf16` it is the
+faster of onnxruntime (its CPU provider has no bf16 path for most operators: float32) and OpenVINO's default.
+Every contender's error against onnxruntime's float32 outputs is printed beside its time and held to a
+tolerance: 1e-4 for float32 contenders, 2e-2 for bf16 ones (kernorch in bf16 mode, OpenVINO's default).
+kernorch: its optimal plan; its optimal plan without primitive-graph rewrites
 (`--no-rewrite`); its greedy-fusion plan and a no-fusion plan (one kernel per primitive) of the rewritten
 graph, on the same code generator; with `--compare-layouts`, also its optimal plans under the other layout
 policies (every conv channels-last, torch.compile's rule; and all NCHW). Workers
@@ -37,8 +41,11 @@ from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
 from kernorch.tools.check import compare
 
-PEERS = ("onnxruntime", "openvino", "onnxruntime-noopt")
+OPENVINO_DEFAULT = "openvino-default"  # no precision hint: bf16 on CPUs that have it, what users run
+PEERS = ("onnxruntime", "openvino", OPENVINO_DEFAULT, "onnxruntime-noopt")
 BEST_PEERS = ("onnxruntime", "openvino")  # "best peer" is the faster of these
+BEST_PEERS_BF16 = ("onnxruntime", OPENVINO_DEFAULT)  # with --precision bf16
+KERNORCH_FP32 = "kernorch-fp32"  # with --precision bf16: the float32 plan beside the bf16 one
 # OpenVINO's THROUGHPUT hint (`--throughput`): its streams split the threads and serve several requests at once, so
 # a timed run submits as many copies of the batch as it asks for and counts the time per batch
 THROUGHPUT_PEER = "openvino-throughput"
@@ -103,8 +110,9 @@ def _serve(connection: Connection, contender: str, model_path: str, plan_dir: st
             source.reshape({port.get_any_name(): list(feeds[port.get_any_name()].shape) for port in source.inputs})
         hint = {"PERFORMANCE_HINT": "THROUGHPUT"} if contender == THROUGHPUT_PEER else \
             {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
-        network = core.compile_model(source, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                     "INFERENCE_NUM_THREADS": threads, **hint})  # fmt: skip
+        if contender != OPENVINO_DEFAULT:
+            hint["INFERENCE_PRECISION_HINT"] = "f32"
+        network = core.compile_model(source, "CPU", {"INFERENCE_NUM_THREADS": threads, **hint})
         request = network.create_infer_request()
         # OpenVINO may rename outputs (e.g. dynamo exports): its ports follow the model's output order
         names = [output.name for output in onnx.load(model_path, load_external_data=False).graph.output]
@@ -164,6 +172,21 @@ class ContenderResult:
     median_ms: float
     min_ms: float
     max_ms: float
+    rel_err: float  # worst output's max abs error / its max |onnxruntime float32 value|
+
+
+def _results(times: dict[str, list[float]], errors: dict[str, float]) -> dict[str, ContenderResult]:
+    return {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3),
+                                  errors[name]) for name, t in times.items()}  # fmt: skip
+
+
+def tolerance(contender: str, precision: str) -> float:
+    """The error a contender's outputs may have against onnxruntime's float32 ones."""
+    from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL
+
+    bf16 = contender == OPENVINO_DEFAULT or (precision == "bf16" and contender.startswith("kernorch")
+                                             and contender != KERNORCH_FP32)  # fmt: skip
+    return BF16_RTOL if bf16 else DEFAULT_RTOL
 
 
 def unfused_plan(result: OrchestrationResult) -> Plan:
@@ -193,10 +216,12 @@ def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
 
 
 def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str], feeds: dict[str, np.ndarray],
-                    threads: int, runs: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Each contender in a spawned worker of its own; outputs checked against onnxruntime; `runs` timed runs each,
-    interleaved over `rounds` rounds. With RPROGRAM among `names`, its worker schedules the plan first (returned
-    as the second value). Returns seconds per contender."""
+                    threads: int, runs: int, rounds: int,
+                    precision: str = "fp32") -> tuple[dict[str, list[float]], dict[str, Any], dict[str, float]]:
+    """Each contender in a spawned worker of its own; outputs checked against onnxruntime (each within its
+    `tolerance`); `runs` timed runs each, interleaved over `rounds` rounds. With RPROGRAM among `names`, its worker
+    schedules the plan first (returned as the second value). Returns seconds per contender, the schedule, and
+    each contender's relative error."""
     context = multiprocessing.get_context("spawn")
     workers: dict[str, tuple[Any, Connection]] = {}
     prepared: dict[str, Any] = {}
@@ -220,10 +245,12 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             prepared = answer
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
+        errors: dict[str, float] = {}
         for name, got in outputs.items():
-            worst = max(e.relative for e in compare(got, reference))
-            if not worst <= 1e-4:
-                raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}); nothing timed")
+            errors[name] = worst = max((e.relative for e in compare(got, reference)), default=0.0)
+            if not worst <= tolerance(name, precision):
+                raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
+                                    f"{tolerance(name, precision):.0e}); nothing timed")  # fmt: skip
         times: dict[str, list[float]] = {name: [] for name in workers}
         per_round = max(1, runs // rounds)
         order = list(workers)
@@ -246,7 +273,7 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
-    return times, prepared
+    return times, prepared, errors
 
 
 def available_peers(names: Sequence[str], throughput: bool = False) -> list[str]:
@@ -266,21 +293,26 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     options = options or Options()
     fissioned = import_graph(model_path, input_shapes, strict=options.strict)
     result = plan_graph(fissioned, options, progress or Progress(), make_cost_model(options, progress or Progress()))
-    peers = available_peers(BEST_PEERS, throughput)
+    peers = available_peers(BEST_PEERS if options.precision == "fp32" else PEERS[:3], throughput)
     with tempfile.TemporaryDirectory() as work:
         plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
-        times, _ = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir}, graph_feeds(fissioned),
-                                   options.threads, runs, rounds)  # fmt: skip
-    contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
-                  for name, t in times.items()}  # fmt: skip
-    best_name = min(peers, key=lambda p: contenders[p].median_ms)
-    best_peer = contenders[best_name].median_ms
+        times, _, errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},
+                                           graph_feeds(fissioned), options.threads, runs, rounds,
+                                           options.precision)  # fmt: skip
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
-            "contenders": {name: vars(r) for name, r in contenders.items()}, "best_peer": best_name,
-            "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
-            "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
+            **_versus_best_peer(_results(times, errors), options.precision),
             "kernels": {"kernorch": len(result.plan.kernels)}}  # fmt: skip
+
+
+def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) -> dict[str, Any]:
+    """The report's contenders and each one's speed-up over the best peer (of this precision's best peers)."""
+    best = (*(BEST_PEERS if precision == "fp32" else BEST_PEERS_BF16), THROUGHPUT_PEER)
+    best_name = min((p for p in best if p in contenders), key=lambda p: contenders[p].median_ms)
+    best_peer = contenders[best_name].median_ms
+    return {"precision": precision, "contenders": {name: vars(r) for name, r in contenders.items()},
+            "best_peer": best_name, "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
+            "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()}}  # fmt: skip
 
 
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
@@ -304,6 +336,9 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         "kernorch": (result, result.plan), "kernorch-norewrite": (plain, plain.plan),
         "kernorch-greedy": (result, result.greedy_plan), "kernorch-unfused": (result, unfused_plan(result)),
     }  # fmt: skip
+    if options.precision == "bf16":  # what bf16 gains over kernorch's own float32 plan
+        fp32 = plan_graph(fissioned, options.with_(precision="fp32"), progress, cost_model)
+        plans[KERNORCH_FP32] = (fp32, fp32.plan)
     layouts = {"kernorch": result.layout_report}
     if compare_layouts and any(n.prim in ("conv", "conv_transpose") for n in fissioned.nodes):
         for name, policy in LAYOUT_CONTENDERS.items():
@@ -316,24 +351,18 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         for name, (origin, plan) in plans.items():
             plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
         plan_dirs[RPROGRAM] = plan_dirs["kernorch"]
-        times, prepared = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs, feeds, threads, runs,
-                                          rounds)  # fmt: skip
-    contenders = {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
-                  for name, t in times.items()}  # fmt: skip
-    best_name = min((p for p in (*BEST_PEERS, THROUGHPUT_PEER) if p in contenders),
-                    key=lambda p: contenders[p].median_ms)  # fmt: skip
-    best_peer = contenders[best_name].median_ms
+        times, prepared, errors = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs, feeds, threads,
+                                                  runs, rounds, options.precision)  # fmt: skip
+    contenders = _results(times, errors)
     bound = roofline_bound(result.plan.graph, options)
     return {
         "model": Path(model_path).name,
         "threads": threads,
         "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
         "runs": len(times["kernorch"]),
-        "contenders": {name: vars(r) for name, r in contenders.items()},
-        "best_peer": best_name,
-        "speedup_vs_best_peer": best_peer / contenders["kernorch"].median_ms,
-        "speedups": {name: best_peer / r.median_ms for name, r in contenders.items()},
+        **_versus_best_peer(contenders, options.precision),
         "kernels": {name: len(plan.kernels) for name, (_, plan) in plans.items()},
+        "precision_choice": result.precision_report.to_json() if result.precision_report is not None else None,
         "primitives": {"rewritten": len(result.plan.graph.nodes), "fissioned": len(plain.plan.graph.nodes)},
         "rewrites": result.rewrite_report.to_json() if result.rewrite_report is not None else None,
         "layouts": {name: report.to_json() for name, report in layouts.items() if report is not None},
@@ -374,15 +403,23 @@ def absorbed_epilogues(plan: Plan) -> dict[str, int]:
 def format_report(report: dict[str, Any]) -> list[str]:
     inputs = ", ".join(f"{name}={'x'.join(map(str, shape))}" for name, shape in report.get("inputs", {}).items())
     lines = [f"{report['model']} [{inputs}]: {report['runs']} runs per contender, {report['threads']} threads, "
-             f"interleaved; best peer {report['best_peer']}"
+             f"interleaved; precision {report.get('precision', 'fp32')}; best peer {report['best_peer']}"
              + ("; openvino-throughput: time per batch with its streams serving several at once"
                 if THROUGHPUT_PEER in report["contenders"] else "")]
-    header = f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8}"
+    if report.get("precision") == "bf16":
+        lines.append("  (onnxruntime's CPU provider has no bf16 path for most operators: it runs float32; "
+                     "openvino-default computes in bf16 where this CPU has bf16 instructions)")
+    header = (f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8} "
+              f"{'rel err':>9}")  # fmt: skip
     lines.append(header)
     for name, r in report["contenders"].items():
         kernels = report["kernels"].get(name if name != RPROGRAM else "kernorch", "")
+        error = r.get("rel_err", math.nan)
         lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
-                     f"{report['speedups'][name]:>12.2f}x {kernels!s:>8}")  # fmt: skip
+                     f"{report['speedups'][name]:>12.2f}x {kernels!s:>8} {error:>9.1e}")  # fmt: skip
+    if report.get("precision_choice"):
+        choice = report["precision_choice"]
+        lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
     roof = report.get("roofline")
     if roof is None:  # quick_bench: the plan against the peers only
         return lines

@@ -16,12 +16,21 @@ from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
 from kernorch.options import Options
 from kernorch.pipeline import compile_plan, plan_graph, warn_about_fallbacks
+from kernorch.precision import choose_precision
 from kernorch.rewrite import rewrite as rewrite_graph
 from kernorch.runtime import run_reference
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
 
 DEFAULT_RTOL = 1e-4
+# bf16 mode against onnxruntime's float32 result: operands rounded to 8 significant bits (relative error up to
+# 2^-9 each) over the depth of a network; OpenVINO's default (bf16) is 1e-3..1e-2 from float32 on the shared models
+BF16_RTOL = 2e-2
+
+
+def default_rtol(precision: str) -> float:
+    """The tolerance a check of a plan in this precision uses unless one is given."""
+    return BF16_RTOL if precision == "bf16" else DEFAULT_RTOL
 
 
 def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
@@ -145,6 +154,8 @@ def check_model(
         graph = fissioned_graph
         if options.rewrite:
             graph, _ = rewrite_graph(graph)  # the safe rules only: no cost model
+        if options.precision == "bf16":  # no cost model either: every linear primitive bf16, the mode's worst case
+            graph, _ = choose_precision(graph, None, "bf16")
         fissioned = time.perf_counter()
         actual = run_reference(graph, feeds)
     interpreted = time.perf_counter()
@@ -152,6 +163,8 @@ def check_model(
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
     stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"
+    if options.precision == "bf16":
+        stage += " (bf16)"
     if compiled and options.gpu:
         stage += f" (GPU plan for {options.device}{', run in Triton interpreter' if options.interpret else ''})"
     report = CheckReport(

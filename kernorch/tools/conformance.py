@@ -30,7 +30,9 @@ from kernorch.fission import FISSION_RULES, fallback_nodes, fission
 from kernorch.frontend import import_model
 from kernorch.options import Options, OrchestrationLimits, cache_root
 from kernorch.pipeline import compile_plan, plan_graph
+from kernorch.precision import choose_precision
 from kernorch.runtime import run_reference
+from kernorch.tools.check import BF16_RTOL
 
 
 def default_cache_dir() -> Path:
@@ -115,12 +117,17 @@ def _static_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict
     return bound
 
 
-def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:
+def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, scale_rtol: float = 0.0) -> str:
+    """"" when `actual` passes for `expected`; `scale_rtol` also allows that much of the largest finite |expected|
+    as absolute error (bf16 mode: an error relative to the output's magnitude, like `kernorch check`)."""
     if actual.shape != expected.shape:
         return f"shape {actual.shape} != expected {expected.shape}"
     if expected.dtype.kind in "fc":
         if actual.dtype != expected.dtype:
             return f"dtype {actual.dtype} != expected {expected.dtype}"
+        if scale_rtol:
+            finite = np.abs(expected[np.isfinite(expected)])
+            atol = max(atol, scale_rtol * float(finite.max(initial=0.0)))
         if np.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
             return ""
         worst = float(np.nanmax(np.abs(actual.astype(np.float64) - expected)))
@@ -139,10 +146,12 @@ COMPILED_OPTIONS = Options(cost="analytic", device="cpu-nominal", rewrite_budget
 
 
 def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool = False,
-             fallback: bool = False) -> CaseResult:  # fmt: skip
+             fallback: bool = False, precision: str = "fp32") -> CaseResult:  # fmt: skip
     """One node test: fission + reference interpreter, or with `compiled` the optimized plan as generated C
     and library calls. With `fallback`, nodes without a rule run through onnxruntime; a case that then
-    passes counts as "fallback", apart from those kernorch's own rules pass."""
+    passes counts as "fallback", apart from those kernorch's own rules pass. With precision bf16 every float32
+    linear primitive multiplies in bfloat16 (the mode's worst case, chosen without a cost model) and a case whose
+    graph has one is held to the bf16 tolerance relative to its output's magnitude."""
     name = case_dir.name
     try:
         model_proto = onnx.load(str(case_dir / "model.onnx"))
@@ -162,8 +171,11 @@ def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool =
             graph = fission(model, strict=not fallback)
             through_onnxruntime = through_onnxruntime or bool(fallback_nodes(graph))
             runtime_feeds = {n: a for n, a in feeds.items() if n not in bound}
+            graph, chosen = choose_precision(graph, None, precision)
+            scale_rtol = BF16_RTOL if chosen.bf16 else 0.0
             if compiled:
-                program = compile_plan(plan_graph(graph, COMPILED_OPTIONS), COMPILED_OPTIONS)
+                options = COMPILED_OPTIONS.with_(precision=precision)
+                program = compile_plan(plan_graph(graph, options), options)
                 outputs = program.run(runtime_feeds)
             else:
                 outputs = run_reference(graph, runtime_feeds)
@@ -171,7 +183,7 @@ def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool =
                 path = data_dir / f"output_{j}.pb"
                 if not path.is_file():
                     return CaseResult(name, op, "unsupported", f"output '{output_name}' is not a tensor")
-                problem = _close(outputs[output_name], _read_tensor(path), rtol, atol)
+                problem = _close(outputs[output_name], _read_tensor(path), rtol, atol, scale_rtol)
                 if problem:
                     return CaseResult(name, op, "failed", f"output '{output_name}': {problem}")
         return CaseResult(name, op, "fallback" if through_onnxruntime else "passed")
@@ -184,7 +196,7 @@ def run_case(case_dir: Path, op: str, rtol: float, atol: float, compiled: bool =
 
 def run_conformance(cache_dir: Path | None = None, pattern: str = "",
                     progress: Callable[[Iterator[str]], Iterator[str]] | None = None,
-                    compiled: bool = False, fallback: bool = False) -> list[CaseResult]:  # fmt: skip
+                    compiled: bool = False, fallback: bool = False, precision: str = "fp32") -> list[CaseResult]:
     directory = generate_node_tests(cache_dir or default_cache_dir())
     index: dict[str, dict[str, object]] = json.loads((directory / "cases.json").read_text())
     names = sorted(n for n in index if pattern in n)
@@ -193,7 +205,7 @@ def run_conformance(cache_dir: Path | None = None, pattern: str = "",
     for name in iterator:
         entry = index[name]
         results.append(run_case(directory / name, str(entry["op"]), float(entry["rtol"]),  # type: ignore[arg-type]
-                                float(entry["atol"]), compiled, fallback))  # type: ignore[arg-type]
+                                float(entry["atol"]), compiled, fallback, precision))  # type: ignore[arg-type]
     return results
 
 

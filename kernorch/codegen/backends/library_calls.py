@@ -34,9 +34,11 @@ class LibraryCallBackend(Backend):
     signature_label = "library"  # one label for all of them: the profile keys predate the split
 
     def __init__(self, name: str, family: str, what: str, rejection: Callable[[LibraryCall], str | None],
-                 render: Callable[[str, LibraryCall], str], claims: bool = False) -> None:  # fmt: skip
+                 render: Callable[[str, LibraryCall], str], claims: bool = False,
+                 precisions: tuple[str, ...] = ("f32",)) -> None:  # fmt: skip
         self.name, self.family, self.what = name, family, what
         self.rejection, self.render_call, self._claims = rejection, render, claims
+        self.precisions = precisions  # what its arithmetic can be: kernorch's own convolutions are float32
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
@@ -45,10 +47,13 @@ class LibraryCallBackend(Backend):
             call = library_call(kernel)
         except NotGeneratable as error:
             return declines(str(error), claims=self._claims)
+        if call.precision not in self.precisions:
+            return declines(f"computes in float32; the {call.op} is {call.precision}")
         rejection = self.rejection(call)
         if rejection is not None:
             return declines(rejection)
-        return runs(f"{self.what}: {call.op}" + (f" + {call.epilogue.describe()}" if call.epilogue else ""))
+        precision = " in bf16" if call.precision == "bf16" else ""
+        return runs(f"{self.what}: {call.op}{precision}" + (f" + {call.epilogue.describe()}" if call.epilogue else ""))
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
         return self.render_call(name, library_call(kernel))
@@ -69,4 +74,5 @@ DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C dept
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip
-ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", lambda call: None, render_onednn_call, claims=True)
+ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", lambda call: None, render_onednn_call, claims=True,
+                            precisions=("f32", "bf16"))  # fmt: skip

@@ -47,6 +47,7 @@ class LibraryCall:
     pad_end: tuple[int, ...] = ()
     post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...] = ()
     epilogue: Epilogue | None = None
+    precision: str = "f32"  # "bf16": operands rounded to bfloat16 as they are packed, float32 sums and output
 
 
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
@@ -123,7 +124,7 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
                       if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
     return LibraryCall(call.op, call.src, call.weights, bias,
                        Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides), call.strides, call.dilates,
-                       call.pad_begin, call.pad_end, post_ops, epilogue)  # fmt: skip
+                       call.pad_begin, call.pad_end, post_ops, epilogue, node.attr("precision", "f32"))  # fmt: skip
 
 
 def _dnnl_order(node: Node, rank: int) -> tuple[int, ...]:
@@ -237,4 +238,5 @@ def absorbed_summary(kernel: CandidateKernel) -> str | None:
     parts += ["bias"] if epilogue.bias else []
     parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
     layout = " (channels-last)" if node.attr("channels_last", False) else ""
-    return f"{node.prim}{layout}" + (f" ← {', '.join(parts)}" if parts else "")
+    precision = " [bf16]" if call.precision == "bf16" else ""
+    return f"{node.prim}{layout}{precision}" + (f" ← {', '.join(parts)}" if parts else "")

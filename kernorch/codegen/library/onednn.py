@@ -76,6 +76,28 @@ def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
             "    }"]  # fmt: skip
 
 
+def _dense_like(tensor: Tensor) -> tuple[int, ...]:
+    """Dense strides with the axes in the order `tensor`'s strides put them (a transposed or channels-last operand
+    keeps its order, so converting it is one pass in memory order; a slice's gaps close)."""
+    order = sorted(range(len(tensor.dims)), key=lambda axis: (-tensor.strides[axis], axis))
+    strides = [0] * len(tensor.dims)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= max(tensor.dims[axis], 1)
+    return tuple(strides)
+
+
+def converted_operands(call: LibraryCall) -> tuple[int, ...]:
+    """A bf16 call's operands (0 source, 1 weights) converted to bfloat16 on every run, into buffers of its own:
+    the source, and weights that are not known when the plan is created (constant ones are converted once, as
+    they are packed). The plan's values stay float32 (kernorch/precision/)."""
+    if call.precision == "f32":
+        return ()
+    assert call.precision == "bf16", call.precision
+    return (0,) if call.weights.constant else (0, 1)
+
+
 def render_onednn_call(name: str, call: LibraryCall) -> str:
     """C for one oneDNN call: a state struct and `<name>_create/_run/_destroy` (the shape every library-call
     backend renders: codegen/backends/library_calls.py)."""
@@ -89,19 +111,27 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
             memories.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({position}) | DNNL_ARG_SRC_1", tensor, False))
     count = len(memories) + 1  # + scratchpad
     assert len(memories) <= 16, "more memories than the descriptor array holds"
+    converted = converted_operands(call)
+    element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"  # what the primitive multiplies
+    # a converted operand: cvt[j] reorders the plan's float32 buffer (cvt_from[j]) into mem[i], bfloat16, owned
     lines = [f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
+             "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
              f"}} {name}_state;",
              f"static void {name}_destroy(void *state) {{",
              f"    {name}_state *s = ({name}_state *)state;",
              "    if (!s) return;",
              f"    for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);",
+             "    for (int j = 0; j < 2; j++) {",
+             "        if (s->cvt[j]) dnnl_primitive_destroy(s->cvt[j]);",
+             "        if (s->cvt_from[j]) dnnl_memory_destroy(s->cvt_from[j]);",
+             "    }",
              "    if (s->prim) dnnl_primitive_destroy(s->prim);",
              "    free(s);",
              "}",
              f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a) {{",
              f'    static const char ko_where[] = "{name}";',
              f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
-             "    dnnl_memory_desc_t md[16] = {0};",
+             "    dnnl_memory_desc_t md[16] = {0}, md_bf[2] = {0};",
              "    dnnl_memory_desc_t md_any = NULL, md_dense = NULL, md_padded = NULL;",
              "    dnnl_primitive_attr_t attr = NULL;",
              "    dnnl_post_ops_t ops = NULL;",
@@ -114,9 +144,15 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     for i, (_, tensor, _) in enumerate(memories):
         lines += [_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides),
                   f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));"]  # fmt: skip
-    weights_md = "md[1]"
-    if call.weights.constant:  # oneDNN chooses the packed layout; packed once below
-        lines += [f"    KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, dnnl_f32, "
+    for i in converted:
+        tensor = memories[i][1]
+        lines += [_array(f"sb{i}", _dense_like(tensor)),
+                  f"    KO_CHECK(dnnl_memory_desc_create_with_strides(&md_bf[{i}], {len(tensor.dims)}, d{i}, "
+                  f"dnnl_bf16, sb{i}));"]  # fmt: skip
+    src_md = "md_bf[0]" if 0 in converted else "md[0]"
+    weights_md = "md_bf[1]" if 1 in converted else "md[1]"
+    if call.weights.constant:  # oneDNN chooses the packed layout (and type); packed once below
+        lines += [f"    KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, {element}, "
                   "dnnl_format_tag_any));"]
         weights_md = "md_any"
     lines += ["    KO_CHECK(dnnl_primitive_attr_create(&attr));",
@@ -134,7 +170,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     lines.append("    KO_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));")
     bias_md = "md[3]" if call.bias is not None else "NULL"
     if call.op == "matmul":
-        lines.append(f"    KO_CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, md[0], {weights_md}, {bias_md}, "
+        lines.append(f"    KO_CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, {src_md}, {weights_md}, {bias_md}, "
                      "md[2], attr));")  # fmt: skip
     else:
         lines += [_array("strides", call.strides), _array("dilates", call.dilates),
@@ -142,9 +178,10 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
         function = "dnnl_convolution_forward_primitive_desc_create" if call.op == "convolution" else \
             "dnnl_deconvolution_forward_primitive_desc_create"  # fmt: skip
         algorithm = "dnnl_convolution_direct" if call.op == "convolution" else "dnnl_deconvolution_direct"
-        lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, md[0], "
+        lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, {src_md}, "
                      f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
-    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) if call.op == "matmul" else None
+    # the padded pitch is for float32 weights oneDNN keeps plain (no AVX-512); bf16 weights are always packed
+    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) if call.op == "matmul" and not converted else None
     if call.weights.constant and pitch is not None:
         lines += _padded_weights(call, pitch, bias_md)
     lines.append("    KO_CHECK(dnnl_primitive_create(&s->prim, pd));")
@@ -167,7 +204,18 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
                   "        }",
                   "    }"]  # fmt: skip
     for i, (_, _, packed) in enumerate(memories):
-        if not packed:  # pointed at the plan's buffer on every run
+        if i in converted:  # its bfloat16 copy, owned; the float32 buffer is read by the conversion on every run
+            j = converted.index(i)
+            lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], md_bf[{i}], engine, DNNL_MEMORY_ALLOCATE));",
+                      f"    KO_CHECK(dnnl_memory_create(&s->cvt_from[{j}], md[{i}], engine, DNNL_MEMORY_NONE));",
+                      f"    KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[{i}], engine, md_bf[{i}], "
+                      "engine, NULL));",
+                      f"    KO_CHECK(dnnl_primitive_create(&s->cvt[{j}], reorder_pd));",
+                      "    dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
+                      f"    s->cvt_args[{j}][0].arg = DNNL_ARG_FROM; s->cvt_args[{j}][0].memory = s->cvt_from[{j}];",
+                      f"    s->cvt_args[{j}][1].arg = DNNL_ARG_TO; s->cvt_args[{j}][1].memory = s->mem[{i}];",
+                      ]  # fmt: skip
+        elif not packed:  # pointed at the plan's buffer on every run
             lines.append(f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
     scratch = len(memories)
     lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{scratch}], "
@@ -178,6 +226,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
               "    ok = 1;",
               "fail:",
               "    for (int i = 0; i < 16; i++) if (md[i]) dnnl_memory_desc_destroy(md[i]);",
+              "    for (int i = 0; i < 2; i++) if (md_bf[i]) dnnl_memory_desc_destroy(md_bf[i]);",
               "    if (md_any) dnnl_memory_desc_destroy(md_any);",
               "    if (md_dense) dnnl_memory_desc_destroy(md_dense);",
               "    if (md_padded) dnnl_memory_desc_destroy(md_padded);",
@@ -193,7 +242,13 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
               f"static int {name}_run(void *state, dnnl_stream_t stream, void **a) {{",
               f"    {name}_state *s = ({name}_state *)state;"]  # fmt: skip
     for i, (_, tensor, packed) in enumerate(memories):
-        if not packed:
+        if i in converted:
+            j = converted.index(i)
+            lines += [f"    if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
+                      "return 1;",
+                      f"    if (dnnl_primitive_execute(s->cvt[{j}], stream, 2, s->cvt_args[{j}]) != dnnl_success) "
+                      "return 1;"]  # fmt: skip
+        elif not packed:
             lines.append(f"    if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) "
                          "return 1;")  # fmt: skip
     lines += [f"    return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;",

@@ -515,8 +515,9 @@ class Describer:
 
 
 def is_depthwise(graph: Graph, node: Node) -> bool:
-    """A float32 conv with one filter per channel: a per-channel window reduction, generated like pooling."""
-    if node.prim != "conv" or graph.types[node.outputs[0]].dtype != "float32":
+    """A float32 conv with one filter per channel: a per-channel window reduction, generated like pooling (a bf16
+    one multiplies rounded operands: a library call)."""
+    if node.prim != "conv" or graph.types[node.outputs[0]].dtype != "float32" or node.attr("precision", "f32") != "f32":
         return False
     x, w = (graph.types[v] for v in node.inputs)
     channels = x.shape[-1] if node.attr("channels_last", False) else x.shape[1]

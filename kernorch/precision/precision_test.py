@@ -1,0 +1,226 @@
+"""bf16 mode: the rounding the reference specifies, the stage's choices, and compiled bf16 library calls held to
+their reference as tightly as float32 ones (so a call that silently multiplied in float32 fails), on edge values
+too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.codegen.backends import ONEDNN, choose_backend
+from kernorch.codegen.library import absorbed_summary
+from kernorch.cost.profile import signature
+from kernorch.errors import KernorchError
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.primitives import PRIMITIVES
+from kernorch.ir.reference_kernels import round_to_bf16
+from kernorch.ir.types import TensorType
+from kernorch.options import Options
+from kernorch.pipeline import compile_plan, import_graph, plan_graph
+from kernorch.precision import bf16_supported, choose_precision, with_precision
+from kernorch.runtime import run_reference
+from kernorch.testing import random_array
+from kernorch.tools.check import BF16_RTOL, compare
+
+needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
+
+
+def test_rounding_to_bf16_is_to_nearest_even_like_torch_on_edge_values() -> None:
+    torch = pytest.importorskip("torch")
+    specials = [0.0, -0.0, 1.0, 1.00390625, 1.005859375, 1.0029296875, -1.0029296875, 3.4028235e38, -3.4028235e38,
+                3.3895314e38, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 65504.0, 2.0**-126]  # fmt: skip
+    x = np.concatenate([np.array(specials, np.float32), random_array((1000,), seed=4) * 1e3])
+    expected = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    got = round_to_bf16(x)
+    np.testing.assert_array_equal(got, expected)  # equal NaNs count as equal
+    assert np.signbit(got[1]) and got.dtype == np.float32
+    assert got[4] == 1.0078125 and got[5] == 1.0 and got[6] == -1.0  # ties to even, both ways; below a tie down
+
+
+def test_a_bf16_matmuls_reference_multiplies_rounded_operands_and_sums_in_float32() -> None:
+    a, b = random_array((8, 40), seed=1), random_array((40, 5), seed=2)
+    (got,) = PRIMITIVES["matmul"].reference([a, b], {"precision": "bf16"})
+    np.testing.assert_allclose(got, round_to_bf16(a).astype(np.float64) @ round_to_bf16(b), rtol=1e-6, atol=1e-6)
+    assert np.abs(got - a @ b).max() > 1e-4  # it is not the float32 product
+    (plain,) = PRIMITIVES["matmul"].reference([a, b], {})
+    np.testing.assert_allclose(plain, a @ b, rtol=1e-5, atol=1e-5)
+    ints = [TensorType((2, 3), "int32"), TensorType((3, 2), "int32")]
+    with pytest.raises(ValueError, match="bf16 needs float32"):
+        PRIMITIVES["matmul"].infer(ints, {"precision": "bf16"})
+    with pytest.raises(ValueError, match="precision"):
+        PRIMITIVES["matmul"].infer(ints, {"precision": "fp8"})
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, ...]], outputs: list[str],
+           constants: dict[str, np.ndarray]) -> onnx.ModelProto:  # fmt: skip
+    graph = helper.make_graph(nodes, "bf16", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                              for n, s in inputs.items()],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              [numpy_helper.from_array(a, n) for n, a in constants.items()])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _models() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
+    """Each linear primitive the way the shared models use it, with what its library call absorbs."""
+    w = random_array((96, 128), seed=1) * 0.1
+    b = random_array((128,), seed=2)
+    conv_w = random_array((32, 16, 3, 3), seed=3) * 0.2
+    dw = random_array((16, 1, 3, 3), seed=4)
+    deconv_w = random_array((16, 8, 2, 2), seed=5)
+    x = random_array((2, 24, 96), seed=6)
+    img = random_array((1, 16, 12, 12), seed=7)
+    q, k = random_array((2, 4, 24, 32), seed=8), random_array((2, 4, 24, 32), seed=9)
+    return {
+        "matmul+bias+relu": (_model([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                                     helper.make_node("Add", ["m", "b"], ["a"]),
+                                     helper.make_node("Relu", ["a"], ["y"])], {"x": x.shape}, ["y"], {"w": w, "b": b}),
+                             {"x": x}),
+        "matmul+bias": (_model([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                                helper.make_node("Add", ["m", "b"], ["y"])], {"x": x.shape}, ["y"], {"w": w, "b": b}),
+                        {"x": x}),
+        "attention scores (two activations, one transposed)": (
+            _model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                    helper.make_node("MatMul", ["q", "kt"], ["y"])], {"q": q.shape, "k": k.shape}, ["y"], {}),
+            {"q": q, "k": k}),
+        "conv+relu": (_model([helper.make_node("Conv", ["img", "cw"], ["c"], pads=[1, 1, 1, 1]),
+                              helper.make_node("Relu", ["c"], ["y"])], {"img": img.shape}, ["y"], {"cw": conv_w}),
+                      {"img": img}),
+        "depthwise conv": (_model([helper.make_node("Conv", ["img", "dw"], ["y"], pads=[1, 1, 1, 1], group=16)],
+                                  {"img": img.shape}, ["y"], {"dw": dw}), {"img": img}),
+        "conv_transpose": (_model([helper.make_node("ConvTranspose", ["img", "tw"], ["y"], strides=[2, 2])],
+                                  {"img": img.shape}, ["y"], {"tw": deconv_w}), {"img": img}),
+    }  # fmt: skip
+
+
+def _compile_all_bf16(model: onnx.ModelProto, layout: str) -> tuple[Any, Graph]:
+    """Every linear primitive bf16 (no cost model), planned and compiled; the compiled model and its graph."""
+    options = Options(cost="analytic", device="cpu-nominal", precision="bf16", layout=layout, rewrite=False)
+    graph, report = choose_precision(import_graph(model), None, "bf16")
+    assert report.bf16 == report.linear >= 1
+    result = plan_graph(graph, options)
+    marked = [n for n in result.plan.graph.nodes if n.prim in ("matmul", "conv", "conv_transpose")]
+    assert marked and all(n.attr("precision") == "bf16" for n in marked), marked
+    return compile_plan(result, options), result.plan.graph
+
+
+@needs_bf16
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+@pytest.mark.parametrize("case", list(_models()))
+def test_compiled_bf16_calls_match_their_bf16_reference_tightly(case: str, layout: str) -> None:
+    model, feeds = _models()[case]
+    compiled, graph = _compile_all_bf16(model, layout)
+    assert ONEDNN in compiled.executor.backends, compiled.executor.backends  # kernorch's own convs are float32
+    got = compiled.run(feeds)
+    for error in compare(got, run_reference(graph, feeds)):  # the same roundings: only the order of sums differs
+        assert error.relative < 2e-6, (case, error)
+    float32 = run_reference(import_graph(model), feeds)
+    for error in compare(got, float32):  # and it did round: far from float32, within the mode's tolerance
+        assert 1e-4 < error.relative < BF16_RTOL, (case, error)
+
+
+@needs_bf16
+def test_nan_and_infinities_pass_through_a_bf16_call_where_the_reference_has_them() -> None:
+    # (a relu post-op is left out: oneDNN's relu maps NaN to 0 in float32 too, where onnxruntime keeps it)
+    model, feeds = _models()["matmul+bias"]
+    x = feeds["x"].copy()
+    x[0, 0, 0], x[0, 1, 5], x[1, 2, 7] = np.nan, np.inf, -np.inf
+    x[1, 3, :] = 3.4e38  # finite in float32, infinite in bfloat16: the row's sums are inf - inf, NaN, in both
+    compiled, graph = _compile_all_bf16(model, "nchw")
+    got, expected = compiled.run({"x": x})["y"], run_reference(graph, {"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(expected))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
+    assert np.isnan(got).any() and np.isinf(got).any()
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-5, atol=1e-4)
+
+
+class _Priced:
+    """A cost model pricing a kernel by what its linear primitives multiply in."""
+
+    name = "priced"
+
+    def __init__(self, bf16_factor: float) -> None:
+        self.bf16_factor = bf16_factor
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        bf16 = any(n.attr("precision") == "bf16" for n in candidate.primitives)
+        return 1e-3 * (self.bf16_factor if bf16 else 1.0)
+
+
+def _attention_block() -> Graph:
+    x = random_array((1, 16, 32), seed=1)
+    w = random_array((32, 32), seed=2)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Softmax", ["m"], ["s"], axis=-1),
+             helper.make_node("ReduceMean", ["s"], ["y"], axes=[-1])]  # fmt: skip
+    model = _model(nodes, {"x": x.shape}, ["y"], {"w": w})
+    return import_graph(model)
+
+
+def test_the_stage_gives_bf16_to_linear_primitives_only_and_only_where_cheaper() -> None:
+    graph = _attention_block()
+    chosen, report = choose_precision(graph, _Priced(0.5), "bf16")
+    precisions = {n.prim: n.attr("precision") for n in chosen.nodes}
+    assert precisions["matmul"] == "bf16"
+    assert all(p is None for prim, p in precisions.items() if prim != "matmul"), precisions  # softmax, mean: f32
+    assert (report.linear, report.bf16) == (1, 1) and report.cost_chosen == pytest.approx(report.cost_fp32 / 2)
+    assert "1 of 1 linear primitives" in report.summary()
+    slower, report = choose_precision(graph, _Priced(1.5), "bf16")
+    assert report.bf16 == 0 and all(n.attr("precision") is None for n in slower.nodes)
+    same, report = choose_precision(graph, _Priced(0.5), "fp32")
+    assert same is graph and report.bf16 == 0
+    assert all(n.attr("precision") is None for n in graph.nodes)  # the input graph is not edited
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_kernorchs_own_float32_convolutions_decline_a_bf16_one(last: bool) -> None:
+    model, _ = _models()["depthwise conv"]
+    graph = import_graph(model)
+    index = next(i for i, n in enumerate(graph.nodes) if n.prim == "conv")
+    node = graph.nodes[index]
+    if last:  # kernorch's depthwise kernel takes the channels-last one, generated C the NCHW one, in float32
+        node = Node(node.prim, node.inputs, node.outputs, tuple(sorted({**node.attr_dict, "channels_last": True}
+                                                                        .items())), node.origin)  # fmt: skip
+        for value in (node.inputs[0], node.outputs[0]):
+            shape = graph.types[value].shape
+            graph.types[value] = TensorType((shape[0], *shape[2:], shape[1]), "float32")
+    graph.nodes[index] = node
+    float32 = make_kernel(graph, (index,), tuple(node.outputs))
+    assert choose_backend(float32)[0] is not ONEDNN
+    marked = graph.copy()
+    marked.nodes[index] = with_precision(node, "bf16")
+    kernel = make_kernel(marked, (index,), tuple(node.outputs))
+    assert choose_backend(kernel)[0] is ONEDNN
+    assert "[bf16]" in (absorbed_summary(kernel) or "")
+
+
+def test_bf16_mode_is_refused_in_one_line_on_a_cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernorch.precision as precision
+
+    monkeypatch.setattr(precision, "isa_flags", lambda: ("avx2", "fma"))
+    with pytest.raises(KernorchError, match="AVX512-BF16 or AMX"):
+        plan_graph(_attention_block(), Options(precision="bf16", cost="analytic"))
+
+
+def test_the_precision_option_is_checked() -> None:
+    with pytest.raises(KernorchError, match="unknown precision"):
+        Options(precision="fp16")
+    with pytest.raises(KernorchError, match="CPU option"):
+        Options(precision="bf16", device="a100", cost="analytic")
+    assert Options().precision == "fp32"
+
+
+def test_a_bf16_kernel_is_profiled_apart_from_its_float32_twin() -> None:
+    model, _ = _models()["conv+relu"]
+    graph = import_graph(model)
+    index = next(i for i, n in enumerate(graph.nodes) if n.prim == "conv")
+    marked = graph.copy()
+    marked.nodes[index] = with_precision(graph.nodes[index], "bf16")
+    outputs = tuple(graph.nodes[index].outputs)
+    assert signature(make_kernel(graph, (index,), outputs))[1] != signature(make_kernel(marked, (index,), outputs))[1]
