@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare-layouts", action="store_true",
                        help="also time kernorch's optimal plans with every conv channels-last (torch.compile's rule) "
                        "and with everything NCHW, next to the default whole-graph layout choice")
+    bench.add_argument("--breakdown", action="store_true",
+                       help="after timing, run kernorch's plan kernel by kernel in place and print where its time "
+                       "goes: linear kernels (fp32/bf16) against the fp32 peak, generated kernels against the "
+                       "bandwidth, layout changes, Python-run kernels, and the runtime's overhead")
     bench.add_argument("--rewrite-budget", type=seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")
     bench.add_argument("--json", action="store_true",

@@ -60,6 +60,11 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # NaN through oneDNN's post-ops: relu as elu(0) + 0, clip/hardsigmoid/logistic declined
+    Mutant("oneDNN's relu post-op turns NaN into 0", "kernorch/codegen/library/onednn.py",
+           'if isinstance(op, Eltwise) and op.alg == "relu" and op.alpha == 0.0:', "if False:", (EPILOGUES,)),
+    Mutant("oneDNN takes a clip post-op", "kernorch/codegen/library/onednn.py",
+           'NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")', 'NAN_TO_BOUND = ("logistic",)', (EPILOGUES,)),
     # bf16 mode: the reference's rounding, the library call's conversion, the stage's choice
     Mutant("bf16 rounding truncates instead of rounding to nearest even", "kernorch/ir/reference_kernels.py",
            "rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)",

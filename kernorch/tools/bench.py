@@ -282,9 +282,17 @@ def available_peers(names: Sequence[str], throughput: bool = False) -> list[str]
     return [p for p in chosen if not p.startswith("openvino") or openvino_available()]
 
 
+def _breakdown(plan_dir: str, feeds: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
+    """kernorch's plan, loaded here once every worker has stopped, timed kernel by kernel (tools/breakdown.py)."""
+    import kernorch
+    from kernorch.tools.breakdown import breakdown
+
+    return breakdown(kernorch.load(plan_dir, threads=threads), feeds)
+
+
 def quick_bench(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
                 progress: Progress | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                throughput: bool = False) -> dict[str, Any]:  # fmt: skip
+                throughput: bool = False, breakdown: bool = False) -> dict[str, Any]:  # fmt: skip
     """kernorch's optimal plan against onnxruntime and OpenVINO (fp32) only: what the zoo measures on many models
     (bench_model also plans without rewrites, greedy and unfused, and schedules an rProgram). `input_shapes` binds
     a model's symbolic dims; `throughput` adds OpenVINO under its THROUGHPUT hint (time per batch)."""
@@ -299,10 +307,11 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
         times, _, errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},
                                            graph_feeds(fissioned), options.threads, runs, rounds,
                                            options.precision)  # fmt: skip
+        parts = _breakdown(plan_dir, graph_feeds(fissioned), options.threads) if breakdown else None
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             **_versus_best_peer(_results(times, errors), options.precision),
-            "kernels": {"kernorch": len(result.plan.kernels)}}  # fmt: skip
+            "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts}  # fmt: skip
 
 
 def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) -> dict[str, Any]:
@@ -318,7 +327,7 @@ def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) ->
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
                 progress: Progress | None = None, compare_layouts: bool = False,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                throughput: bool = False) -> dict[str, Any]:  # fmt: skip
+                throughput: bool = False, breakdown: bool = False) -> dict[str, Any]:  # fmt: skip
     """Plan the model with and without rewrites (and, with `compare_layouts`, under the other layout
     policies) from one import and one cost model, then time every contender side by side."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
@@ -353,6 +362,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         plan_dirs[RPROGRAM] = plan_dirs["kernorch"]
         times, prepared, errors = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs, feeds, threads,
                                                   runs, rounds, options.precision)  # fmt: skip
+        parts = _breakdown(plan_dirs["kernorch"], feeds, threads) if breakdown else None
     contenders = _results(times, errors)
     bound = roofline_bound(result.plan.graph, options)
     return {
@@ -363,6 +373,7 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         **_versus_best_peer(contenders, options.precision),
         "kernels": {name: len(plan.kernels) for name, (_, plan) in plans.items()},
         "precision_choice": result.precision_report.to_json() if result.precision_report is not None else None,
+        "breakdown": parts,
         "primitives": {"rewritten": len(result.plan.graph.nodes), "fissioned": len(plain.plan.graph.nodes)},
         "rewrites": result.rewrite_report.to_json() if result.rewrite_report is not None else None,
         "layouts": {name: report.to_json() for name, report in layouts.items() if report is not None},
@@ -420,6 +431,10 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
+    if report.get("breakdown"):
+        from kernorch.tools.breakdown import format_breakdown
+
+        lines += format_breakdown(report["breakdown"])
     roof = report.get("roofline")
     if roof is None:  # quick_bench: the plan against the peers only
         return lines

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.gir import remembered
-from kernorch.codegen.library import LibraryCall, describe_library_call, render_onednn_call
+from kernorch.codegen.library import LibraryCall, describe_library_call, onednn_rejection, render_onednn_call
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.native import (
     depthwise_rejection,
@@ -74,5 +74,5 @@ DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C dept
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip
-ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", lambda call: None, render_onednn_call, claims=True,
+ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
                             precisions=("f32", "bf16"))  # fmt: skip

@@ -3,7 +3,7 @@ absorbs as post-ops (epilogue.py), rendered against oneDNN's C API (onednn.py), 
 the library-shaped kernels kernorch writes itself (post_ops.py)."""
 
 from kernorch.codegen.library.call import LibraryCall, absorbed_summary, describe_library_call
-from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, render_onednn_call
+from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, onednn_rejection, render_onednn_call
 from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "absorbed_summary",
     "binary_operands",
     "describe_library_call",
+    "onednn_rejection",
     "post_op_statements",
     "post_ops_rejection",
     "render_onednn_call",

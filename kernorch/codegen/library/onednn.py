@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kernorch.codegen.c import c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
-from kernorch.codegen.library.epilogue import Eltwise
+from kernorch.codegen.library.epilogue import Binary, Eltwise
 from kernorch.ir.strided import row_major
 
 ONEDNN_PRELUDE = """#include <stdio.h>
@@ -36,6 +36,39 @@ _ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hards
                 "linear": "dnnl_eltwise_linear", "pow": "dnnl_eltwise_pow"}  # fmt: skip
 # swish's alpha is the sigmoid's slope (1 for SiLU); soft_relu's alpha too
 _DEFAULT_ALPHA = {"swish": 1.0, "soft_relu": 1.0}
+
+
+# oneDNN's kernels clamp with max/min in these post-ops, which turns NaN into a number where onnxruntime's Clip,
+# HardSigmoid and Sigmoid keep NaN (measured: clip and hardsigmoid on conv and matmul calls, logistic on an NCHW
+# conv): such a call is declined and the BLP fuses the op elsewhere (kernorch's own convolutions apply it in C,
+# NaN kept). epilogue_test.py runs every activation on NaN and infinities.
+NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")
+
+
+def onednn_rejection(call: LibraryCall) -> str | None:
+    """Why oneDNN does not run `call` (None when it does)."""
+    for op, _ in call.post_ops:
+        if isinstance(op, Eltwise) and op.alg in NAN_TO_BOUND:
+            return f"oneDNN's {op.alg} post-op turns NaN into a bound (onnxruntime keeps NaN)"
+    return None
+
+
+def _as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
+    """The oneDNN post-ops computing `op` as onnxruntime does, NaN included. oneDNN's relu (slope 0) is a max,
+    which turns NaN into 0; elu with α = 0 is the same function (its negative side is 0·(eˣ − 1) = −0) and keeps
+    NaN (NaN·0), and adding +0 turns its −0 into relu's +0."""
+    if isinstance(op, Eltwise) and op.alg == "relu" and op.alpha == 0.0:
+        return [Eltwise("elu", 0.0), Eltwise("linear", 1.0, 0.0)]
+    return [op]
+
+
+def _post_op_positions(call: LibraryCall) -> list[int]:
+    """For each of the call's post-ops, its position among the post-ops oneDNN runs (`_as_onednn` may expand)."""
+    positions, position = [], 0
+    for op, _ in call.post_ops:
+        positions.append(position)
+        position += len(_as_onednn(op))
+    return positions
 
 
 def _pointer(tensor: Tensor) -> str:
@@ -106,7 +139,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
                                                 ("DNNL_ARG_DST", call.dst, False)]  # fmt: skip
     if call.bias is not None:
         memories.append(("DNNL_ARG_BIAS", call.bias, False))
-    for position, (_, tensor) in enumerate(call.post_ops):
+    for position, (_, tensor) in zip(_post_op_positions(call), call.post_ops, strict=True):
         if tensor is not None:
             memories.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({position}) | DNNL_ARG_SRC_1", tensor, False))
     count = len(memories) + 1  # + scratchpad
@@ -159,7 +192,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
               "    KO_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));",
               "    KO_CHECK(dnnl_post_ops_create(&ops));"]  # fmt: skip
     binary_index = 3 + (call.bias is not None)
-    for op, _ in call.post_ops:
+    for op in (expanded for given, _ in call.post_ops for expanded in _as_onednn(given)):
         if isinstance(op, Eltwise):
             alpha = c_literal(op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
             beta = c_literal(op.beta, "float32")

@@ -25,7 +25,8 @@ def _eltwise(op: Eltwise) -> str | None:
     a, b = _f(op.alpha), _f(op.beta)
     clamp = "(u < 0.0f ? 0.0f : (u > 1.0f ? 1.0f : u))"
     statements = {
-        "relu": f"v = v > 0.0f ? v : {a} * v;",  # 0 * v keeps a NaN, as max(x, 0) does
+        # NaN stays NaN, as in onnxruntime's Relu; with slope 0 a negative v gives +0 (0 * v would be -0)
+        "relu": f"v = v > 0.0f ? v : {a} * v;" if op.alpha else "v = (v > 0.0f || v != v) ? v : 0.0f;",
         "clip": f"v = v < {a} ? {a} : (v > {b} ? {b} : v);",
         "hardswish": f"{{ const float u = {a} * v + {b}; v = v * {clamp}; }}",
         "hardsigmoid": f"{{ const float u = {a} * v + {b}; v = {clamp}; }}",

@@ -77,4 +77,4 @@ def test_post_ops_without_c_are_named() -> None:
 
 def test_binary_operands_are_used_in_order() -> None:
     ops = ((Binary("mul", "s"), None), (Eltwise("relu"), None), (Binary("add", "r"), None))
-    assert post_op_statements(ops, ["S", "R"]) == ["v = v * S;", "v = v > 0.0f ? v : 0.0f * v;", "v = v + R;"]
+    assert post_op_statements(ops, ["S", "R"]) == ["v = v * S;", "v = (v > 0.0f || v != v) ? v : 0.0f;", "v = v + R;"]

@@ -1,0 +1,93 @@
+"""Where a compiled plan's time goes (`kernorch bench --breakdown`): each kernel timed in place, summed by kind.
+
+Kinds: linear kernels (library calls: oneDNN or kernorch's own convolutions, float32 or bf16) against the
+machine's measured float32 peak, generated kernels (memory-bound C) against its measured bandwidth, layout
+changes (kernels of layout primitives only: transposes, pads, concats that copy), kernels run by Python (the
+reference or onnxruntime), and the runtime's own overhead: the end-to-end median minus the kernels' sum
+(dispatch between kernels, feeding inputs, copying outputs). Kernel times come from whole inferences with
+every kernel timed on its own (`PlanExecutor.kernel_times`), so each kernel's data is where the kernels before
+it left it. The next gap is the largest row, read against its floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernorch.codegen.backends import choose_backend
+from kernorch.cost.analytic import calibrate_this_machine, kernel_bytes, primitive_flops
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.runtime.timing import time_call
+
+
+@dataclass
+class Row:
+    kind: str
+    kernels: int = 0
+    seconds: float = 0.0
+    flops: float = 0.0  # linear kinds
+    bytes: float = 0.0  # memory-bound kinds
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def kind_of(kernel: CandidateKernel) -> str:
+    backend, _ = choose_backend(kernel)
+    kinds = {PRIMITIVES[n.prim].kind for n in kernel.primitives}
+    if backend is not None and not backend.runs_code:
+        return "views (no code)"
+    if backend is None or not backend.native:
+        return "run by Python (reference / onnxruntime)"
+    if Kind.LINEAR in kinds:
+        bf16 = any(n.attr("precision") == "bf16" for n in kernel.primitives)
+        return f"linear, {'bf16' if bf16 else 'fp32'} ({backend.family})"
+    if kinds == {Kind.LAYOUT}:
+        return "layout changes (copies)"
+    if Kind.OPAQUE in kinds:
+        return "opaque (LSTM scans)"
+    return "generated (memory-bound)"
+
+
+def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20) -> dict[str, Any]:
+    """The plan's time by kind of kernel, and the runtime overhead, measured here (see the module docstring)."""
+    executor = compiled.executor
+    times = executor.kernel_times(feeds, repeats)
+    total = time_call(lambda: compiled.run(feeds), runs=repeats).median
+    rows: dict[str, Row] = {}
+    for kernel, seconds in zip(compiled.kernels, times, strict=True):
+        row = rows.setdefault(kind_of(kernel), Row(kind_of(kernel)))
+        row.kernels += 1
+        row.seconds += seconds
+        if row.kind.startswith("linear"):
+            row.flops += sum(primitive_flops(kernel.graph, n) for n in kernel.primitives
+                             if PRIMITIVES[n.prim].kind == Kind.LINEAR)  # fmt: skip
+        else:
+            row.bytes += kernel_bytes(kernel)
+    device = calibrate_this_machine(compiled.cache_dir, compiled.threads)
+    return {"total_ms": total * 1e3, "kernels_ms": sum(times) * 1e3, "overhead_ms": (total - sum(times)) * 1e3,
+            "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9,
+            "rows": [r.to_json() for r in sorted(rows.values(), key=lambda r: -r.seconds)]}  # fmt: skip
+
+
+def format_breakdown(report: dict[str, Any]) -> list[str]:
+    total = report["total_ms"]
+    lines = [f"  breakdown: {total:.3f} ms end to end (median); kernels in place {report['kernels_ms']:.3f} ms, "
+             f"runtime overhead {report['overhead_ms']:.3f} ms; this machine: {report['peak_gflops']:.0f} GFLOP/s "
+             f"fp32 peak, {report['bandwidth_gbs']:.1f} GB/s"]  # fmt: skip
+    for row in report["rows"]:
+        ms = row["seconds"] * 1e3
+        if row["flops"]:
+            achieved = row["flops"] / row["seconds"] / 1e9 if row["seconds"] else 0.0
+            against = f"{achieved:.0f} GFLOP/s = {achieved / report['peak_gflops']:.2f}x the fp32 peak"
+        elif row["bytes"]:
+            achieved = row["bytes"] / row["seconds"] / 1e9 if row["seconds"] else 0.0
+            against = f"{achieved:.1f} GB/s = {achieved / report['bandwidth_gbs']:.2f}x DRAM bandwidth (more in cache)"
+        else:
+            against = ""
+        lines.append(f"    {row['kind']:<42} {row['kernels']:>4} kernels {ms:>9.3f} ms {ms / total:>5.0%}  {against}")
+    return lines
