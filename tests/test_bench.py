@@ -49,10 +49,16 @@ def test_bench_in_bf16_compares_with_what_users_run(tmp_path: Path, capsys: pyte
     model = tmp_path / "attention.onnx"
     model.write_bytes(self_attention_block(seq=64, hidden=128, heads=4).SerializeToString())
     assert main(["bench", str(model), "--quick", "--runs", "4", "--cost", "analytic", "--precision", "bf16",
-                 "--json"]) == 0  # fmt: skip
+                 "--breakdown", "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     text = "\n".join(format_report(report))
-    assert "precision bf16" in text and "rel err" in text and "no bf16 path" in text
+    assert "precision bf16" in text and "rel err" in text and "no bf16 path" in text and "breakdown:" in text
+    # where the plan's time goes: every kernel counted once, linear ones with their flops
+    rows = {row["kind"]: row for row in report["breakdown"]["rows"]}
+    assert sum(row["kernels"] for row in rows.values()) == report["kernels"]["kernorch"]
+    linear = [row for kind, row in rows.items() if kind.startswith("linear")]
+    assert linear and all(row["flops"] > 0 and row["seconds"] > 0 for row in linear)
+    assert report["breakdown"]["total_ms"] > 0
     peers = {"onnxruntime", "openvino-default"} if openvino_available() else {"onnxruntime"}
     assert report["precision"] == "bf16" and report["best_peer"] in peers
     assert set(report["contenders"]) >= peers | {"kernorch"}

@@ -25,8 +25,8 @@ ZOO = Path(__file__).parent / "zoo"
 def test_a_zoo_model_compiles_and_matches_onnxruntime(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)  # every operator has a rule: nothing falls back
-        # SegFormer channels-last only: the auto layout would orchestrate it twice (30 s more of the suite; auto is
-        # covered on the shared segformer_b0 by test_orchestrate_models)
+        # SegFormer channels-last only: the auto layout would orchestrate it twice (30 s more; auto is covered on
+        # the shared segformer_b0 by test_orchestrate_models in `make test-slow`)
         options = Options(cost="analytic", layout="channels-last" if name == "hf_segformer" else "auto")
         report, _ = check_model(ZOO / f"{name}.onnx", compiled=True, options=options)
     assert report.passed, report.lines()

@@ -22,11 +22,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     result = orchestrate_model(args, show_progress=True)
     graph = result.plan.graph
     device = "gpu" if make_options(args).gpu else "cpu"
+    bf16_plan = result.precision_report is not None and result.precision_report.precision == "bf16"
     for i, (kernel, cost) in enumerate(zip(result.plan.kernels, result.plan.costs, strict=True)):
         origins = sorted({graph.nodes[n].origin for n in kernel.nodes})
-        precision = "bf16" if any(graph.nodes[n].attr("precision") == "bf16" for n in kernel.nodes) else "fp32"
-        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]  "
-              f"{precision}")
+        print(f"kernel {i}: {cost * 1e6:.1f} us  [{' → '.join(graph.nodes[n].prim for n in kernel.nodes)}]")
         print(f"    from: {', '.join(origins)}")
         backend, reason = choose_backend(kernel, device)
         absorbed = absorbed_summary(kernel)
@@ -35,6 +34,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         else:
             print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
+        if bf16_plan:  # a bf16 kernel multiplies bfloat16 operands; everything else computes in float32
+            bf16 = any(graph.nodes[n].attr("precision") == "bf16" for n in kernel.nodes)
+            print(f"    precision: {'bf16 (operands rounded to bfloat16, float32 sums)' if bf16 else 'fp32'}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
     if result.layout_report is not None:
         print(result.layout_report.summary())

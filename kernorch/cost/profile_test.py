@@ -125,6 +125,7 @@ def test_unwritable_cache_directory_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow  # 20 s of measuring: `make test-slow`
 def test_profiling_beside_a_cpu_hog_chooses_a_plan_as_good_as_quiet(tmp_path: Path) -> None:
     """With another process burning a core, contended slices are measured again (after waiting for quiet,
     then keeping the least disturbed run): the plan chosen under load costs, by quiet measurements, within

@@ -4,6 +4,7 @@ too."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -224,3 +225,26 @@ def test_a_bf16_kernel_is_profiled_apart_from_its_float32_twin() -> None:
     marked.nodes[index] = with_precision(graph.nodes[index], "bf16")
     outputs = tuple(graph.nodes[index].outputs)
     assert signature(make_kernel(graph, (index,), outputs))[1] != signature(make_kernel(marked, (index,), outputs))[1]
+
+
+@needs_bf16
+def test_the_cli_plans_explains_and_checks_in_bf16(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernorch.cli import main
+    from kernorch.tools.demo_models import self_attention_block
+
+    path = tmp_path / "attention.onnx"
+    path.write_bytes(self_attention_block(seq=64, hidden=256, heads=4).SerializeToString())
+    common = ["--cost", "analytic", "--device", "cpu-nominal", "--precision", "bf16"]
+    assert main(["explain", str(path), *common]) == 0
+    text = capsys.readouterr().out
+    assert "precision: bf16 (operands rounded" in text and "precision: fp32" in text  # a line per kernel
+    assert "[bf16]" in text and "precision bf16:" in text and "lstm_recurrence: fp32" in text  # the policy
+    assert main(["check", str(path), "--precision", "bf16"]) == 0  # reference, every linear primitive bf16
+    text = capsys.readouterr().out
+    assert "(bf16)" in text and "tolerance 2e-02" in text and "PASS" in text
+    assert main(["check", str(path), "--compiled", *common]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["check", str(path), "--precision", "bf16", "--rtol", "1e-6"]) == 1  # bf16 is not float32
+    with pytest.raises(SystemExit) as exit_:  # argparse's one line
+        main(["optimize", str(path), "--precision", "fp16"])
+    assert exit_.value.code == 2 and "invalid choice: 'fp16'" in capsys.readouterr().err
