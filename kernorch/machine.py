@@ -13,6 +13,8 @@ import platform
 from functools import cache
 from pathlib import Path
 
+from kernorch.errors import KernorchError
+
 
 @cache
 def _cpuinfo() -> dict[str, str]:
@@ -36,6 +38,19 @@ def cpu_model() -> str:
 def isa_flags() -> tuple[str, ...]:
     """The CPU's feature flags, sorted (what `-march=native` may use)."""
     return tuple(sorted(set(_cpuinfo().get("flags", platform.machine()).split())))
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX-BF16)."""
+    return bool(set(isa_flags()) & {"avx512_bf16", "amx_bf16"})
+
+
+def check_bf16_supported() -> None:
+    """One line refusing bf16 arithmetic on a CPU without bfloat16 instructions (oneDNN would emulate it, slower
+    than float32: the mode exists to be faster, so it is refused rather than emulated)."""
+    if not bf16_supported():
+        raise KernorchError("precision bf16 needs a CPU with AVX512-BF16 or AMX-BF16 instructions; this one has "
+                            "neither (use --precision fp32)")
 
 
 def isa_digest() -> str:

@@ -208,6 +208,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     from kernorch.tools.conformance import default_cache_dir, generate_node_tests, run_conformance, summarize
 
+    if args.compiled and args.precision == "bf16":  # one line here, not a refusal per case
+        from kernorch.machine import check_bf16_supported
+
+        check_bf16_supported()
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     print(f"ONNX node tests: {cache} (generated from the installed onnx package on first use)", flush=True)
     generate_node_tests(cache)

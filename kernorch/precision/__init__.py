@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernorch.cost.model import CostModel
-from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
-from kernorch.machine import isa_flags
+from kernorch.machine import bf16_supported, check_bf16_supported
+
+__all__ = ["POLICY", "PrecisionReport", "bf16_supported", "check_bf16_supported", "choose_precision", "policy_lines",
+           "with_precision"]
 
 PRECISIONS = ("fp32", "bf16")  # Options.precision
 BF16_PRIMS = ("matmul", "conv", "conv_transpose")
@@ -48,20 +50,6 @@ POLICY: dict[str, tuple[str, str]] = {
         "values are stored as float32 between kernels in this version; a linear kernel rounds its operands "
         "as it packs them, inside the call (no separate conversion pass)"),
 }  # fmt: skip
-
-
-def bf16_supported() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX-BF16)."""
-    flags = set(isa_flags())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
-def check_bf16_supported() -> None:
-    """One line refusing bf16 mode on a CPU without bfloat16 instructions (oneDNN would emulate it, slower than
-    float32: the mode exists to be faster, so it is refused rather than emulated)."""
-    if not bf16_supported():
-        raise KernorchError("precision bf16 needs a CPU with AVX512-BF16 or AMX-BF16 instructions; this one has "
-                            "neither (use --precision fp32)")
 
 
 @dataclass(frozen=True)

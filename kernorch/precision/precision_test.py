@@ -202,11 +202,20 @@ def test_kernorchs_own_float32_convolutions_decline_a_bf16_one(last: bool) -> No
 
 
 def test_bf16_mode_is_refused_in_one_line_on_a_cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernorch.precision as precision
+    """Before tuning, and wherever a bf16 plan would be compiled or loaded (a plan priced by a fixed roofline, a
+    saved one): never oneDNN's emulation, nor its failure to create the primitive."""
+    import kernorch.machine as machine
 
-    monkeypatch.setattr(precision, "isa_flags", lambda: ("avx2", "fma"))
+    graph = _attention_block()
+    marked, _ = choose_precision(graph, None, "bf16")
+    options = Options(precision="bf16", cost="analytic", device="cpu-nominal")
+    result = plan_graph(marked, options)
+    monkeypatch.setattr(machine, "isa_flags", lambda: ("avx2", "fma"))
     with pytest.raises(KernorchError, match="AVX512-BF16 or AMX"):
-        plan_graph(_attention_block(), Options(precision="bf16", cost="analytic"))
+        plan_graph(graph, options.with_(device="cpu"))
+    with pytest.raises(KernorchError, match="AVX512-BF16 or AMX"):
+        compile_plan(result, options)
+    plan_graph(graph, Options(cost="analytic"))  # float32 is never refused
 
 
 def test_the_precision_option_is_checked() -> None:

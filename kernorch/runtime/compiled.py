@@ -12,6 +12,7 @@ import numpy as np
 
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
+from kernorch.machine import check_bf16_supported
 from kernorch.runtime.artifact import read_plan, save_plan
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import ArrayModel
@@ -28,6 +29,8 @@ class CompiledModel(ArrayModel):
     runtime: str = "kernels"  # "kernels" or "rprogram" (kernorch.options.Options.runtime)
 
     def __post_init__(self) -> None:
+        if any(node.attr("precision") == "bf16" for node in self.graph.nodes):  # a bf16 plan, made or loaded here
+            check_bf16_supported()
         self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir, runtime=self.runtime)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
