@@ -59,6 +59,9 @@ def test_bench_in_bf16_compares_with_what_users_run(tmp_path: Path, capsys: pyte
     linear = [row for kind, row in rows.items() if kind.startswith("linear")]
     assert linear and all(row["flops"] > 0 and row["seconds"] > 0 for row in linear)
     assert report["breakdown"]["total_ms"] > 0
+    listed = report["breakdown"]["linear_kernels"]  # each linear kernel with its rate against the fp32 peak
+    assert len(listed) == sum(row["kernels"] for row in linear) and all(e["of_fp32_peak"] > 0 for e in listed)
+    assert "slowest linear kernels" in text
     peers = {"onnxruntime", "openvino-default"} if openvino_available() else {"onnxruntime"}
     assert report["precision"] == "bf16" and report["best_peer"] in peers
     assert set(report["contenders"]) >= peers | {"kernorch"}

@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.library import absorbed_summary
 from kernorch.cost.analytic import calibrate_this_machine, kernel_bytes, primitive_flops
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.runtime.timing import time_call
+
+LISTED = 8  # linear kernels printed one by one (the report holds them all)
 
 
 @dataclass
@@ -59,19 +62,26 @@ def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20)
     times = executor.kernel_times(feeds, repeats)
     total = time_call(lambda: compiled.run(feeds), runs=repeats).median
     rows: dict[str, Row] = {}
-    for kernel, seconds in zip(compiled.kernels, times, strict=True):
+    linear: list[dict[str, Any]] = []  # each linear kernel: what it is, its time and rate
+    for index, (kernel, seconds) in enumerate(zip(compiled.kernels, times, strict=True)):
         row = rows.setdefault(kind_of(kernel), Row(kind_of(kernel)))
         row.kernels += 1
         row.seconds += seconds
         if row.kind.startswith("linear"):
-            row.flops += sum(primitive_flops(kernel.graph, n) for n in kernel.primitives
-                             if PRIMITIVES[n.prim].kind == Kind.LINEAR)  # fmt: skip
+            flops = sum(primitive_flops(kernel.graph, n) for n in kernel.primitives
+                        if PRIMITIVES[n.prim].kind == Kind.LINEAR)  # fmt: skip
+            row.flops += flops
+            linear.append({"kernel": index, "what": absorbed_summary(kernel) or row.kind, "ms": seconds * 1e3,
+                           "gflops": flops / seconds / 1e9 if seconds else 0.0})  # fmt: skip
         else:
             row.bytes += kernel_bytes(kernel)
     device = calibrate_this_machine(compiled.cache_dir, compiled.threads)
+    for entry in linear:
+        entry["of_fp32_peak"] = entry["gflops"] * 1e9 / device.peak_flops
     return {"total_ms": total * 1e3, "kernels_ms": sum(times) * 1e3, "overhead_ms": (total - sum(times)) * 1e3,
             "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9,
-            "rows": [r.to_json() for r in sorted(rows.values(), key=lambda r: -r.seconds)]}  # fmt: skip
+            "rows": [r.to_json() for r in sorted(rows.values(), key=lambda r: -r.seconds)],
+            "linear_kernels": sorted(linear, key=lambda e: -e["ms"])}  # fmt: skip
 
 
 def format_breakdown(report: dict[str, Any]) -> list[str]:
@@ -93,4 +103,9 @@ def format_breakdown(report: dict[str, Any]) -> list[str]:
             against = ""
         share = ms / kernels if kernels else 0.0
         lines.append(f"    {row['kind']:<42} {row['kernels']:>4} kernels {ms:>9.3f} ms {share:>5.0%}  {against}")
+    slowest = report.get("linear_kernels", [])[:LISTED]
+    if slowest:
+        lines.append(f"  the {len(slowest)} slowest linear kernels, each against the fp32 peak:")
+        lines += [f"    kernel {e['kernel']:>4} {e['ms']:>8.3f} ms {e['gflops']:>7.0f} GFLOP/s "
+                  f"{e['of_fp32_peak']:>5.2f}x  {e['what']}" for e in slowest]  # fmt: skip
     return lines
