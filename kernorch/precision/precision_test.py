@@ -176,6 +176,8 @@ def test_the_stage_gives_bf16_to_linear_primitives_only_and_only_where_cheaper()
     assert report.bf16 == 0 and all(n.attr("precision") is None for n in slower.nodes)
     same, report = choose_precision(graph, _Priced(0.5), "fp32")
     assert same is graph and report.bf16 == 0
+    every, report = choose_precision(graph, None, "bf16")  # check's reference run: all of them, no prices
+    assert report.bf16 == 1 and "no cost model" in report.summary() and "nan" not in report.summary()
     assert all(n.attr("precision") is None for n in graph.nodes)  # the input graph is not edited
 
 
