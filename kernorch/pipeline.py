@@ -22,6 +22,7 @@ from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
 from kernorch.layout import choose_layouts
+from kernorch.machine import check_bf16_supported
 from kernorch.options import Options
 from kernorch.orchestrate import OrchestrationResult, orchestrate
 from kernorch.precision import choose_precision
@@ -94,9 +95,7 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                cost_model: CostModel | None = None) -> OrchestrationResult:  # fmt: skip
     """Rewrite (unless options.rewrite is off), choose layouts and precisions and orchestrate a primitive graph."""
-    if options.precision == "bf16" and options.device == "cpu":
-        from kernorch.precision import check_bf16_supported
-
+    if options.precision == "bf16" and options.device == "cpu":  # before any tuning (compiling checks again)
         check_bf16_supported()
     cost_model = cost_model or make_cost_model(options, progress)
     report = None

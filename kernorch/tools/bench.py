@@ -248,9 +248,10 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
         errors: dict[str, float] = {}
         for name, got in outputs.items():
             errors[name] = worst = max((e.relative for e in compare(got, reference)), default=0.0)
-            if not worst <= tolerance(name, precision):
+            allowed = tolerance(name, precision)
+            if not worst <= allowed:
                 raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
-                                    f"{tolerance(name, precision):.0e}); nothing timed")  # fmt: skip
+                                    f"{allowed:.0e}); nothing timed")  # fmt: skip
         times: dict[str, list[float]] = {name: [] for name in workers}
         per_round = max(1, runs // rounds)
         order = list(workers)
@@ -301,7 +302,7 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     options = options or Options()
     fissioned = import_graph(model_path, input_shapes, strict=options.strict)
     result = plan_graph(fissioned, options, progress or Progress(), make_cost_model(options, progress or Progress()))
-    peers = available_peers(BEST_PEERS if options.precision == "fp32" else PEERS[:3], throughput)
+    peers = available_peers(BEST_PEERS if options.precision == "fp32" else (*BEST_PEERS, OPENVINO_DEFAULT), throughput)
     with tempfile.TemporaryDirectory() as work:
         plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
         times, _, errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},

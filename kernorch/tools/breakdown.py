@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.codegen.backends import choose_backend
+from kernorch.codegen.backends import Backend
 from kernorch.codegen.library import absorbed_summary
 from kernorch.cost.analytic import calibrate_this_machine, kernel_bytes, primitive_flops
 from kernorch.ir.kernel import CandidateKernel
@@ -39,12 +39,12 @@ class Row:
         return dict(vars(self))
 
 
-def kind_of(kernel: CandidateKernel) -> str:
-    backend, _ = choose_backend(kernel)
+def kind_of(kernel: CandidateKernel, backend: Backend) -> str:
+    """The row a kernel's time goes to, given the backend the executor runs it with."""
     kinds = {PRIMITIVES[n.prim].kind for n in kernel.primitives}
-    if backend is not None and not backend.runs_code:
+    if not backend.runs_code:
         return "views (no code)"
-    if backend is None or not backend.native:
+    if not backend.native:
         return "run by Python (reference / onnxruntime)"
     if Kind.LINEAR in kinds:
         bf16 = any(n.attr("precision") == "bf16" for n in kernel.primitives)
@@ -63,8 +63,9 @@ def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20)
     total = time_call(lambda: compiled.run(feeds), runs=repeats).median
     rows: dict[str, Row] = {}
     linear: list[dict[str, Any]] = []  # each linear kernel: what it is, its time and rate
-    for index, (kernel, seconds) in enumerate(zip(compiled.kernels, times, strict=True)):
-        row = rows.setdefault(kind_of(kernel), Row(kind_of(kernel)))
+    for index, (kernel, backend, seconds) in enumerate(zip(compiled.kernels, executor.backends, times, strict=True)):
+        kind = kind_of(kernel, backend)
+        row = rows.setdefault(kind, Row(kind))
         row.kernels += 1
         row.seconds += seconds
         if row.kind.startswith("linear"):
