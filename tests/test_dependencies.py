@@ -19,7 +19,7 @@ BLOCK_TORCH = "import sys\nsys.modules['torch'] = None  # any `import torch` now
 def test_the_core_install_holds_no_heavy_dependency() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {requirement.split(">")[0].split("=")[0].split("<")[0] for requirement in project["dependencies"]}
-    assert core == {"numpy", "onnx", "highspy", "tqdm", "onednn-cpu-gomp", "onednn-devel-cpu-gomp"}
+    assert core == {"numpy", "ml_dtypes", "onnx", "highspy", "tqdm", "onednn-cpu-gomp", "onednn-devel-cpu-gomp"}
     extras = project["optional-dependencies"]
     assert any(r.startswith("torch>=") and "<" in r for r in extras["torch"])  # a range, not the local pin
     assert {"graphviz>=0.20", "matplotlib>=3.7"} <= set(extras["pictures"])

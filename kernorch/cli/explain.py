@@ -35,8 +35,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
         print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
         if bf16_plan:  # a bf16 kernel multiplies bfloat16 operands; everything else computes in float32
-            bf16 = any(graph.nodes[n].attr("precision") == "bf16" for n in kernel.nodes)
-            print(f"    precision: {'bf16 (operands rounded to bfloat16, float32 sums)' if bf16 else 'fp32'}")
+            from kernorch.precision import kernel_precision
+
+            print(f"    precision: {kernel_precision(kernel)}")
     print(f"{len(result.plan.kernels)} kernels, plan cost {result.plan.cost * 1e3:.3f} ms")
     if result.layout_report is not None:
         print(result.layout_report.summary())
@@ -184,3 +185,4 @@ def _explain_rewrites(report: RewriteReport) -> None:
         follow = f" (+ {', '.join(trial.follow_ups)})" if trial.follow_ups else ""
         print(f"  tried {trial.rule}{follow} at {trial.origin}: neighbourhood plan {trial.cost_before * 1e6:.1f} → "
               f"{trial.cost_after * 1e6:.1f} us, {verdict}")
+

@@ -46,6 +46,7 @@ TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
 PRECISION = "kernorch/precision/precision_test.py"
+STORAGE = "kernorch/precision/storage_test.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -70,13 +71,31 @@ MUTANTS: tuple[Mutant, ...] = (
            "rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)",
            "rounded = bits & np.uint32(0xFFFF0000)", (PRECISION,)),
     Mutant("a bf16 library call multiplies in float32", "kernorch/codegen/library/onednn.py",
-           '    return (0,) if call.weights.constant else (0, 1)', '    return ()', (PRECISION,)),
+           'if tensor.dtype == "float32" and not (i == 1 and tensor.constant))', "if False)", (PRECISION,)),
     Mutant("a bf16 call's weights stay float32 when packed", "kernorch/codegen/library/onednn.py",
            'element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"', 'element = "dnnl_f32"', (PRECISION,)),
     Mutant("the precision stage gives bf16 where it is slower", "kernorch/precision/__init__.py",
            "if bf16_cost < fp32_cost:", "if bf16_cost != fp32_cost:", (PRECISION,)),
     Mutant("kernorch's float32 depthwise kernel takes a bf16 conv", "kernorch/codegen/backends/library_calls.py",
            "if call.precision not in self.precisions:", "if False:", (PRECISION,)),
+    # bf16 values between kernels: generated C's bfloat16 stores and loads, the calls' bfloat16 operands and
+    # destinations, the stage's casts
+    Mutant("generated C truncates to bfloat16", "kernorch/codegen/c/prelude.py",
+           "const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;", "const uint32_t rounded = u >> 16;",
+           (STORAGE,)),
+    Mutant("generated C's bfloat16 NaN may carry into inf", "kernorch/codegen/c/prelude.py",
+           "return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) & 0x8000u) | 0x7FC0u : rounded);",
+           "return (uint16_t)rounded;", (STORAGE,)),
+    Mutant("a bfloat16 load reads the low half", "kernorch/codegen/c/prelude.py",
+           "const uint32_t u = (uint32_t)bits << 16;", "const uint32_t u = (uint32_t)bits;", (STORAGE,)),
+    Mutant("a call reads a bfloat16 operand as float32", "kernorch/codegen/library/onednn.py",
+           'if tensor.dtype == "bfloat16":  # stored so by its producer: read as it is', "if False:", (STORAGE,)),
+    Mutant("a call's bfloat16 destination is written as float32", "kernorch/codegen/library/call.py",
+           'slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "bfloat16"',
+           'slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "float32"', (STORAGE,)),
+    Mutant("a view chain with a float32 reader is converted before its views", "kernorch/precision/__init__.py",
+           "out not in outputs and readers.get(out, set()) <= members for i in chain", "True for i in chain",
+           (STORAGE,)),
     # GPU plans: the Triton renderer, the GPU runtime, the GPU cost model, saved GPU plans
     Mutant("triton: a negative gather index is not counted from the end", "kernorch/codegen/triton/render.py",
            'wrapped, _ = self.temp(f"tl.where({raw} < 0, {raw} + {size}, {raw})", "int64")',

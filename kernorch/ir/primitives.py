@@ -186,9 +186,14 @@ def _where_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 _register("where", Kind.ELEMENTWISE, _where_infer,
           lambda inputs, attrs: [np.where(inputs[0], inputs[1], inputs[2])], "cond ? a : b")  # fmt: skip
 
+def _cast_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    if "bfloat16" in (attrs["to"], types[0].dtype) and {attrs["to"], types[0].dtype} != {"float32", "bfloat16"}:
+        raise ValueError(f"bfloat16 converts from and to float32 only, not {types[0].dtype} to {attrs['to']}")
+    return [TensorType(types[0].shape, attrs["to"])]
+
+
 _register(
-    "cast", Kind.ELEMENTWISE,
-    lambda types, attrs: [TensorType(types[0].shape, attrs["to"])],
+    "cast", Kind.ELEMENTWISE, _cast_infer,
     lambda inputs, attrs: [numeric.cast(inputs[0], attrs["to"])],
     "convert to dtype `to` (ONNX's Cast, onnxruntime's out-of-range results: ir/numeric.py)",
 )  # fmt: skip
@@ -470,23 +475,32 @@ _register("resize", Kind.LAYOUT, _resize_infer,
 PRECISIONS = ("f32", "bf16")  # what a linear primitive multiplies; its sums and output are the value's dtype
 
 
-def _precision(types: Sequence[TensorType], attrs: Attrs) -> None:
-    """A linear primitive's `precision` (the precision stage's choice, kernorch/precision/): bf16 multiplies
-    float32 operands rounded to bfloat16, accumulating in float32."""
+def _precision(types: Sequence[TensorType], attrs: Attrs) -> str:
+    """A linear primitive's `precision` (the precision stage's choice, kernorch/precision/) and its output dtype:
+    bf16 multiplies float32 operands rounded to bfloat16, or bfloat16 ones (stored so by the kernel producing
+    them), accumulating in float32; its output is float32."""
     precision = C.one_of(attrs.get("precision", "f32"), "precision", PRECISIONS)
-    if precision == "bf16" and any(t.dtype != "float32" for t in types):
-        raise ValueError(f"precision bf16 needs float32 operands, got {', '.join(t.dtype for t in types)}")
+    if precision == "bf16":
+        if any(t.dtype not in ("float32", "bfloat16") for t in types):
+            raise ValueError(f"precision bf16 needs float32 or bfloat16 operands, got "
+                             f"{', '.join(t.dtype for t in types)}")  # fmt: skip
+        return "float32"
+    if any(t.dtype == "bfloat16" for t in types):
+        raise ValueError("a bfloat16 operand needs precision bf16")
+    return _same_dtype(types)
 
 
 def _in_precision(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
-    """The operands as a linear primitive of this precision multiplies them."""
-    return [K.round_to_bf16(x) for x in inputs] if attrs.get("precision", "f32") == "bf16" else list(inputs)
+    """The operands as a linear primitive of this precision multiplies them (float32 values, bfloat16's)."""
+    if attrs.get("precision", "f32") != "bf16":
+        return list(inputs)
+    return [K.round_to_bf16(x.astype(np.float32) if x.dtype != np.float32 else x) for x in inputs]
 
 
 def _matmul_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     a, b = types
-    _precision(types, attrs)
-    return [TensorType(K.broadcast_matmul_shape(a.shape, b.shape), _same_dtype(types))]
+    dtype = _precision(types, attrs)
+    return [TensorType(K.broadcast_matmul_shape(a.shape, b.shape), dtype)]
 
 
 _register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(*_in_precision(inputs, attrs))],
@@ -519,12 +533,12 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
         for name in extra:
             C.integers(attrs[name], name, spatial, low=0)
         C.one_of(attrs.get("channels_last", False), "channels_last", (False, True))
-        _precision(types, attrs)
+        dtype = _precision(types, attrs)
         last = bool(attrs.get("channels_last", False))
         x_shape = _channels_first(x.shape) if last else x.shape
         shape = infer_shape(x_shape, w.shape, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
                             *(attrs[name] for name in extra))  # fmt: skip
-        return [TensorType(_channels_last(shape) if last else shape, _same_dtype(types))]
+        return [TensorType(_channels_last(shape) if last else shape, dtype)]
 
     def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
         x, w = _in_precision(inputs, attrs)

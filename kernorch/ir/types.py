@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype)
 import numpy as np
 
 from kernorch.ir.contracts import elements
 
-# dtypes the reference interpreter can hold; anything else (bfloat16, float8, strings) is refused.
+# dtypes a model may hold (the frontend's and the reference interpreter's); anything else (bfloat16, float8,
+# strings) is refused.
 SUPPORTED_DTYPES = frozenset(
     {
         "float16", "float32", "float64",
@@ -18,6 +20,9 @@ SUPPORTED_DTYPES = frozenset(
     }
 )  # fmt: skip
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+# dtypes only kernorch creates: bfloat16 storage of a bf16 linear primitive's operand (the precision stage's casts,
+# kernorch/precision/). A model holding one is still refused (the frontend checks SUPPORTED_DTYPES).
+STORAGE_DTYPES = frozenset({"bfloat16"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +31,7 @@ class TensorType:
     dtype: str
 
     def __post_init__(self) -> None:
-        if self.dtype not in SUPPORTED_DTYPES:
+        if self.dtype not in SUPPORTED_DTYPES and self.dtype not in STORAGE_DTYPES:
             raise ValueError(f"unsupported dtype {self.dtype}")
         if any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
@@ -46,7 +51,7 @@ class TensorType:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype in FLOAT_DTYPES
+        return self.dtype in FLOAT_DTYPES or self.dtype == "bfloat16"
 
     @staticmethod
     def of(array: np.ndarray) -> TensorType:

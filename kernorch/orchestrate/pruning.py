@@ -26,6 +26,8 @@ class LinearEpilogues:
 
     - matmul operands computed by layout primitives (transposes, reshapes, slices, splits): read through
       strides, no copy;
+    - a bf16 primitive's operand conversion to bfloat16 (kernorch/precision/): the call converts its float32
+      source itself, on every run (or the conversion fuses into the operand's producer instead);
     - an epilogue: elementwise primitives downstream of the linear output that keep its shape (bias,
       per-channel scale and shift, activations, a residual add), which become post-ops of the call.
       Whether a particular set compiles to post-ops is the backend's decision (codegen/library/epilogue.py); a set
@@ -52,12 +54,18 @@ class LinearEpilogues:
     def operand_views(self, linear: int) -> frozenset[int]:
         """Layout primitives (transpose, reshape, slice, split) computing a matmul operand from a buffer: read
         through strides, no copy, when the chain is a strided view (ir/strided.py decides; a chain that
-        is not costs infinity with the reason). Asked for every candidate node set: computed once."""
+        is not costs infinity with the reason); and a bf16 operand's cast, which the call may run itself.
+        Asked for every candidate node set: computed once."""
         if linear in self._operand_views:
             return self._operand_views[linear]
         node = self.graph.nodes[linear]
         found: set[int] = set()
         frontier = list(node.inputs) if node.prim == "matmul" else []
+        for value in dict.fromkeys(node.inputs):  # a bf16 operand's conversion: the call converts it itself
+            cast = self.graph.nodes[self._producers[value]] if value in self._producers else None
+            if cast is not None and cast.prim == "cast" and cast.attr("to") == "bfloat16":
+                found.add(self._producers[value])
+                frontier = [cast.inputs[0] if v == value else v for v in frontier]
         while frontier:
             producer = self._producers.get(frontier.pop())
             if producer is None or producer in found or self.graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:

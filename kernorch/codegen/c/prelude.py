@@ -101,6 +101,23 @@ static inline float ko_expf(float x) {
     return x < -87.33f ? 0.0f : y;
 }
 static inline float ko_sigmoidf(float x) { return 1.0f / (1.0f + ko_expf(-x)); }
+/* bfloat16 is float32's top 16 bits: rounded to nearest, ties to even (add 0x7FFF plus the lowest kept bit), as
+   the reference (ml_dtypes) and oneDNN round; NaN becomes the quiet NaN of its sign, as ml_dtypes makes it (the
+   addition could carry a NaN into inf or -0); subnormals are rounded like any value (vcvtneps2bf16 would flush
+   them to zero); beyond the largest finite, inf. Integer arithmetic and a select: GCC vectorizes it */
+static inline uint16_t ko_bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) & 0x8000u) | 0x7FC0u : rounded);
+}
+static inline float ko_bf16_float(uint16_t bits) {
+    const uint32_t u = (uint32_t)bits << 16;
+    float y;
+    memcpy(&y, &u, 4);
+    return y;
+}
+static inline float ko_bf16_round(float x) { return ko_bf16_float(ko_bf16_bits(x)); }
 /* an 8 x 8 float block: dst[i * ds + j] = src[j * ss + i] (a transposing copy reads whole rows, not one element
    per cache line): a [16384, 144] -> [144, 16384] tiled copy moves 15-20 GB/s on one Zen 3 core, 55-65 on two */
 static inline void ko_transpose8(const float *restrict src, int64_t ss, float *restrict dst, int64_t ds) {

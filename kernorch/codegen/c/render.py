@@ -126,6 +126,7 @@ class _Phase:
     def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target) -> None:
         self.gir, self.phase, self.prefix, self.counter, self.target = gir, phase, prefix, counter, target
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
+        self.bf16_buffers = {b.name for b in gir.buffers if b.dtype == "bfloat16"}
         self.names: dict[int, str] = {}  # register slice -> the C temporary or literal holding it
         self.ctypes: dict[int, str] = {}  # register slice -> its C type
         self.numbers: set[int] = set()  # register slices holding a float literal that is not NaN
@@ -570,9 +571,13 @@ class _Phase:
                 self.names[op.writes[0]] = self.address(side.buffer, op)
                 self.ctypes[op.writes[0]] = "int64_t" if table.dtype.kind == "i" else "float"
                 return []
+            if op.name == "load" and self.bf16_buffers and side.buffer in self.bf16_buffers:  # widened, exactly
+                return [self.temp(op.writes[0], "float", f"ko_bf16_float({self.address(side.buffer, op)})")]
             if op.name == "load":
                 return [self.temp(op.writes[0], self.types[side.buffer], self.address(side.buffer, op))]
             target_type = self.types[side.buffer]
+            if self.bf16_buffers and side.buffer in self.bf16_buffers:  # a bfloat16 value: its top 16 bits
+                return [f"{self.address(side.buffer, op)} = ko_bf16_bits({self.names[op.reads[0]]});"]
             return [f"{self.address(side.buffer, op)} = ({target_type})({self.names[op.reads[0]]});"]
         if op.kind != ELEMENTWISE or op.name in _SILENT:
             return []  # broadcast and sync: no statement on a CPU thread
@@ -584,6 +589,8 @@ class _Phase:
         operands = op.dtype
         assert operands is not None, f"{op.name} without its dtype"
         dtype = operands
+        if op.name == "cast" and dtype == "bfloat16":  # computed on as float, rounded as bfloat16 holds it
+            return [self.temp(op.writes[0], "float", f"ko_bf16_round({args[0]})")]
         if op.name == "cast":
             source = next((d for d, c in C_TYPES.items() if c == self.ctypes.get(op.reads[0])), dtype)
             return [self.temp(op.writes[0], C_TYPES[dtype], c_cast(args[0], source, dtype))]

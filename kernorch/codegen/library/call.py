@@ -22,6 +22,8 @@ from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind
 from kernorch.ir.strided import StridedView, row_major, strided_view
 
 LIBRARY_DTYPE = "float32"  # oneDNN's f32 primitives; other dtypes fall back to the reference
+# a bf16 call's operand may be stored bfloat16 (by the kernel producing it: kernorch/precision/)
+OPERAND_DTYPES = {"f32": ("float32",), "bf16": ("float32", "bfloat16")}
 ONEDNN_OP = {"conv": "convolution", "conv_transpose": "deconvolution", "matmul": "matmul"}
 
 
@@ -32,6 +34,7 @@ class Tensor:
     strides: tuple[int, ...]  # elements, one per dim
     constant: bool = False  # known when the plan is created: weights may be packed once
     offset: int = 0  # elements into the buffer (a strided view of a slice or split, strided.py)
+    dtype: str = "float32"  # of the buffer: "bfloat16" for a bf16 call's operand stored so
 
 
 @dataclass(frozen=True)
@@ -57,14 +60,53 @@ def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
     return linear[0], kernel.graph.nodes[linear[0]]
 
 
+def is_bf16_cast(node: Node) -> bool:
+    return node.prim == "cast" and node.attr("to") == "bfloat16"
+
+
+def operand_conversions(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str, int]:
+    """A bf16 linear primitive's operands converted to bfloat16 inside the kernel (the precision stage's cast,
+    absorbed into the call: the call converts its float32 source on every run): operand → the cast's node.
+    Raises NotGeneratable when the kernel would also have to write the converted value."""
+    conversions: dict[str, int] = {}
+    for value in dict.fromkeys(node.inputs):
+        producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+        if producer is None or not is_bf16_cast(graph.nodes[producer]):
+            continue
+        if value in kernel.outputs:
+            raise NotGeneratable(f"operand {value} is converted inside the call; the kernel cannot also write it")
+        conversions[value] = producer
+    return conversions
+
+
+def stored_bf16(graph: Graph, kernel: CandidateKernel, absorbed: set[int]) -> int | None:
+    """The cast to bfloat16 (its node) that converts the call's result as it is written, when the kernel ends in
+    one (the precision stage's cast before the next bf16 primitive, fused into this call: oneDNN writes a
+    bfloat16 destination, rounding to nearest even as the reference does)."""
+    casts = [i for i in kernel.nodes if i not in absorbed and is_bf16_cast(graph.nodes[i])]
+    if not casts:
+        return None
+    if len(casts) > 1 or tuple(graph.nodes[casts[0]].outputs) != tuple(kernel.outputs):
+        raise NotGeneratable("a conversion to bfloat16 that is not the call's only output")
+    return casts[0]
+
+
+def call_operand(graph: Graph, kernel: CandidateKernel, value: str) -> str:
+    """The value a linear primitive's operand is read from: the float32 value of a conversion absorbed into the
+    call (operand_conversions), else the operand itself."""
+    producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+    return graph.nodes[producer].inputs[0] if producer is not None and is_bf16_cast(graph.nodes[producer]) else value
+
+
 def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str, StridedView]:
-    """Matmul operands computed inside the kernel by layout primitives only (strided.py): operand → its view.
-    Raises NotGeneratable when such a chain needs a copy or the kernel would have to write a value of it."""
+    """Matmul operands computed inside the kernel by layout primitives only (strided.py): operand (the value the
+    call reads, `call_operand`) → its view. Raises NotGeneratable when such a chain needs a copy or the kernel
+    would have to write a value of it."""
     views: dict[str, StridedView] = {}
     if node.prim != "matmul":
         return views
     nodes = set(kernel.nodes)
-    for value in dict.fromkeys(node.inputs):
+    for value in dict.fromkeys(call_operand(graph, kernel, v) for v in node.inputs):
         producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
         if producer is None or graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
             continue
@@ -92,21 +134,35 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     """The oneDNN call that runs `kernel`; NotGeneratable (with the reason) when there is none."""
     graph = kernel.graph
     index, node = linear_node(kernel)
-    for value in (*node.inputs, *node.outputs):
+    allowed = OPERAND_DTYPES[node.attr("precision", "f32")]
+    for value in node.inputs:
+        if graph.types[value].dtype not in allowed:
+            raise NotGeneratable(f"library calls need {' or '.join(allowed)}, {value} is {graph.types[value].dtype}")
+    for value in node.outputs:
         if graph.types[value].dtype != LIBRARY_DTYPE:
             raise NotGeneratable(f"library calls need {LIBRARY_DTYPE}, {value} is {graph.types[value].dtype}")
+    conversions = operand_conversions(graph, kernel, node)
     views = operand_views(graph, kernel, node)
-    absorbed = {i for view in views.values() for i in view.nodes}
+    absorbed = {i for view in views.values() for i in view.nodes} | set(conversions.values())
+    stored = stored_bf16(graph, kernel, absorbed)
+    outputs = kernel.outputs if stored is None else graph.nodes[stored].inputs
     try:
-        epilogue = compile_epilogue(graph, index, kernel.nodes, kernel.outputs, channel_axis(graph, node), absorbed)
+        epilogue = compile_epilogue(graph, index, kernel.nodes, outputs, channel_axis(graph, node),
+                                    absorbed | ({stored} if stored is not None else set()))  # fmt: skip
     except EpilogueError as error:
         raise NotGeneratable(f"{node.prim} epilogue: {error}") from None
     slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
+    dst_dtype = "float32"
+    if stored is not None:  # the call writes its result as bfloat16 into the cast's output
+        if epilogue.output != graph.nodes[stored].inputs[0]:
+            raise NotGeneratable("the conversion to bfloat16 is not of the call's result")
+        slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "bfloat16"
     out_shape = graph.types[node.outputs[0]].shape
+    sources = {value: call_operand(graph, kernel, value) for value in node.inputs}
     if node.prim == "matmul":
-        call = _matmul(graph, node, views, slots, epilogue)
+        call = _matmul(graph, node, sources, views, slots, epilogue)
     else:
-        call = _convolution(graph, node, slots, epilogue)
+        call = _convolution(graph, node, sources, slots, epilogue)
     to_dnnl = _dnnl_order(node, len(out_shape))
     if len(call.dst.dims) != len(out_shape) and (epilogue.bias or epilogue.post_ops):
         raise NotGeneratable("an epilogue on a matmul with a 1-D operand")
@@ -123,7 +179,8 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     post_ops = tuple((op, _broadcast_tensor(graph, op.operand, out_shape, slots, to_dnnl, len(call.dst.dims))
                       if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
     return LibraryCall(call.op, call.src, call.weights, bias,
-                       Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides), call.strides, call.dilates,
+                       Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides, dtype=dst_dtype), call.strides,
+                       call.dilates,
                        call.pad_begin, call.pad_end, post_ops, epilogue, node.attr("precision", "f32"))  # fmt: skip
 
 
@@ -148,8 +205,9 @@ def _broadcast_tensor(graph: Graph, value: str, out_shape: tuple[int, ...], slot
     return Tensor(slots[value], (1,) * extra + dims, (1,) * extra + strides, value in graph.constants)
 
 
-def _convolution(graph: Graph, node: Node, slots: dict[str, int], epilogue: Epilogue) -> LibraryCall:
-    x, w = node.inputs
+def _convolution(graph: Graph, node: Node, sources: dict[str, str], slots: dict[str, int],
+                 epilogue: Epilogue) -> LibraryCall:  # fmt: skip
+    x, w = (sources[value] for value in node.inputs)
     attrs = node.attr_dict
     x_shape, w_shape = graph.types[x].shape, graph.types[w].shape
     out_shape = graph.types[node.outputs[0]].shape
@@ -182,17 +240,17 @@ def _convolution(graph: Graph, node: Node, slots: dict[str, int], epilogue: Epil
         end = tuple(e - int(p) for e, p in zip(end, attrs["output_padding"], strict=True))
         if any(e < 0 for e in end):
             raise NotGeneratable("conv_transpose output_padding beyond its end padding")
-    src = Tensor(slots[x], src_dims, src_strides, x in graph.constants)
-    weights = Tensor(slots[w], tuple(w_dims), tuple(w_strides), w in graph.constants)
+    src = Tensor(slots[x], src_dims, src_strides, x in graph.constants, dtype=graph.types[x].dtype)
+    weights = Tensor(slots[w], tuple(w_dims), tuple(w_strides), w in graph.constants, dtype=graph.types[w].dtype)
     dst = Tensor(slots[epilogue.output], dst_dims, dst_strides)
     return LibraryCall(op, src, weights, None, dst, tuple(int(s) for s in attrs["strides"]),
                        tuple(int(d) - 1 for d in attrs["dilations"]), tuple(begin), tuple(end),
                        epilogue=epilogue)  # fmt: skip
 
 
-def _matmul(graph: Graph, node: Node, views: dict[str, StridedView], slots: dict[str, int],
-            epilogue: Epilogue) -> LibraryCall:  # fmt: skip
-    a, b = node.inputs
+def _matmul(graph: Graph, node: Node, sources: dict[str, str], views: dict[str, StridedView],
+            slots: dict[str, int], epilogue: Epilogue) -> LibraryCall:  # fmt: skip
+    a, b = (sources[value] for value in node.inputs)
     a_shape, b_shape = graph.types[a].shape, graph.types[b].shape
     if len(a_shape) == 1:
         a_shape = (1, *a_shape)
@@ -207,12 +265,14 @@ def _matmul(graph: Graph, node: Node, views: dict[str, StridedView], slots: dict
     def operand(value: str, shape: tuple[int, ...]) -> Tensor:
         view = views.get(value)
         if view is None:
-            return Tensor(slots[value], shape, row_major(shape), value in graph.constants)
+            return Tensor(slots[value], shape, row_major(shape), value in graph.constants,
+                          dtype=graph.types[value].dtype)  # fmt: skip
         if len(view.shape) < 2:
             raise NotGeneratable(f"matmul operand {value}: a 1-D strided view")
         extent = max(s * n for s, n in zip(view.strides, view.shape, strict=True))
         strides = (extent,) * (len(shape) - len(view.shape)) + view.strides  # leading size-1 batch axes
-        return Tensor(slots[view.source], shape, strides, view.source in graph.constants, view.offset)
+        return Tensor(slots[view.source], shape, strides, view.source in graph.constants, view.offset,
+                      graph.types[view.source].dtype)  # fmt: skip
 
     return LibraryCall("matmul", operand(a, a_shape), operand(b, b_shape), None,
                        Tensor(slots[epilogue.output], dst_dims, row_major(dst_dims)), epilogue=epilogue)  # fmt: skip
@@ -235,6 +295,7 @@ def absorbed_summary(kernel: CandidateKernel) -> str | None:
     epilogue = call.epilogue
     assert epilogue is not None
     parts = [_operand_summary(kernel.graph, view) for view in operand_views(kernel.graph, kernel, node).values()]
+    parts += ["converted operand"] * len(operand_conversions(kernel.graph, kernel, node))
     parts += ["bias"] if epilogue.bias else []
     parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
     layout = " (channels-last)" if node.attr("channels_last", False) else ""

@@ -73,7 +73,8 @@ def _post_op_positions(call: LibraryCall) -> list[int]:
 
 def _pointer(tensor: Tensor) -> str:
     """The tensor's first element: its argument, or an offset into it (a strided view of a slice or split)."""
-    return f"(float *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
+    element = "uint16_t" if tensor.dtype == "bfloat16" else "float"
+    return f"({element} *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
 
 
 def _array(name: str, values: tuple[int, ...]) -> str:
@@ -122,13 +123,14 @@ def _dense_like(tensor: Tensor) -> tuple[int, ...]:
 
 
 def converted_operands(call: LibraryCall) -> tuple[int, ...]:
-    """A bf16 call's operands (0 source, 1 weights) converted to bfloat16 on every run, into buffers of its own:
-    the source, and weights that are not known when the plan is created (constant ones are converted once, as
-    they are packed). The plan's values stay float32 (kernorch/precision/)."""
+    """A bf16 call's float32 operands (0 source, 1 weights) converted to bfloat16 on every run, into buffers of
+    its own: a source, and weights not known when the plan is created (constant ones are converted once, as
+    they are packed). An operand its producer stored as bfloat16 is read as it is (kernorch/precision/)."""
     if call.precision == "f32":
         return ()
     assert call.precision == "bf16", call.precision
-    return (0,) if call.weights.constant else (0, 1)
+    return tuple(i for i, tensor in enumerate((call.src, call.weights))
+                 if tensor.dtype == "float32" and not (i == 1 and tensor.constant))  # fmt: skip
 
 
 def render_onednn_call(name: str, call: LibraryCall) -> str:
@@ -175,8 +177,12 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
              "    if (!s) { snprintf(ko_error, sizeof ko_error, \"%s: out of memory\", ko_where); "
              "return NULL; }"]  # fmt: skip
     for i, (_, tensor, _) in enumerate(memories):
-        lines += [_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides),
-                  f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));"]  # fmt: skip
+        lines += [_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides)]
+        if tensor.dtype == "bfloat16":  # stored so by its producer: read as it is
+            lines.append(f"    KO_CHECK(dnnl_memory_desc_create_with_strides(&md[{i}], {len(tensor.dims)}, d{i}, "
+                         f"dnnl_bf16, s{i}));")  # fmt: skip
+        else:
+            lines.append(f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));")
     for i in converted:
         tensor = memories[i][1]
         lines += [_array(f"sb{i}", _dense_like(tensor)),
@@ -214,7 +220,8 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
         lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, {src_md}, "
                      f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
     # the padded pitch is for float32 weights oneDNN keeps plain (no AVX-512); bf16 weights are always packed
-    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) if call.op == "matmul" and not converted else None
+    pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) \
+        if call.op == "matmul" and call.precision == "f32" else None  # fmt: skip
     if call.weights.constant and pitch is not None:
         lines += _padded_weights(call, pitch, bias_md)
     lines.append("    KO_CHECK(dnnl_primitive_create(&s->prim, pd));")

@@ -83,8 +83,13 @@ class KernelLoops:
         return [b for b in self.buffers if b.role == "output"]
 
 
-SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "bool"}
-C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t"}
+SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "bool", "bfloat16"}
+# bfloat16 is storage only: a kernel's cast to it computes in float (rounded, ko_bf16_round) and its store writes
+# the top 16 bits; a load widens them to float. Only layout primitives that move values unchanged (and a cast)
+# read one in generated C: arithmetic on bfloat16 is the linear primitives' (Describer.check)
+BF16_READERS = frozenset({"transpose", "reshape", "slice", "split", "identity", "cast"})
+C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t",
+           "bfloat16": "uint16_t"}  # fmt: skip
 UNSUPPORTED_PRIMS = {"lstm_recurrence", "lstm_stack"}
 
 
@@ -233,6 +238,8 @@ class Describer:
             for value in (*node.inputs, *node.outputs):
                 if self.graph.types[value].dtype not in SUPPORTED_DTYPES:
                     raise NotGeneratable(f"dtype {self.graph.types[value].dtype} is not generated")
+            if node.prim not in BF16_READERS and any(self.graph.types[v].dtype == "bfloat16" for v in node.inputs):
+                raise NotGeneratable(f"{node.prim} reads a bfloat16 value: generated kernels only move them")
 
     def add_buffer(self, value: str, role: str) -> str:
         name = f"{role[:3]}{sum(b.role == role for b in self.buffers)}"

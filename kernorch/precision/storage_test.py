@@ -1,0 +1,210 @@
+"""bf16 values between kernels: the precision stage's casts, and each place the orchestrator may run one — fused
+into the producer (generated C stores bfloat16; a library call writes a bfloat16 destination), alone, or inside
+the reading call (a reorder) — computing exactly what the reference computes, on edge values too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernorch.codegen.backends import GENERATED_C, ONEDNN, choose_backend
+from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.library.onednn import converted_operands
+from kernorch.ir.builder import PrimitiveBuilder
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.primitives import PRIMITIVES
+from kernorch.ir.types import TensorType
+from kernorch.precision import bf16_supported, with_conversions
+from kernorch.runtime import run_reference
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.testing import random_array
+
+needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
+
+# float32 values whose bfloat16 rounding is a corner: ties both ways, a carry into the exponent, the largest finite
+# float32 (inf in bfloat16), subnormals (rounded, not flushed), signed zero, NaN and the infinities
+EDGES = np.array([1.00390625, 1.01171875, -1.00390625, 1.9960938, 3.4028235e38, -3.39e38, 1e-40, -3e-39, -0.0,
+                  np.nan, np.inf, -np.inf, 65504.0, 2.0**-126], np.float32)  # fmt: skip
+
+
+def _two_matmuls() -> Graph:
+    """x * s → matmul (w1) + bias → matmul (w2): both matmuls bf16, their operands converted."""
+    graph = Graph(inputs=["x", "s"], outputs=[])
+    graph.types["x"], graph.types["s"] = TensorType((2, 24, 96), "float32"), TensorType((96,), "float32")
+    b = PrimitiveBuilder(graph)
+    (scaled,) = b.emit("mul", ["x", "s"])
+    (m,) = b.emit("matmul", [scaled, b.constant(random_array((96, 128), seed=1) * 0.1)], {"precision": "bf16"})
+    (a,) = b.emit("add", [m, b.constant(random_array((128,), seed=2))])
+    (y,) = b.emit("matmul", [a, b.constant(random_array((128, 64), seed=3) * 0.1)], {"precision": "bf16"})
+    graph.outputs = [y]
+    return with_conversions(graph)
+
+
+def _kernels(graph: Graph, groups: list[list[str]]) -> list[CandidateKernel]:
+    """A plan: each group of primitive names (in graph order, each taken once) one kernel writing what later
+    kernels and the graph read."""
+    remaining = list(range(len(graph.nodes)))
+    chosen: list[tuple[int, ...]] = []
+    for group in groups:
+        nodes: list[int] = []
+        for prim in group:
+            index = next(i for i in remaining if graph.nodes[i].prim == prim)
+            remaining.remove(index)
+            nodes.append(index)
+        chosen.append(tuple(sorted(nodes)))
+    assert not remaining, [graph.nodes[i].prim for i in remaining]
+    kernels = []
+    for k, members in enumerate(chosen):
+        later = {v for other in chosen[k + 1:] for i in other for v in graph.nodes[i].inputs} | set(graph.outputs)
+        outputs = tuple(v for i in members for v in graph.nodes[i].outputs if v in later)
+        kernels.append(make_kernel(graph, members, outputs))
+    return kernels
+
+
+def _feeds(edges: bool) -> dict[str, np.ndarray]:
+    x = random_array((2, 24, 96), seed=4)
+    if edges:
+        x[0, 0, : len(EDGES)] = EDGES
+        x[1, 5, : len(EDGES)] = EDGES[::-1]
+    return {"x": x, "s": random_array((96,), seed=5)}
+
+
+def test_the_stage_converts_each_bf16_operand_once_and_leaves_constants_and_float32_readers_alone() -> None:
+    graph = _two_matmuls()
+    casts = [n for n in graph.nodes if n.prim == "cast"]
+    assert [n.attr("to") for n in casts] == ["bfloat16", "bfloat16"]
+    for node in (n for n in graph.nodes if n.prim == "matmul"):
+        activation, weights = node.inputs
+        assert graph.types[activation].dtype == "bfloat16" and weights in graph.constants  # packed once, float32
+        assert graph.types[node.outputs[0]].dtype == "float32"
+    add = next(n for n in graph.nodes if n.prim == "add")
+    assert graph.types[add.inputs[0]].dtype == "float32"  # the bias add reads the matmul's float32 result
+    with pytest.raises(ValueError, match="needs precision bf16"):
+        PRIMITIVES["matmul"].infer([TensorType((2, 3), "bfloat16"), TensorType((3, 2), "float32")], {})
+    with pytest.raises(ValueError, match="from and to float32 only"):
+        PRIMITIVES["cast"].infer([TensorType((2,), "float64")], {"to": "bfloat16"})
+
+
+@needs_bf16
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("where", ["fused into producers", "alone", "inside the calls"])
+def test_each_place_a_conversion_runs_computes_the_reference(where: str, edges: bool) -> None:
+    graph = _two_matmuls()
+    groups = {"fused into producers": [["mul", "cast"], ["matmul", "add", "cast"], ["matmul"]],
+              "alone": [["mul"], ["cast"], ["matmul", "add"], ["cast"], ["matmul"]],
+              "inside the calls": [["mul"], ["cast", "matmul", "add"], ["cast", "matmul"]]}[where]  # fmt: skip
+    kernels = _kernels(graph, groups)
+    backends = [choose_backend(k)[0] for k in kernels]
+    assert backends == [ONEDNN if any(p.prim == "matmul" for p in k.primitives) else GENERATED_C for k in kernels]
+    calls = [describe_library_call(k) for k, b in zip(kernels, backends, strict=True) if b is ONEDNN]
+    if where == "fused into producers":  # read and written as bfloat16: nothing converted on a run
+        assert [(c.src.dtype, c.dst.dtype, converted_operands(c)) for c in calls] == \
+            [("bfloat16", "bfloat16", ()), ("bfloat16", "float32", ())]  # fmt: skip
+    elif where == "inside the calls":
+        assert [(c.src.dtype, converted_operands(c)) for c in calls] == [("float32", (0,)), ("float32", (0,))]
+    feeds = _feeds(edges)
+    got = PlanExecutor(graph, kernels)(feeds)[graph.outputs[0]]
+    expected = run_reference(graph, feeds)[graph.outputs[0]]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    assert np.isnan(expected).any() == edges
+    finite = np.isfinite(expected)
+    error = np.abs(got[finite] - expected[finite]) / np.abs(expected[finite]).max()
+    # the same roundings, sums in another order: nearly all equal to float32's last bits; where the first
+    # matmul's sum lies within those bits of a bfloat16 tie, its rounding may go the other way (one bfloat16 ulp,
+    # 2^-8, of one term of the second matmul: ~1e-5 of the output). Multiplying in float32 would be ~1e-3 off.
+    assert np.mean(error < 2e-6) > 0.98 and error.max() < 1e-4, (np.mean(error < 2e-6), error.max())
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_generated_c_stores_and_moves_bfloat16_bits_exactly_as_the_reference_rounds(split: bool) -> None:
+    """x * s converted to bfloat16, then transposed as bfloat16 (a generated copy loads and stores the bits): in
+    one kernel or two, every bit as ml_dtypes rounds it — NaN, ties, overflow to inf, subnormals kept."""
+    graph = Graph(inputs=["x", "s"], outputs=[])
+    graph.types["x"], graph.types["s"] = TensorType((24, 96), "float32"), TensorType((96,), "float32")
+    b = PrimitiveBuilder(graph)
+    (scaled,) = b.emit("mul", ["x", "s"])
+    (converted,) = b.emit("cast", [scaled], {"to": "bfloat16"})
+    (moved,) = b.emit("transpose", [converted], {"perm": (1, 0)})
+    graph.outputs = [moved]
+    kernels = _kernels(graph, [["mul", "cast"], ["transpose"]] if split else [["mul", "cast", "transpose"]])
+    assert all(choose_backend(k)[0] is GENERATED_C for k in kernels)
+    x = random_array((24, 96), seed=6) * 100
+    x[3, : len(EDGES)] = EDGES
+    x[7, 10:20] = 1.0 + np.arange(10, dtype=np.float32) * 2.0**-9  # halfway and beyond: ties to even
+    x[9, :2] = np.array([0x7FFFFFFF, 0xFFFFFFFF], np.uint32).view(np.float32)  # NaNs whose rounding would carry
+    feeds = {"x": x, "s": np.ones(96, np.float32)}
+    got = PlanExecutor(graph, kernels)(feeds)[moved]
+    expected = run_reference(graph, feeds)[moved]
+    assert got.dtype == expected.dtype == np.dtype("bfloat16")
+    np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+    assert np.isnan(got.astype(np.float32)).sum() == 3 and np.isinf(got.astype(np.float32)).sum() == 3
+
+
+def _attention_scores(k_also_read: bool) -> Graph:
+    """q @ transpose(k), bf16; with `k_also_read`, the transposed k is also summed (a float32 reader)."""
+    graph = Graph(inputs=["q", "k"], outputs=[])
+    graph.types["q"] = graph.types["k"] = TensorType((1, 4, 24, 32), "float32")
+    b = PrimitiveBuilder(graph)
+    (kt,) = b.emit("transpose", ["k"], {"perm": (0, 1, 3, 2)})
+    (scores,) = b.emit("matmul", ["q", kt], {"precision": "bf16"})
+    graph.outputs = [scores]
+    if k_also_read:
+        (total,) = b.emit("reduce_sum", [kt], {"axes": (3,), "keepdims": True})
+        graph.outputs.append(total)
+    return with_conversions(graph)
+
+
+def test_a_view_chain_read_only_by_bf16_matmuls_is_converted_before_its_views() -> None:
+    graph = _attention_scores(k_also_read=False)
+    assert [n.prim for n in graph.nodes] == ["cast", "cast", "transpose", "matmul"]
+    transpose = next(n for n in graph.nodes if n.prim == "transpose")
+    assert graph.types[transpose.inputs[0]].dtype == graph.types[transpose.outputs[0]].dtype == "bfloat16"
+    # a float32 reader of the view keeps it: the operand is converted after its views
+    kept = _attention_scores(k_also_read=True)
+    assert [n.prim for n in kept.nodes] == ["transpose", "cast", "cast", "matmul", "reduce_sum"]
+    transpose = next(n for n in kept.nodes if n.prim == "transpose")
+    assert kept.types[transpose.outputs[0]].dtype == "float32"
+
+
+@needs_bf16
+@pytest.mark.parametrize("plan", ["view read through strides", "generated bfloat16 copy"])
+def test_a_bfloat16_view_runs_as_the_reference(plan: str) -> None:
+    graph = _attention_scores(k_also_read=False)
+    groups = [["cast"], ["cast"], ["transpose", "matmul"]] if plan == "view read through strides" else \
+        [["cast"], ["cast"], ["transpose"], ["matmul"]]  # fmt: skip
+    kernels = _kernels(graph, groups)
+    call = describe_library_call(kernels[-1])
+    assert call.weights.dtype == "bfloat16" and not converted_operands(call)
+    if plan == "view read through strides":  # k's buffer, its last two axes swapped
+        assert call.weights.strides[-2:] == (1, 32)
+    else:
+        assert choose_backend(kernels[2])[0] is GENERATED_C
+    feeds = {"q": random_array((1, 4, 24, 32), seed=7), "k": random_array((1, 4, 24, 32), seed=8)}
+    feeds["k"][0, 1, 2, :4] = [np.nan, np.inf, -np.inf, 3.4e38]
+    got = PlanExecutor(graph, kernels)(feeds)[graph.outputs[0]]
+    expected = run_reference(graph, feeds)[graph.outputs[0]]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    finite = np.isfinite(expected)
+    assert np.isnan(expected).any() and finite.sum() > 0.9 * expected.size
+    assert np.abs(got[finite] - expected[finite]).max() < 2e-6 * np.abs(expected[finite]).max()
+
+
+def test_bfloat16_is_internal_a_model_holding_one_is_still_refused() -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from kernorch.errors import KernorchError
+    from kernorch.pipeline import import_graph
+
+    def model(nodes: list[onnx.NodeProto], x: int, y: int) -> onnx.ModelProto:
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", x, [4])],
+                                  [helper.make_tensor_value_info("y", y, [4])])  # fmt: skip
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    cast = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)
+    with pytest.raises(KernorchError, match="dtype bfloat16 is not supported"):
+        import_graph(model([cast], TensorProto.FLOAT, TensorProto.BFLOAT16))
+    with pytest.raises(KernorchError, match="dtype bfloat16 is not supported"):
+        import_graph(model([helper.make_node("Relu", ["x"], ["y"])], TensorProto.BFLOAT16, TensorProto.BFLOAT16))
