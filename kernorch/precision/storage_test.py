@@ -208,3 +208,40 @@ def test_bfloat16_is_internal_a_model_holding_one_is_still_refused() -> None:
         import_graph(model([cast], TensorProto.FLOAT, TensorProto.BFLOAT16))
     with pytest.raises(KernorchError, match="dtype bfloat16 is not supported"):
         import_graph(model([helper.make_node("Relu", ["x"], ["y"])], TensorProto.BFLOAT16, TensorProto.BFLOAT16))
+
+
+def _depthwise_then_cast(channels_last: bool) -> Graph:
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((1, 14, 14, 16) if channels_last else (1, 16, 14, 14), "float32")
+    b = PrimitiveBuilder(graph)
+    w = b.constant(random_array((16, 1, 3, 3), seed=9))
+    attrs = {"group": 16, "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "channels_last": channels_last}
+    (y,) = b.emit("conv", ["x", w], attrs)
+    (converted,) = b.emit("cast", [y], {"to": "bfloat16"})
+    graph.outputs = [converted]
+    return graph
+
+
+@needs_bf16
+def test_kernorchs_own_convolutions_never_write_a_bfloat16_destination() -> None:
+    """A float32 depthwise conv whose output a bf16 conv reads (shufflenet, efficientvit): kernorch's depthwise
+    kernel writes float32, so it declines the kernel ending in the cast (it once wrote 4-byte floats into the
+    2-byte buffer), and so does oneDNN (no float32 conv writes bfloat16): the kernel costs infinity and the
+    cast runs elsewhere. Generated C's NCHW depthwise conv does run it, storing what the reference stores."""
+    from kernorch.codegen.backends import DEPTHWISE_CONV, DIRECT_CONV, WINOGRAD_CONV
+
+    graph = _depthwise_then_cast(channels_last=True)
+    alone, with_cast = _kernels(graph, [["conv"], ["cast"]])[0], _kernels(graph, [["conv", "cast"]])[0]
+    assert DEPTHWISE_CONV.applies(alone).runs
+    for native in (DEPTHWISE_CONV, DIRECT_CONV, WINOGRAD_CONV, ONEDNN):
+        verdict = native.applies(with_cast)
+        assert not verdict.runs and "writes float32" in verdict.reason, (native.name, verdict)
+    assert choose_backend(with_cast)[0] is None
+    graph = _depthwise_then_cast(channels_last=False)
+    (kernel,) = _kernels(graph, [["conv", "cast"]])
+    assert choose_backend(kernel)[0] is GENERATED_C
+    feeds = {"x": random_array((1, 16, 14, 14), seed=10)}
+    got = PlanExecutor(graph, [kernel])(feeds)[graph.outputs[0]].astype(np.float32)
+    expected = run_reference(graph, feeds)[graph.outputs[0]].astype(np.float32)
+    # sums in another order may round to the neighbouring bfloat16 (2^-8 apart)
+    assert np.mean(got == expected) > 0.98 and np.abs(got - expected).max() <= 2.0**-7 * np.abs(expected).max()

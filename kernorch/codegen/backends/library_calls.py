@@ -11,6 +11,7 @@ from collections.abc import Callable
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.gir import remembered
 from kernorch.codegen.library import LibraryCall, describe_library_call, onednn_rejection, render_onednn_call
+from kernorch.codegen.library.call import Tensor
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.native import (
     depthwise_rejection,
@@ -39,6 +40,8 @@ class LibraryCallBackend(Backend):
         self.name, self.family, self.what = name, family, what
         self.rejection, self.render_call, self._claims = rejection, render, claims
         self.precisions = precisions  # what its arithmetic can be: kernorch's own convolutions are float32
+        # what its operands and destination may be stored as (bf16 mode's bfloat16 values: oneDNN's)
+        self.dtypes = ("float32", "bfloat16") if "bf16" in precisions else ("float32",)
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
@@ -49,6 +52,9 @@ class LibraryCallBackend(Backend):
             return declines(str(error), claims=self._claims)
         if call.precision not in self.precisions:
             return declines(f"computes in float32; the {call.op} is {call.precision}")
+        stored = next((t.dtype for t in _tensors(call) if t.dtype not in self.dtypes), None)
+        if stored is not None:  # kernorch's own convolutions read and write float32 only
+            return declines(f"reads and writes float32; the {call.op} has a {stored} operand or destination")
         rejection = self.rejection(call)
         if rejection is not None:
             return declines(rejection)
@@ -63,6 +69,12 @@ class LibraryCallBackend(Backend):
 
     def signature_text(self, kernel: CandidateKernel) -> str:
         return self.source("k", kernel)
+
+
+def _tensors(call: LibraryCall) -> list[Tensor]:
+    """Every buffer the call reads or writes."""
+    post_op_operands = [tensor for _, tensor in call.post_ops if tensor is not None]
+    return [call.src, call.weights, call.dst, *([call.bias] if call.bias is not None else []), *post_op_operands]
 
 
 # few output channels: oneDNN's vectors would sit mostly idle

@@ -86,6 +86,8 @@ def stored_bf16(graph: Graph, kernel: CandidateKernel, absorbed: set[int]) -> in
     casts = [i for i in kernel.nodes if i not in absorbed and is_bf16_cast(graph.nodes[i])]
     if not casts:
         return None
+    if linear_node(kernel)[1].attr("precision", "f32") != "bf16":  # oneDNN has no f32 conv writing bf16
+        raise NotGeneratable("a float32 call writes float32: the conversion to bfloat16 runs elsewhere")
     if len(casts) > 1 or tuple(graph.nodes[casts[0]].outputs) != tuple(kernel.outputs):
         raise NotGeneratable("a conversion to bfloat16 that is not the call's only output")
     return casts[0]
