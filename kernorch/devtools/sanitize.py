@@ -34,8 +34,9 @@ PYTEST_STEPS = {
     "native kernels": ["kernorch/codegen/native/direct_conv_test.py", "kernorch/codegen/native/depthwise_conv_test.py",
                        "kernorch/codegen/native/winograd_conv_test.py", "kernorch/codegen/native/lstm_stack_test.py",
                        "kernorch/codegen/loops/resize_taps_test.py"],
-    "bf16 library calls, activations on NaN": ["kernorch/precision/precision_test.py",
-                                               "kernorch/codegen/library/epilogue_test.py"],
+    "bf16 library calls, bfloat16 values between kernels, activations on NaN": [
+        "kernorch/precision/precision_test.py", "kernorch/precision/storage_test.py",
+        "kernorch/codegen/library/epilogue_test.py"],
     "compiled ONNX node tests (subset)":
         ["tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes"],
 }  # fmt: skip

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from kernorch.codegen.backends import GENERATED_C, ONEDNN, choose_backend
-from kernorch.codegen.library import describe_library_call
-from kernorch.codegen.library.onednn import converted_operands
+from kernorch.codegen.library import converted_operands, describe_library_call
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel

@@ -10,8 +10,13 @@ from collections.abc import Callable
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.gir import remembered
-from kernorch.codegen.library import LibraryCall, describe_library_call, onednn_rejection, render_onednn_call
-from kernorch.codegen.library.call import Tensor
+from kernorch.codegen.library import (
+    LibraryCall,
+    Tensor,
+    describe_library_call,
+    onednn_rejection,
+    render_onednn_call,
+)
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.native import (
     depthwise_rejection,

@@ -2,15 +2,17 @@
 absorbs as post-ops (epilogue.py), rendered against oneDNN's C API (onednn.py), and post-ops as C statements for
 the library-shaped kernels kernorch writes itself (post_ops.py)."""
 
-from kernorch.codegen.library.call import LibraryCall, absorbed_summary, describe_library_call
-from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, onednn_rejection, render_onednn_call
+from kernorch.codegen.library.call import LibraryCall, Tensor, absorbed_summary, describe_library_call
+from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, converted_operands, onednn_rejection, render_onednn_call
 from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
 
 __all__ = [
     "LibraryCall",
     "ONEDNN_PRELUDE",
+    "Tensor",
     "absorbed_summary",
     "binary_operands",
+    "converted_operands",
     "describe_library_call",
     "onednn_rejection",
     "post_op_statements",
