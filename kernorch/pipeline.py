@@ -106,7 +106,9 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
 
         graph, report = rewrite(graph, plan_cost, options.rewrite_budget, progress.rewrite_site)
     result = _orchestrate_in_layout(graph, options.layout, options, cost_model, progress)
-    if options.layout == "auto" and result.layout_report.convs:
+    # (where the 0-1 program already put every convolution channels-last, the alternative is that assignment
+    # again: orchestrating it a second time doubled vit_tiny's planning time for the same plan)
+    if options.layout == "auto" and result.layout_report.channels_last_convs < result.layout_report.convs:
         # The 0-1 program prices a layout change as a standalone transpose; fused into a neighbouring kernel it
         # is nearly free. So the orchestrated plan, the objective itself, decides between its assignment and
         # channels-last everywhere (segformer: 172 vs 132 ms measured before this).
