@@ -178,7 +178,7 @@ def _view_chain(graph: Graph, producers: dict[str, int], value: str) -> list[int
     while current in producers and graph.nodes[producers[current]].prim in STRIDED_VIEW_PRIMS:
         chain.append(producers[current])
         current = graph.nodes[producers[current]].inputs[0]
-    if not chain:
+    if not chain or current in graph.constants:  # a constant's view is packed once by the call, converted then
         return []
     view = strided_view(graph, set(chain), value)
     if view is None or len(view.shape) < 2 or 1 not in view.strides[-2:]:

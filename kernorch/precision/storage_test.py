@@ -10,7 +10,7 @@ import pytest
 from kernorch.codegen.backends import GENERATED_C, ONEDNN, choose_backend
 from kernorch.codegen.library import converted_operands, describe_library_call
 from kernorch.ir.builder import PrimitiveBuilder
-from kernorch.ir.graph import Graph
+from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES
 from kernorch.ir.types import TensorType
@@ -244,3 +244,38 @@ def test_kernorchs_own_convolutions_never_write_a_bfloat16_destination() -> None
     expected = run_reference(graph, feeds)[graph.outputs[0]].astype(np.float32)
     # sums in another order may round to the neighbouring bfloat16 (2^-8 apart)
     assert np.mean(got == expected) > 0.98 and np.abs(got - expected).max() <= 2.0**-7 * np.abs(expected).max()
+
+
+def test_a_call_converts_only_an_operand_it_reads_from_a_buffer() -> None:
+    """[mul, cast, matmul]: the cast's input is computed inside the kernel, so no library call runs it (the
+    enumerator never proposes it; asked anyway, the answer is a reason, not a crash)."""
+    from kernorch.codegen.loops import NotGeneratable
+
+    graph = _two_matmuls()
+    kernel = make_kernel(graph, (0, 1, 2), (graph.nodes[2].outputs[0],))
+    assert [n.prim for n in kernel.primitives] == ["mul", "cast", "matmul"]
+    with pytest.raises(NotGeneratable, match="computed inside the kernel"):
+        describe_library_call(kernel)
+
+
+def test_a_view_of_constant_weights_is_not_converted_on_every_run() -> None:
+    """matmul(x, transpose(w)) with w constant and the transpose not folded: the call packs the weights once (in
+    bfloat16); a cast before the views would convert them on every run instead."""
+    graph = Graph(inputs=["x"], outputs=[])
+    graph.types["x"] = TensorType((8, 32), "float32")
+    graph.types["w"] = TensorType((16, 32), "float32")
+    graph.constants["w"] = random_array((16, 32), seed=11)
+    b = PrimitiveBuilder(graph)
+    (wt,) = b.emit("transpose", ["w"], {"perm": (1, 0)})
+    if wt in graph.constants:  # the builder folded it: unfold, as a graph built elsewhere may hold it
+        del graph.constants[wt]
+        graph.nodes.append(Node("transpose", ("w",), (wt,), (("perm", (1, 0)),)))
+    (y,) = b.emit("matmul", ["x", wt], {"precision": "bf16"})
+    graph.outputs = [y]
+    converted = with_conversions(graph)
+    assert [n.prim for n in converted.nodes] == ["transpose", "cast", "cast", "matmul"]
+    assert {n.inputs[0] for n in converted.nodes if n.prim == "cast"} == {"x", wt}  # not w: after its view
+    # the call that absorbs the view and its cast reads w itself, packed once
+    (kernel,) = _kernels(converted, [["transpose", "cast", "cast", "matmul"]])
+    call = describe_library_call(kernel)
+    assert call.weights.constant and converted_operands(call) == (0,)

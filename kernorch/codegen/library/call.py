@@ -146,6 +146,11 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     conversions = operand_conversions(graph, kernel, node)
     views = operand_views(graph, kernel, node)
     absorbed = {i for view in views.values() for i in view.nodes} | set(conversions.values())
+    slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
+    sources = {value: call_operand(graph, kernel, value) for value in node.inputs}
+    for source in sources.values():  # what the call reads is a buffer: the kernel's input or a view of one
+        if source not in slots and (source not in views or views[source].source not in slots):
+            raise NotGeneratable(f"{node.prim} operand {source} is computed inside the kernel")
     stored = stored_bf16(graph, kernel, absorbed)
     outputs = kernel.outputs if stored is None else graph.nodes[stored].inputs
     try:
@@ -153,14 +158,12 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
                                     absorbed | ({stored} if stored is not None else set()))  # fmt: skip
     except EpilogueError as error:
         raise NotGeneratable(f"{node.prim} epilogue: {error}") from None
-    slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
     dst_dtype = "float32"
     if stored is not None:  # the call writes its result as bfloat16 into the cast's output
         if epilogue.output != graph.nodes[stored].inputs[0]:
             raise NotGeneratable("the conversion to bfloat16 is not of the call's result")
         slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "bfloat16"
     out_shape = graph.types[node.outputs[0]].shape
-    sources = {value: call_operand(graph, kernel, value) for value in node.inputs}
     if node.prim == "matmul":
         call = _matmul(graph, node, sources, views, slots, epilogue)
     else:
