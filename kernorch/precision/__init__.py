@@ -55,8 +55,9 @@ POLICY: dict[str, tuple[str, str]] = {
         "constant weights are converted once, when they are packed"),
     "elementwise and layout primitives, other values between kernels": (
         "fp32",
-        "they compute in float32, and a bf16 primitive's output is float32: what reads it (a residual add, a "
-        "normalisation) keeps float32's precision"),
+        "they compute in float32, and a bf16 primitive's output is float32 unless it is another bf16 primitive's "
+        "operand (then its call may write it as bfloat16): what else reads it (a residual add, a normalisation) "
+        "keeps float32's precision"),
 }  # fmt: skip
 
 
