@@ -60,6 +60,11 @@ def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
     return linear[0], kernel.graph.nodes[linear[0]]
 
 
+def _producer(graph: Graph, kernel: CandidateKernel, value: str) -> int | None:
+    """The node of `kernel` computing `value`, or None when the kernel reads it."""
+    return next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+
+
 def is_bf16_cast(node: Node) -> bool:
     return node.prim == "cast" and node.attr("to") == "bfloat16"
 
@@ -70,7 +75,7 @@ def operand_conversions(graph: Graph, kernel: CandidateKernel, node: Node) -> di
     Raises NotGeneratable when the kernel would also have to write the converted value."""
     conversions: dict[str, int] = {}
     for value in dict.fromkeys(node.inputs):
-        producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+        producer = _producer(graph, kernel, value)
         if producer is None or not is_bf16_cast(graph.nodes[producer]):
             continue
         if value in kernel.outputs:
@@ -96,7 +101,7 @@ def stored_bf16(graph: Graph, kernel: CandidateKernel, absorbed: set[int]) -> in
 def call_operand(graph: Graph, kernel: CandidateKernel, value: str) -> str:
     """The value a linear primitive's operand is read from: the float32 value of a conversion absorbed into the
     call (operand_conversions), else the operand itself."""
-    producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+    producer = _producer(graph, kernel, value)
     return graph.nodes[producer].inputs[0] if producer is not None and is_bf16_cast(graph.nodes[producer]) else value
 
 
@@ -109,7 +114,7 @@ def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str
         return views
     nodes = set(kernel.nodes)
     for value in dict.fromkeys(call_operand(graph, kernel, v) for v in node.inputs):
-        producer = next((i for i in kernel.nodes if value in graph.nodes[i].outputs), None)
+        producer = _producer(graph, kernel, value)
         if producer is None or graph.nodes[producer].prim not in STRIDED_VIEW_PRIMS:
             continue
         view = strided_view(graph, nodes, value)
