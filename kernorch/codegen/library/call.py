@@ -10,7 +10,8 @@ strides swapped. Constant weights are marked so the call can pack them once when
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -188,10 +189,49 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
                                  "kernel")  # fmt: skip
     post_ops = tuple((op, _broadcast_tensor(graph, op.operand, out_shape, slots, to_dnnl, len(call.dst.dims))
                       if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
-    return LibraryCall(call.op, call.src, call.weights, bias,
-                       Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides, dtype=dst_dtype), call.strides,
-                       call.dilates,
-                       call.pad_begin, call.pad_end, post_ops, epilogue, node.attr("precision", "f32"))  # fmt: skip
+    described = LibraryCall(call.op, call.src, call.weights, bias,
+                            Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides, dtype=dst_dtype),
+                            call.strides, call.dilates, call.pad_begin, call.pad_end, post_ops, epilogue,
+                            node.attr("precision", "f32"))  # fmt: skip
+    return rows_merged(described) if described.op == "matmul" else described
+
+
+def _merged_rows(tensor: Tensor) -> tuple[int, int] | None:
+    """The leading axes of a matmul tensor (batch axes and rows) as one axis: (rows, their stride), or None when
+    the strides do not lay them out as one axis (a size-1 axis has no say in that)."""
+    axes = [(d, s) for d, s in zip(tensor.dims[:-1], tensor.strides[:-1], strict=True) if d != 1]
+    for (_, outer), (size, inner) in itertools.pairwise(axes):
+        if outer != inner * size:
+            return None
+    rows = int(np.prod([d for d, _ in axes], dtype=np.int64))
+    return rows, axes[-1][1] if axes else tensor.dims[-1] * tensor.strides[-1]
+
+
+def _as_rows(tensor: Tensor, rows: tuple[int, int]) -> Tensor:
+    return replace(tensor, dims=(rows[0], tensor.dims[-1]), strides=(rows[1], tensor.strides[-1]))
+
+
+def rows_merged(call: LibraryCall) -> LibraryCall:
+    """`call` as one 2-D matmul [rows, K] x [K, N] when its weights are the same matrix for every batch (all their
+    batch axes 1: a linear layer applied to [B, H, W, C] or [B, S, C]) and every other tensor's batch axes and
+    rows are laid out as one axis. oneDNN 3.2 keeps the weights of a 4-D matmul in their plain layout and
+    repacks blocks of them on every run (swin_t's [1, 7, 7, 768] x [1, 1, 768, 3072]: 26 GFLOP/s); as a 2-D
+    matmul it packs them once. The call otherwise stays as described."""
+    weights = call.weights
+    if len(weights.dims) <= 2 or any(d != 1 for d in weights.dims[:-2]):
+        return call
+    tensors = [call.src, call.dst, *(t for _, t in call.post_ops if t is not None)]
+    merged = [_merged_rows(t) for t in tensors]
+    src_rows = merged[0]
+    if src_rows is None or merged[1] is None or merged[1][0] != src_rows[0]:
+        return call
+    if any(m is None or m[0] not in (1, src_rows[0]) for m in merged[2:]):
+        return call
+    post_ops = tuple((op, None if t is None else _as_rows(t, _merged_rows(t) or (1, 1))) for op, t in call.post_ops)
+    bias = None if call.bias is None else _as_rows(call.bias, (1, call.bias.dims[-1]))
+    return replace(call, src=_as_rows(call.src, src_rows), dst=_as_rows(call.dst, merged[1]),
+                   weights=replace(weights, dims=weights.dims[-2:], strides=weights.strides[-2:]), bias=bias,
+                   post_ops=post_ops)
 
 
 def _dnnl_order(node: Node, rank: int) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.backends import ONEDNN
+from kernorch.codegen.library import describe_library_call
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -36,3 +37,45 @@ def test_a_dilated_conv_in_onednn_matches_onnxruntime(
     x = random_array((1, 16, 13, 17), seed=3)
     expected = run_onnxruntime(model, {"x": x})["y"]
     np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+def _linear_layer(rows_sliced: bool) -> onnx.ModelProto:
+    """A linear layer on a [1, 7, 7, 48] map (swin's and ConvNeXt's MLPs), with a bias, a residual of the output's
+    shape and a per-row scale; with `rows_sliced` its input is a slice of a wider map, so its rows are not one
+    axis in memory."""
+    width = 9 if rows_sliced else 7
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["xs"]),
+             helper.make_node("MatMul", ["xs", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["mb"]),
+             helper.make_node("Add", ["mb", "r"], ["mr"]),
+             helper.make_node("Mul", ["mr", "s"], ["y"])]  # fmt: skip
+    initializers = [numpy_helper.from_array(random_array((48, 96), seed=1) * 0.2, "w"),
+                    numpy_helper.from_array(random_array((96,), seed=2), "b"),
+                    numpy_helper.from_array(np.array([0], np.int64), "starts"),
+                    numpy_helper.from_array(np.array([7], np.int64), "ends"),
+                    numpy_helper.from_array(np.array([2], np.int64), "axes")]  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 7, width, 48)),
+              helper.make_tensor_value_info("r", TensorProto.FLOAT, (1, 7, 7, 96)),
+              helper.make_tensor_value_info("s", TensorProto.FLOAT, (1, 7, 7, 1))]  # fmt: skip
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    graph = helper.make_graph(nodes, "linear_layer", inputs, outputs, initializers)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("rows_sliced", [False, True])
+def test_a_linear_layer_on_a_map_is_one_2d_matmul_where_its_rows_are_one_axis(rows_sliced: bool) -> None:
+    model = _linear_layer(rows_sliced)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=False)
+    calls = [describe_library_call(k) for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
+    assert len(calls) == 1
+    call = calls[0]
+    if rows_sliced:  # rows 9 · 48 floats apart every 7 rows: kept 4-D
+        assert call.src.dims == (1, 7, 7, 48) and call.weights.dims == (1, 1, 48, 96), call
+    else:  # one [49, 48] x [48, 96] product; every tensor of the epilogue reshaped alike
+        assert (call.src.dims, call.weights.dims, call.dst.dims) == ((49, 48), (48, 96), (49, 96)), call
+        assert all(len(t.dims) == 2 for _, t in call.post_ops if t is not None), call.post_ops
+        assert call.bias is None or call.bias.dims == (1, 96)
+    feeds = {"x": random_array((1, 7, 9 if rows_sliced else 7, 48), seed=3), "r": random_array((1, 7, 7, 96), seed=4),
+             "s": random_array((1, 7, 7, 1), seed=5)}  # fmt: skip
+    expected = run_onnxruntime(model, feeds)["y"]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
