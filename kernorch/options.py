@@ -76,6 +76,7 @@ class OrchestrationLimits:
 
 RUNTIMES = ("kernels", "rprogram")
 NEW_SHAPE_POLICIES = ("specialise", "refuse")
+MAX_VALIDATED_PLANS = 8  # plans compiled and timed end to end by `validate`; each is a full compile
 MAX_BUCKETED_SHAPES = 64  # prepared shapes the buckets' combinations may make; more is refused, not compiled
 
 
@@ -135,6 +136,9 @@ class Options:
     new_shapes: str = "specialise"  # a shape not prepared: "specialise" it on the spot (logged) or "refuse" it
     background_tuning: bool = False  # cost "profile": a new shape runs first on an analytic plan while its
     # measured plan is tuned in a background thread and swapped in when ready
+    # plans compiled and timed end to end before one is kept (kernorch/validate/): 1 = the BLP optimum, untimed;
+    # k = the optimum and the k - 1 next cheapest distinct plans, the fastest kept
+    validate: int = 1
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
@@ -176,6 +180,12 @@ class Options:
         if self.new_shapes not in NEW_SHAPE_POLICIES:
             raise KernorchError(f"unknown new_shapes policy '{self.new_shapes}' (choose "
                                 f"{' or '.join(NEW_SHAPE_POLICIES)})")
+        if isinstance(self.validate, bool) or not isinstance(self.validate, int) or not \
+                1 <= self.validate <= MAX_VALIDATED_PLANS:  # fmt: skip
+            raise KernorchError(f"validate must be a number of plans from 1 to {MAX_VALIDATED_PLANS}, got "
+                                f"{self.validate!r}")  # fmt: skip
+        if self.validate > 1 and self.device != "cpu":
+            raise KernorchError(f"validate times plans on this CPU; device '{self.device}' plans are not validated")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

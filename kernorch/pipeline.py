@@ -120,6 +120,10 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                                        f"{other.plan.cost * 1e3:.3f} ms")  # fmt: skip
         result = chosen
     result.rewrite_report = report
+    if options.validate > 1:
+        from kernorch.validate import validate_plans
+
+        result = validate_plans(result, options.threads, options.cache_dir, options.runtime)
     contended_in = getattr(cost_model, "contended_in", None)
     if contended_in is not None:
         result.contended_kernels = contended_in(result.plan.kernels)
@@ -134,7 +138,7 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
     if options.rewrite and layout_report.channels_last_convs:
         laid_out, _ = rewrite(laid_out)  # the safe rules tidy what the layout left (transpose pairs, no-op reshapes)
     laid_out, precision_report = choose_precision(laid_out, cost_model, options.precision)
-    result = orchestrate(laid_out, cost_model, options.limits, progress.subgraphs)
+    result = orchestrate(laid_out, cost_model, options.limits, progress.subgraphs, options.validate - 1)
     result.layout_report = layout_report
     result.precision_report = precision_report
     return result
@@ -157,7 +161,8 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "rewrites": result.rewrite_report.fired_counts() if result.rewrite_report else None,
                 "layout": result.layout_report.to_json() if result.layout_report else None,
                 "precision": result.precision_report.to_json() if result.precision_report else None,
-                "tuning": result.tuning or None}  # fmt: skip
+                "tuning": result.tuning or None,
+                "validation": result.validation.to_json() if result.validation is not None else None}  # fmt: skip
     if options.gpu:
         from kernorch.runtime.gpu import GpuModel, device_preset
 

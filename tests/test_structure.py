@@ -29,13 +29,16 @@ ALLOWED = {
     "layout": {"ir", "cost"},  # cost: the cost-model interface its decisions are measured with
     "precision": {"ir", "cost"},  # likewise: a linear primitive's bf16 and float32 twins priced alone
     "orchestrate": {"ir", "cost"},
-    "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "precision", "orchestrate", "cost", "runtime"},
+    # whole plans compiled and timed end to end: the orchestrator's alternatives, run by the runtime
+    "validate": {"ir", "orchestrate", "runtime"},
+    "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "precision", "orchestrate", "cost", "runtime",
+                 "validate"},
     # one plan per concrete shape of a model with symbolic dims; fission: the padding proof reads the primitives
     "shapes": {"ir", "frontend", "fission", "pipeline", "runtime"},
     "api": {"pipeline", "runtime", "frontend", "shapes"},  # frontend: a torch module is exported to ONNX first
     "torch_backend": {"api", "frontend", "shapes"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
-              "schedule", "shapes", "precision"},
+              "schedule", "shapes", "precision", "validate"},
     "testing": {"ir", "frontend", "fission", "runtime", "tools", "api"},
     "cli": {"api", "pipeline", "frontend", "orchestrate", "rewrite", "codegen", "runtime", "tools", "shapes",
             "precision"},

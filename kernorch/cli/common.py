@@ -96,6 +96,17 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
                         "into the local profile database, keyed by the measuring machine (needs kernorch[ray])")
     add_rewrite_args(parser)
     add_layout_arg(parser)
+    add_validate_arg(parser)
+
+
+def add_validate_arg(parser: argparse.ArgumentParser) -> None:
+    from kernorch.options import MAX_VALIDATED_PLANS
+
+    parser.add_argument("--validate", type=positive_int, default=None, metavar="K",
+                        help="compile the K cheapest distinct plans (the BLP optimum and its K-1 next best, found "
+                        "with no-good cuts), time them end to end on this CPU, interleaved, and keep the fastest "
+                        "(the optimum unless another is 2%% faster); the choice and the tuning time are recorded in "
+                        f"the plan (default 1: the optimum, untimed; at most {MAX_VALIDATED_PLANS})")  # fmt: skip
 
 
 # argparse types: a bad value exits 2 with argparse's one-line error, never a traceback.
@@ -155,7 +166,8 @@ def make_options(args: argparse.Namespace) -> Options:
         limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
-                                                     "strict", "workers", "screen", "tf32", "precision")
+                                                     "strict", "workers", "screen", "tf32", "precision",
+                                                     "validate")
              if getattr(args, name, None) is not None}  # fmt: skip
     options = Options(limits=limits).with_(**given)
     if getattr(args, "dim", None) or getattr(args, "pad", None):

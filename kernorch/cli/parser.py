@@ -15,6 +15,7 @@ from kernorch.cli.common import (
     add_shape_policy_args,
     add_strict_arg,
     add_threads_arg,
+    add_validate_arg,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after timing, run kernorch's plan kernel by kernel in place and print where its time "
                        "goes: linear kernels (fp32/bf16) against the fp32 peak, generated kernels against the "
                        "bandwidth, layout changes, Python-run kernels, and the runtime's overhead")
+    add_validate_arg(bench)
     bench.add_argument("--rewrite-budget", type=seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")
     bench.add_argument("--json", action="store_true",

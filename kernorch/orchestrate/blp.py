@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import highspy
@@ -71,10 +72,14 @@ def solve_blp(
     time_limit: float,
     warm_start: list[int] | None = None,
     max_rounds: int = 200,
+    excluded: Sequence[Sequence[int]] = (),
 ) -> BlpResult:
     """Pick the cheapest executable set of candidates writing every value in `required`.
 
     `available` holds values present before the subgraph runs (graph inputs, constants, earlier subgraphs).
+    `excluded` holds selections found before (the next-best plans, `next_best`): each gets a no-good cut
+    Σ_{k∈S} x_k ≤ |S| − 1, so the answer leaves out at least one kernel of each — it is another plan, not the
+    same one with a kernel added.
     """
     variables = [k for k, c in enumerate(costs) if math.isfinite(c)]
     column = {k: i for i, k in enumerate(variables)}
@@ -129,9 +134,14 @@ def solve_blp(
             entries[column[k]] = entries.get(column[k], 0.0) - 1.0
             add_row(0.0, infinity, entries)
 
+    for selection in excluded:
+        if all(k in column for k in selection):  # (one with an infinite-cost kernel cannot be chosen anyway)
+            add_row(-infinity, len(selection) - 1.0, {column[k]: 1.0 for k in selection})
     # The warm start (the greedy plan) when it is executable: HiGHS starts from it after every round of cuts (it
     # satisfies them all), and it is the answer when the time runs out before a better incumbent is found.
     fallback: list[int] | None = None
+    if any(set(selection) <= set(warm_start or ()) for selection in excluded):
+        warm_start = None  # the greedy plan is excluded: no warm start, no fallback
     if warm_start and all(k in column for k in warm_start):
         order, stuck = executable_order([candidates[k] for k in warm_start], available)
         fallback = None if stuck else [warm_start[i] for i in order]
@@ -197,3 +207,21 @@ def solve_blp(
     if fallback is not None:
         return out_of_time(f"{max_rounds} rounds of lazy cuts", -math.inf)
     raise OrchestrationError(f"no executable plan after {max_rounds} rounds of lazy cuts")
+
+
+def next_best(candidates: list[CandidateKernel], costs: list[float], required: set[str], available: set[str],
+              time_limit: float, ranked: list[BlpResult], count: int) -> list[BlpResult]:
+    """`ranked` (the optimum first) extended by up to `count` next-best selections, each solved optimally with
+    no-good cuts on every selection before it; fewer when no other plan exists or a solve runs out of time
+    (its incumbent is then not provably the next best and is left out)."""
+    ranked = list(ranked)
+    for _ in range(count):
+        try:
+            result = solve_blp(candidates, costs, required, available, time_limit,
+                               excluded=[r.chosen for r in ranked])  # fmt: skip
+        except OrchestrationError:  # infeasible: the selections so far are all there are
+            break
+        if not result.optimal:
+            break
+        ranked.append(result)
+    return ranked

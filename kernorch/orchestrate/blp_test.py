@@ -282,3 +282,41 @@ def test_out_of_time_the_greedy_warm_start_is_the_answer_with_its_gap() -> None:
     validate_plan(graph, [kernels[k] for k in result.chosen])
     timed = solve_blp(kernels, costs, required, {"x"}, time_limit=30, warm_start=unfused)
     assert timed.optimal and timed.cost == pytest.approx(33.0)
+
+
+def _feasible_selections(kernels: list[CandidateKernel], costs: list[float], required: set[str],
+                         available: set[str]) -> list[tuple[float, frozenset[int]]]:  # fmt: skip
+    """Every executable selection writing `required`, by brute force over subsets, with its cost."""
+    found = []
+    for mask in range(1, 1 << len(kernels)):
+        chosen = [k for k in range(len(kernels)) if mask >> k & 1]
+        if not required <= available | {v for k in chosen for v in kernels[k].outputs}:
+            continue
+        if executable_order([kernels[k] for k in chosen], available)[1]:
+            continue
+        found.append((sum(costs[k] for k in chosen), frozenset(chosen)))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_next_best_selections_match_brute_force(seed: int) -> None:
+    """Each next-best selection is the cheapest executable one that leaves out a kernel of every selection ranked
+    before it (a superset of a ranked plan is that plan with a kernel added, not another plan)."""
+    rng = random.Random(900 + seed)
+    graph = random_dag(rng, rng.randint(3, 4))
+    kernels, required = candidates_for(graph, OrchestrationLimits(max_kernel_size=3))
+    if len(kernels) > 14:
+        pytest.skip("too many candidates to enumerate every subset")
+    costs = [rng.uniform(1, 10) * (0.5 ** (len(k.nodes) - 1)) for k in kernels]
+    available = set(graph.inputs)
+    selections = _feasible_selections(kernels, costs, required, available)
+    ranked = blp.next_best(kernels, costs, required, available, 30, [solve_blp(kernels, costs, required, available,
+                                                                               30)], 3)  # fmt: skip
+    assert len(ranked) >= 2, "every instance here has another plan"
+    for position in range(1, len(ranked)):
+        before = [set(r.chosen) for r in ranked[:position]]
+        allowed = [cost for cost, chosen in selections if not any(b <= chosen for b in before)]
+        assert ranked[position].cost == pytest.approx(min(allowed), rel=1e-9)
+        assert not any(b <= set(ranked[position].chosen) for b in before)
+        assert ranked[position].cost >= ranked[position - 1].cost - 1e-12
+        validate_plan(graph, [kernels[k] for k in ranked[position].chosen])

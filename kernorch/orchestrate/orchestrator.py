@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -14,7 +16,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.plan import Plan, executable_order, validate_plan
 from kernorch.options import OrchestrationLimits
-from kernorch.orchestrate.blp import BlpResult, instance_key, solve_blp
+from kernorch.orchestrate.blp import BlpResult, instance_key, next_best, solve_blp
 from kernorch.orchestrate.candidates import CandidateSet, Rejection, enumerate_candidates
 from kernorch.orchestrate.greedy import greedy_kernels
 from kernorch.orchestrate.pruning import LinearEpilogues
@@ -56,6 +58,9 @@ class OrchestrationResult:
     layout_report: Any = None  # kernorch.layout.LayoutReport when layouts were chosen
     precision_report: Any = None  # kernorch.precision.PrecisionReport when precisions were chosen
     tuning: dict[str, int] | None = None  # kernels measured here / on Ray workers / foreign results (profiling)
+    # the next-best plans by cost, cheapest first (`orchestrate(..., alternatives=k)`), for whole-plan validation
+    alternatives: list[Plan] = field(default_factory=list)
+    validation: Any = None  # kernorch.validate.ValidationReport when the alternatives were timed end to end
 
     @property
     def all_optimal(self) -> bool:
@@ -81,6 +86,7 @@ class OrchestrationResult:
             "tuning": self.tuning,
             "layout": self.layout_report.to_json() if self.layout_report is not None else None,
             "precision": self.precision_report.to_json() if self.precision_report is not None else None,
+            "validation": self.validation.to_json() if self.validation is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}
@@ -109,7 +115,10 @@ def orchestrate(
     cost_model: CostModel,
     limits: OrchestrationLimits | None = None,
     progress: Callable[[Iterable[Any]], Iterator[Any]] | None = None,
+    alternatives: int = 0,
 ) -> OrchestrationResult:
+    """The optimal plan of `graph` under `cost_model`, subgraph by subgraph; with `alternatives` > 0 also that
+    many next-best whole plans (`_next_best_plans`)."""
     limits = limits or OrchestrationLimits()
     started = time.perf_counter()
     epilogues = LinearEpilogues(graph)
@@ -122,6 +131,7 @@ def orchestrate(
     rejected: list[Rejection] = []
     subgraphs = plan_subgraphs(graph, limits)
     solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
+    instances: list[Instance] = []  # each subgraph's BLP, for the next-best plans
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
         pricing = getattr(cost_model, "pricing", None)  # a block in which each candidate is described once
@@ -141,6 +151,8 @@ def orchestrate(
         greedy_costs.extend(costs[greedy_ids[i]] for i in greedy_order)
         plan_kernels.extend(kernels[k] for k in result.chosen)
         plan_costs.extend(costs[k] for k in result.chosen)
+        if alternatives:
+            instances.append(Instance(key, kernels, costs, set(sub.required_outputs), set(available)))
         available |= sub.required_outputs
         reports.append(SubgraphReport(
             first_node=sub.node_ids[0], primitives=sub.size, states=state_count, candidates=len(kernels),
@@ -151,8 +163,73 @@ def orchestrate(
         ))  # fmt: skip
     validate_plan(graph, plan_kernels)
     validate_plan(graph, greedy_plan)
-    return OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
-                               reports, rejected, limits, cost_model.name, time.perf_counter() - started)  # fmt: skip
+    orchestrated = OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
+                                       reports, rejected, limits, cost_model.name, 0.0)  # fmt: skip
+    if alternatives:
+        ranked = {key: [found] for key, (_, found) in solved.items()}
+        orchestrated.alternatives = _next_best_plans(graph, instances, ranked, alternatives, limits.solver_time_limit)
+    orchestrated.seconds = time.perf_counter() - started
+    return orchestrated
+
+
+@dataclass
+class Instance:
+    """One subgraph's BLP as solved: its instance key (twins share it), candidates, costs, the values it must
+    write and those present before it."""
+
+    key: tuple[object, ...]
+    kernels: list[CandidateKernel]
+    costs: list[float]
+    required: set[str]
+    available: set[str]
+
+
+def _next_best_plans(graph: Graph, instances: list[Instance], ranked: dict[tuple[object, ...], list[BlpResult]],
+                     count: int, time_limit: float) -> list[Plan]:  # fmt: skip
+    """The `count` cheapest whole plans after the optimum. Each BLP instance gets its `count` next-best
+    selections (no-good cuts); subgraphs of one instance (a transformer's layers) take the same rank, so a plan
+    is a rank per instance and costs the sum over subgraphs. The cheapest rank vectors after all-zeros are
+    enumerated best first (a vector's successors raise one instance's rank by one)."""
+    first: dict[tuple[object, ...], Instance] = {}
+    for instance in instances:
+        first.setdefault(instance.key, instance)
+    keys = list(first)
+    for key, instance in first.items():
+        ranked[key] = next_best(instance.kernels, instance.costs, instance.required, instance.available, time_limit,
+                                ranked[key], count)  # fmt: skip
+    twins = Counter(instance.key for instance in instances)
+
+    def cost(ranks: tuple[int, ...]) -> float:
+        return sum(twins[key] * ranked[key][rank].cost for key, rank in zip(keys, ranks, strict=True))
+
+    start = (0,) * len(keys)
+    frontier = [(cost(start), start)]
+    seen = {start}
+    plans: list[Plan] = []
+    while frontier and len(plans) < count:
+        _, ranks = heapq.heappop(frontier)
+        if ranks != start:
+            plans.append(_plan_of(graph, instances, ranked, dict(zip(keys, ranks, strict=True))))
+        for i, key in enumerate(keys):
+            successor = (*ranks[:i], ranks[i] + 1, *ranks[i + 1:])
+            if ranks[i] + 1 < len(ranked[key]) and successor not in seen:
+                seen.add(successor)
+                heapq.heappush(frontier, (cost(successor), successor))
+    return plans
+
+
+def _plan_of(graph: Graph, instances: list[Instance], ranked: dict[tuple[object, ...], list[BlpResult]],
+             ranks: dict[tuple[object, ...], int]) -> Plan:  # fmt: skip
+    """The whole plan taking, in each subgraph, its instance's selection of the given rank (twins select by
+    position in their own candidate lists, as the optimum does)."""
+    kernels: list[CandidateKernel] = []
+    costs: list[float] = []
+    for instance in instances:
+        chosen = ranked[instance.key][ranks[instance.key]].chosen
+        kernels.extend(instance.kernels[k] for k in chosen)
+        costs.extend(instance.costs[k] for k in chosen)
+    validate_plan(graph, kernels)
+    return Plan(graph, kernels, costs)
 
 
 def _priced(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogues, cost_model: CostModel,

@@ -312,7 +312,8 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             **_versus_best_peer(_results(times, errors), options.precision),
-            "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts}  # fmt: skip
+            "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts,
+            "validation": result.validation.to_json() if result.validation is not None else None}  # fmt: skip
 
 
 def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) -> dict[str, Any]:
@@ -432,6 +433,10 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
+    if report.get("validation"):
+        from kernorch.validate import ValidationReport
+
+        lines.append("  " + ValidationReport.from_json(report["validation"]).summary())
     if report.get("breakdown"):
         from kernorch.tools.breakdown import format_breakdown
 

@@ -1,0 +1,122 @@
+"""Whole-plan validation: the orchestrator's cheapest plans compiled and timed end to end, the fastest kept.
+
+The BLP minimises the sum of kernel costs measured one kernel at a time. In the program a kernel finds its
+inputs in cache or not and runs after a different neighbour, so the sum is off by up to 1.3-2x per kernel and
+the optimum by that sum is not always the fastest plan (shufflenet's unfused plan once ran faster). So the k
+cheapest distinct plans by that sum (`orchestrate(..., alternatives=k - 1)`) are compiled and run on the same
+seeded inputs, interleaved round by round in this process (each round in a rotated order, so no plan always
+runs first after another's caches), and the plan with the lowest median is kept: the optimum unless another
+is faster by more than MARGIN. Every alternative's outputs are compared with the optimum's first; one that
+differs is never kept. GPU plans are not validated (they are timed where their GPU is).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernorch.ir.plan import Plan
+from kernorch.orchestrate import OrchestrationResult
+from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.feeds import gather_index_bounds, seeded_feeds
+from kernorch.runtime.timing import time_call
+
+MARGIN = 0.02  # another plan is kept only if its median is this much below the optimum's (run-to-run noise)
+ROUNDS = 9  # interleaved rounds; each plan's median is over all its runs
+ROUND_SECONDS = 0.05  # each plan's share of a round, in runs of its first measured latency (3 to 20 runs)
+
+
+@dataclass(frozen=True)
+class PlanTiming:
+    rank: int  # 0: the BLP optimum; i: the i-th next best by predicted cost
+    predicted_ms: float  # the plan's cost (sum of its kernels' costs)
+    measured_ms: float | None  # median end to end; None when its outputs differed from the optimum's
+    kernels: int
+    differing_kernels: int  # kernels not in the optimum
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    plans: tuple[PlanTiming, ...]
+    chosen: int  # rank of the plan kept
+    seconds: float  # compiling and timing the plans
+    rounds: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plans": [p.to_json() for p in self.plans], "chosen": self.chosen,
+                "seconds": round(self.seconds, 2), "rounds": self.rounds}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ValidationReport:
+        return cls(tuple(PlanTiming(**p) for p in data["plans"]), int(data["chosen"]), float(data["seconds"]),
+                   int(data["rounds"]))  # fmt: skip
+
+    def summary(self) -> str:
+        def described(p: PlanTiming) -> str:
+            measured = "outputs differ" if p.measured_ms is None else f"{p.measured_ms:.3f} ms measured"
+            return f"#{p.rank} {p.predicted_ms:.3f} ms predicted, {measured} ({p.differing_kernels} kernels differ)"
+
+        kept = "the BLP optimum" if self.chosen == 0 else f"next-best plan #{self.chosen}"
+        return (f"validation: {len(self.plans)} plans timed end to end ({self.rounds} interleaved rounds, "
+                f"{self.seconds:.1f} s): kept {kept}; " + "; ".join(described(p) for p in self.plans))  # fmt: skip
+
+
+def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = None,
+                   runtime: str = "kernels") -> OrchestrationResult:  # fmt: skip
+    """Time `result.plan` and `result.alternatives` end to end, keep the fastest in `result.plan` (see the module
+    docstring) and record what was measured in `result.validation`. Without alternatives nothing is timed."""
+    if not result.alternatives:
+        return result
+    started = time.perf_counter()
+    plans = [result.plan, *result.alternatives]
+    graph = result.plan.graph
+    feeds = seeded_feeds({name: graph.types[name] for name in graph.inputs}, gather_index_bounds(graph))
+    models = [CompiledModel(p.graph, p.kernels, p.costs, threads, cache_dir=cache_dir, runtime=runtime) for p in plans]
+    expected = models[0].run(feeds)
+    agrees = [True] + [_same_outputs(expected, model.run(feeds)) for model in models[1:]]
+    timed = [i for i, ok in enumerate(agrees) if ok]
+    first = time_call(lambda: models[0].run(feeds), runs=3).median
+    runs = int(min(20, max(3, ROUND_SECONDS / max(first, 1e-6))))
+    samples: dict[int, list[float]] = {i: [] for i in timed}
+    for round_index in range(ROUNDS):
+        shift = round_index % len(timed)
+        for i in timed[shift:] + timed[:shift]:
+            model = models[i]
+            samples[i].extend(time_call(lambda model=model: model.run(feeds), runs=runs).samples)  # type: ignore[misc]
+    medians = {i: float(np.median(s)) for i, s in samples.items()}
+    fastest = min(medians, key=medians.__getitem__)
+    chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0
+    report = ValidationReport(
+        tuple(PlanTiming(i, p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
+                         plan_differences(result.plan, p)) for i, p in enumerate(plans)),
+        chosen, time.perf_counter() - started, ROUNDS)  # fmt: skip
+    result.plan = plans[chosen]
+    result.validation = report
+    return result
+
+
+def _same_outputs(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> bool:
+    """Whether two plans of one graph computed the same outputs (float sums may associate differently)."""
+    for name, want in expected.items():
+        have = got[name]
+        if have.shape != want.shape or have.dtype != want.dtype:
+            return False
+        if np.issubdtype(want.dtype, np.floating):
+            scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=1.0))
+            if not np.allclose(have, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True):
+                return False
+        elif not np.array_equal(have, want):
+            return False
+    return True
+
+
+def plan_differences(plan: Plan, other: Plan) -> int:
+    """Kernels of `other` not in `plan`."""
+    keys = {k.key for k in plan.kernels}
+    return sum(1 for k in other.kernels if k.key not in keys)
