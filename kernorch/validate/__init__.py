@@ -25,8 +25,8 @@ from kernorch.runtime.feeds import gather_index_bounds, seeded_feeds
 from kernorch.runtime.timing import time_call
 
 MARGIN = 0.02  # another plan is kept only if its median is this much below the optimum's (run-to-run noise)
-ROUNDS = 9  # interleaved rounds; each plan's median is over all its runs
-ROUND_SECONDS = 0.05  # each plan's share of a round, in runs of its first measured latency (3 to 20 runs)
+ROUNDS = 15  # interleaved rounds; each plan's median is over all its runs
+ROUND_SECONDS = 0.1  # each plan's share of a round, in runs of its first measured latency (3 to 20 runs)
 
 
 @dataclass(frozen=True)
