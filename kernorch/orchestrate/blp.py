@@ -78,8 +78,8 @@ def solve_blp(
 
     `available` holds values present before the subgraph runs (graph inputs, constants, earlier subgraphs).
     `excluded` holds selections found before (the next-best plans, `next_best`): each gets a no-good cut
-    Σ_{k∈S} x_k ≤ |S| − 1, so the answer leaves out at least one kernel of each — it is another plan, not the
-    same one with a kernel added.
+    Σ_{k∈S⁺} x_k ≤ |S⁺| − 1 over its kernels of non-zero cost S⁺, so the answer leaves out at least one costly
+    kernel of each — another plan, not the same one with a kernel added or a free kernel (a view) dropped.
     """
     variables = [k for k, c in enumerate(costs) if math.isfinite(c)]
     column = {k: i for i, k in enumerate(variables)}
@@ -135,12 +135,13 @@ def solve_blp(
             add_row(0.0, infinity, entries)
 
     for selection in excluded:
-        if all(k in column for k in selection):  # (one with an infinite-cost kernel cannot be chosen anyway)
-            add_row(-infinity, len(selection) - 1.0, {column[k]: 1.0 for k in selection})
+        costly = [k for k in selection if costs[k] > 0]
+        if all(k in column for k in costly):  # (one with an infinite-cost kernel cannot be chosen anyway)
+            add_row(-infinity, len(costly) - 1.0, {column[k]: 1.0 for k in costly})
     # The warm start (the greedy plan) when it is executable: HiGHS starts from it after every round of cuts (it
     # satisfies them all), and it is the answer when the time runs out before a better incumbent is found.
     fallback: list[int] | None = None
-    if any(set(selection) <= set(warm_start or ()) for selection in excluded):
+    if any({k for k in selection if costs[k] > 0} <= set(warm_start or ()) for selection in excluded):
         warm_start = None  # the greedy plan is excluded: no warm start, no fallback
     if warm_start and all(k in column for k in warm_start):
         order, stuck = executable_order([candidates[k] for k in warm_start], available)
@@ -212,10 +213,12 @@ def solve_blp(
 def next_best(candidates: list[CandidateKernel], costs: list[float], required: set[str], available: set[str],
               time_limit: float, ranked: list[BlpResult], count: int) -> list[BlpResult]:
     """`ranked` (the optimum first) extended by up to `count` next-best selections, each solved optimally with
-    no-good cuts on every selection before it; fewer when no other plan exists or a solve runs out of time
-    (its incumbent is then not provably the next best and is left out)."""
+    no-good cuts on the costly kernels of every selection before it; fewer when no other plan exists or a solve
+    runs out of time (its incumbent is then not provably the next best and is left out)."""
     ranked = list(ranked)
     for _ in range(count):
+        if not any(costs[k] > 0 for k in ranked[-1].chosen):  # nothing costly to leave out: no other plan
+            break
         try:
             result = solve_blp(candidates, costs, required, available, time_limit,
                                excluded=[r.chosen for r in ranked])  # fmt: skip
