@@ -76,6 +76,7 @@ class OrchestrationLimits:
 
 RUNTIMES = ("kernels", "rprogram")
 NEW_SHAPE_POLICIES = ("specialise", "refuse")
+MAX_IN_PLACE_ROUNDS = 8  # re-planning rounds on in-place costs; each compiles and measures a plan
 MAX_VALIDATED_PLANS = 8  # plans compiled and timed end to end by `validate`; each is a full compile
 MAX_BUCKETED_SHAPES = 64  # prepared shapes the buckets' combinations may make; more is refused, not compiled
 
@@ -139,6 +140,9 @@ class Options:
     # plans compiled and timed end to end before one is kept (kernorch/validate/): 1 = the BLP optimum, untimed;
     # k = the optimum and the k - 1 next cheapest distinct plans, the fastest kept
     validate: int = 1
+    # rounds of planning on costs measured in place (kernorch/validate/in_place.py): 0 = isolated profiles only;
+    # r = the plan compiled, its kernels timed inside whole inferences, re-planned on those times, up to r times
+    in_place: int = 0
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
@@ -186,6 +190,13 @@ class Options:
                                 f"{self.validate!r}")  # fmt: skip
         if self.validate > 1 and self.device != "cpu":
             raise KernorchError(f"validate times plans on this CPU; device '{self.device}' plans are not validated")
+        if isinstance(self.in_place, bool) or not isinstance(self.in_place, int) or not \
+                0 <= self.in_place <= MAX_IN_PLACE_ROUNDS:  # fmt: skip
+            raise KernorchError(f"in_place must be a number of rounds from 0 to {MAX_IN_PLACE_ROUNDS}, got "
+                                f"{self.in_place!r}")  # fmt: skip
+        if self.in_place and (self.cost != "profile" or self.device != "cpu"):
+            raise KernorchError("in_place corrects measured profiles with times measured on this CPU: it needs "
+                                "cost 'profile' and device 'cpu'")  # fmt: skip
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

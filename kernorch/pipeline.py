@@ -120,7 +120,14 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                                        f"{other.plan.cost * 1e3:.3f} ms")  # fmt: skip
         result = chosen
     result.rewrite_report = report
-    if options.validate > 1:
+    if options.in_place:
+        from kernorch.validate import plan_feeds
+        from kernorch.validate.in_place import refine_in_place
+
+        result = refine_in_place(result, cost_model, options.limits, options.in_place,  # type: ignore[arg-type]
+                                 plan_feeds(result.plan.graph), options.threads, options.cache_dir,
+                                 options.runtime)  # fmt: skip
+    if result.alternatives:  # the next-best plans (options.validate) and those measured in place
         from kernorch.validate import validate_plans
 
         result = validate_plans(result, options.threads, options.cache_dir, options.runtime)
@@ -162,7 +169,8 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "layout": result.layout_report.to_json() if result.layout_report else None,
                 "precision": result.precision_report.to_json() if result.precision_report else None,
                 "tuning": result.tuning or None,
-                "validation": result.validation.to_json() if result.validation is not None else None}  # fmt: skip
+                "validation": result.validation.to_json() if result.validation is not None else None,
+                "in_place": result.in_place.to_json() if result.in_place is not None else None}  # fmt: skip
     if options.gpu:
         from kernorch.runtime.gpu import GpuModel, device_preset
 

@@ -30,7 +30,7 @@ ALLOWED = {
     "precision": {"ir", "cost"},  # likewise: a linear primitive's bf16 and float32 twins priced alone
     "orchestrate": {"ir", "cost"},
     # whole plans compiled and timed end to end: the orchestrator's alternatives, run by the runtime
-    "validate": {"ir", "orchestrate", "runtime"},
+    "validate": {"ir", "orchestrate", "runtime", "cost"},
     "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "precision", "orchestrate", "cost", "runtime",
                  "validate"},
     # one plan per concrete shape of a model with symbolic dims; fission: the padding proof reads the primitives

@@ -348,10 +348,15 @@ class ProfiledCostModel:
         return sum(1 for k in kernels if self._signature_of.get(k.key) in self.contended)
 
     def cost(self, candidate: CandidateKernel) -> float:
+        key = self.signature_of(candidate)
+        return math.inf if key is None else self._known[key]
+
+    def signature_of(self, candidate: CandidateKernel) -> str | None:
+        """The profile key of what `candidate` runs (None if no backend runs it; VIEW_KEY for an alias): kernels
+        with one key run the same code on the same shapes, such as a transformer's layers."""
         if candidate.graph is not self._graph or candidate.key not in self._signature_of:
             self.prepare([candidate])
-        key = self._signature_of[candidate.key]
-        return math.inf if key is None else self._known[key]
+        return self._signature_of[candidate.key]
 
 
 def _faster(a: Measurement | None, b: Measurement) -> Measurement:

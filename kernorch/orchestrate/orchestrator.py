@@ -60,6 +60,8 @@ class OrchestrationResult:
     tuning: dict[str, int] | None = None  # kernels measured here / on Ray workers / foreign results (profiling)
     # the next-best plans by cost, cheapest first (`orchestrate(..., alternatives=k)`), for whole-plan validation
     alternatives: list[Plan] = field(default_factory=list)
+    alternative_sources: list[str] = field(default_factory=list)  # what found each alternative (empty: next best)
+    in_place: Any = None  # kernorch.validate.in_place.InPlaceReport when costs were measured in place
     validation: Any = None  # kernorch.validate.ValidationReport when the alternatives were timed end to end
 
     @property
@@ -87,6 +89,7 @@ class OrchestrationResult:
             "layout": self.layout_report.to_json() if self.layout_report is not None else None,
             "precision": self.precision_report.to_json() if self.precision_report is not None else None,
             "validation": self.validation.to_json() if self.validation is not None else None,
+            "in_place": self.in_place.to_json() if self.in_place is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}
@@ -168,6 +171,7 @@ def orchestrate(
     if alternatives:
         ranked = {key: [found] for key, (_, found) in solved.items()}
         orchestrated.alternatives = _next_best_plans(graph, instances, ranked, alternatives, limits.solver_time_limit)
+        orchestrated.alternative_sources = [f"next best {i}" for i in range(1, len(orchestrated.alternatives) + 1)]
     orchestrated.seconds = time.perf_counter() - started
     return orchestrated
 

@@ -313,7 +313,9 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             **_versus_best_peer(_results(times, errors), options.precision),
             "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts,
-            "validation": result.validation.to_json() if result.validation is not None else None}  # fmt: skip
+            "validation": result.validation.to_json() if result.validation is not None else None,
+            "in_place": result.in_place.to_json() if result.in_place is not None else None,
+            "in_place_summary": result.in_place.summary() if result.in_place is not None else None}  # fmt: skip
 
 
 def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) -> dict[str, Any]:
@@ -433,6 +435,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
+    if report.get("in_place_summary"):
+        lines.append("  " + report["in_place_summary"])
     if report.get("validation"):
         from kernorch.validate import ValidationReport
 

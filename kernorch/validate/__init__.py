@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
 from kernorch.orchestrate import OrchestrationResult
 from kernorch.runtime.compiled import CompiledModel
@@ -31,7 +32,8 @@ ROUND_SECONDS = 0.1  # each plan's share of a round, in runs of its first measur
 
 @dataclass(frozen=True)
 class PlanTiming:
-    rank: int  # 0: the BLP optimum; i: the i-th next best by predicted cost
+    rank: int  # 0: the BLP optimum; then the alternatives in `OrchestrationResult.alternatives` order
+    source: str  # "optimum", "next best 1", ..., "in place 1" (kernorch/validate/in_place.py), ...
     predicted_ms: float  # the plan's cost (sum of its kernels' costs)
     measured_ms: float | None  # median end to end; None when its outputs differed from the optimum's
     kernels: int
@@ -60,9 +62,10 @@ class ValidationReport:
     def summary(self) -> str:
         def described(p: PlanTiming) -> str:
             measured = "outputs differ" if p.measured_ms is None else f"{p.measured_ms:.3f} ms measured"
-            return f"#{p.rank} {p.predicted_ms:.3f} ms predicted, {measured} ({p.differing_kernels} kernels differ)"
+            return (f"#{p.rank} ({p.source}) {p.predicted_ms:.3f} ms predicted, {measured} ({p.differing_kernels} "
+                    "kernels differ)")  # fmt: skip
 
-        kept = "the BLP optimum" if self.chosen == 0 else f"next-best plan #{self.chosen}"
+        kept = "the BLP optimum" if self.chosen == 0 else f"#{self.chosen} ({self.plans[self.chosen].source})"
         return (f"validation: {len(self.plans)} plans timed end to end ({self.rounds} interleaved rounds, "
                 f"{self.seconds:.1f} s): kept {kept}; " + "; ".join(described(p) for p in self.plans))  # fmt: skip
 
@@ -76,7 +79,7 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
     started = time.perf_counter()
     plans = [result.plan, *result.alternatives]
     graph = result.plan.graph
-    feeds = seeded_feeds({name: graph.types[name] for name in graph.inputs}, gather_index_bounds(graph))
+    feeds = plan_feeds(graph)
     models = [CompiledModel(p.graph, p.kernels, p.costs, threads, cache_dir=cache_dir, runtime=runtime) for p in plans]
     expected = models[0].run(feeds)
     agrees = [True] + [_same_outputs(expected, model.run(feeds)) for model in models[1:]]
@@ -92,13 +95,19 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
     medians = {i: float(np.median(s)) for i, s in samples.items()}
     fastest = min(medians, key=medians.__getitem__)
     chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0
+    sources = ["optimum", *(result.alternative_sources or [f"next best {i}" for i in range(1, len(plans))])]
     report = ValidationReport(
-        tuple(PlanTiming(i, p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
+        tuple(PlanTiming(i, sources[i], p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
                          plan_differences(result.plan, p)) for i, p in enumerate(plans)),
         chosen, time.perf_counter() - started, ROUNDS)  # fmt: skip
     result.plan = plans[chosen]
     result.validation = report
     return result
+
+
+def plan_feeds(graph: Graph) -> dict[str, np.ndarray]:
+    """The seeded inputs plans of `graph` are timed on (token ids inside the tables they index)."""
+    return seeded_feeds({name: graph.types[name] for name in graph.inputs}, gather_index_bounds(graph))
 
 
 def _same_outputs(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> bool:
