@@ -47,6 +47,8 @@ GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
 PRECISION = "kernorch/precision/precision_test.py"
 STORAGE = "kernorch/precision/storage_test.py"
+VALIDATE = "kernorch/validate"
+LIBRARY_CALLS = "kernorch/codegen/library/call_test.py"
 REFUSED_PRIMITIVE = ("kernorch/cost/profile_test.py::"
                      "test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference")
 
@@ -391,6 +393,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "order.append(backend)", (REGISTRY,)),
     Mutant("a kernel no backend runs gets the last backend's reason", "kernorch/codegen/backends/registry.py",
            "if verdict.claims and claimed is None:", "if True:", (REGISTRY,)),
+    # whole plans measured: next-best plans, validation, costs in place, 2-D matmul calls
+    Mutant("a next-best selection may be an excluded plan again", "kernorch/orchestrate/blp.py",
+           "add_row(-infinity, len(costly) - 1.0, {column[k]: 1.0 for k in costly})",
+           "add_row(-infinity, float(len(costly)), {column[k]: 1.0 for k in costly})", (BLP,)),
+    Mutant("validation keeps a plan faster by less than the margin", "kernorch/validate/__init__.py",
+           "chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0", "chosen = fastest",
+           (VALIDATE,)),
+    Mutant("validation keeps a plan whose outputs differ", "kernorch/validate/__init__.py",
+           "agrees = [True] + [_same_outputs(expected, model.run(feeds)) for model in models[1:]]",
+           "agrees = [True] * len(models)", (VALIDATE,)),
+    Mutant("in-place costs keep the per-launch dispatch", "kernorch/validate/in_place.py",
+           "    if excess <= 0:\n        return times", "    if True:\n        return times", (VALIDATE,)),
+    Mutant("a linear layer on a map stays a 4-D oneDNN matmul", "kernorch/codegen/library/call.py",
+           'return rows_merged(described) if described.op == "matmul" else described', "return described",
+           (LIBRARY_CALLS,)),
 )  # fmt: skip
 
 
