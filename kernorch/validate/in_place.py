@@ -16,6 +16,7 @@ shared out before the times are recorded (`_without_dispatch`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +73,6 @@ def refine_in_place(result: OrchestrationResult, cost_model: SignedCostModel, li
                     runtime: str = "kernels") -> OrchestrationResult:  # fmt: skip
     """Measure `result.plan` in place, re-plan on the corrected costs up to `rounds` times (see the module
     docstring); every other plan measured is appended to `result.alternatives`, the report to `result.in_place`."""
-    import time
-
     started = time.perf_counter()
     graph = result.plan.graph
     corrected = InPlaceCost(cost_model)
