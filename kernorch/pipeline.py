@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 
 from kernorch.cost.model import CostModel, GeneratableCost
-from kernorch.errors import FallbackWarning
+from kernorch.errors import FallbackWarning, KernorchError
 from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
@@ -124,6 +124,8 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
         from kernorch.validate import plan_feeds
         from kernorch.validate.in_place import refine_in_place
 
+        if not hasattr(cost_model, "signature_of"):  # a caller's own cost model: nothing to correct by signature
+            raise KernorchError(f"in_place needs a profiled cost model (kernel signatures); {cost_model.name} has none")
         result = refine_in_place(result, cost_model, options.limits, options.in_place,  # type: ignore[arg-type]
                                  plan_feeds(result.plan.graph), options.threads, options.cache_dir,
                                  options.runtime)  # fmt: skip

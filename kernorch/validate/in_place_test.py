@@ -63,3 +63,13 @@ def test_in_place_is_refused_without_measured_profiles() -> None:
         Options(in_place=1, cost="analytic", device="cpu-nominal")
     with pytest.raises(KernorchError, match="in_place"):
         Options(in_place=-1)
+
+
+def test_in_place_refuses_a_cost_model_without_signatures() -> None:
+    from kernorch.errors import KernorchError
+    from kernorch.pipeline import plan_graph
+
+    graph = fission(import_model(conv_norm_act_block()))
+    cost = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["cpu-nominal"]))
+    with pytest.raises(KernorchError, match="profiled cost model"):
+        plan_graph(graph, Options(in_place=1, rewrite=False), cost_model=cost)
