@@ -129,7 +129,12 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
         result = refine_in_place(result, cost_model, options.limits, options.in_place,  # type: ignore[arg-type]
                                  plan_feeds(result.plan.graph), options.threads, options.cache_dir,
                                  options.runtime)  # fmt: skip
-    if result.alternatives:  # the next-best plans (options.validate) and those measured in place
+    if options.validate > 1 and {k.key for k in result.greedy_plan.kernels} != {k.key for k in result.plan.kernels}:
+        # the greedy-fusion plan too: next-best plans are near ties of the optimum, this one a different strategy,
+        # so the validation also guards against a cost model misleading the BLP wholesale
+        result.alternatives = [*result.alternatives, result.greedy_plan]
+        result.alternative_sources = [*result.alternative_sources, "greedy fusion"]
+    if result.alternatives:  # the next-best plans (options.validate), greedy, and those measured in place
         from kernorch.validate import validate_plans
 
         result = validate_plans(result, options.threads, options.cache_dir, options.runtime)

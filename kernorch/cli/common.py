@@ -111,7 +111,8 @@ def add_validate_arg(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--validate", type=positive_int, default=None, metavar="K",
                         help="compile the K cheapest distinct plans (the BLP optimum and its K-1 next best, found "
-                        "with no-good cuts), time them end to end on this CPU, interleaved, and keep the fastest "
+                        "with no-good cuts) and the greedy-fusion plan, time them end to end on this CPU, "
+                        "interleaved, and keep the fastest "
                         "(the optimum unless another is 2%% faster); the choice and the tuning time are recorded in "
                         f"the plan (default 1: the optimum, untimed; at most {MAX_VALIDATED_PLANS})")  # fmt: skip
 

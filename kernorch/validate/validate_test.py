@@ -90,7 +90,8 @@ def test_a_validated_plan_runs_like_onnxruntime_and_records_the_choice(tmp_path:
     options = Options(cost="analytic", validate=3, cache_dir=tmp_path / "cache")
     result = plan_graph(fission(import_model(model)), options)
     report = result.validation
-    assert report is not None and len(report.plans) == 3
+    assert report is not None and [p.source for p in report.plans] == ["optimum", "next best 1", "next best 2",
+                                                                        "greedy fusion"]  # fmt: skip
     assert all(p.measured_ms is not None and p.measured_ms > 0 for p in report.plans)
     compiled = compile_plan(result, options)
     feeds = seeded_feeds({name: result.plan.graph.types[name] for name in result.plan.graph.inputs})
