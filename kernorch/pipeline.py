@@ -121,19 +121,23 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
         result = chosen
     result.rewrite_report = report
     if options.in_place:
-        from kernorch.validate import plan_feeds
+        from kernorch.runtime.feeds import graph_feeds
         from kernorch.validate.in_place import refine_in_place
 
         if not hasattr(cost_model, "signature_of"):  # a caller's own cost model: nothing to correct by signature
             raise KernorchError(f"in_place needs a profiled cost model (kernel signatures); {cost_model.name} has none")
         result = refine_in_place(result, cost_model, options.limits, options.in_place,  # type: ignore[arg-type]
-                                 plan_feeds(result.plan.graph), options.threads, options.cache_dir,
+                                 graph_feeds(result.plan.graph), options.threads, options.cache_dir,
                                  options.runtime)  # fmt: skip
-    if options.validate > 1 and {k.key for k in result.greedy_plan.kernels} != {k.key for k in result.plan.kernels}:
-        # the greedy-fusion plan too: next-best plans are near ties of the optimum, this one a different strategy,
-        # so the validation also guards against a cost model misleading the BLP wholesale
-        result.alternatives = [*result.alternatives, result.greedy_plan]
-        result.alternative_sources = [*result.alternative_sources, "greedy fusion"]
+    if options.validate > 1:  # next-best plans of the layout kept only (the other's are never timed)
+        from kernorch.orchestrate import add_next_best
+
+        add_next_best(result, options.validate - 1)
+        if result.greedy_plan.kernel_keys != result.plan.kernel_keys:
+            # the greedy-fusion plan too: next-best plans are near ties of the optimum, this one another strategy,
+            # so the validation also guards against a cost model misleading the BLP wholesale
+            result.alternatives = [*result.alternatives, result.greedy_plan]
+            result.alternative_sources = [*result.alternative_sources, "greedy fusion"]
     if result.alternatives:  # the next-best plans (options.validate), greedy, and those measured in place
         from kernorch.validate import validate_plans
 
@@ -152,7 +156,8 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
     if options.rewrite and layout_report.channels_last_convs:
         laid_out, _ = rewrite(laid_out)  # the safe rules tidy what the layout left (transpose pairs, no-op reshapes)
     laid_out, precision_report = choose_precision(laid_out, cost_model, options.precision)
-    result = orchestrate(laid_out, cost_model, options.limits, progress.subgraphs, options.validate - 1)
+    result = orchestrate(laid_out, cost_model, options.limits, progress.subgraphs,
+                         keep_instances=options.validate > 1)  # fmt: skip
     result.layout_report = layout_report
     result.precision_report = precision_report
     return result

@@ -22,6 +22,11 @@ class Plan:
     def cost(self) -> float:
         return sum(self.costs)
 
+    @property
+    def kernel_keys(self) -> frozenset[object]:
+        """What tells two plans of one graph apart: their kernels' node sets and outputs."""
+        return frozenset(k.key for k in self.kernels)
+
 
 def validate_plan(graph: Graph, kernels: list[CandidateKernel]) -> None:
     """Run the plan symbolically; raise PlanError naming the first kernel that cannot run."""

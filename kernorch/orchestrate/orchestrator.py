@@ -60,7 +60,8 @@ class OrchestrationResult:
     tuning: dict[str, int] | None = None  # kernels measured here / on Ray workers / foreign results (profiling)
     # the next-best plans by cost, cheapest first (`orchestrate(..., alternatives=k)`), for whole-plan validation
     alternatives: list[Plan] = field(default_factory=list)
-    alternative_sources: list[str] = field(default_factory=list)  # what found each alternative (empty: next best)
+    alternative_sources: list[str] = field(default_factory=list)  # what found each alternative, one per plan
+    instances: list[Instance] = field(default_factory=list)  # each subgraph's BLP, kept for `add_next_best`
     in_place: Any = None  # kernorch.validate.in_place.InPlaceReport when costs were measured in place
     validation: Any = None  # kernorch.validate.ValidationReport when the alternatives were timed end to end
 
@@ -119,9 +120,11 @@ def orchestrate(
     limits: OrchestrationLimits | None = None,
     progress: Callable[[Iterable[Any]], Iterator[Any]] | None = None,
     alternatives: int = 0,
+    keep_instances: bool = False,
 ) -> OrchestrationResult:
     """The optimal plan of `graph` under `cost_model`, subgraph by subgraph; with `alternatives` > 0 also that
-    many next-best whole plans (`_next_best_plans`)."""
+    many next-best whole plans (`add_next_best`). `keep_instances` keeps what `add_next_best` needs, to be asked
+    later (the pipeline asks only for the layout it keeps)."""
     limits = limits or OrchestrationLimits()
     started = time.perf_counter()
     epilogues = LinearEpilogues(graph)
@@ -135,6 +138,7 @@ def orchestrate(
     subgraphs = plan_subgraphs(graph, limits)
     solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
     instances: list[Instance] = []  # each subgraph's BLP, for the next-best plans
+    keep_instances = keep_instances or alternatives > 0
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
         pricing = getattr(cost_model, "pricing", None)  # a block in which each candidate is described once
@@ -154,8 +158,8 @@ def orchestrate(
         greedy_costs.extend(costs[greedy_ids[i]] for i in greedy_order)
         plan_kernels.extend(kernels[k] for k in result.chosen)
         plan_costs.extend(costs[k] for k in result.chosen)
-        if alternatives:
-            instances.append(Instance(key, kernels, costs, set(sub.required_outputs), set(available)))
+        if keep_instances:
+            instances.append(Instance(key, kernels, costs, set(sub.required_outputs), set(available), result))
         available |= sub.required_outputs
         reports.append(SubgraphReport(
             first_node=sub.node_ids[0], primitives=sub.size, states=state_count, candidates=len(kernels),
@@ -167,11 +171,10 @@ def orchestrate(
     validate_plan(graph, plan_kernels)
     validate_plan(graph, greedy_plan)
     orchestrated = OrchestrationResult(Plan(graph, plan_kernels, plan_costs), Plan(graph, greedy_plan, greedy_costs),
-                                       reports, rejected, limits, cost_model.name, 0.0)  # fmt: skip
+                                       reports, rejected, limits, cost_model.name, 0.0,
+                                       instances=instances)  # fmt: skip
     if alternatives:
-        ranked = {key: [found] for key, (_, found) in solved.items()}
-        orchestrated.alternatives = _next_best_plans(graph, instances, ranked, alternatives, limits.solver_time_limit)
-        orchestrated.alternative_sources = [f"next best {i}" for i in range(1, len(orchestrated.alternatives) + 1)]
+        add_next_best(orchestrated, alternatives)
     orchestrated.seconds = time.perf_counter() - started
     return orchestrated
 
@@ -186,21 +189,24 @@ class Instance:
     costs: list[float]
     required: set[str]
     available: set[str]
+    solution: BlpResult
 
 
-def _next_best_plans(graph: Graph, instances: list[Instance], ranked: dict[tuple[object, ...], list[BlpResult]],
-                     count: int, time_limit: float) -> list[Plan]:  # fmt: skip
-    """The `count` cheapest whole plans after the optimum. Each BLP instance gets its `count` next-best
+def add_next_best(result: OrchestrationResult, count: int) -> None:
+    """Append the `count` cheapest whole plans after the optimum to `result.alternatives` (the result must keep
+    its instances: `orchestrate(..., keep_instances=True)`). Each BLP instance gets its `count` next-best
     selections (no-good cuts); subgraphs of one instance (a transformer's layers) take the same rank, so a plan
     is a rank per instance and costs the sum over subgraphs. The cheapest rank vectors after all-zeros are
     enumerated best first (a vector's successors raise one instance's rank by one)."""
+    instances, graph = result.instances, result.plan.graph
+    assert instances or not result.plan.kernels, "orchestrate(..., keep_instances=True) keeps what this needs"
     first: dict[tuple[object, ...], Instance] = {}
     for instance in instances:
         first.setdefault(instance.key, instance)
     keys = list(first)
-    for key, instance in first.items():
-        ranked[key] = next_best(instance.kernels, instance.costs, instance.required, instance.available, time_limit,
-                                ranked[key], count)  # fmt: skip
+    ranked = {key: next_best(instance.kernels, instance.costs, instance.required, instance.available,
+                             result.limits.solver_time_limit, [instance.solution], count)
+              for key, instance in first.items()}  # fmt: skip
     twins = Counter(instance.key for instance in instances)
 
     def cost(ranks: tuple[int, ...]) -> float:
@@ -219,7 +225,9 @@ def _next_best_plans(graph: Graph, instances: list[Instance], ranked: dict[tuple
             if ranks[i] + 1 < len(ranked[key]) and successor not in seen:
                 seen.add(successor)
                 heapq.heappush(frontier, (cost(successor), successor))
-    return plans
+    result.alternatives = [*result.alternatives, *plans]
+    result.alternative_sources = [*result.alternative_sources,
+                                  *(f"next best {i}" for i in range(1, len(plans) + 1))]  # fmt: skip
 
 
 def _plan_of(graph: Graph, instances: list[Instance], ranked: dict[tuple[object, ...], list[BlpResult]],

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
 from kernorch.orchestrate import OrchestrationResult
 from kernorch.runtime.compiled import CompiledModel
-from kernorch.runtime.feeds import gather_index_bounds, seeded_feeds
+from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
 
 MARGIN = 0.02  # another plan is kept only if its median is this much below the optimum's (run-to-run noise)
@@ -79,7 +78,7 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
     started = time.perf_counter()
     plans = [result.plan, *result.alternatives]
     graph = result.plan.graph
-    feeds = plan_feeds(graph)
+    feeds = graph_feeds(graph)
     models = [CompiledModel(p.graph, p.kernels, p.costs, threads, cache_dir=cache_dir, runtime=runtime) for p in plans]
     expected = models[0].run(feeds)
     agrees = [True] + [_same_outputs(expected, model.run(feeds)) for model in models[1:]]
@@ -95,7 +94,7 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
     medians = {i: float(np.median(s)) for i, s in samples.items()}
     fastest = min(medians, key=medians.__getitem__)
     chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0
-    sources = ["optimum", *(result.alternative_sources or [f"next best {i}" for i in range(1, len(plans))])]
+    sources = ["optimum", *result.alternative_sources]
     report = ValidationReport(
         tuple(PlanTiming(i, sources[i], p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
                          plan_differences(result.plan, p)) for i, p in enumerate(plans)),
@@ -103,11 +102,6 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
     result.plan = plans[chosen]
     result.validation = report
     return result
-
-
-def plan_feeds(graph: Graph) -> dict[str, np.ndarray]:
-    """The seeded inputs plans of `graph` are timed on (token ids inside the tables they index)."""
-    return seeded_feeds({name: graph.types[name] for name in graph.inputs}, gather_index_bounds(graph))
 
 
 def _same_outputs(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> bool:
@@ -127,4 +121,4 @@ def _same_outputs(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -
 
 def plan_differences(plan: Plan, other: Plan) -> int:
     """Kernels in one plan and not the other."""
-    return len({k.key for k in plan.kernels} ^ {k.key for k in other.kernels})
+    return len(plan.kernel_keys ^ other.kernel_keys)

@@ -87,8 +87,7 @@ def refine_in_place(result: OrchestrationResult, cost_model: SignedCostModel, li
         if round_index == rounds:
             break
         replanned = orchestrate(graph, corrected, limits).plan
-        keys = frozenset(k.key for k in replanned.kernels)
-        if any(frozenset(k.key for k in p.kernels) == keys for p, _ in measured):
+        if any(p.kernel_keys == replanned.kernel_keys for p, _ in measured):
             break  # the corrected costs choose a plan measured already: nothing new to test
         plan = replanned
     report = InPlaceReport(tuple(

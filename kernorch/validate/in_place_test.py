@@ -16,9 +16,10 @@ from kernorch.ir.kernel import CandidateKernel
 from kernorch.options import Options, OrchestrationLimits
 from kernorch.orchestrate import orchestrate
 from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.feeds import graph_feeds
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import conv_norm_act_block
-from kernorch.validate import plan_feeds, validate_plans
+from kernorch.validate import validate_plans
 from kernorch.validate.in_place import _without_dispatch, refine_in_place
 
 
@@ -40,7 +41,7 @@ def test_refined_plans_are_measured_validated_and_correct(tmp_path: Path) -> Non
     graph = fission(import_model(model))
     cost = _Signed(AnalyticCostModel(DEVICE_PRESETS["cpu-nominal"]))
     result = orchestrate(graph, cost)
-    feeds = plan_feeds(graph)
+    feeds = graph_feeds(graph)
     refined = refine_in_place(result, cost, OrchestrationLimits(), 2, feeds, threads=2, cache_dir=tmp_path)
     report = refined.in_place
     assert report is not None and 1 <= len(report.rounds) <= 3
