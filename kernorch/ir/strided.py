@@ -70,13 +70,17 @@ def reshaped_strides(shape: tuple[int, ...], strides: tuple[int, ...],
     return tuple(s if n != 1 else extent for s, n in zip(new_strides, new_shape, strict=True))
 
 
-def strided_view(graph: Graph, kernel_nodes: set[int], value: str) -> StridedView | None:
+def strided_view(graph: Graph, kernel_nodes: set[int], value: str,
+                 elementwise: frozenset[int] = frozenset()) -> StridedView | None:  # fmt: skip
     """`value` as a strided view of the buffer its chain of layout primitives inside the kernel starts from;
-    None when its producer is not such a primitive in the kernel, or when some step needs a copy."""
+    None when its producer is not such a primitive in the kernel, or when some step needs a copy. Nodes in
+    `elementwise` (shape-keeping, their first input the chain's) are stepped over: the reader applies them to
+    each element it reads, and they are listed in the view's nodes."""
     producers = {out: i for i in kernel_nodes for out in graph.nodes[i].outputs}
     chain: list[tuple[int, str]] = []  # (node, the output of it the operand is read through), value side first
     current = value
-    while current in producers and graph.nodes[producers[current]].prim in STRIDED_VIEW_PRIMS:
+    while current in producers and (graph.nodes[producers[current]].prim in STRIDED_VIEW_PRIMS
+                                    or producers[current] in elementwise):  # fmt: skip
         chain.append((producers[current], current))
         current = graph.nodes[producers[current]].inputs[0]
     if not chain:
@@ -86,6 +90,8 @@ def strided_view(graph: Graph, kernel_nodes: set[int], value: str) -> StridedVie
     offset = 0
     for node_id, output in reversed(chain):
         node = graph.nodes[node_id]
+        if node_id in elementwise:
+            continue
         if node.prim == "transpose":
             perm = tuple(node.attr("perm"))
             shape, strides = tuple(shape[p] for p in perm), tuple(strides[p] for p in perm)

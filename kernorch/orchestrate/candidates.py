@@ -27,6 +27,7 @@ from itertools import combinations
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.options import OrchestrationLimits
+from kernorch.orchestrate.attention import attention_sets
 from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues, node_kinds
 from kernorch.orchestrate.subgraph import Subgraph, is_convex, iter_bits
 
@@ -144,7 +145,28 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
             nodes = tuple(sub.node_ids[i] for i in iter_bits(extended))
             result.node_sets += 1
             result.kernels.extend(make_kernel(sub.graph, nodes, outs) for outs in sets)
+    for mask, core in attention_sets(sub):  # two linear primitives: found by pattern, not grown (attention.py)
+        outputs, why_not = _attention_outputs(sub, mask, core)
+        if why_not:
+            _reject(result, sub, mask, "attention-outputs", why_not)
+            continue
+        result.node_sets += 1
+        result.kernels.append(make_kernel(sub.graph, tuple(sub.node_ids[i] for i in iter_bits(mask)), outputs))
     return result
+
+
+def _attention_outputs(sub: Subgraph, mask: int, core: int) -> tuple[tuple[str, ...], str | None]:
+    """An attention set's one output: its result. The nodes computing its operands are read through, like a
+    library call's operand views; a value of the core needed outside it other than the result refuses it."""
+    graph = sub.graph
+    outside = ((1 << sub.size) - 1) & ~mask
+    consumed_outside = {v for i in iter_bits(outside) for v in graph.nodes[sub.node_ids[i]].inputs}
+    needed = [v for i in iter_bits(core) for v in graph.nodes[sub.node_ids[i]].outputs
+              if v in sub.required_outputs or v in consumed_outside]  # fmt: skip
+    consumed_inside = {v for i in iter_bits(mask) for v in graph.nodes[sub.node_ids[i]].inputs}
+    if len(needed) != 1 or needed[0] in consumed_inside:
+        return (), f"{', '.join(needed) or 'nothing'} needed outside the attention"
+    return (needed[0],), None
 
 
 def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int, int]]:

@@ -1,7 +1,8 @@
 """Backends: one object per way of running a kernel (base.py's interface), and the registry that picks one.
 
 - generated C (`GENERATED_C`): fused memory-intensive kernels, described as loops, lowered to GIR, rendered as C;
-- C templates (`LSTM_SCAN`, `LSTM_STACK`): hand-written C for opaque primitives;
+- C templates (`LSTM_SCAN`, `LSTM_STACK`, `FUSED_ATTENTION`): hand-written C for opaque primitives and for
+  attention (two matmuls around a softmax);
 - library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
   convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `WINOGRAD_CONV`) with the same create/run/destroy shape;
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
@@ -42,7 +43,7 @@ from kernorch.codegen.backends.registry import (
     registered,
     unregister,
 )
-from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
+from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.loops import NotGeneratable
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "torch_linear",
     "DEPTHWISE_CONV",
     "DIRECT_CONV",
+    "FUSED_ATTENTION",
     "GENERATED_C",
     "LSTM_SCAN",
     "LSTM_STACK",

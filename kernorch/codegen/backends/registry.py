@@ -10,7 +10,7 @@ from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
 from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
 from kernorch.codegen.backends.library_calls import DEPTHWISE_CONV, DIRECT_CONV, ONEDNN, WINOGRAD_CONV
-from kernorch.codegen.backends.templates import LSTM_SCAN, LSTM_STACK
+from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.views import concat_pieces, view_outputs
 from kernorch.ir.kernel import CandidateKernel
 
@@ -19,7 +19,8 @@ from kernorch.ir.kernel import CandidateKernel
 # Per device kind: a CPU plan's program (C, oneDNN) or a GPU plan's launches (Triton, torch's cuBLAS/cuDNN); the
 # onnxruntime fallback and the reference run on the host for either.
 _ORDERS: dict[str, list[Backend]] = {
-    "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV, WINOGRAD_CONV, ONEDNN],
+    "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, FUSED_ATTENTION, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
+            WINOGRAD_CONV, ONEDNN],
     "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
 }
 DEVICE_KINDS = tuple(_ORDERS)

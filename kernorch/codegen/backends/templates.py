@@ -1,5 +1,5 @@
-"""Hand-written C templates for opaque primitives (codegen/native/): the LSTM scan and stacked LSTM layers run
-as waves. Each runs whole: it synchronises its own threads (the scan with a barrier per step, the stack with a
+"""Hand-written C templates (codegen/native/): for opaque primitives, the LSTM scan and stacked LSTM layers run
+as waves; for a pattern of primitives, fused attention. Each runs whole: it synchronises its own threads (the scan with a barrier per step, the stack with a
 step counter per layer), so it has no rTask variants."""
 
 from __future__ import annotations
@@ -9,12 +9,16 @@ from collections.abc import Callable
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.c import prelude_used_by
 from kernorch.codegen.native import (
+    attention_scratch_bytes,
+    attention_supported,
+    describe_attention,
     describe_lstm,
     describe_lstm_stack,
     lstm_scratch_bytes,
     lstm_stack_scratch_bytes,
     lstm_stack_supported,
     lstm_supported,
+    render_attention,
     render_lstm,
     render_lstm_stack,
 )
@@ -52,3 +56,5 @@ LSTM_SCAN = CTemplate("lstm_scan", "LSTM scan C template", lstm_supported, lstm_
                       describe_lstm)  # fmt: skip
 LSTM_STACK = CTemplate("lstm_stack", "stacked LSTM layers as waves, C template", lstm_stack_supported,
                        lstm_stack_scratch_bytes, render_lstm_stack, describe_lstm_stack)  # fmt: skip
+FUSED_ATTENTION = CTemplate("fused_attention", "fused attention C template", attention_supported,
+                            attention_scratch_bytes, render_attention, describe_attention)  # fmt: skip

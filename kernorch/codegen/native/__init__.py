@@ -1,7 +1,13 @@
 """Hand-written kernels: convolutions for the shapes oneDNN handles worst (direct, depthwise, Winograd), with
 a library call's create/run/destroy shape, and C templates for opaque primitives (the LSTM scan, stacked LSTM
-layers as waves). Their backends are codegen/backends/library_calls.py and templates.py."""
+layers as waves), and fused attention (QKᵀ, softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
 
+from kernorch.codegen.native.attention import (
+    attention_scratch_bytes,
+    attention_supported,
+    describe_attention,
+    render_attention,
+)
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
 from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
 from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
@@ -14,6 +20,10 @@ from kernorch.codegen.native.lstm_stack import (
 from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
 
 __all__ = [
+    "attention_scratch_bytes",
+    "attention_supported",
+    "describe_attention",
+    "render_attention",
     "depthwise_rejection",
     "describe_lstm",
     "describe_lstm_stack",

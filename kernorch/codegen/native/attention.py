@@ -1,0 +1,453 @@
+"""Fused attention (issue 43 item 3): QKᵀ, the elementwise steps on the scores (scale, mask), softmax with its
+row max, and ·V in one kernel, per head and per block of query rows in cache — the scores never reach memory.
+
+The pattern is what fission and the rewrites leave of an attention: S = matmul(Q, Kᵀ); elementwise steps on S
+with constants or inputs broadcast onto it; m = reduce_max(S); E = exp(S - m); l = reduce_sum(E); and either
+matmul(E, V) / l (the rewrites move the division past the matmul) or matmul(E / l, V). Q, Kᵀ and V are read
+through the strided views that compute them (ir/strided.py: the QKV projection's split, reshape and transposes
+cost nothing), in float32 or bfloat16 (a bf16 plan's operand casts are absorbed: the kernel multiplies in
+float32, which is at least as accurate as the bf16 matmuls it replaces).
+
+Each thread packs, once per head it visits, Kᵀ as [D][Lk padded] and V as [Lk][Dv] into its scratch (float32),
+then for each block of R query rows computes the R score rows with register-blocked FMAs (R rows x JV vectors of
+keys), the steps and the softmax on them in L1, and R rows of output (R rows x CV vectors of Dv). The plan's
+orchestrator weighs the kernel against the unfused kernels like any candidate (orchestrate/candidates.py adds
+the node set; the profile cost model times it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernorch.codegen.native.skeleton import VECTOR_TYPES
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
+from kernorch.ir.strided import row_major, strided_view
+
+ROWS = 4  # query rows per block: R x JV score accumulators, R x CV output accumulators
+MAX_THREADS = 8  # per-thread scratch is allocated for this many; more threads than this are not used
+MAX_SCRATCH_PER_THREAD = 4 << 20  # bytes: beyond this (very long sequences) the kernel declines
+DV_MULTIPLE = 16  # the head dim of V is covered by whole vectors (16 floats: one AVX-512 or two AVX2 vectors)
+_STEPS = {"mul": "*", "add": "+", "sub": "-", "div": "/"}
+_OPERAND_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A matrix per batch item read from one kernel argument: element (b, row, col) at
+    offsets[b] + row * row_stride + col * col_stride."""
+
+    slot: int
+    dtype: str
+    offsets: tuple[int, ...]
+    row_stride: int
+    col_stride: int
+    prologue: tuple[tuple[str, float], ...] = ()  # (mul or div, scalar) applied to each element read, in order
+
+
+@dataclass(frozen=True)
+class ScoreStep:
+    """One elementwise step on the scores: S = S op x (or x op S when `scores_first` is False), x broadcast."""
+
+    op: str
+    scores_first: bool
+    operand: Operand
+
+
+@dataclass(frozen=True)
+class Attention:
+    batch: int  # heads times batch: the product of the leading axes
+    lq: int
+    lk: int
+    d: int
+    dv: int
+    q: Operand  # [Lq, D]
+    kt: Operand  # [D, Lk]
+    v: Operand  # [Lk, Dv]
+    steps: tuple[ScoreStep, ...]
+    out_slot: int
+    divide_after: bool  # matmul(E, V) / l (True) or matmul(E / l, V)
+
+    @property
+    def padded_keys(self) -> int:
+        return -(-self.lk // 64) * 64
+
+    @property
+    def scratch_floats_per_thread(self) -> int:
+        return self.d * self.padded_keys + self.lk * self.dv + ROWS * self.padded_keys + ROWS * self.d + 16
+
+
+def _producers(kernel: CandidateKernel) -> dict[str, int]:
+    return {out: i for i in kernel.nodes for out in kernel.graph.nodes[i].outputs}
+
+
+def _consumers(kernel: CandidateKernel, value: str) -> list[int]:
+    return [i for i in kernel.nodes if value in kernel.graph.nodes[i].inputs]
+
+
+def _batch_offsets(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, batch_shape: tuple[int, ...]) -> \
+        tuple[int, ...]:  # fmt: skip
+    """Element offsets of each batch item (leading axes, row-major order); a size-1 axis broadcasts."""
+    return tuple(offset + sum(i * (strides[a] if shape[a] != 1 else 0) for a, i in enumerate(index))
+                 for index in itertools.product(*(range(n) for n in batch_shape)))  # fmt: skip
+
+
+def _matrix(kernel: CandidateKernel, value: str, batch_shape: tuple[int, ...], absorbed: set[int]) -> \
+        Operand | str:  # fmt: skip
+    """`value` (a matmul operand) as an Operand: a kernel input, or a strided view of one computed inside the
+    kernel, on the way through casts to bfloat16 (skipped: the kernel multiplies in float32) and products or
+    quotients by a scalar constant (applied to each element read: vit's query scaling). The nodes it absorbs
+    are added to `absorbed`."""
+    graph, producers = kernel.graph, _producers(kernel)
+    stepped: set[int] = set()
+    prologue: list[tuple[str, float]] = []  # value side first
+    current = value
+    while current in producers:
+        index = producers[current]
+        node = graph.nodes[index]
+        if node.prim in STRIDED_VIEW_PRIMS:
+            current = node.inputs[0]
+            continue
+        if node.prim == "cast" and node.attr("to") == "bfloat16":
+            stepped.add(index)
+        elif node.prim in ("mul", "div") and _scalar_constant(kernel, node.inputs[1]) is not None:
+            stepped.add(index)
+            prologue.append((node.prim, _scalar_constant(kernel, node.inputs[1]) or 0.0))
+        else:
+            return f"operand {value} is computed inside the kernel by {node.prim}"
+        current = node.inputs[0]
+    if value in producers:
+        view = strided_view(graph, set(kernel.nodes), value, frozenset(stepped))
+        if view is None or view.source in producers:
+            return f"operand {value} is not a strided view of a kernel input"
+        absorbed.update(view.nodes)
+        source, offset, shape, strides = view.source, view.offset, view.shape, view.strides
+    else:
+        source, offset, shape = value, 0, graph.types[value].shape
+        strides = row_major(shape)
+    if shape[:-2] != batch_shape:
+        return f"operand {value} of shape {shape} does not match the heads {batch_shape}"
+    dtype = str(graph.types[source].dtype)
+    if dtype not in _OPERAND_DTYPES:
+        return f"operand {value} is {dtype}"
+    return Operand(kernel.inputs.index(source), dtype, _batch_offsets(shape, strides, offset, batch_shape),
+                   strides[-2], strides[-1], tuple(reversed(prologue)))
+
+
+def _scalar_constant(kernel: CandidateKernel, value: str) -> float | None:
+    """The float32 value of a constant with one element, or None."""
+    graph = kernel.graph
+    if value not in graph.constants or str(graph.types[value].dtype) != "float32":
+        return None
+    array = np.asarray(graph.constants[value])
+    return float(array.reshape(-1)[0]) if array.size == 1 else None
+
+
+def _last_axis(node_axes: tuple[int, ...], rank: int) -> bool:
+    return tuple(a % rank for a in node_axes) == (rank - 1,)
+
+
+def match_attention(kernel: CandidateKernel) -> Attention | str:
+    """The kernel as a fused attention, or why it is not one."""
+    graph = kernel.graph
+    nodes = {i: graph.nodes[i] for i in kernel.nodes}
+    matmuls = [i for i, n in nodes.items() if n.prim == "matmul"]
+    exps = [i for i, n in nodes.items() if n.prim == "exp"]
+    if len(matmuls) != 2 or len(exps) != 1 or len(kernel.outputs) != 1:
+        return "not two matmuls around one softmax with one output"
+    producers = _producers(kernel)
+
+    def only_consumer(value: str) -> int | None:
+        users = _consumers(kernel, value)
+        return users[0] if len(users) == 1 else None
+
+    # from the first matmul's scores through the elementwise steps to the row max
+    (exp,) = exps
+    candidates = [m for m in matmuls if exp in _descendants(kernel, m, stop=exp)]
+    first = candidates[0] if len(candidates) == 1 else None
+    if first is None:
+        return "the softmax is not between the two matmuls"
+    second = next(m for m in matmuls if m != first)
+    scores = graph.nodes[first].outputs[0]
+    shape = graph.types[scores].shape
+    if len(shape) < 2 or str(graph.types[scores].dtype) != "float32":
+        return "the scores are not a float32 matrix per head"
+    rank, batch_shape = len(shape), tuple(shape[:-2])
+    absorbed: set[int] = {first, second, exp}
+    steps: list[tuple[str, bool, str]] = []
+    current = scores
+    while True:
+        users = _consumers(kernel, current)
+        step = users[0] if len(users) == 1 else None
+        if step is None or nodes[step].prim not in _STEPS:
+            break
+        a, b = nodes[step].inputs
+        other = b if a == current else a
+        if other in producers or graph.types[nodes[step].outputs[0]].shape != shape:
+            return f"{nodes[step].prim} on the scores reads a value computed in the kernel or changes their shape"
+        steps.append((nodes[step].prim, a == current, other))
+        absorbed.add(step)
+        current = nodes[step].outputs[0]
+    users = sorted(_consumers(kernel, current), key=lambda i: nodes[i].prim)
+    if [nodes[u].prim for u in users] != ["reduce_max", "sub"]:
+        return "the scores do not go to a row max and a subtraction"
+    rmax, sub = users
+    if not _last_axis(nodes[rmax].attr("axes"), rank) or nodes[sub].inputs != (current, nodes[rmax].outputs[0]) \
+            or only_consumer(nodes[rmax].outputs[0]) != sub or only_consumer(nodes[sub].outputs[0]) != exp:  # fmt: skip
+        return "not a softmax over the last axis of the scores"
+    absorbed.update((rmax, sub))
+    e = nodes[exp].outputs[0]
+    users = sorted(_consumers(kernel, e), key=lambda i: nodes[i].prim)
+    kinds = [nodes[u].prim for u in users]
+    if kinds not in (["cast", "reduce_sum"], ["matmul", "reduce_sum"], ["div", "reduce_sum"]):
+        return "exp's value does not go to a row sum and the second matmul"
+    rsum = users[-1]
+    total = nodes[rsum].outputs[0]
+    if not _last_axis(nodes[rsum].attr("axes"), rank):
+        return "the row sum is not over the last axis"
+    absorbed.add(rsum)
+    weights = e
+    divide_after = kinds[0] != "div"
+    if not divide_after:
+        div = users[0]
+        if nodes[div].inputs != (e, total):
+            return "the softmax divides something else"
+        absorbed.add(div)
+        weights = nodes[div].outputs[0]
+    users = _consumers(kernel, weights)
+    if len(users) == 1 and nodes[users[0]].prim == "cast":
+        absorbed.add(users[0])
+        weights = nodes[users[0]].outputs[0]
+    if _consumers(kernel, weights) != [second] or graph.nodes[second].inputs[0] != weights:
+        return "the softmax's value is not the second matmul's first operand"
+    output = graph.nodes[second].outputs[0]
+    if divide_after:
+        div = only_consumer(output)
+        if div is None or nodes[div].prim != "div" or nodes[div].inputs != (output, total):
+            return "the second matmul's product is not divided by the row sum"
+        absorbed.add(div)
+        output = nodes[div].outputs[0]
+    if kernel.outputs != (output,) or str(graph.types[output].dtype) != "float32":
+        return "the kernel's output is not the attention's float32 result"
+    q = _matrix(kernel, graph.nodes[first].inputs[0], batch_shape, absorbed)
+    kt = _matrix(kernel, graph.nodes[first].inputs[1], batch_shape, absorbed)
+    v = _matrix(kernel, graph.nodes[second].inputs[1], batch_shape, absorbed)
+    for operand in (q, kt, v):
+        if isinstance(operand, str):
+            return operand
+    assert isinstance(q, Operand) and isinstance(kt, Operand) and isinstance(v, Operand)
+    if absorbed != set(kernel.nodes):
+        extra = sorted(set(kernel.nodes) - absorbed)
+        return f"the kernel also holds {', '.join(nodes[i].prim for i in extra)}"
+    lq, lk = shape[-2:]
+    d = graph.types[graph.nodes[first].inputs[0]].shape[-1]
+    dv = graph.types[output].shape[-1]
+    if dv % DV_MULTIPLE:
+        return f"the value head dim {dv} is not a multiple of {DV_MULTIPLE}"
+    score_steps = []
+    for op, scores_first, other in steps:
+        other_shape = graph.types[other].shape
+        other_shape = (1,) * (rank - len(other_shape)) + tuple(other_shape)  # numpy broadcasting: right-aligned
+        if len(other_shape) != rank or any(o not in (1, s) for o, s in zip(other_shape, shape, strict=True)) \
+                or str(graph.types[other].dtype) != "float32":  # fmt: skip
+            return f"{op} on the scores with a {other_shape} operand"
+        strides = tuple(0 if n == 1 else s for n, s in zip(other_shape, row_major(other_shape), strict=True))
+        score_steps.append(ScoreStep(op, scores_first, Operand(
+            kernel.inputs.index(other), "float32", _batch_offsets(other_shape, strides, 0, batch_shape),
+            strides[-2], strides[-1])))  # fmt: skip
+    found = Attention(int(_product(batch_shape)), lq, lk, d, dv, q, kt, v, tuple(score_steps),
+                      len(kernel.inputs), divide_after)  # fmt: skip
+    if found.scratch_floats_per_thread * 4 > MAX_SCRATCH_PER_THREAD:
+        return f"{lk} keys need more scratch per thread than {MAX_SCRATCH_PER_THREAD >> 20} MiB"
+    return found
+
+
+def _product(values: tuple[int, ...]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _descendants(kernel: CandidateKernel, node: int, stop: int) -> set[int]:
+    """Nodes of the kernel downstream of `node` (not going past `stop`)."""
+    graph, found, frontier = kernel.graph, set(), [node]
+    while frontier:
+        for out in graph.nodes[frontier.pop()].outputs:
+            for user in _consumers(kernel, out):
+                if user not in found:
+                    found.add(user)
+                    if user != stop:
+                        frontier.append(user)
+    return found
+
+
+def attention_supported(kernel: CandidateKernel) -> bool:
+    return len(kernel.nodes) > 2 and isinstance(match_attention(kernel), Attention)
+
+
+def attention_scratch_bytes(kernel: CandidateKernel) -> list[int]:
+    found = match_attention(kernel)
+    assert isinstance(found, Attention)
+    return [found.scratch_floats_per_thread * 4 * MAX_THREADS + 64]
+
+
+def describe_attention(kernel: CandidateKernel) -> str:
+    found = match_attention(kernel)
+    if isinstance(found, str):
+        return found
+    steps = ", ".join(step.op for step in found.steps) or "none"
+    return (f"{found.batch} heads of {found.lq} queries x {found.lk} keys, head dims {found.d}/{found.dv}, "
+            f"steps on the scores: {steps}; the scores stay in cache")
+
+
+def _load(operand: Operand, index: str) -> str:
+    """C reading one element of the operand as float32, its prologue applied (float32 rounding each step)."""
+    if operand.dtype == "bfloat16":
+        loaded = f"ko_bf16_float(((const uint16_t *)args[{operand.slot}])[{index}])"
+    else:
+        loaded = f"((const float *)args[{operand.slot}])[{index}]"
+    for op, scalar in operand.prologue:
+        loaded = f"({loaded} {_STEPS[op]} {float(np.float32(scalar)).hex()}f)"
+    return loaded
+
+
+def _offsets(name: str, operand: Operand) -> str:
+    return f"    static const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
+
+
+def render_attention(name: str, kernel: CandidateKernel) -> str:
+    found = match_attention(kernel)
+    assert isinstance(found, Attention), found
+    a = found
+    lkp, per_thread = a.padded_keys, a.scratch_floats_per_thread
+    qblocks = -(-a.lq // ROWS)
+    q, kt, v = a.q, a.kt, a.v
+    tables = [_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
+              *(_offsets(f"x{i}_off", s.operand) for i, s in enumerate(a.steps))]  # fmt: skip
+    steps = []
+    for i, s in enumerate(a.steps):
+        o = s.operand
+        x = f"x{i}[j * {o.col_stride}]" if o.col_stride else f"x{i}[0]"
+        expression = f"sr[j] {_STEPS[s.op]} {x}" if s.scores_first else f"{x} {_STEPS[s.op]} sr[j]"
+        steps += [f"                const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * "
+                  f"{o.row_stride};",
+                  "                #pragma omp simd",
+                  f"                for (int64_t j = 0; j < {a.lk}; j++) sr[j] = {expression};"]  # fmt: skip
+    step_code = "\n".join(steps)
+    normalize = "acc[r][c] / sums[r]" if a.divide_after else "acc[r][c]"
+    weight = "s[r * LKP + j]" if a.divide_after else "s[r * LKP + j] / sums[r]"
+    return f"""
+{VECTOR_TYPES}
+#define LKP {lkp}
+#define JV (KO_VC_LANES == 16 ? 4 : 2)
+#define CV (KO_VC_LANES == 16 ? 4 : 2)
+int {name}(void **args) {{
+{chr(10).join(tables)}
+    float *out = (float *)args[{a.out_slot}];
+    char *scratch = (char *)args[{a.out_slot + 1}];
+    int threads = omp_get_max_threads();
+    threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};
+    #pragma omp parallel num_threads(threads)
+    {{
+        const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
+        float *kt = (float *)(scratch + 64 + p * {per_thread * 4}) ; /* [D][LKP] */
+        kt = (float *)(((uintptr_t)kt + 63) & ~(uintptr_t)63) ;
+        float *vp = kt + {a.d * lkp};  /* [Lk][Dv] */
+        float *s = vp + {a.lk * a.dv};  /* [R][LKP] */
+        float *qb = s + {ROWS * lkp};  /* [R][D] */
+        int64_t packed = -1;
+        const int64_t items = {a.batch * qblocks};
+        const int64_t first = items * p / np, last = items * (p + 1) / np;
+        for (int64_t it = first; it < last; it++) {{
+            const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * {ROWS};
+            const int64_t rows = {a.lq} - i0 < {ROWS} ? {a.lq} - i0 : {ROWS};
+            if (b != packed) {{
+                for (int64_t d = 0; d < {a.d}; d++) {{
+                    for (int64_t j = 0; j < {a.lk}; j++)
+                        kt[d * LKP + j] = {_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}")};
+                    for (int64_t j = {a.lk}; j < LKP; j++) kt[d * LKP + j] = 0.0f;
+                }}
+                for (int64_t j = 0; j < {a.lk}; j++)
+                    for (int64_t c = 0; c < {a.dv}; c++)
+                        vp[j * {a.dv} + c] = {_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}")};
+                packed = b;
+            }}
+            for (int64_t r = 0; r < {ROWS}; r++)
+                for (int64_t d = 0; d < {a.d}; d++)
+                    qb[r * {a.d} + d] = r < rows ? {_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}")} : 0.0f;
+            for (int64_t j = 0; j < LKP; j += JV * KO_VC_LANES) {{
+                ko_vc acc[{ROWS}][JV];
+                #pragma GCC unroll 16
+                for (int r = 0; r < {ROWS}; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < JV; c++) acc[r][c] = (ko_vc){{0}};
+                }}
+                for (int64_t d = 0; d < {a.d}; d++) {{
+                    ko_vc k[JV];
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < JV; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
+                    #pragma GCC unroll 16
+                    for (int r = 0; r < {ROWS}; r++) {{
+                        const float qv = qb[r * {a.d} + d];
+                        #pragma GCC unroll 4
+                        for (int c = 0; c < JV; c++) acc[r][c] += qv * k[c];
+                    }}
+                }}
+                #pragma GCC unroll 16
+                for (int r = 0; r < {ROWS}; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < JV; c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
+                }}
+            }}
+            float sums[{ROWS}] = {{0}};
+            for (int64_t r = 0; r < rows; r++) {{
+                float *sr = s + r * LKP;
+                const int64_t i = i0 + r;
+                (void)i;
+{step_code}
+                float m = -INFINITY;
+                #pragma omp simd reduction(max:m)
+                for (int64_t j = 0; j < {a.lk}; j++) m = sr[j] > m ? sr[j] : m;
+                float l = 0.0f;
+                #pragma omp simd reduction(+:l)
+                for (int64_t j = 0; j < {a.lk}; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
+                sums[r] = l;
+            }}
+            for (int64_t c0 = 0; c0 < {a.dv}; c0 += CV * KO_VC_LANES) {{
+                const int64_t width = {a.dv} - c0 < CV * KO_VC_LANES ? ({a.dv} - c0) / KO_VC_LANES : CV;
+                ko_vc acc[{ROWS}][CV];
+                #pragma GCC unroll 16
+                for (int r = 0; r < {ROWS}; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < CV; c++) acc[r][c] = (ko_vc){{0}};
+                }}
+                for (int64_t j = 0; j < {a.lk}; j++) {{
+                    ko_vc x[CV];
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < CV; c++)
+                        x[c] = c < width ? *(const ko_vcu *)(vp + j * {a.dv} + c0 + c * KO_VC_LANES) : (ko_vc){{0}};
+                    #pragma GCC unroll 16
+                    for (int r = 0; r < {ROWS}; r++) {{
+                        const float w = {weight};
+                        #pragma GCC unroll 4
+                        for (int c = 0; c < CV; c++) acc[r][c] += w * x[c];
+                    }}
+                }}
+                for (int64_t r = 0; r < rows; r++)
+                    for (int c = 0; c < width; c++) {{
+                        ko_vc y = {normalize};
+                        *(ko_vcu *)(out + ((b * {a.lq}) + i0 + r) * {a.dv} + c0 + c * KO_VC_LANES) = y;
+                    }}
+            }}
+        }}
+    }}
+    return 0;
+}}
+#undef LKP
+#undef JV
+#undef CV
+"""

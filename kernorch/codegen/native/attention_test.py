@@ -1,0 +1,96 @@
+"""Fused attention (native/attention.py): found where an attention is, chosen when cheaper, and equal to
+onnxruntime for vit's (projection split into Q, K, V, Q scaled), bert's (an additive mask from an input) and a
+causal mask's shapes, odd sequence lengths (the padded keys, the last partial block of query rows), several heads
+and batch items, bfloat16 operands, and edge values (a row masked with -inf everywhere: NaN as onnxruntime)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.codegen.backends import FUSED_ATTENTION
+from kernorch.codegen.native.attention import Attention, match_attention
+from kernorch.testing import cpu_compile, random_array
+from kernorch.tools.check import run_onnxruntime
+
+
+def attention_model(tokens: int, heads: int, head_dim: int, batch: int = 1, mask: str = "none",
+                    scale_query: bool = True) -> onnx.ModelProto:  # fmt: skip
+    """x [B, T, C] → QKV projection → split into heads → softmax(Q·Kᵀ·s + mask)·V → merge heads → projection.
+    mask: "none", "input" (an additive [B, 1, 1, T] input, bert's) or "causal" (a constant [1, 1, T, T])."""
+    channels = heads * head_dim
+    scale = np.float32(head_dim**-0.5)
+    inits = [numpy_helper.from_array(random_array((channels, 3 * channels), seed=1) * 0.2, "w_qkv"),
+             numpy_helper.from_array(random_array((channels, channels), seed=2) * 0.2, "w_out"),
+             numpy_helper.from_array(np.array([batch, tokens, 3, heads, head_dim], np.int64), "shape5"),
+             numpy_helper.from_array(np.array([batch, tokens, channels], np.int64), "shape3"),
+             numpy_helper.from_array(np.array(scale, np.float32), "scale")]  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "w_qkv"], ["qkv"]),
+             helper.make_node("Reshape", ["qkv", "shape5"], ["qkv5"]),
+             helper.make_node("Transpose", ["qkv5"], ["qkvt"], perm=[2, 0, 3, 1, 4]),
+             helper.make_node("Split", ["qkvt"], ["q1", "k1", "v1"], axis=0, num_outputs=3),
+             *(helper.make_node("Squeeze", [f"{n}1", "zero"], [f"{n}0"]) for n in "qkv"),
+             helper.make_node("Transpose", ["k0"], ["kt"], perm=[0, 1, 3, 2])]  # fmt: skip
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "zero"))
+    if scale_query:
+        nodes += [helper.make_node("Mul", ["q0", "scale"], ["q"]), helper.make_node("MatMul", ["q", "kt"], ["s0"])]
+    else:
+        nodes += [helper.make_node("MatMul", ["q0", "kt"], ["s1"]), helper.make_node("Mul", ["s1", "scale"], ["s0"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, tokens, channels))]
+    scores = "s0"
+    if mask == "input":
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, (batch, 1, 1, tokens)))
+        nodes.append(helper.make_node("Add", ["s0", "mask"], ["s"]))
+        scores = "s"
+    elif mask == "causal":
+        causal = np.triu(np.full((tokens, tokens), -1e4, np.float32), 1)[None, None]
+        inits.append(numpy_helper.from_array(causal, "causal"))
+        nodes.append(helper.make_node("Add", ["causal", "s0"], ["s"]))
+        scores = "s"
+    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v0"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "shape3"], ["o3"]),
+              helper.make_node("MatMul", ["o3", "w_out"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def feeds_of(model: onnx.ModelProto, seed: int = 3) -> dict[str, np.ndarray]:
+    feeds = {}
+    for value in model.graph.input:
+        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+        feeds[value.name] = random_array(shape, seed=seed)
+    if "mask" in feeds:  # bert's mask: 0 where attended, a large negative where padded
+        feeds["mask"] = np.where(feeds["mask"] > 0.5, np.float32(-1e4), np.float32(0)).astype(np.float32)
+    return feeds
+
+
+def fused_kernels(compiled: object) -> list[Attention]:
+    return [match_attention(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)  # type: ignore[attr-defined]
+            if b is FUSED_ATTENTION]  # fmt: skip
+
+
+CASES = {
+    "vit: Q scaled, 197 tokens, 3 heads": dict(tokens=197, heads=3, head_dim=64),
+    "scores scaled, odd length": dict(tokens=13, heads=2, head_dim=16, scale_query=False),
+    "bert: an input mask, batch 2": dict(tokens=40, heads=4, head_dim=32, batch=2, mask="input"),
+    "causal mask, 70 tokens": dict(tokens=70, heads=2, head_dim=48, mask="causal"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_attention_is_chosen_and_equals_onnxruntime(case: str) -> None:
+    model = attention_model(**CASES[case])
+    feeds = feeds_of(model)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
+    fused = fused_kernels(compiled)
+    assert len(fused) == 1, [b.name for b in compiled.executor.backends]
+    spec = CASES[case]
+    assert (fused[0].lq, fused[0].lk, fused[0].dv) == (spec["tokens"],) * 2 + (spec["head_dim"],)
+    expected = run_onnxruntime(model, feeds)["y"]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
