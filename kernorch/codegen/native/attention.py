@@ -73,7 +73,7 @@ class Attention:
 
     @property
     def padded_keys(self) -> int:
-        return -(-self.lk // 64) * 64
+        return -(-self.lk // 16) * 16
 
     @property
     def scratch_floats_per_thread(self) -> int:
@@ -221,7 +221,7 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
     if len(users) == 1 and nodes[users[0]].prim == "cast":
         absorbed.add(users[0])
         weights = nodes[users[0]].outputs[0]
-    if _consumers(kernel, weights) != [second] or graph.nodes[second].inputs[0] != weights:
+    if [u for u in _consumers(kernel, weights) if u != rsum] != [second] or graph.nodes[second].inputs[0] != weights:
         return "the softmax's value is not the second matmul's first operand"
     output = graph.nodes[second].outputs[0]
     if divide_after:
@@ -304,6 +304,32 @@ def describe_attention(kernel: CandidateKernel) -> str:
             f"steps on the scores: {steps}; the scores stay in cache")
 
 
+def _score_block(vectors: str) -> str:
+    """C computing R score rows x `vectors` vectors of keys from j: register-blocked FMAs over the head dim."""
+    return f"""                ko_vc acc[ROWS][{vectors}];
+                #pragma GCC unroll 16
+                for (int r = 0; r < ROWS; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < {vectors}; c++) acc[r][c] = (ko_vc){{0}};
+                }}
+                for (int64_t d = 0; d < HD; d++) {{
+                    ko_vc k[{vectors}];
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < {vectors}; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
+                    #pragma GCC unroll 16
+                    for (int r = 0; r < ROWS; r++) {{
+                        const float qv = qb[r * HD + d];
+                        #pragma GCC unroll 4
+                        for (int c = 0; c < {vectors}; c++) acc[r][c] += qv * k[c];
+                    }}
+                }}
+                #pragma GCC unroll 16
+                for (int r = 0; r < ROWS; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < {vectors}; c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
+                }}"""
+
+
 def _load(operand: Operand, index: str) -> str:
     """C reading one element of the operand as float32, its prologue applied (float32 rounding each step)."""
     if operand.dtype == "bfloat16":
@@ -339,10 +365,14 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                   f"                for (int64_t j = 0; j < {a.lk}; j++) sr[j] = {expression};"]  # fmt: skip
     step_code = "\n".join(steps)
     normalize = "acc[r][c] / sums[r]" if a.divide_after else "acc[r][c]"
-    weight = "s[r * LKP + j]" if a.divide_after else "s[r * LKP + j] / sums[r]"
+    normalize_rows = "" if a.divide_after else f"""                #pragma omp simd
+                for (int64_t j = 0; j < {a.lk}; j++) sr[j] = sr[j] / l;"""
+    weight = "s[r * LKP + j]"
     return f"""
 {VECTOR_TYPES}
 #define LKP {lkp}
+#define ROWS {ROWS}
+#define HD {a.d}
 #define JV (KO_VC_LANES == 16 ? 4 : 2)
 #define CV (KO_VC_LANES == 16 ? 4 : 2)
 int {name}(void **args) {{
@@ -379,29 +409,12 @@ int {name}(void **args) {{
             for (int64_t r = 0; r < {ROWS}; r++)
                 for (int64_t d = 0; d < {a.d}; d++)
                     qb[r * {a.d} + d] = r < rows ? {_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}")} : 0.0f;
-            for (int64_t j = 0; j < LKP; j += JV * KO_VC_LANES) {{
-                ko_vc acc[{ROWS}][JV];
-                #pragma GCC unroll 16
-                for (int r = 0; r < {ROWS}; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < JV; c++) acc[r][c] = (ko_vc){{0}};
-                }}
-                for (int64_t d = 0; d < {a.d}; d++) {{
-                    ko_vc k[JV];
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < JV; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
-                    #pragma GCC unroll 16
-                    for (int r = 0; r < {ROWS}; r++) {{
-                        const float qv = qb[r * {a.d} + d];
-                        #pragma GCC unroll 4
-                        for (int c = 0; c < JV; c++) acc[r][c] += qv * k[c];
-                    }}
-                }}
-                #pragma GCC unroll 16
-                for (int r = 0; r < {ROWS}; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < JV; c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
-                }}
+            int64_t j = 0;
+            for (; j + JV * KO_VC_LANES <= LKP; j += JV * KO_VC_LANES) {{
+{_score_block("JV")}
+            }}
+            for (; j < LKP; j += KO_VC_LANES) {{
+{_score_block("1")}
             }}
             float sums[{ROWS}] = {{0}};
             for (int64_t r = 0; r < rows; r++) {{
@@ -416,6 +429,7 @@ int {name}(void **args) {{
                 #pragma omp simd reduction(+:l)
                 for (int64_t j = 0; j < {a.lk}; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
                 sums[r] = l;
+{normalize_rows}
             }}
             for (int64_t c0 = 0; c0 < {a.dv}; c0 += CV * KO_VC_LANES) {{
                 const int64_t width = {a.dv} - c0 < CV * KO_VC_LANES ? ({a.dv} - c0) / KO_VC_LANES : CV;
@@ -448,6 +462,8 @@ int {name}(void **args) {{
     return 0;
 }}
 #undef LKP
+#undef ROWS
+#undef HD
 #undef JV
 #undef CV
 """
