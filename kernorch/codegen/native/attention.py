@@ -217,7 +217,7 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
             return "the softmax divides something else"
         absorbed.add(div)
         weights = nodes[div].outputs[0]
-    users = _consumers(kernel, weights)
+    users = [u for u in _consumers(kernel, weights) if u != rsum]
     if len(users) == 1 and nodes[users[0]].prim == "cast":
         absorbed.add(users[0])
         weights = nodes[users[0]].outputs[0]

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.backends import FUSED_ATTENTION
 from kernorch.codegen.native.attention import Attention, match_attention
+from kernorch.machine import bf16_supported
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -94,3 +95,18 @@ def test_fused_attention_is_chosen_and_equals_onnxruntime(case: str) -> None:
     assert (fused[0].lq, fused[0].lk, fused[0].dv) == (spec["tokens"],) * 2 + (spec["head_dim"],)
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
+@pytest.mark.skipif(not bf16_supported(), reason="bf16 mode needs AVX512-BF16 or AMX")
+def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
+    """In a bf16 plan the attention's matmul operands are cast to bfloat16 (kernorch/precision/); the fused kernel
+    absorbs the casts and multiplies in float32: within the bf16 plan's tolerance of onnxruntime, and closer."""
+    model = attention_model(tokens=128, heads=4, head_dim=64)
+    feeds = feeds_of(model)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
+    (fused,) = fused_kernels(compiled)
+    assert fused.q.prologue == (("mul", float(np.float32(64**-0.5))),)
+    kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
+    assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
+    expected = run_onnxruntime(model, feeds)["y"]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=2e-2, atol=2e-2 * float(np.abs(expected).max()))
