@@ -1,6 +1,7 @@
 """Hand-written C templates (codegen/native/): for opaque primitives, the LSTM scan and stacked LSTM layers run
-as waves; for a pattern of primitives, fused attention. Each runs whole: it synchronises its own threads (the scan with a barrier per step, the stack with a
-step counter per layer), so it has no rTask variants."""
+as waves; for a pattern of primitives, fused attention. Each runs whole: it synchronises its own threads (the
+scan with a barrier per step, the stack with a step counter per layer, attention splits its heads' row blocks
+in one parallel region), so it has no rTask variants."""
 
 from __future__ import annotations
 

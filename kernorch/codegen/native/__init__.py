@@ -1,6 +1,7 @@
 """Hand-written kernels: convolutions for the shapes oneDNN handles worst (direct, depthwise, Winograd), with
-a library call's create/run/destroy shape, and C templates for opaque primitives (the LSTM scan, stacked LSTM
-layers as waves), and fused attention (QKᵀ, softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
+a library call's create/run/destroy shape; C templates for opaque primitives (the LSTM scan, stacked LSTM
+layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their backends are
+codegen/backends/library_calls.py and templates.py."""
 
 from kernorch.codegen.native.attention import (
     attention_scratch_bytes,

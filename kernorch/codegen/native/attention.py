@@ -225,11 +225,11 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
         return "the softmax's value is not the second matmul's first operand"
     output = graph.nodes[second].outputs[0]
     if divide_after:
-        div = only_consumer(output)
-        if div is None or nodes[div].prim != "div" or nodes[div].inputs != (output, total):
+        after = only_consumer(output)
+        if after is None or nodes[after].prim != "div" or nodes[after].inputs != (output, total):
             return "the second matmul's product is not divided by the row sum"
-        absorbed.add(div)
-        output = nodes[div].outputs[0]
+        absorbed.add(after)
+        output = nodes[after].outputs[0]
     if kernel.outputs != (output,) or str(graph.types[output].dtype) != "float32":
         return "the kernel's output is not the attention's float32 result"
     q = _matrix(kernel, graph.nodes[first].inputs[0], batch_shape, absorbed)
@@ -368,6 +368,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     normalize_rows = "" if a.divide_after else f"""                #pragma omp simd
                 for (int64_t j = 0; j < {a.lk}; j++) sr[j] = sr[j] / l;"""
     weight = "s[r * LKP + j]"
+    query = _load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}")
     return f"""
 {VECTOR_TYPES}
 #define LKP {lkp}
@@ -408,7 +409,7 @@ int {name}(void **args) {{
             }}
             for (int64_t r = 0; r < {ROWS}; r++)
                 for (int64_t d = 0; d < {a.d}; d++)
-                    qb[r * {a.d} + d] = r < rows ? {_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}")} : 0.0f;
+                    qb[r * {a.d} + d] = r < rows ? {query} : 0.0f;
             int64_t j = 0;
             for (; j + JV * KO_VC_LANES <= LKP; j += JV * KO_VC_LANES) {{
 {_score_block("JV")}

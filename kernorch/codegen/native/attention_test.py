@@ -5,6 +5,8 @@ and batch items, bfloat16 operands, and edge values (a row masked with -inf ever
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -13,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.backends import FUSED_ATTENTION
 from kernorch.codegen.native.attention import Attention, match_attention
 from kernorch.machine import bf16_supported
+from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -71,12 +74,15 @@ def feeds_of(model: onnx.ModelProto, seed: int = 3) -> dict[str, np.ndarray]:
     return feeds
 
 
-def fused_kernels(compiled: object) -> list[Attention]:
-    return [match_attention(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)  # type: ignore[attr-defined]
-            if b is FUSED_ATTENTION]  # fmt: skip
+def fused_kernels(compiled: CompiledModel) -> list[Attention]:
+    """What each fused-attention kernel of the plan computes."""
+    found = [match_attention(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b is FUSED_ATTENTION]  # fmt: skip
+    assert all(isinstance(f, Attention) for f in found), found
+    return [f for f in found if isinstance(f, Attention)]
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "vit: Q scaled, 197 tokens, 3 heads": dict(tokens=197, heads=3, head_dim=64),
     "scores scaled, odd length": dict(tokens=13, heads=2, head_dim=16, scale_query=False),
     "bert: an input mask, batch 2": dict(tokens=40, heads=4, head_dim=32, batch=2, mask="input"),
