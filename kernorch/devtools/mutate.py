@@ -32,6 +32,7 @@ LAYOUT = "kernorch/layout/layout_test.py"
 REWRITES = "kernorch/rewrite"
 API = "tests/test_api.py"
 LSTM_STACK = "kernorch/codegen/native/lstm_stack_test.py"
+ATTENTION = "kernorch/codegen/native/attention_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -408,6 +409,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a linear layer on a map stays a 4-D oneDNN matmul", "kernorch/codegen/library/call.py",
            'return rows_merged(described) if described.op == "matmul" else described', "return described",
            (LIBRARY_CALLS,)),
+    Mutant("fused attention's softmax skips the row max", "kernorch/codegen/native/attention.py",
+           "const float e = ko_expf(sr[j] - m);", "const float e = ko_expf(sr[j]);", (ATTENTION,)),
+    Mutant("fused attention reads Q without its scaling", "kernorch/codegen/native/attention.py",
+           "for op, scalar in operand.prologue:", "for op, scalar in ():", (ATTENTION,)),
+    Mutant("fused attention drops the keys of the last partial block", "kernorch/codegen/native/attention.py",
+           "for (; j < LKP; j += KO_VC_LANES) {{", "for (; j < 0; j += KO_VC_LANES) {{", (ATTENTION,)),
 )  # fmt: skip
 
 

@@ -116,3 +116,19 @@ def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=2e-2, atol=2e-2 * float(np.abs(expected).max()))
+
+
+def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
+    """Scores in the hundreds (exp overflows unless the row max is subtracted first) and one batch item whose keys
+    are all masked with -inf (onnxruntime's softmax gives NaN there: so does the fused kernel)."""
+    model = attention_model(tokens=37, heads=2, head_dim=32, batch=2, mask="input")
+    feeds = feeds_of(model)
+    feeds["x"] = feeds["x"] * np.float32(40)
+    feeds["mask"][1] = -np.inf
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
+    assert len(fused_kernels(compiled)) == 1
+    expected = run_onnxruntime(model, feeds)["y"]
+    actual = compiled.run(feeds)["y"]
+    assert np.isnan(expected[1]).all() and np.isnan(actual[1]).all()
+    assert np.isfinite(expected[0]).all()
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-5 * float(np.abs(expected[0]).max()))
