@@ -414,7 +414,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fused attention reads Q without its scaling", "kernorch/codegen/native/attention.py",
            "for op, scalar in operand.prologue:", "for op, scalar in ():", (ATTENTION,)),
     Mutant("fused attention drops the keys of the last partial block", "kernorch/codegen/native/attention.py",
-           "for (; j < LKP; j += KO_VC_LANES) {{", "for (; j < 0; j += KO_VC_LANES) {{", (ATTENTION,)),
+           "for (; j < LKP; j += KO_VC_LANES * (", "for (; j < LKP - KO_VC_LANES; j += KO_VC_LANES * (",
+           (ATTENTION,)),
 )  # fmt: skip
 
 

@@ -69,7 +69,7 @@ class Attention:
     v: Operand  # [Lk, Dv]
     steps: tuple[ScoreStep, ...]
     out_slot: int
-    divide_after: bool  # matmul(E, V) / l (True) or matmul(E / l, V)
+    divide_after: bool  # matmul(E, V) / l (True) or matmul(E / l, V): the kernel divides its output rows either way
 
     @property
     def padded_keys(self) -> int:
@@ -77,6 +77,7 @@ class Attention:
 
     @property
     def scratch_floats_per_thread(self) -> int:
+        """Kᵀ, V, the score rows, the query rows, and a cache line to align to."""
         return self.d * self.padded_keys + self.lk * self.dv + ROWS * self.padded_keys + ROWS * self.d + 16
 
 
@@ -301,33 +302,7 @@ def describe_attention(kernel: CandidateKernel) -> str:
         return found
     steps = ", ".join(step.op for step in found.steps) or "none"
     return (f"{found.batch} heads of {found.lq} queries x {found.lk} keys, head dims {found.d}/{found.dv}, "
-            f"steps on the scores: {steps}; the scores stay in cache")
-
-
-def _score_block(vectors: str) -> str:
-    """C computing R score rows x `vectors` vectors of keys from j: register-blocked FMAs over the head dim."""
-    return f"""                ko_vc acc[ROWS][{vectors}];
-                #pragma GCC unroll 16
-                for (int r = 0; r < ROWS; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < {vectors}; c++) acc[r][c] = (ko_vc){{0}};
-                }}
-                for (int64_t d = 0; d < HD; d++) {{
-                    ko_vc k[{vectors}];
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < {vectors}; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
-                    #pragma GCC unroll 16
-                    for (int r = 0; r < ROWS; r++) {{
-                        const float qv = qb[r * HD + d];
-                        #pragma GCC unroll 4
-                        for (int c = 0; c < {vectors}; c++) acc[r][c] += qv * k[c];
-                    }}
-                }}
-                #pragma GCC unroll 16
-                for (int r = 0; r < ROWS; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < {vectors}; c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
-                }}"""
+            f"steps on the scores: {steps}; products in float32; the scores stay in cache")
 
 
 def _load(operand: Operand, index: str) -> str:
@@ -344,6 +319,79 @@ def _load(operand: Operand, index: str) -> str:
 def _offsets(name: str, operand: Operand) -> str:
     return f"    static const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
 
+
+_FLOAT_PATH = """
+            /* float32: Kᵀ [D][LKP] and V [Lk][Dv] per head, FMAs on broadcast elements */
+            if (b != packed) {{
+                for (int64_t d = 0; d < HD; d++) {{
+                    for (int64_t j = 0; j < LK; j++) kt[d * LKP + j] = {load_k};
+                    for (int64_t j = LK; j < LKP; j++) kt[d * LKP + j] = 0.0f;
+                }}
+                for (int64_t j = 0; j < LK; j++)
+                    for (int64_t c = 0; c < DV; c++) vp[j * DV + c] = {load_v};
+                packed = b;
+            }}
+            for (int64_t r = 0; r < ROWS; r++)
+                for (int64_t d = 0; d < HD; d++) qb[r * HD + d] = r < rows ? {load_q} : 0.0f;
+            int64_t j = 0;
+            for (; j < LKP; j += KO_VC_LANES * (j + JV * KO_VC_LANES <= LKP ? JV : 1)) {{
+                const int wide = j + JV * KO_VC_LANES <= LKP;
+                ko_vc acc[ROWS][JV];
+                #pragma GCC unroll 16
+                for (int r = 0; r < ROWS; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < JV; c++) acc[r][c] = (ko_vc){{0}};
+                }}
+                if (wide) {{
+                    for (int64_t d = 0; d < HD; d++) {{
+                        ko_vc k[JV];
+                        #pragma GCC unroll 4
+                        for (int c = 0; c < JV; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
+                        #pragma GCC unroll 16
+                        for (int r = 0; r < ROWS; r++) {{
+                            const float qv = qb[r * HD + d];
+                            #pragma GCC unroll 4
+                            for (int c = 0; c < JV; c++) acc[r][c] += qv * k[c];
+                        }}
+                    }}
+                }} else {{
+                    for (int64_t d = 0; d < HD; d++) {{
+                        const ko_vc k = *(const ko_vc *)(kt + d * LKP + j);
+                        #pragma GCC unroll 16
+                        for (int r = 0; r < ROWS; r++) acc[r][0] += qb[r * HD + d] * k;
+                    }}
+                }}
+                #pragma GCC unroll 16
+                for (int r = 0; r < ROWS; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < (wide ? JV : 1); c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
+                }}
+            }}
+{softmax}
+            for (int64_t c0 = 0; c0 < DV; c0 += CV * KO_VC_LANES) {{
+                const int64_t width = DV - c0 < CV * KO_VC_LANES ? (DV - c0) / KO_VC_LANES : CV;
+                ko_vc acc[ROWS][CV];
+                #pragma GCC unroll 16
+                for (int r = 0; r < ROWS; r++) {{
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < CV; c++) acc[r][c] = (ko_vc){{0}};
+                }}
+                for (int64_t j = 0; j < LK; j++) {{
+                    ko_vc x[CV];
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < CV; c++)
+                        x[c] = c < width ? *(const ko_vcu *)(vp + j * DV + c0 + c * KO_VC_LANES) : (ko_vc){{0}};
+                    #pragma GCC unroll 16
+                    for (int r = 0; r < ROWS; r++) {{
+                        const float w = s[r * LKP + j];
+                        #pragma GCC unroll 4
+                        for (int c = 0; c < CV; c++) acc[r][c] += w * x[c];
+                    }}
+                }}
+                for (int64_t r = 0; r < rows; r++)
+                    for (int c = 0; c < width; c++)
+                        *(ko_vcu *)(out + ((b * LQ) + i0 + r) * DV + c0 + c * KO_VC_LANES) = acc[r][c] / sums[r];
+            }}"""
 
 def render_attention(name: str, kernel: CandidateKernel) -> str:
     found = match_attention(kernel)
@@ -362,16 +410,34 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
         steps += [f"                const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * "
                   f"{o.row_stride};",
                   "                #pragma omp simd",
-                  f"                for (int64_t j = 0; j < {a.lk}; j++) sr[j] = {expression};"]  # fmt: skip
+                  f"                for (int64_t j = 0; j < LK; j++) sr[j] = {expression};"]  # fmt: skip
     step_code = "\n".join(steps)
-    normalize = "acc[r][c] / sums[r]" if a.divide_after else "acc[r][c]"
-    normalize_rows = "" if a.divide_after else f"""                #pragma omp simd
-                for (int64_t j = 0; j < {a.lk}; j++) sr[j] = sr[j] / l;"""
-    weight = "s[r * LKP + j]"
-    query = _load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}")
+    # E's rows: the steps, max, exp and sum; the division by the sum is applied to the output rows (for
+    # matmul(E / l, V) too: one division per output element instead of one per weight)
+    softmax = f"""            float sums[ROWS] = {{0}};
+            for (int64_t r = 0; r < rows; r++) {{
+                float *sr = s + r * LKP;
+                const int64_t i = i0 + r;
+                (void)i;
+{step_code}
+                float m = -INFINITY;
+                #pragma omp simd reduction(max:m)
+                for (int64_t j = 0; j < LK; j++) m = sr[j] > m ? sr[j] : m;
+                float l = 0.0f;
+                #pragma omp simd reduction(+:l)
+                for (int64_t j = 0; j < LK; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
+                sums[r] = l;
+            }}"""
+    loads = dict(load_k=_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}"),
+                 load_v=_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}"),
+                 load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"), softmax=softmax)
+    body = _FLOAT_PATH.format(**loads)
     return f"""
 {VECTOR_TYPES}
+#define LK {a.lk}
 #define LKP {lkp}
+#define LQ {a.lq}
+#define DV {a.dv}
 #define ROWS {ROWS}
 #define HD {a.d}
 #define JV (KO_VC_LANES == 16 ? 4 : 2)
@@ -385,84 +451,25 @@ int {name}(void **args) {{
     #pragma omp parallel num_threads(threads)
     {{
         const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
-        float *kt = (float *)(scratch + 64 + p * {per_thread * 4}) ; /* [D][LKP] */
-        kt = (float *)(((uintptr_t)kt + 63) & ~(uintptr_t)63) ;
-        float *vp = kt + {a.d * lkp};  /* [Lk][Dv] */
-        float *s = vp + {a.lk * a.dv};  /* [R][LKP] */
-        float *qb = s + {ROWS * lkp};  /* [R][D] */
+        float *kt = (float *)(((uintptr_t)(scratch + p * {per_thread * 4}) + 63) & ~(uintptr_t)63);  /* [D][LKP] */
+        float *vp = kt + HD * LKP;  /* [Lk][Dv] */
+        float *s = vp + LK * DV;  /* [R][LKP] */
+        float *qb = s + ROWS * LKP;  /* [R][D] */
         int64_t packed = -1;
         const int64_t items = {a.batch * qblocks};
         const int64_t first = items * p / np, last = items * (p + 1) / np;
         for (int64_t it = first; it < last; it++) {{
-            const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * {ROWS};
-            const int64_t rows = {a.lq} - i0 < {ROWS} ? {a.lq} - i0 : {ROWS};
-            if (b != packed) {{
-                for (int64_t d = 0; d < {a.d}; d++) {{
-                    for (int64_t j = 0; j < {a.lk}; j++)
-                        kt[d * LKP + j] = {_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}")};
-                    for (int64_t j = {a.lk}; j < LKP; j++) kt[d * LKP + j] = 0.0f;
-                }}
-                for (int64_t j = 0; j < {a.lk}; j++)
-                    for (int64_t c = 0; c < {a.dv}; c++)
-                        vp[j * {a.dv} + c] = {_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}")};
-                packed = b;
-            }}
-            for (int64_t r = 0; r < {ROWS}; r++)
-                for (int64_t d = 0; d < {a.d}; d++)
-                    qb[r * {a.d} + d] = r < rows ? {query} : 0.0f;
-            int64_t j = 0;
-            for (; j + JV * KO_VC_LANES <= LKP; j += JV * KO_VC_LANES) {{
-{_score_block("JV")}
-            }}
-            for (; j < LKP; j += KO_VC_LANES) {{
-{_score_block("1")}
-            }}
-            float sums[{ROWS}] = {{0}};
-            for (int64_t r = 0; r < rows; r++) {{
-                float *sr = s + r * LKP;
-                const int64_t i = i0 + r;
-                (void)i;
-{step_code}
-                float m = -INFINITY;
-                #pragma omp simd reduction(max:m)
-                for (int64_t j = 0; j < {a.lk}; j++) m = sr[j] > m ? sr[j] : m;
-                float l = 0.0f;
-                #pragma omp simd reduction(+:l)
-                for (int64_t j = 0; j < {a.lk}; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
-                sums[r] = l;
-{normalize_rows}
-            }}
-            for (int64_t c0 = 0; c0 < {a.dv}; c0 += CV * KO_VC_LANES) {{
-                const int64_t width = {a.dv} - c0 < CV * KO_VC_LANES ? ({a.dv} - c0) / KO_VC_LANES : CV;
-                ko_vc acc[{ROWS}][CV];
-                #pragma GCC unroll 16
-                for (int r = 0; r < {ROWS}; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < CV; c++) acc[r][c] = (ko_vc){{0}};
-                }}
-                for (int64_t j = 0; j < {a.lk}; j++) {{
-                    ko_vc x[CV];
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < CV; c++)
-                        x[c] = c < width ? *(const ko_vcu *)(vp + j * {a.dv} + c0 + c * KO_VC_LANES) : (ko_vc){{0}};
-                    #pragma GCC unroll 16
-                    for (int r = 0; r < {ROWS}; r++) {{
-                        const float w = {weight};
-                        #pragma GCC unroll 4
-                        for (int c = 0; c < CV; c++) acc[r][c] += w * x[c];
-                    }}
-                }}
-                for (int64_t r = 0; r < rows; r++)
-                    for (int c = 0; c < width; c++) {{
-                        ko_vc y = {normalize};
-                        *(ko_vcu *)(out + ((b * {a.lq}) + i0 + r) * {a.dv} + c0 + c * KO_VC_LANES) = y;
-                    }}
-            }}
+            const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * ROWS;
+            const int64_t rows = LQ - i0 < ROWS ? LQ - i0 : ROWS;
+{body}
         }}
     }}
     return 0;
 }}
+#undef LK
 #undef LKP
+#undef LQ
+#undef DV
 #undef ROWS
 #undef HD
 #undef JV

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.backends import FUSED_ATTENTION
+from kernorch.codegen.backends import FUSED_ATTENTION, GENERATED_C, register, unregister
 from kernorch.codegen.native.attention import Attention, match_attention
 from kernorch.machine import bf16_supported
 from kernorch.runtime.compiled import CompiledModel
@@ -106,16 +106,27 @@ def test_fused_attention_is_chosen_and_equals_onnxruntime(case: str) -> None:
 @pytest.mark.skipif(not bf16_supported(), reason="bf16 mode needs AVX512-BF16 or AMX")
 def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     """In a bf16 plan the attention's matmul operands are cast to bfloat16 (kernorch/precision/); the fused kernel
-    absorbs the casts and multiplies in float32: within the bf16 plan's tolerance of onnxruntime, and closer."""
+    absorbs the casts and multiplies in float32 (AVX512-BF16's vdpbf16ps, tried, ran slower than float32 FMAs on the
+    Xeon of 2026-11-27: one per cycle): its error against onnxruntime is at most the bf16 plan's own (the same plan
+    without the fused kernel)."""
     model = attention_model(tokens=128, heads=4, head_dim=64)
     feeds = feeds_of(model)
+    expected = run_onnxruntime(model, feeds)["y"]
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
     (fused,) = fused_kernels(compiled)
     assert fused.q.prologue == (("mul", float(np.float32(64**-0.5))),)
     kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
     assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
-    expected = run_onnxruntime(model, feeds)["y"]
-    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=2e-2, atol=2e-2 * float(np.abs(expected).max()))
+    error = np.abs(compiled.run(feeds)["y"] - expected).max()
+    unregister(FUSED_ATTENTION)
+    try:
+        unfused = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
+    finally:
+        register(FUSED_ATTENTION, before=GENERATED_C)
+    assert not fused_kernels(unfused)
+    bf16_error = np.abs(unfused.run(feeds)["y"] - expected).max()
+    assert error <= 1.25 * bf16_error + 1e-3 * np.abs(expected).max(), (error, bf16_error)
+    assert error < 5e-2 * np.abs(expected).max()
 
 
 def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
