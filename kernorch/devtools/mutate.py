@@ -409,6 +409,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a linear layer on a map stays a 4-D oneDNN matmul", "kernorch/codegen/library/call.py",
            'return rows_merged(described) if described.op == "matmul" else described', "return described",
            (LIBRARY_CALLS,)),
+    Mutant("a per-row post-op merges a matmul's rows into oneDNN's reference path", "kernorch/codegen/library/call.py",
+           "    if columns > 1 and any(", "    if columns < 0 and any(", (LIBRARY_CALLS,)),
     Mutant("fused attention's softmax skips the row max", "kernorch/codegen/native/attention.py",
            "const float e = ko_expf(sr[j] - m);", "const float e = ko_expf(sr[j]);", (ATTENTION,)),
     Mutant("fused attention reads Q without its scaling", "kernorch/codegen/native/attention.py",
