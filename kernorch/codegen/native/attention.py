@@ -402,16 +402,16 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     q, kt, v = a.q, a.kt, a.v
     tables = [_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
               *(_offsets(f"x{i}_off", s.operand) for i, s in enumerate(a.steps))]  # fmt: skip
-    steps = []
+    pointers, steps = [], []  # the steps run in the row max's pass: one read and write of the row for all
     for i, s in enumerate(a.steps):
         o = s.operand
         x = f"x{i}[j * {o.col_stride}]" if o.col_stride else f"x{i}[0]"
         expression = f"sr[j] {_STEPS[s.op]} {x}" if s.scores_first else f"{x} {_STEPS[s.op]} sr[j]"
-        steps += [f"                const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * "
-                  f"{o.row_stride};",
-                  "                #pragma omp simd",
-                  f"                for (int64_t j = 0; j < LK; j++) sr[j] = {expression};"]  # fmt: skip
-    step_code = "\n".join(steps)
+        pointers.append(f"                const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * "
+                        f"{o.row_stride};")  # fmt: skip
+        steps.append(f"v = {expression.replace('sr[j]', 'v')};")
+    pointer_code = "\n".join(pointers)
+    step_code = " ".join(steps)
     # E's rows: the steps, max, exp and sum; the division by the sum is applied to the output rows (for
     # matmul(E / l, V) too: one division per output element instead of one per weight)
     softmax = f"""            float sums[ROWS] = {{0}};
@@ -419,10 +419,10 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                 float *sr = s + r * LKP;
                 const int64_t i = i0 + r;
                 (void)i;
-{step_code}
+{pointer_code}
                 float m = -INFINITY;
                 #pragma omp simd reduction(max:m)
-                for (int64_t j = 0; j < LK; j++) m = sr[j] > m ? sr[j] : m;
+                for (int64_t j = 0; j < LK; j++) {{ float v = sr[j]; {step_code} sr[j] = v; m = v > m ? v : m; }}
                 float l = 0.0f;
                 #pragma omp simd reduction(+:l)
                 for (int64_t j = 0; j < LK; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
