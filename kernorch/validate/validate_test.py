@@ -112,3 +112,13 @@ def test_validate_is_refused_where_it_cannot_measure() -> None:
         Options(validate=2, cost="analytic", device="a100")
     with pytest.raises(KernorchError, match="validate"):
         Options(validate=True)
+
+
+def test_bf16_plans_agree_within_their_rounding_and_no_further() -> None:
+    """Two bf16 plans round different values (one fuses the attention in float32, another casts elsewhere): 1 % of
+    the output's magnitude apart is the same answer for them, not for float32 plans; half of it is a wrong plan."""
+    want = {"y": np.linspace(-3, 3, 60, dtype=np.float32).reshape(3, 20)}
+    close = {"y": want["y"] + np.float32(0.03)}  # 1 % of the magnitude 3
+    wrong = {"y": want["y"] + np.float32(1.5)}
+    assert not validate._same_outputs(want, close) and validate._same_outputs(want, close, bf16=True)
+    assert not validate._same_outputs(want, wrong) and not validate._same_outputs(want, wrong, bf16=True)
