@@ -413,6 +413,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "BF16_AGREEMENT = 4e-2", "BF16_AGREEMENT = 1e-4", ("kernorch/validate/validate_test.py",)),
     Mutant("a per-row post-op merges a matmul's rows into oneDNN's reference path", "kernorch/codegen/library/call.py",
            "    if columns > 1 and any(", "    if columns < 0 and any(", (LIBRARY_CALLS,)),
+    Mutant("an attention's mask added first is taken for its scores", "kernorch/orchestrate/attention.py",
+           "scores = a if from_matmul(a) else b", "scores = a", (ATTENTION,)),
     Mutant("fused attention's softmax skips the row max", "kernorch/codegen/native/attention.py",
            "const float e = ko_expf(sr[j] - m);", "const float e = ko_expf(sr[j]);", (ATTENTION,)),
     Mutant("fused attention reads Q without its scaling", "kernorch/codegen/native/attention.py",

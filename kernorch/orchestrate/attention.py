@@ -43,11 +43,20 @@ def _core(sub: Subgraph, exp: int, users: dict[str, list[int]]) -> tuple[set[int
     if made_by(row_max, "reduce_max") is None:
         return None
     core = {exp, difference, producer[row_max]}
+    def from_matmul(value: str, depth: int = 8) -> bool:
+        """Whether `value` is a matmul's product after at most `depth` steps (not, say, a mask computed here)."""
+        node = producer.get(value)
+        if node is None or depth == 0:
+            return False
+        prim = graph.nodes[node].prim
+        return prim == "matmul" or (prim in _SCORE_STEPS and any(from_matmul(v, depth - 1)
+                                                                 for v in graph.nodes[node].inputs))  # fmt: skip
+
     while scores in producer and graph.nodes[producer[scores]].prim in _SCORE_STEPS:  # scale, mask
         step = producer[scores]
         core.add(step)
         a, b = graph.nodes[step].inputs
-        scores = a if a in producer and graph.nodes[producer[a]].prim in (_SCORE_STEPS | {"matmul"}) else b
+        scores = a if from_matmul(a) else b
     first = made_by(scores, "matmul")
     if first is None:
         return None

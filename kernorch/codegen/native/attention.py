@@ -18,6 +18,7 @@ the node set; the profile cost model times it).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -259,18 +260,11 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
         score_steps.append(ScoreStep(op, scores_first, Operand(
             kernel.inputs.index(other), "float32", _batch_offsets(other_shape, strides, 0, batch_shape),
             strides[-2], strides[-1])))  # fmt: skip
-    found = Attention(int(_product(batch_shape)), lq, lk, d, dv, q, kt, v, tuple(score_steps),
+    found = Attention(math.prod(batch_shape), lq, lk, d, dv, q, kt, v, tuple(score_steps),
                       len(kernel.inputs), divide_after)  # fmt: skip
     if found.scratch_floats_per_thread * 4 > MAX_SCRATCH_PER_THREAD:
         return f"{lk} keys need more scratch per thread than {MAX_SCRATCH_PER_THREAD >> 20} MiB"
     return found
-
-
-def _product(values: tuple[int, ...]) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result
 
 
 def _descendants(kernel: CandidateKernel, node: int, stop: int) -> set[int]:

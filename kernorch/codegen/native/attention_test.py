@@ -44,9 +44,13 @@ def attention_model(tokens: int, heads: int, head_dim: int, batch: int = 1, mask
         nodes += [helper.make_node("MatMul", ["q0", "kt"], ["s1"]), helper.make_node("Mul", ["s1", "scale"], ["s0"])]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, tokens, channels))]
     scores = "s0"
-    if mask == "input":
+    if mask == "input":  # bert's: 1 where attended, 0 where padded, made additive in the graph, added first
         inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, (batch, 1, 1, tokens)))
-        nodes.append(helper.make_node("Add", ["s0", "mask"], ["s"]))
+        inits += [numpy_helper.from_array(np.array(1, np.float32), "one"),
+                  numpy_helper.from_array(np.array(-1e4, np.float32), "big")]  # fmt: skip
+        nodes += [helper.make_node("Sub", ["one", "mask"], ["padded"]),
+                  helper.make_node("Mul", ["padded", "big"], ["additive"]),
+                  helper.make_node("Add", ["additive", "s0"], ["s"])]  # fmt: skip
         scores = "s"
     elif mask == "causal":
         causal = np.triu(np.full((tokens, tokens), -1e4, np.float32), 1)[None, None]
@@ -69,8 +73,8 @@ def feeds_of(model: onnx.ModelProto, seed: int = 3) -> dict[str, np.ndarray]:
     for value in model.graph.input:
         shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
         feeds[value.name] = random_array(shape, seed=seed)
-    if "mask" in feeds:  # bert's mask: 0 where attended, a large negative where padded
-        feeds["mask"] = np.where(feeds["mask"] > 0.5, np.float32(-1e4), np.float32(0)).astype(np.float32)
+    if "mask" in feeds:  # bert's mask: 1 where attended, 0 where padded
+        feeds["mask"] = (feeds["mask"] > -0.5).astype(np.float32)
     return feeds
 
 
@@ -131,11 +135,12 @@ def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
 
 def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
     """Scores in the hundreds (exp overflows unless the row max is subtracted first) and one batch item whose keys
-    are all masked with -inf (onnxruntime's softmax gives NaN there: so does the fused kernel)."""
+    are all masked with -inf (a mask input of -inf: onnxruntime's softmax gives NaN there, so does the fused
+    kernel)."""
     model = attention_model(tokens=37, heads=2, head_dim=32, batch=2, mask="input")
     feeds = feeds_of(model)
     feeds["x"] = feeds["x"] * np.float32(40)
-    feeds["mask"][1] = -np.inf
+    feeds["mask"][1] = -np.inf  # (1 + inf) · -1e4 = -inf on every key
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
     assert len(fused_kernels(compiled)) == 1
     expected = run_onnxruntime(model, feeds)["y"]
