@@ -402,7 +402,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0", "chosen = fastest",
            (VALIDATE,)),
     Mutant("validation keeps a plan whose outputs differ", "kernorch/validate/__init__.py",
-           "agrees = [True] + [_same_outputs(expected, model.run(feeds)) for model in models[1:]]",
+           "agrees = [True] + [_same_outputs(expected, model.run(feeds), bf16) for model in models[1:]]",
            "agrees = [True] * len(models)", (VALIDATE,)),
     Mutant("in-place costs keep the per-launch dispatch", "kernorch/validate/in_place.py",
            "    if excess <= 0:\n        return times", "    if True:\n        return times", (VALIDATE,)),
