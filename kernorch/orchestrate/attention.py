@@ -15,6 +15,7 @@ from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
 from kernorch.orchestrate.subgraph import Subgraph, is_convex
 
 _SCORE_STEPS = frozenset({"mul", "add", "sub", "div"})
+_WEIGHT_STEPS = frozenset({"cast", "equal", "not", "where", "mul", "add", "sub", "div", "max", "min"})
 
 
 def _users(graph: Graph, members: list[int]) -> dict[str, list[int]]:
@@ -63,14 +64,24 @@ def _core(sub: Subgraph, exp: int, users: dict[str, list[int]]) -> tuple[set[int
     core.add(first)
     weights = graph.nodes[exp].outputs[0]
     core.update(used_by(weights, "reduce_sum"))
-    for prim in ("div", "cast"):  # E / l (unless the rewrites moved it past the matmul), a bf16 operand's cast
-        if len(found := used_by(weights, prim)) == 1:
-            core.add(found[0])
-            weights = graph.nodes[found[0]].outputs[0]
-    seconds = [u for u in used_by(weights, "matmul") if graph.nodes[u].inputs[0] == weights]
+    if len(found := used_by(weights, "div")) == 1:  # E / l (unless the rewrites moved it past the matmul)
+        core.add(found[0])
+        weights = graph.nodes[found[0]].outputs[0]
+    # then elementwise steps with scalar constants (a bf16 cast; torch's where(isnan(P), 0, P)) to the matmul
+    reached, frontier, seconds = {weights}, [weights], set()
+    while frontier:
+        for user in users.get(frontier.pop(), []):
+            node = graph.nodes[user]
+            if node.prim == "matmul" and node.inputs[0] in reached:
+                seconds.add(user)
+            elif node.prim in _WEIGHT_STEPS and user not in core and all(
+                    v in reached or v in graph.constants for v in node.inputs):  # fmt: skip
+                core.add(user)
+                reached.update(node.outputs)
+                frontier += node.outputs
     if len(seconds) != 1:
         return None
-    second = seconds[0]
+    (second,) = seconds
     core.add(second)
     core.update(used_by(graph.nodes[second].outputs[0], "div")[:1])  # matmul(E, V) / l
     return core, first, second

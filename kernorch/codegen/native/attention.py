@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernorch.codegen.c.expr import c_binary, c_literal, c_unary
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
@@ -71,6 +72,9 @@ class Attention:
     steps: tuple[ScoreStep, ...]
     out_slot: int
     divide_after: bool  # matmul(E, V) / l (True) or matmul(E / l, V): the kernel divides its output rows either way
+    # C of the elementwise steps between E / l and ·V (torch's guard turning a fully masked row's NaN into 0), in
+    # terms of `w`: the weights are then computed, guarded and multiplied as such (no division of the output)
+    weight_expr: str | None = None
 
     @property
     def padded_keys(self) -> int:
@@ -148,6 +152,66 @@ def _scalar_constant(kernel: CandidateKernel, value: str) -> float | None:
     return float(array.reshape(-1)[0]) if array.size == 1 else None
 
 
+_WEIGHT_PRIMS = frozenset({"equal", "not", "where", "mul", "add", "sub", "div", "max", "min", "cast"})
+
+
+def _weight_steps(kernel: CandidateKernel, weights: str, second: int, absorbed: set[int]) -> \
+        tuple[str, str | None] | str:  # fmt: skip
+    """The elementwise primitives between the softmax's value and the second matmul, whose other operands are
+    scalar constants (torch's `where(isnan(P), 0, P)`), as one C expression of `w`: (the value the matmul reads,
+    the expression or None when there are none). Casts to bfloat16 are skipped (the kernel multiplies float32)."""
+    graph, producers = kernel.graph, _producers(kernel)
+    expression = {weights: "w"}
+    dtypes = {weights: "float32"}
+    operand = graph.nodes[second].inputs[0]
+    pending = [i for i in kernel.nodes if i not in absorbed and i != second]
+    progress = True
+    while progress and operand not in expression:
+        progress = False
+        for i in list(pending):
+            node = graph.nodes[i]
+            if node.prim not in _WEIGHT_PRIMS or len(node.outputs) != 1:
+                continue
+            if not all(v in expression or _scalar_value(kernel, v) is not None for v in node.inputs):
+                continue
+            if not any(v in expression for v in node.inputs):
+                continue
+            args = [expression[v] if v in expression else c_literal(_scalar_value(kernel, v), str(graph.types[v].dtype))
+                    for v in node.inputs]  # fmt: skip
+            dtype = next(dtypes[v] for v in node.inputs if v in expression)
+            if node.prim == "cast":
+                if node.attr("to") != "bfloat16":
+                    return f"a cast to {node.attr('to')} between the softmax and the second matmul"
+                text, out_dtype = args[0], dtype
+            elif node.prim == "where":
+                text, out_dtype = f"({args[0]} ? {args[1]} : {args[2]})", "float32"
+            elif node.prim == "not":
+                text, out_dtype = c_unary("not", "bool", args[0]), "bool"
+            else:
+                text, out_dtype = c_binary(node.prim, dtype, *args), ("bool" if node.prim == "equal" else dtype)
+            expression[node.outputs[0]], dtypes[node.outputs[0]] = f"({text})", out_dtype
+            absorbed.add(i)
+            pending.remove(i)
+            progress = True
+    if operand not in expression:
+        return "the softmax reaches the second matmul through more than scalar elementwise steps"
+    if any(producers.get(v) in pending for v in graph.nodes[second].inputs[:1]):
+        return "the second matmul reads a value the weight steps do not compute"
+    if dtypes[operand] != "float32":
+        return "the weights reach the second matmul as booleans"
+    plain = expression[operand].replace("(", "").replace(")", "") == "w"  # nothing, or bf16 casts only
+    return operand, (None if plain else expression[operand])
+
+
+def _scalar_value(kernel: CandidateKernel, value: str) -> float | None:
+    """The single element of a constant (any dtype), or None."""
+    graph = kernel.graph
+    if value not in graph.constants:
+        return None
+    array = np.asarray(graph.constants[value])
+    return array.reshape(-1)[0].item() if array.size == 1 else None
+
+
 def _last_axis(node_axes: tuple[int, ...], rank: int) -> bool:
     return tuple(a % rank for a in node_axes) == (rank - 1,)
 
@@ -219,6 +283,12 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
             return "the softmax divides something else"
         absorbed.add(div)
         weights = nodes[div].outputs[0]
+    weight_expr = None
+    if not divide_after:
+        guarded = _weight_steps(kernel, weights, second, absorbed)
+        if isinstance(guarded, str):
+            return guarded
+        weights, weight_expr = guarded
     users = [u for u in _consumers(kernel, weights) if u != rsum]
     if len(users) == 1 and nodes[users[0]].prim == "cast":
         absorbed.add(users[0])
@@ -261,7 +331,7 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
             kernel.inputs.index(other), "float32", _batch_offsets(other_shape, strides, 0, batch_shape),
             strides[-2], strides[-1])))  # fmt: skip
     found = Attention(math.prod(batch_shape), lq, lk, d, dv, q, kt, v, tuple(score_steps),
-                      len(kernel.inputs), divide_after)  # fmt: skip
+                      len(kernel.inputs), divide_after, weight_expr)  # fmt: skip
     if found.scratch_floats_per_thread * 4 > MAX_SCRATCH_PER_THREAD:
         return f"{lk} keys need more scratch per thread than {MAX_SCRATCH_PER_THREAD >> 20} MiB"
     return found
@@ -408,6 +478,9 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     step_code = " ".join(steps)
     # E's rows: the steps, max, exp and sum; the division by the sum is applied to the output rows (for
     # matmul(E / l, V) too: one division per output element instead of one per weight)
+    weigh = "" if a.weight_expr is None else f"""                #pragma omp simd
+                for (int64_t j = 0; j < LK; j++) {{ const float w = sr[j] / l; sr[j] = {a.weight_expr}; }}
+                sums[r] = 1.0f;  /* the weights are divided and guarded already */"""
     softmax = f"""            float sums[ROWS] = {{0}};
             for (int64_t r = 0; r < rows; r++) {{
                 float *sr = s + r * LKP;
@@ -421,6 +494,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                 #pragma omp simd reduction(+:l)
                 for (int64_t j = 0; j < LK; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
                 sums[r] = l;
+{weigh}
             }}"""
     loads = dict(load_k=_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}"),
                  load_v=_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}"),

@@ -21,9 +21,10 @@ from kernorch.tools.check import run_onnxruntime
 
 
 def attention_model(tokens: int, heads: int, head_dim: int, batch: int = 1, mask: str = "none",
-                    scale_query: bool = True) -> onnx.ModelProto:  # fmt: skip
+                    scale_query: bool = True, nan_guard: bool = False) -> onnx.ModelProto:  # fmt: skip
     """x [B, T, C] → QKV projection → split into heads → softmax(Q·Kᵀ·s + mask)·V → merge heads → projection.
-    mask: "none", "input" (an additive [B, 1, 1, T] input, bert's) or "causal" (a constant [1, 1, T, T])."""
+    mask: "none", "input" (an additive [B, 1, 1, T] input, bert's) or "causal" (a constant [1, 1, T, T]);
+    nan_guard: the softmax's NaN (a fully masked row) replaced by 0 before ·V, as torch's exports do."""
     channels = heads * head_dim
     scale = np.float32(head_dim**-0.5)
     inits = [numpy_helper.from_array(random_array((channels, 3 * channels), seed=1) * 0.2, "w_qkv"),
@@ -57,8 +58,12 @@ def attention_model(tokens: int, heads: int, head_dim: int, batch: int = 1, mask
         inits.append(numpy_helper.from_array(causal, "causal"))
         nodes.append(helper.make_node("Add", ["causal", "s0"], ["s"]))
         scores = "s"
-    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=-1),
-              helper.make_node("MatMul", ["p", "v0"], ["o"]),
+    nodes.append(helper.make_node("Softmax", [scores], ["p0" if nan_guard else "p"], axis=-1))
+    if nan_guard:
+        inits.append(numpy_helper.from_array(np.array([0], np.float32), "zero_f"))
+        nodes += [helper.make_node("IsNaN", ["p0"], ["isnan"]),
+                  helper.make_node("Where", ["isnan", "zero_f", "p0"], ["p"])]  # fmt: skip
+    nodes += [helper.make_node("MatMul", ["p", "v0"], ["o"]),
               helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["ot", "shape3"], ["o3"]),
               helper.make_node("MatMul", ["o3", "w_out"], ["y"])]  # fmt: skip
@@ -91,6 +96,7 @@ CASES: dict[str, dict[str, Any]] = {
     "scores scaled, odd length": dict(tokens=13, heads=2, head_dim=16, scale_query=False),
     "bert: an input mask, batch 2": dict(tokens=40, heads=4, head_dim=32, batch=2, mask="input"),
     "causal mask, 70 tokens": dict(tokens=70, heads=2, head_dim=48, mask="causal"),
+    "torch's NaN guard after the softmax": dict(tokens=33, heads=2, head_dim=16, mask="input", nan_guard=True),
 }
 
 
@@ -131,6 +137,21 @@ def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     bf16_error = np.abs(unfused.run(feeds)["y"] - expected).max()
     assert error <= 1.25 * bf16_error + 1e-3 * np.abs(expected).max(), (error, bf16_error)
     assert error < 5e-2 * np.abs(expected).max()
+
+
+def test_torchs_nan_guard_gives_a_fully_masked_row_zeros() -> None:
+    """With where(isnan(P), 0, P) between the softmax and ·V (transformers' exports), a batch item masked -inf
+    everywhere gets zeros, not NaN, as onnxruntime; the fused kernel divides and guards each weight."""
+    model = attention_model(tokens=21, heads=2, head_dim=16, batch=2, mask="input", nan_guard=True)
+    feeds = feeds_of(model)
+    feeds["mask"][1] = -np.inf
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
+    (fused,) = fused_kernels(compiled)
+    assert fused.weight_expr is not None and not fused.divide_after
+    expected = run_onnxruntime(model, feeds)["y"]
+    actual = compiled.run(feeds)["y"]
+    assert np.isfinite(expected).all() and np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
 
 
 def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
