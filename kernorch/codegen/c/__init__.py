@@ -2,7 +2,7 @@
 in registers by render_permuted.py and loop nests by loops.py), C expressions (expr.py), and the prelude every
 generated translation unit starts with (prelude.py)."""
 
-from kernorch.codegen.c.expr import c_literal
+from kernorch.codegen.c.expr import c_binary, c_literal, c_unary
 from kernorch.codegen.c.kernel import render_kernel, scratch_bytes
 from kernorch.codegen.c.loops import Sharing
 from kernorch.codegen.c.prelude import PRELUDE, prelude_used_by
@@ -11,7 +11,9 @@ from kernorch.codegen.c.render import render
 __all__ = [
     "PRELUDE",
     "Sharing",
+    "c_binary",
     "c_literal",
+    "c_unary",
     "prelude_used_by",
     "render",
     "render_kernel",

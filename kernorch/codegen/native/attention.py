@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernorch.codegen.c.expr import c_binary, c_literal, c_unary
+from kernorch.codegen.c import c_binary, c_literal, c_unary
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
