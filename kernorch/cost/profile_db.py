@@ -83,8 +83,11 @@ class ProfileDatabase:
             check = connection.execute("PRAGMA quick_check").fetchone()
             if not check or check[0] != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {check}")
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            # read after the tables: a process creating the database commits its table and version together, so
+            # a version read first could be the empty file's 0 next to the new table (schema "mismatch": the
+            # first process's rows were moved aside)
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
             if not tables:
                 # Another process may be creating it too: in one write transaction, and only if nobody did yet
                 # (a plain CREATE TABLE failing here once took the first process's rows aside as "corrupt")
