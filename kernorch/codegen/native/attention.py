@@ -3,7 +3,9 @@ row max, and ·V in one kernel, per head and per block of query rows in cache �
 
 The pattern is what fission and the rewrites leave of an attention: S = matmul(Q, Kᵀ); elementwise steps on S
 with constants or inputs broadcast onto it; m = reduce_max(S); E = exp(S - m); l = reduce_sum(E); and either
-matmul(E, V) / l (the rewrites move the division past the matmul) or matmul(E / l, V). Q, Kᵀ and V are read
+matmul(E, V) / l (the rewrites move the division past the matmul) or matmul(E / l, V), where elementwise steps
+with scalar constants may stand between E / l and the matmul (transformers' exports guard a fully masked row
+with where(isnan(P), 0, P): the kernel then divides and guards each weight). Q, Kᵀ and V are read
 through the strided views that compute them (ir/strided.py: the QKV projection's split, reshape and transposes
 cost nothing), in float32 or bfloat16 (a bf16 plan's operand casts are absorbed: the kernel multiplies in
 float32, which is at least as accurate as the bf16 matmuls it replaces).
