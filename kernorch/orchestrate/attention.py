@@ -15,6 +15,7 @@ from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
 from kernorch.orchestrate.subgraph import Subgraph, is_convex
 
 _SCORE_STEPS = frozenset({"mul", "add", "sub", "div"})
+# what may stand between the softmax and ·V (codegen/native/attention.py's _WEIGHT_PRIMS: the kernel's side)
 _WEIGHT_STEPS = frozenset({"cast", "equal", "not", "where", "mul", "add", "sub", "div", "max", "min"})
 
 
@@ -44,6 +45,7 @@ def _core(sub: Subgraph, exp: int, users: dict[str, list[int]]) -> tuple[set[int
     if made_by(row_max, "reduce_max") is None:
         return None
     core = {exp, difference, producer[row_max]}
+
     def from_matmul(value: str, depth: int = 8) -> bool:
         """Whether `value` is a matmul's product after at most `depth` steps (not, say, a mask computed here)."""
         node = producer.get(value)
