@@ -33,6 +33,7 @@ REWRITES = "kernorch/rewrite"
 API = "tests/test_api.py"
 LSTM_STACK = "kernorch/codegen/native/lstm_stack_test.py"
 ATTENTION = "kernorch/codegen/native/attention_test.py"
+ATTENTION_AMX = "kernorch/codegen/native/attention_amx_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -425,6 +426,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fused attention drops the keys of the last partial block", "kernorch/codegen/native/attention.py",
            "for (; j < LKP; j += KO_VC_LANES * (", "for (; j < LKP - KO_VC_LANES; j += KO_VC_LANES * (",
            (ATTENTION,)),
+    Mutant("AMX attention skips the last block of keys", "kernorch/codegen/native/attention_amx.py",
+           "for (; kb < LKP / 16; kb++) {{", "for (; kb < LKP / 16 - 1; kb++) {{", (ATTENTION_AMX,)),
+    Mutant("AMX attention leaves the guarded weights out of the tiles", "kernorch/codegen/native/attention_amx.py",
+           "if ({guarded} && r < rows) {{", "if (0 && r < rows) {{", (ATTENTION_AMX,)),
+    Mutant("fused attention rounds the operands of a float32 plan", "kernorch/codegen/native/attention.py",
+           "weights_rounded and q.rounded and kt.rounded and v.rounded", "True", (ATTENTION_AMX,)),
 )  # fmt: skip
 
 

@@ -7,8 +7,9 @@ matmul(E, V) / l (the rewrites move the division past the matmul) or matmul(E / 
 with scalar constants may stand between E / l and the matmul (transformers' exports guard a fully masked row
 with where(isnan(P), 0, P): the kernel then divides and guards each weight). Q, Kᵀ and V are read
 through the strided views that compute them (ir/strided.py: the QKV projection's split, reshape and transposes
-cost nothing), in float32 or bfloat16 (a bf16 plan's operand casts are absorbed: the kernel multiplies in
-float32, which is at least as accurate as the bf16 matmuls it replaces).
+cost nothing), in float32 or bfloat16. A bf16 plan's operand casts are absorbed: where all four operands (Q, Kᵀ,
+V, the weights) reach bf16 matmuls, a CPU with AMX multiplies them rounded on tiles (attention_amx.py); otherwise
+the kernel multiplies in float32, which is at least as accurate as the bf16 matmuls it replaces.
 
 Each thread packs, once per head it visits, Kᵀ as [D][Lk padded] and V as [Lk][Dv] into its scratch (float32),
 then for each block of R query rows computes the R score rows with register-blocked FMAs (R rows x JV vectors of
@@ -26,12 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.c import c_binary, c_literal, c_unary
+from kernorch.codegen.native.attention_amx import AMX_EXP_PASS, AMX_PATH, AMX_SUPPORT
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
 from kernorch.ir.strided import row_major, strided_view
 
 ROWS = 4  # query rows per block: R x JV score accumulators, R x CV output accumulators
+AMX_ROWS = 16  # query rows per block on AMX: a tile's rows
 MAX_THREADS = 8  # per-thread scratch is allocated for this many; more threads than this are not used
 MAX_SCRATCH_PER_THREAD = 4 << 20  # bytes: beyond this (very long sequences) the kernel declines
 DV_MULTIPLE = 16  # the head dim of V is covered by whole vectors (16 floats: one AVX-512 or two AVX2 vectors)
@@ -50,6 +53,7 @@ class Operand:
     row_stride: int
     col_stride: int
     prologue: tuple[tuple[str, float], ...] = ()  # (mul or div, scalar) applied to each element read, in order
+    rounded: bool = False  # the matmul reads it rounded to bfloat16 (a bf16 plan's cast is its last step)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class Attention:
     # C of the elementwise steps between E / l and ·V (torch's guard turning a fully masked row's NaN into 0), in
     # terms of `w`: the weights are then computed, guarded and multiplied as such (no division of the output)
     weight_expr: str | None = None
+    # Q, Kᵀ, V and the weights all reach their matmuls rounded to bfloat16 (a bf16 plan whose two matmuls multiply
+    # in bf16): the products may then run on AMX tiles with the very operands the unfused plan's matmuls have
+    bf16_products: bool = False
 
     @property
     def padded_keys(self) -> int:
@@ -86,6 +93,20 @@ class Attention:
     def scratch_floats_per_thread(self) -> int:
         """Kᵀ, V, the score rows, the query rows, and a cache line to align to."""
         return self.d * self.padded_keys + self.lk * self.dv + ROWS * self.padded_keys + ROWS * self.d + 16
+
+    @property
+    def amx_scratch_bytes_per_thread(self) -> int:
+        """The AMX path's: Kᵀ and V packed as tiles (bfloat16 pairs), a block of query rows, its scores (float32),
+        its weights (bfloat16) and its output tile rows (float32); 0 when its products are not bfloat16."""
+        if not self.bf16_products:
+            return 0
+        dp, lk32 = -(-self.d // 32) * 32, -(-self.lk // 32) * 32
+        return 2 * (self.padded_keys * dp + lk32 * self.dv + AMX_ROWS * dp + AMX_ROWS * lk32) + \
+            4 * AMX_ROWS * (self.padded_keys + self.dv) + 64  # fmt: skip
+
+    @property
+    def scratch_bytes_per_thread(self) -> int:
+        return max(self.scratch_floats_per_thread * 4, self.amx_scratch_bytes_per_thread)
 
 
 def _producers(kernel: CandidateKernel) -> dict[str, int]:
@@ -112,6 +133,7 @@ def _matrix(kernel: CandidateKernel, value: str, batch_shape: tuple[int, ...], a
     graph, producers = kernel.graph, _producers(kernel)
     stepped: set[int] = set()
     prologue: list[tuple[str, float]] = []  # value side first
+    last_step: str | None = None  # the computing node nearest the matmul: a cast to bf16 rounds what it reads
     current = value
     while current in producers:
         index = producers[current]
@@ -119,6 +141,7 @@ def _matrix(kernel: CandidateKernel, value: str, batch_shape: tuple[int, ...], a
         if node.prim in STRIDED_VIEW_PRIMS:
             current = node.inputs[0]
             continue
+        last_step = node.prim if last_step is None else last_step
         if node.prim == "cast" and node.attr("to") == "bfloat16":
             stepped.add(index)
         elif node.prim in ("mul", "div") and _scalar_constant(kernel, node.inputs[1]) is not None:
@@ -141,8 +164,9 @@ def _matrix(kernel: CandidateKernel, value: str, batch_shape: tuple[int, ...], a
     dtype = str(graph.types[source].dtype)
     if dtype not in _OPERAND_DTYPES:
         return f"operand {value} is {dtype}"
+    rounded = last_step == "cast" or (last_step is None and dtype == "bfloat16")
     return Operand(kernel.inputs.index(source), dtype, _batch_offsets(shape, strides, offset, batch_shape),
-                   strides[-2], strides[-1], tuple(reversed(prologue)))
+                   strides[-2], strides[-1], tuple(reversed(prologue)), rounded)
 
 
 def _scalar_constant(kernel: CandidateKernel, value: str) -> float | None:
@@ -292,11 +316,12 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
             return guarded
         weights, weight_expr = guarded
     users = [u for u in _consumers(kernel, weights) if u != rsum]
-    if len(users) == 1 and nodes[users[0]].prim == "cast":
+    if len(users) == 1 and nodes[users[0]].prim == "cast" and nodes[users[0]].attr("to") == "bfloat16":
         absorbed.add(users[0])
         weights = nodes[users[0]].outputs[0]
     if [u for u in _consumers(kernel, weights) if u != rsum] != [second] or graph.nodes[second].inputs[0] != weights:
         return "the softmax's value is not the second matmul's first operand"
+    weights_rounded = weights in producers and nodes[producers[weights]].prim == "cast"  # absorbed: to bf16 only
     output = graph.nodes[second].outputs[0]
     if divide_after:
         after = only_consumer(output)
@@ -333,8 +358,9 @@ def match_attention(kernel: CandidateKernel) -> Attention | str:
             kernel.inputs.index(other), "float32", _batch_offsets(other_shape, strides, 0, batch_shape),
             strides[-2], strides[-1])))  # fmt: skip
     found = Attention(math.prod(batch_shape), lq, lk, d, dv, q, kt, v, tuple(score_steps),
-                      len(kernel.inputs), divide_after, weight_expr)  # fmt: skip
-    if found.scratch_floats_per_thread * 4 > MAX_SCRATCH_PER_THREAD:
+                      len(kernel.inputs), divide_after, weight_expr,
+                      weights_rounded and q.rounded and kt.rounded and v.rounded)  # fmt: skip
+    if found.scratch_bytes_per_thread > MAX_SCRATCH_PER_THREAD:
         return f"{lk} keys need more scratch per thread than {MAX_SCRATCH_PER_THREAD >> 20} MiB"
     return found
 
@@ -359,7 +385,7 @@ def attention_supported(kernel: CandidateKernel) -> bool:
 def attention_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     found = match_attention(kernel)
     assert isinstance(found, Attention)
-    return [found.scratch_floats_per_thread * 4 * MAX_THREADS + 64]
+    return [found.scratch_bytes_per_thread * MAX_THREADS + 64]
 
 
 def describe_attention(kernel: CandidateKernel) -> str:
@@ -367,8 +393,9 @@ def describe_attention(kernel: CandidateKernel) -> str:
     if isinstance(found, str):
         return found
     steps = ", ".join(step.op for step in found.steps) or "none"
+    products = "bfloat16 on AMX tiles where the CPU has them, else float32" if found.bf16_products else "float32"
     return (f"{found.batch} heads of {found.lq} queries x {found.lk} keys, head dims {found.d}/{found.dv}, "
-            f"steps on the scores: {steps}; products in float32; the scores stay in cache")
+            f"steps on the scores: {steps}; products in {products}; the scores stay in cache")
 
 
 def _load(operand: Operand, index: str) -> str:
@@ -463,7 +490,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     found = match_attention(kernel)
     assert isinstance(found, Attention), found
     a = found
-    lkp, per_thread = a.padded_keys, a.scratch_floats_per_thread
+    lkp, per_thread = a.padded_keys, a.scratch_bytes_per_thread
     qblocks = -(-a.lq // ROWS)
     q, kt, v = a.q, a.kt, a.v
     tables = [_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
@@ -483,7 +510,14 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     weigh = "" if a.weight_expr is None else f"""                #pragma omp simd
                 for (int64_t j = 0; j < LK; j++) {{ const float w = sr[j] / l; sr[j] = {a.weight_expr}; }}
                 sums[r] = 1.0f;  /* the weights are divided and guarded already */"""
-    softmax = f"""            float sums[ROWS] = {{0}};
+
+    exp_pass = """                #pragma omp simd reduction(+:l)
+                for (int64_t j = 0; j < LK; j++) { const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }"""
+
+    def softmax(capacity: str, indent: str, exp_pass: str = exp_pass) -> str:
+        """E's rows for a block of `capacity` query rows (`exp_pass` puts each e where the products read it and
+        sums them into l), the code indented by `indent` more."""
+        code = f"""            float sums[{capacity}] = {{0}};
             for (int64_t r = 0; r < rows; r++) {{
                 float *sr = s + r * LKP;
                 const int64_t i = i0 + r;
@@ -493,18 +527,34 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                 #pragma omp simd reduction(max:m)
                 for (int64_t j = 0; j < LK; j++) {{ float v = sr[j]; {step_code} sr[j] = v; m = v > m ? v : m; }}
                 float l = 0.0f;
-                #pragma omp simd reduction(+:l)
-                for (int64_t j = 0; j < LK; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
+{exp_pass}
                 sums[r] = l;
 {weigh}
             }}"""
+        return "\n".join(indent + line if line else line for line in code.split("\n"))
+
     loads = dict(load_k=_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}"),
                  load_v=_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}"),
-                 load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"), softmax=softmax)
-    body = _FLOAT_PATH.format(**loads)
+                 load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"))
+    amx = ""
+    if a.bf16_products:
+        # the weights the tiles read: E rounded as the exp pass computes it (its division by l is applied to
+        # the output, as the graph does for matmul(E, V) / l; for matmul(E / l, V) the graph rounds E / l: the
+        # same relative rounding, one pass fewer), or the divided and guarded weights rounded in a pass of their own
+        exps = exp_pass if a.weight_expr else AMX_EXP_PASS
+        amx = AMX_PATH.format(**loads, softmax=softmax("AMX_ROWS", "    ", exps), items=a.batch * -(-a.lq // AMX_ROWS),
+                              qblocks=-(-a.lq // AMX_ROWS), per_thread=a.scratch_bytes_per_thread,
+                              load_v1=_load(v, f"v_off[b] + (j + 1) * {v.row_stride} + c * {v.col_stride}"),
+                              guarded=int(a.weight_expr is not None))  # fmt: skip
+    body = _FLOAT_PATH.format(**loads, softmax=softmax("ROWS", ""))
+    dp, lk32 = -(-a.d // 32) * 32, -(-a.lk // 32) * 32
     return f"""
 {VECTOR_TYPES}
+{AMX_SUPPORT if a.bf16_products else ""}
 #define LK {a.lk}
+#define LK32 {lk32}
+#define DP {dp}
+#define AMX_ROWS {AMX_ROWS}
 #define LKP {lkp}
 #define LQ {a.lq}
 #define DV {a.dv}
@@ -517,11 +567,11 @@ int {name}(void **args) {{
     float *out = (float *)args[{a.out_slot}];
     char *scratch = (char *)args[{a.out_slot + 1}];
     int threads = omp_get_max_threads();
-    threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};
+    threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};{amx}
     #pragma omp parallel num_threads(threads)
     {{
         const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
-        float *kt = (float *)(((uintptr_t)(scratch + p * {per_thread * 4}) + 63) & ~(uintptr_t)63);  /* [D][LKP] */
+        float *kt = (float *)(((uintptr_t)(scratch + p * {per_thread}) + 63) & ~(uintptr_t)63);  /* [D][LKP] */
         float *vp = kt + HD * LKP;  /* [Lk][Dv] */
         float *s = vp + LK * DV;  /* [R][LKP] */
         float *qb = s + ROWS * LKP;  /* [R][D] */
@@ -537,6 +587,9 @@ int {name}(void **args) {{
     return 0;
 }}
 #undef LK
+#undef LK32
+#undef DP
+#undef AMX_ROWS
 #undef LKP
 #undef LQ
 #undef DV

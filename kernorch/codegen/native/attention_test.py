@@ -116,15 +116,16 @@ def test_fused_attention_is_chosen_and_equals_onnxruntime(case: str) -> None:
 @pytest.mark.skipif(not bf16_supported(), reason="bf16 mode needs AVX512-BF16 or AMX")
 def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     """In a bf16 plan the attention's matmul operands are cast to bfloat16 (kernorch/precision/); the fused kernel
-    absorbs the casts and multiplies in float32 (AVX512-BF16's vdpbf16ps, tried, ran slower than float32 FMAs on the
-    Xeon of 2026-11-27: one per cycle): its error against onnxruntime is at most the bf16 plan's own (the same plan
+    absorbs the casts and multiplies them rounded on AMX tiles, or in float32 without AMX (AVX512-BF16's vdpbf16ps,
+    tried, ran slower than float32 FMAs on the Xeon of 2026-11-27: one per cycle; attention_amx_test checks the
+    tiles' arithmetic): its error against onnxruntime is at most the bf16 plan's own (the same plan
     without the fused kernel)."""
     model = attention_model(tokens=128, heads=4, head_dim=64)
     feeds = feeds_of(model)
     expected = run_onnxruntime(model, feeds)["y"]
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
     (fused,) = fused_kernels(compiled)
-    assert fused.q.prologue == (("mul", float(np.float32(64**-0.5))),)
+    assert fused.q.prologue == (("mul", float(np.float32(64**-0.5))),) and fused.bf16_products
     kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
     assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
     error = np.abs(compiled.run(feeds)["y"] - expected).max()
