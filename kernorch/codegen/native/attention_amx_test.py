@@ -155,3 +155,19 @@ def test_a_fully_masked_row_is_nan_as_onnxruntime(monkeypatch: pytest.MonkeyPatc
     actual, expected = compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"]
     assert np.isnan(expected[1]).all() and np.isnan(actual[1]).all()
     assert np.isfinite(actual[0]).all()
+
+
+def test_keys_masked_with_minus_infinity_weigh_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some keys masked -inf (exp(-inf) = 0 through the vscalefps exp's clamp) and scores in the hundreds (the
+    row max keeps exp in range): equal to the tile arithmetic's model."""
+    spec = CASES["an input mask, batch 2, 40 keys"]
+    model = attention_only(**spec)  # type: ignore[arg-type]
+    feeds = feeds_for(spec)
+    feeds["mask"] = np.where(feeds["mask"] < 0, -np.inf, 0).astype(np.float32)
+    feeds["q"] = feeds["q"] * np.float32(30)
+    assert np.isinf(feeds["mask"]).any() and not np.isinf(feeds["mask"]).all(axis=-1).any()
+    compiled = bf16_plan(model, monkeypatch)
+    actual = compiled.run(feeds)["y"]
+    expected = tile_arithmetic(feeds, "input", False)
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=2e-4 * float(np.abs(expected).max()))
