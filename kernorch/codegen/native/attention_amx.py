@@ -42,8 +42,9 @@ static const ko_tile_config ko_amx_config __attribute__((aligned(64))) = {
 static void ko_amx_configure(void) { _tile_loadconfig(&ko_amx_config); }
 /* exp of 16 floats in fewer instructions than ko_expf: 2^(x log2 e) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2,
    2^f by its Taylor polynomial of degree 6 (relative error 1.2e-7), 2^n applied by vscalefps (overflow to inf,
-   underflow to 0); the argument clamped at -160 first (-inf gives 0), vmaxps returning its second operand, a NaN,
-   when that is one */
+   underflow to 0); the argument clamped at -160 first so that -inf gives 0 by arithmetic (this Xeon's vscalefps
+   also turns the NaN that -inf - -inf makes into 0, a case the clamp keeps out of reach), vmaxps returning its
+   second operand, a NaN, when that is one */
 static inline __m512 ko_exp16(__m512 x) {
     const __m512 t = _mm512_max_ps(_mm512_set1_ps(-160.0f), _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
     const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
