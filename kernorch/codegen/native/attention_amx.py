@@ -41,14 +41,17 @@ static const ko_tile_config ko_amx_config __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 static void ko_amx_configure(void) { _tile_loadconfig(&ko_amx_config); }
 /* exp of 16 floats in fewer instructions than ko_expf: 2^(x log2 e) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2,
-   2^f by its Taylor polynomial of degree 6 (relative error 1.2e-7), 2^n applied by vscalefps (overflow to inf,
-   underflow to 0); the argument clamped at -160 first so that -inf gives 0 by arithmetic (this Xeon's vscalefps
-   also turns the NaN that -inf - -inf makes into 0, a case the clamp keeps out of reach), vmaxps returning its
-   second operand, a NaN, when that is one */
-static inline __m512 ko_exp16(__m512 x) {
-    const __m512 t = _mm512_max_ps(_mm512_set1_ps(-160.0f), _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
+   2^f by its Taylor polynomial of degree 6 (relative error 1.2e-7), 2^n applied by vscalefps (overflow to inf).
+   No subnormal is ever computed: a subnormal or underflowing result costs a microcode assist per vector (a causal
+   mask's -1e4 made the whole kernel 2x slower), so x log2 e is clamped at -125 and results below 2^-125 (x < -86.6)
+   are set to 0, as ko_expf's are; NaN passes (the comparison is unordered-true, vmaxps returns its second operand,
+   the NaN). Lanes not in `valid` are 0. */
+static inline __m512 ko_exp16(__m512 x, __mmask16 valid) {
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __mmask16 kept = _mm512_mask_cmp_ps_mask(valid, t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
+    const __m512 c = _mm512_max_ps(_mm512_set1_ps(-125.0f), t);
+    const __m512 n = _mm512_roundscale_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(c, n), _mm512_set1_ps(0.693147180559945309f));
     __m512 p = _mm512_set1_ps(1.0f / 720.0f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
@@ -56,7 +59,7 @@ static inline __m512 ko_exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_scalef_ps(kept, p, n);
 }
 /* 32 bfloat16 (lo[0..15], then hi[0..15]) rounded to nearest even by vcvtne2ps2bf16, which reads subnormals as
    zero: so do the tile products (TDPBF16PS treats subnormal inputs as zero), so nothing they would see changes */
@@ -74,8 +77,7 @@ AMX_EXP_PASS = """                __m512 lv = _mm512_setzero_ps();
                     for (int h = 0; h < 2; h++) {
                         const int64_t j = j0 + 16 * h;
                         const __mmask16 valid = j >= LK ? 0 : LK - j >= 16 ? 0xFFFF : (__mmask16)((1u << (LK - j)) - 1);
-                        e[h] = _mm512_maskz_mov_ps(valid, ko_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sr + j),
-                                                                                 _mm512_set1_ps(m))));
+                        e[h] = ko_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sr + j), _mm512_set1_ps(m)), valid);
                         lv = _mm512_add_ps(lv, e[h]);
                     }
                     _mm512_storeu_si512(pa + r * LK32 + j0, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
