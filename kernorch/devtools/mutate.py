@@ -428,8 +428,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (ATTENTION,)),
     Mutant("AMX attention skips the last block of keys", "kernorch/codegen/native/attention_amx.py",
            "for (; kb < LKP / 16; kb++) {{", "for (; kb < LKP / 16 - 1; kb++) {{", (ATTENTION_AMX,)),
-    Mutant("AMX attention leaves the guarded weights out of the tiles", "kernorch/codegen/native/attention_amx.py",
-           "if ({guarded} && r < rows) {{", "if (0 && r < rows) {{", (ATTENTION_AMX,)),
+    Mutant("AMX attention leaves divided weights out of the tiles", "kernorch/codegen/native/attention_amx.py",
+           "if ({separately} && r < rows) {{", "if (0 && r < rows) {{", (ATTENTION_AMX,)),
     Mutant("fused attention rounds the operands of a float32 plan", "kernorch/codegen/native/attention.py",
            "weights_rounded and q.rounded and kt.rounded and v.rounded", "True", (ATTENTION_AMX,)),
 )  # fmt: skip

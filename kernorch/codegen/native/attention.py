@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.c import c_binary, c_literal, c_unary
-from kernorch.codegen.native.attention_amx import AMX_EXP_PASS, AMX_PATH, AMX_SUPPORT
+from kernorch.codegen.native.attention_amx import AMX_EXP_PASS, AMX_EXP_PASS_F32, AMX_PATH, AMX_SUPPORT
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
@@ -538,14 +538,17 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                  load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"))
     amx = ""
     if a.bf16_products:
-        # the weights the tiles read: E rounded as the exp pass computes it (its division by l is applied to
-        # the output, as the graph does for matmul(E, V) / l; for matmul(E / l, V) the graph rounds E / l: the
-        # same relative rounding, one pass fewer), or the divided and guarded weights rounded in a pass of their own
-        exps = exp_pass if a.weight_expr else AMX_EXP_PASS
-        amx = AMX_PATH.format(**loads, softmax=softmax("AMX_ROWS", "    ", exps), items=a.batch * -(-a.lq // AMX_ROWS),
-                              qblocks=-(-a.lq // AMX_ROWS), per_thread=a.scratch_bytes_per_thread,
+        # the weights rounded where the graph rounds them: E as the exp pass computes it, for matmul(E, V) / l; E / l
+        # or the guarded weights (already divided: sums of 1) in a pass after the row sum
+        at_exp = a.divide_after and a.weight_expr is None
+        divides = not a.divide_after and a.weight_expr is None
+        exps = AMX_EXP_PASS if at_exp else AMX_EXP_PASS_F32
+        amx = AMX_PATH.format(**loads, softmax=softmax("AMX_ROWS", "    ", exps),
+                              items=a.batch * -(-a.lq // AMX_ROWS), qblocks=-(-a.lq // AMX_ROWS),
+                              per_thread=a.scratch_bytes_per_thread,
                               load_v1=_load(v, f"v_off[b] + (j + 1) * {v.row_stride} + c * {v.col_stride}"),
-                              guarded=int(a.weight_expr is not None))  # fmt: skip
+                              separately=int(not at_exp), weight="sr[j] / l" if divides else "sr[j]",
+                              divided="                        sums[r] = 1.0f;" if divides else "")  # fmt: skip
     body = _FLOAT_PATH.format(**loads, softmax=softmax("ROWS", ""))
     dp, lk32 = -(-a.d // 32) * 32, -(-a.lk // 32) * 32
     return f"""

@@ -84,6 +84,18 @@ AMX_EXP_PASS = """                __m512 lv = _mm512_setzero_ps();
                 }
                 l = _mm512_reduce_add_ps(lv);"""
 
+# The exp pass when the weights are rounded after a division (E / l, or torch's guarded weights): e in float32 into
+# the score row, summed into l; the weights are rounded in a pass of their own once l is known
+AMX_EXP_PASS_F32 = """                __m512 lv = _mm512_setzero_ps();
+                for (int64_t j = 0; j < LK; j += 16) {
+                    const __mmask16 valid = LK - j >= 16 ? 0xFFFF : (__mmask16)((1u << (LK - j)) - 1);
+                    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sr + j), _mm512_set1_ps(m));
+                    const __m512 e = ko_exp16(x, valid);
+                    _mm512_mask_storeu_ps(sr + j, valid, e);
+                    lv = _mm512_add_ps(lv, e);
+                }
+                l = _mm512_reduce_add_ps(lv);"""
+
 # Tiles: 0-3 accumulate (four key blocks of S, or four 16-column blocks of O), 4 holds the A operand (16 rows x 32
 # bf16 of Q or P), 5-7 the B operand in turn. `{load_k}`, `{load_v}`, `{load_q}` read one element as float32 (j:
 # key, d: head dim, c: value column, r: query row); `{softmax}` is the float32 path's, on `s` with rows of LKP.
@@ -172,14 +184,17 @@ AMX_PATH = """
                 }}
 {softmax}
                 for (int64_t r = 0; r < AMX_ROWS; r++) {{
-                    if ({guarded} && r < rows) {{  /* the guarded weights, in s: rounded here */
+                    if ({separately} && r < rows) {{  /* the weights, rounded here: E / l or the guarded ones */
                         const float *sr = s + r * LKP;
+                        const float l = sums[r];
+                        (void)l;
                         for (int64_t j0 = 0; j0 < LK32; j0 += 32) {{
                             float x[32] = {{0}};
                             const int64_t end = LK - j0 < 32 ? LK : j0 + 32;
-                            for (int64_t j = j0; j < end; j++) x[j - j0] = sr[j];
+                            for (int64_t j = j0; j < end; j++) x[j - j0] = {weight};
                             _mm512_storeu_si512(pa + r * LK32 + j0, ko_bf16x32(x, x + 16));
                         }}
+{divided}
                     }} else {{  /* the keys past LK (and rows past the last query) weigh nothing */
                         for (int64_t j = r < rows ? LK : 0; j < LK32; j++) pa[r * LK32 + j] = 0;
                     }}
