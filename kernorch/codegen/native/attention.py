@@ -27,7 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.c import c_binary, c_literal, c_unary
-from kernorch.codegen.native.attention_amx import AMX_EXP_PASS, AMX_EXP_PASS_F32, AMX_PATH, AMX_SUPPORT
+from kernorch.codegen.native.attention_amx import (
+    AMX_EXP_PASS,
+    AMX_PATH,
+    AMX_SUPPORT,
+    EXP16_SUPPORT,
+    EXP_PASS_F32,
+    FLOAT_EXP_PASS,
+)
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
@@ -511,10 +518,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                 for (int64_t j = 0; j < LK; j++) {{ const float w = sr[j] / l; sr[j] = {a.weight_expr}; }}
                 sums[r] = 1.0f;  /* the weights are divided and guarded already */"""
 
-    exp_pass = """                #pragma omp simd reduction(+:l)
-                for (int64_t j = 0; j < LK; j++) { const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }"""
-
-    def softmax(capacity: str, indent: str, exp_pass: str = exp_pass) -> str:
+    def softmax(capacity: str, indent: str, exp_pass: str = FLOAT_EXP_PASS) -> str:
         """E's rows for a block of `capacity` query rows (`exp_pass` puts each e where the products read it and
         sums them into l), the code indented by `indent` more."""
         code = f"""            float sums[{capacity}] = {{0}};
@@ -542,7 +546,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
         # or the guarded weights (already divided: sums of 1) in a pass after the row sum
         at_exp = a.divide_after and a.weight_expr is None
         divides = not a.divide_after and a.weight_expr is None
-        exps = AMX_EXP_PASS if at_exp else AMX_EXP_PASS_F32
+        exps = AMX_EXP_PASS if at_exp else EXP_PASS_F32
         amx = AMX_PATH.format(**loads, softmax=softmax("AMX_ROWS", "    ", exps),
                               items=a.batch * -(-a.lq // AMX_ROWS), qblocks=-(-a.lq // AMX_ROWS),
                               per_thread=a.scratch_bytes_per_thread,
@@ -553,6 +557,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     dp, lk32 = -(-a.d // 32) * 32, -(-a.lk // 32) * 32
     return f"""
 {VECTOR_TYPES}
+{EXP16_SUPPORT}
 {AMX_SUPPORT if a.bf16_products else ""}
 #define LK {a.lk}
 #define LK32 {lk32}

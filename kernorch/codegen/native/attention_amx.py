@@ -19,27 +19,11 @@ from __future__ import annotations
 # Linux gives a process AMX's tile data only on request: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
 # XFEATURE_XTILEDATA = 18); a tile instruction before it is SIGILL. Asked once per process (idempotent: two
 # threads asking at once both get the same answer). Every tile is configured 16 rows x 64 bytes: palette 1.
-AMX_SUPPORT = """#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#ifndef KO_AMX
-#define KO_AMX
+# ko_exp16: the softmax's exp on AVX-512, for both paths of the kernel
+EXP16_SUPPORT = """#ifdef __AVX512F__
+#ifndef KO_EXP16
+#define KO_EXP16
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-static int ko_amx_ready(void) {
-    static int state = 0; /* 0 not asked, 1 granted, -1 refused */
-    int known = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
-    if (!known) {
-        known = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
-        __atomic_store_n(&state, known, __ATOMIC_RELEASE);
-    }
-    return known > 0;
-}
-typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } ko_tile_config;
-/* static data, not a local filled before the load: GCC 12 dropped a local's stores as dead (it does not see
-   ldtilecfg read them), and the load faulted on a configuration of zeros */
-static const ko_tile_config ko_amx_config __attribute__((aligned(64))) = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-static void ko_amx_configure(void) { _tile_loadconfig(&ko_amx_config); }
 /* exp of 16 floats in fewer instructions than ko_expf: 2^(x log2 e) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2,
    2^f by its Taylor polynomial of degree 6 (relative error 1.2e-7), 2^n applied by vscalefps (overflow to inf).
    No subnormal is ever computed: a subnormal or underflowing result costs a microcode assist per vector (a causal
@@ -61,6 +45,30 @@ static inline __m512 ko_exp16(__m512 x, __mmask16 valid) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(kept, p, n);
 }
+#endif
+#endif"""
+
+AMX_SUPPORT = """#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#ifndef KO_AMX
+#define KO_AMX
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int ko_amx_ready(void) {
+    static int state = 0; /* 0 not asked, 1 granted, -1 refused */
+    int known = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (!known) {
+        known = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
+        __atomic_store_n(&state, known, __ATOMIC_RELEASE);
+    }
+    return known > 0;
+}
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } ko_tile_config;
+/* static data, not a local filled before the load: GCC 12 dropped a local's stores as dead (it does not see
+   ldtilecfg read them), and the load faulted on a configuration of zeros */
+static const ko_tile_config ko_amx_config __attribute__((aligned(64))) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+static void ko_amx_configure(void) { _tile_loadconfig(&ko_amx_config); }
 /* 32 bfloat16 (lo[0..15], then hi[0..15]) rounded to nearest even by vcvtne2ps2bf16, which reads subnormals as
    zero: so do the tile products (TDPBF16PS treats subnormal inputs as zero), so nothing they would see changes */
 static inline __m512i ko_bf16x32(const float *lo, const float *hi) {
@@ -84,9 +92,18 @@ AMX_EXP_PASS = """                __m512 lv = _mm512_setzero_ps();
                 }
                 l = _mm512_reduce_add_ps(lv);"""
 
+# The float32 path's exp pass: ko_exp16 on AVX-512 (e into the score row, summed into l), else ko_expf in a loop
+# GCC vectorizes
+FLOAT_EXP_PASS = """#ifdef __AVX512F__
+{vector}
+#else
+                #pragma omp simd reduction(+:l)
+                for (int64_t j = 0; j < LK; j++) {{ const float e = ko_expf(sr[j] - m); sr[j] = e; l += e; }}
+#endif"""
+
 # The exp pass when the weights are rounded after a division (E / l, or torch's guarded weights): e in float32 into
 # the score row, summed into l; the weights are rounded in a pass of their own once l is known
-AMX_EXP_PASS_F32 = """                __m512 lv = _mm512_setzero_ps();
+EXP_PASS_F32 = """                __m512 lv = _mm512_setzero_ps();
                 for (int64_t j = 0; j < LK; j += 16) {
                     const __mmask16 valid = LK - j >= 16 ? 0xFFFF : (__mmask16)((1u << (LK - j)) - 1);
                     const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sr + j), _mm512_set1_ps(m));
@@ -230,3 +247,5 @@ AMX_PATH = """
         return 0;
     }}
 #endif"""
+
+FLOAT_EXP_PASS = FLOAT_EXP_PASS.format(vector=EXP_PASS_F32)
