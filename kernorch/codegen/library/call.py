@@ -207,16 +207,19 @@ def _merged_rows(tensor: Tensor) -> tuple[int, int] | None:
     return rows, axes[-1][1] if axes else tensor.dims[-1] * tensor.strides[-1]
 
 
-def _as_rows(tensor: Tensor, rows: tuple[int, int]) -> Tensor:
-    return replace(tensor, dims=(rows[0], tensor.dims[-1]), strides=(rows[1], tensor.strides[-1]))
+def _as_rows(tensor: Tensor, rows: tuple[int, int], lead: int = 0) -> Tensor:
+    """The tensor as [rows, columns], behind `lead` axes of size 1."""
+    return replace(tensor, dims=(1,) * lead + (rows[0], tensor.dims[-1]),
+                   strides=(rows[0] * rows[1],) * lead + (rows[1], tensor.strides[-1]))
 
 
 def rows_merged(call: LibraryCall) -> LibraryCall:
-    """`call` as one 2-D matmul [rows, K] x [K, N] when its weights are the same matrix for every batch (all their
-    batch axes 1: a linear layer applied to [B, H, W, C] or [B, S, C]) and every other tensor's batch axes and
-    rows are laid out as one axis. oneDNN 3.2 keeps the weights of a 4-D matmul in their plain layout and
-    repacks blocks of them on every run (swin_t's [1, 7, 7, 768] x [1, 1, 768, 3072]: 26 GFLOP/s); as a 2-D
-    matmul it packs them once. The call otherwise stays as described."""
+    """`call` as one 2-D matmul [rows, K] x [K, N] (3-D [1, rows, K] x [1, K, N] with a per-row post-op, below)
+    when its weights are the same matrix for every batch (all their batch axes 1: a linear layer applied to
+    [B, H, W, C] or [B, S, C]) and every other tensor's batch axes and rows are laid out as one axis. oneDNN 3.2
+    keeps the weights of a 4-D matmul in their plain layout and repacks blocks of them on every run (swin_t's
+    [1, 7, 7, 768] x [1, 1, 768, 3072]: 26 GFLOP/s); as a 2-D matmul it packs them once. The call otherwise stays
+    as described."""
     weights = call.weights
     if len(weights.dims) <= 2 or any(d != 1 for d in weights.dims[:-2]):
         return call
@@ -228,17 +231,20 @@ def rows_merged(call: LibraryCall) -> LibraryCall:
     if any(m is None or m[0] not in (1, src_rows[0]) for m in merged[2:]):
         return call
     # a post-op operand with a value per row and one for every column (a layer norm's 1/σ moved past the matmul)
-    # is mask 1 on a 2-D matmul, which oneDNN 3.2 runs only by its reference matmul (197x192x768: 540 ms, against
-    # 0.63 ms for the same call 3-D, mask 2): such a call stays as described
+    # is mask 1 on a 2-D matmul, and mask 6 on a 4-D one ([1, H, W, 1]), which oneDNN 3.2 runs only by its
+    # reference matmul (197x192x768: 540 ms, against 0.63 ms 3-D; swin_t's bf16 MLPs 2.4 s each): such a call
+    # is one 3-D matmul [1, rows, K] x [1, K, N], where a value per row is mask 2, which its brgemm takes
     columns = call.dst.dims[-1]
-    if columns > 1 and any(m is not None and m[0] > 1 and t.dims[-1] == 1
-                           for m, t in zip(merged[2:], (t for _, t in call.post_ops if t is not None), strict=True)):
-        return call
-    post_ops = tuple((op, None if t is None else _as_rows(t, _merged_rows(t) or (1, 1))) for op, t in call.post_ops)
-    bias = None if call.bias is None else _as_rows(call.bias, (1, call.bias.dims[-1]))
-    return replace(call, src=_as_rows(call.src, src_rows), dst=_as_rows(call.dst, merged[1]),
-                   weights=replace(weights, dims=weights.dims[-2:], strides=weights.strides[-2:]), bias=bias,
-                   post_ops=post_ops)
+    per_row = columns > 1 and any(m is not None and m[0] > 1 and t.dims[-1] == 1 for m, t in
+                                  zip(merged[2:], (t for _, t in call.post_ops if t is not None), strict=True))
+    lead = 1 if per_row else 0
+    post_ops = tuple((op, None if t is None else _as_rows(t, _merged_rows(t) or (1, 1), lead))
+                     for op, t in call.post_ops)  # fmt: skip
+    bias = None if call.bias is None else _as_rows(call.bias, (1, call.bias.dims[-1]), lead)
+    return replace(call, src=_as_rows(call.src, src_rows, lead), dst=_as_rows(call.dst, merged[1], lead),
+                   weights=replace(weights, dims=(1,) * lead + weights.dims[-2:],
+                                   strides=weights.strides[-2 - lead:]),
+                   bias=bias, post_ops=post_ops)  # fmt: skip
 
 
 def _dnnl_order(node: Node, rank: int) -> tuple[int, ...]:

@@ -66,8 +66,9 @@ def _linear_layer(rows_sliced: bool, per_row: bool) -> onnx.ModelProto:
 @pytest.mark.parametrize("rows_sliced", [False, True])
 def test_a_linear_layer_on_a_map_is_one_2d_matmul_where_its_rows_are_one_axis(rows_sliced: bool,
                                                                               per_row: bool) -> None:
-    """2-D where the rows are one axis, unless a post-op has a value per row: oneDNN 3.2 takes that (mask 1 on a
-    2-D matmul) only in its reference matmul, 1000x slower (call.py: rows_merged)."""
+    """2-D where the rows are one axis; 3-D [1, rows, K] when a post-op has a value per row: oneDNN 3.2 takes that
+    (mask 1 on a 2-D matmul, mask 6 on a 4-D one) only in its reference matmul, 1000x slower (call.py:
+    rows_merged)."""
     model = _linear_layer(rows_sliced, per_row)
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=False)
     calls = [describe_library_call(k) for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
@@ -75,8 +76,11 @@ def test_a_linear_layer_on_a_map_is_one_2d_matmul_where_its_rows_are_one_axis(ro
     call = calls[0]
     scaled = any(t is not None and t.dims[-1] == 1 for _, t in call.post_ops)
     assert scaled == per_row, call.post_ops  # the per-row scale is the call's post-op
-    if rows_sliced or (per_row and scaled):  # rows 9 · 48 floats apart every 7 rows, or a per-row post-op: 4-D
+    if rows_sliced:  # rows 9 · 48 floats apart every 7 rows: 4-D
         assert call.src.dims == (1, 7, 7, 48) and call.weights.dims == (1, 1, 48, 96), call
+    elif per_row:  # the per-row scale as [1, 49, 1]: mask 2 of a 3-D product
+        assert (call.src.dims, call.weights.dims, call.dst.dims) == ((1, 49, 48), (1, 48, 96), (1, 49, 96)), call
+        assert all(len(t.dims) == 3 for _, t in call.post_ops if t is not None), call.post_ops
     else:  # one [49, 48] x [48, 96] product; every tensor of the epilogue reshaped alike
         assert (call.src.dims, call.weights.dims, call.dst.dims) == ((49, 48), (48, 96), (49, 96)), call
         assert all(len(t.dims) == 2 for _, t in call.post_ops if t is not None), call.post_ops
