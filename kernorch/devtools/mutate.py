@@ -426,6 +426,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fused attention drops the keys of the last partial block", "kernorch/codegen/native/attention.py",
            "for (; j < LKP; j += KO_VC_LANES * (", "for (; j < LKP - KO_VC_LANES; j += KO_VC_LANES * (",
            (ATTENTION,)),
+    Mutant("the partition cuts attentions as freely as anything", "kernorch/orchestrate/subgraph.py",
+           "ATTENTION_CUT = 8.0", "ATTENTION_CUT = 0.0", ("kernorch/orchestrate/subgraph_test.py",)),
     Mutant("AMX attention skips the last block of keys", "kernorch/codegen/native/attention_amx.py",
            "for (; kb < LKP / 16; kb++) {{", "for (; kb < LKP / 16 - 1; kb++) {{", (ATTENTION_AMX,)),
     Mutant("AMX attention leaves divided weights out of the tiles", "kernorch/codegen/native/attention_amx.py",

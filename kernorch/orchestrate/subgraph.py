@@ -108,13 +108,62 @@ def cut_widths(graph: Graph) -> list[int]:
     return widths
 
 
+# What a cut inside an attention costs on top of its width: the fused-attention candidate needs the whole
+# attention in one subgraph (vit_tiny's partition cut 1 of its 12), and its scores are the widest value inside it
+ATTENTION_CUT = 8.0
+
+
+def attention_spans(graph: Graph, depth: int = 8) -> list[tuple[int, int]]:
+    """(first, second): the positions of the two matmuls around each exp (the product the exp's input comes from,
+    the product its value reaches, each within `depth` steps): an attention, as the candidates find it."""
+    producer = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
+    users: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        for value in node.inputs:
+            users.setdefault(value, []).append(i)
+
+    def nearest(start: int, up: bool) -> int | None:
+        frontier, seen = [start], {start}
+        for _ in range(depth):
+            following = []
+            for i in frontier:
+                node = graph.nodes[i]
+                steps = [producer[v] for v in node.inputs if v in producer] if up else \
+                    [u for v in node.outputs for u in users.get(v, [])]  # fmt: skip
+                for j in steps:
+                    if graph.nodes[j].prim == "matmul":
+                        return j
+                    if j not in seen:
+                        seen.add(j)
+                        following.append(j)
+            frontier = following
+        return None
+
+    spans = []
+    for i, node in enumerate(graph.nodes):
+        if node.prim == "exp":
+            first, second = nearest(i, up=True), nearest(i, up=False)
+            if first is not None and second is not None:
+                spans.append((first, second))
+    return spans
+
+
+def cut_costs(graph: Graph) -> list[float]:
+    """What cutting before each position costs: its width, plus ATTENTION_CUT inside each attention span."""
+    costs = [float(w) for w in cut_widths(graph)]
+    for first, second in attention_spans(graph):
+        for position in range(first + 1, second + 1):
+            costs[position] += ATTENTION_CUT
+    return costs
+
+
 def partition(graph: Graph, max_size: int) -> list[tuple[int, int]]:
-    """Split positions [0, n) into ranges of at most `max_size` nodes, minimizing the summed cut width
-    (dynamic programming; every cut also pays 1 so fewer, larger subgraphs win ties)."""
+    """Split positions [0, n) into ranges of at most `max_size` nodes, minimizing the summed cut cost (`cut_costs`;
+    dynamic programming; every cut also pays 1 so fewer, larger subgraphs win ties)."""
     n = len(graph.nodes)
     if n == 0:
         return []
-    widths = cut_widths(graph)
+    widths = cut_costs(graph)
     best = [0.0] + [float("inf")] * n
     previous = [0] * (n + 1)
     for end in range(1, n + 1):
@@ -149,8 +198,8 @@ def build_subgraphs(graph: Graph, ranges: list[tuple[int, int]]) -> list[Subgrap
 
 
 def split_range(graph: Graph, start: int, end: int) -> list[tuple[int, int]]:
-    """Cut one range in two at its narrowest inner position (nearest the middle on ties)."""
-    widths = cut_widths(graph)
+    """Cut one range in two at its cheapest inner position (`cut_costs`; nearest the middle on ties)."""
+    widths = cut_costs(graph)
     middle = (start + end) / 2
     cut = min(range(start + 1, end), key=lambda i: (widths[i], abs(i - middle)))
     return [(start, cut), (cut, end)]

@@ -8,7 +8,7 @@ from kernorch.ir.graph import Graph, Node
 from kernorch.ir.types import TensorType
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.orchestrator import plan_subgraphs
-from kernorch.orchestrate.subgraph import cut_widths, partition
+from kernorch.orchestrate.subgraph import attention_spans, cut_widths, partition
 from kernorch.tools.demo_models import self_attention_block
 
 
@@ -55,3 +55,21 @@ def test_state_cap_splits_subgraphs() -> None:
     tight = plan_subgraphs(graph, OrchestrationLimits(max_subgraph_size=64, max_states=20))
     assert len(roomy) == 1
     assert len(tight) > 1 and all(states <= 20 for _, states in tight)
+
+
+def test_partition_keeps_an_attention_in_one_subgraph() -> None:
+    """A cut between an attention's two matmuls costs ATTENTION_CUT more (the fused candidate needs them in one
+    subgraph): with room for the attention, no range boundary falls inside it, though its cuts are narrow."""
+    from kernorch.codegen.native.attention_test import attention_model
+    from kernorch.pipeline import import_graph
+
+    graph = import_graph(attention_model(tokens=13, heads=2, head_dim=16, mask="input", nan_guard=True))
+    (span,) = attention_spans(graph)
+    first, second = span
+    assert graph.nodes[first].prim == graph.nodes[second].prim == "matmul"
+    widths = cut_widths(graph)
+    inside = [widths[p] for p in range(first + 1, second + 1)]
+    assert min(inside) <= max(widths[p] for p in range(1, len(graph.nodes)) if not first < p <= second)
+    for size in range(second - first + 2, len(graph.nodes)):
+        starts = [start for start, _ in partition(graph, size)[1:]]
+        assert not [s for s in starts if first < s <= second], (size, starts, span)
