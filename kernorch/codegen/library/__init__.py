@@ -3,11 +3,19 @@ absorbs as post-ops (epilogue.py), rendered against oneDNN's C API (onednn.py), 
 the library-shaped kernels kernorch writes itself (post_ops.py)."""
 
 from kernorch.codegen.library.call import LibraryCall, Tensor, absorbed_summary, describe_library_call
-from kernorch.codegen.library.onednn import ONEDNN_PRELUDE, converted_operands, onednn_rejection, render_onednn_call
+from kernorch.codegen.library.onednn import (
+    ONEDNN_HEADER,
+    ONEDNN_PRELUDE,
+    converted_operands,
+    onednn_rejection,
+    onednn_root,
+    render_onednn_call,
+)
 from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
 
 __all__ = [
     "LibraryCall",
+    "ONEDNN_HEADER",
     "ONEDNN_PRELUDE",
     "Tensor",
     "absorbed_summary",
@@ -15,6 +23,7 @@ __all__ = [
     "converted_operands",
     "describe_library_call",
     "onednn_rejection",
+    "onednn_root",
     "post_op_statements",
     "post_ops_rejection",
     "render_onednn_call",

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.backends import ONEDNN
 from kernorch.codegen.library import describe_library_call
+from kernorch.codegen.library.onednn import reference_rejection
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -76,9 +77,11 @@ def test_a_linear_layer_on_a_map_is_one_2d_matmul_where_its_rows_are_one_axis(ro
     call = calls[0]
     scaled = any(t is not None and t.dims[-1] == 1 for _, t in call.post_ops)
     assert scaled == per_row, call.post_ops  # the per-row scale is the call's post-op
-    if rows_sliced:  # rows 9 · 48 floats apart every 7 rows: 4-D
+    assert reference_rejection(call) is None  # never a call oneDNN runs by its reference matmul
+    if rows_sliced and not per_row:  # rows 9 · 48 floats apart every 7 rows: 4-D
         assert call.src.dims == (1, 7, 7, 48) and call.weights.dims == (1, 1, 48, 96), call
-    elif per_row:  # the per-row scale as [1, 49, 1]: mask 2 of a 3-D product
+    elif per_row:  # the per-row scale as [1, 49, 1]: mask 2 of a 3-D product (a sliced source copied first: 4-D,
+        # the scale is mask 6, oneDNN's reference matmul)
         assert (call.src.dims, call.weights.dims, call.dst.dims) == ((1, 49, 48), (1, 48, 96), (1, 49, 96)), call
         assert all(len(t.dims) == 3 for _, t in call.post_ops if t is not None), call.post_ops
     else:  # one [49, 48] x [48, 96] product; every tensor of the epilogue reshaped alike

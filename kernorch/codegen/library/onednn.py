@@ -10,6 +10,14 @@ so two models built from the same library do not share weights.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import re
+import sys
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
 from kernorch.codegen.c import c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
@@ -46,11 +54,12 @@ NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")
 
 
 def onednn_rejection(call: LibraryCall) -> str | None:
-    """Why oneDNN does not run `call` (None when it does)."""
+    """Why oneDNN does not run `call` (None when it does): a post-op that would lose NaN, or a post-op operand
+    only oneDNN's reference matmul takes (asked of oneDNN: onednn_probe.py)."""
     for op, _ in call.post_ops:
         if isinstance(op, Eltwise) and op.alg in NAN_TO_BOUND:
             return f"oneDNN's {op.alg} post-op turns NaN into a bound (onnxruntime keeps NaN)"
-    return None
+    return reference_rejection(call)
 
 
 def _as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
@@ -294,3 +303,187 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     lines += [f"    return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;",
               "}", ""]  # fmt: skip
     return "\n".join(lines)
+
+# ---- the probe: which implementation oneDNN picks for a matmul call ----
+# Which implementation oneDNN picks for a matmul call, asked in this process through its C API before the call is
+# planned. oneDNN 3.2 falls back to its reference matmul — correct, but 100-10000x slower — for some broadcasts of a
+# binary post-op's operand: a value per row on a 2-D matmul (mask 1), [1, H, W, 1] on a 4-D one (mask 6), a
+# relative-position bias [1, heads, 49, 49] added to swin's [windows, heads, 49, 49] scores (mask 14: 100 ms per
+# call where the product alone takes ~0.1 ms). Profile costs measure that and avoid it; analytic costs cannot see
+# it. A call oneDNN would run by its reference implementation is declined with that reason (onednn.py:
+# onednn_rejection), so the orchestrator keeps the post-op out of the call, where a kernel of its own applies it.
+#
+# The probe builds the descriptors the rendered call builds (onednn.py: render_onednn_call) — memory descriptors
+# with the call's dims, strides and types, constant weights in the layout oneDNN chooses, the post-ops — and asks
+# the primitive descriptor's implementation name. Enum values are read from oneDNN's own headers. Where oneDNN is
+# missing or a descriptor cannot be created, the probe says nothing (the call is then refused or kept as before).
+
+ONEDNN_HEADER = "oneapi/dnnl/dnnl.h"
+
+
+@cache
+def onednn_root() -> tuple[Path, Path] | None:
+    """(include dir, lib dir) of oneDNN: $KERNORCH_ONEDNN_ROOT, else the onednn-*-cpu-gomp wheels' prefix; None
+    when it is not installed."""
+    roots = [Path(os.environ["KERNORCH_ONEDNN_ROOT"])] if os.environ.get("KERNORCH_ONEDNN_ROOT") else []
+    roots += [Path(sys.prefix), Path(sys.base_prefix), Path("/usr/local"), Path("/usr")]
+    for root in roots:
+        include, lib = root / "include", root / "lib"
+        if (include / ONEDNN_HEADER).is_file() and any(lib.glob("libdnnl.so*")):
+            return include, lib
+    return None
+
+
+_HEADERS = ("oneapi/dnnl/dnnl_common_types.h", "oneapi/dnnl/dnnl_types.h")
+_ENUM = re.compile(r"typedef enum\s*(?:\w+\s*)?\{(.*?)\}\s*\w+\s*;", re.S)
+_ENUMERATOR = re.compile(r"^\s*(dnnl_\w+)\s*(?:=\s*([^,/\n]+?))?\s*,?\s*(?://.*)?$")
+
+
+@cache
+def _enums(include: Path) -> dict[str, int]:
+    """Every dnnl_* enumerator of oneDNN's C headers and its value (implicit ones counted on from the last)."""
+    values: dict[str, int] = {}
+    for header in _HEADERS:
+        text = re.sub(r"/\*.*?\*/", "", (include / header).read_text(), flags=re.S)
+        for body in _ENUM.findall(text):
+            following: int | None = 0
+            for line in body.splitlines():
+                found = _ENUMERATOR.match(line.split("///")[0])
+                if not found:
+                    continue
+                name, given = found.groups()
+                if given is not None:
+                    given = given.strip()
+                    try:
+                        following = values[given] if given in values else int(given, 0)
+                    except ValueError:  # an expression: this one and those counted from it stay unknown
+                        following = None
+                if following is not None:
+                    values[name] = following
+                    following += 1
+    return values
+
+
+class _Api:
+    """libdnnl through ctypes: one CPU engine, the enum values."""
+
+    def __init__(self) -> None:
+        found = onednn_root()
+        if found is None:
+            raise OSError("oneDNN is not installed")
+        include, lib = found
+        self.enum = _enums(include)
+        self.dnnl = ctypes.CDLL(str(sorted(lib.glob("libdnnl.so*"))[0]))
+        self.engine = ctypes.c_void_p()
+        self.check(self.dnnl.dnnl_engine_create(ctypes.byref(self.engine), self.enum["dnnl_cpu"], 0))
+
+    @staticmethod
+    def check(status: int) -> None:
+        if status != 0:
+            raise OSError(f"oneDNN status {status}")
+
+    def memory(self, dims: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None) -> ctypes.c_void_p:
+        md = ctypes.c_void_p()
+        array = ctypes.c_int64 * 12
+        kind = self.enum["dnnl_bf16" if dtype == "bfloat16" else "dnnl_f32"]
+        if strides is None:  # the layout oneDNN chooses (constant weights)
+            self.check(self.dnnl.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(dims), array(*dims), kind,
+                                                                  self.enum["dnnl_format_tag_any"]))  # fmt: skip
+        else:
+            self.check(self.dnnl.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(dims), array(*dims), kind,
+                                                                      array(*strides)))  # fmt: skip
+        return md
+
+
+@cache
+def _api() -> _Api | None:
+    try:
+        return _Api()
+    except (OSError, IndexError, KeyError):
+        return None
+
+
+def onednn_probe_available() -> bool:
+    """Whether this process can ask oneDNN which implementation it picks."""
+    return _api() is not None
+
+
+def matmul_implementation(call: LibraryCall) -> str | None:
+    """The name of the implementation oneDNN chooses for the matmul `call`, or None when it cannot be asked."""
+    api = _api()
+    if api is None or call.op != "matmul":
+        return None
+
+    def described(tensor: Tensor) -> Tensor:  # where the buffer is does not choose the implementation
+        return replace(tensor, slot=0, offset=0)
+
+    return _implementation(api, replace(call, src=described(call.src), weights=described(call.weights),
+                                        dst=described(call.dst), epilogue=None,
+                                        bias=None if call.bias is None else described(call.bias),
+                                        post_ops=tuple((op, None if t is None else described(t))
+                                                       for op, t in call.post_ops)))  # fmt: skip
+
+
+@cache
+def _implementation(api: _Api, call: LibraryCall) -> str | None:
+    converted = converted_operands(call)
+    multiplied = "bfloat16" if call.precision == "bf16" else "float32"
+    created: list[ctypes.c_void_p] = []
+    attr, ops, pd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    dnnl = api.dnnl
+    dnnl.dnnl_post_ops_append_eltwise.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+    try:
+        def memory(tensor: Tensor, index: int) -> ctypes.c_void_p:
+            if index == 1 and tensor.constant:
+                md = api.memory(tensor.dims, multiplied, None)
+            elif index in converted:
+                md = api.memory(tensor.dims, "bfloat16", _dense_like(tensor))
+            else:
+                md = api.memory(tensor.dims, tensor.dtype, tensor.strides)
+            created.append(md)
+            return md
+
+        src, weights, dst = memory(call.src, 0), memory(call.weights, 1), memory(call.dst, 2)
+        bias = memory(call.bias, 3) if call.bias is not None else ctypes.c_void_p()
+        api.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(attr)))
+        api.check(dnnl.dnnl_post_ops_create(ctypes.byref(ops)))
+        for given, operand in call.post_ops:
+            for op in _as_onednn(given):
+                if isinstance(op, Eltwise):
+                    alpha = op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0)
+                    api.check(dnnl.dnnl_post_ops_append_eltwise(ops, api.enum[_ELTWISE_ALG[op.alg]], alpha, op.beta))
+                else:
+                    assert isinstance(op, Binary) and operand is not None
+                    api.check(dnnl.dnnl_post_ops_append_binary(ops, api.enum[f"dnnl_binary_{op.alg}"],
+                                                               memory(operand, 4)))  # fmt: skip
+        api.check(dnnl.dnnl_primitive_attr_set_post_ops(attr, ops))
+        status = dnnl.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), api.engine, src, weights, bias, dst, attr)
+        if status != 0:
+            return None
+        name = ctypes.c_char_p()
+        dnnl.dnnl_primitive_desc_query.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        api.check(dnnl.dnnl_primitive_desc_query(pd, api.enum["dnnl_query_impl_info_str"], 0, ctypes.byref(name)))
+        return (name.value or b"").decode()
+    except (OSError, KeyError):
+        return None
+    finally:
+        if pd:
+            dnnl.dnnl_primitive_desc_destroy(pd)
+        if ops:
+            dnnl.dnnl_post_ops_destroy(ops)
+        if attr:
+            dnnl.dnnl_primitive_attr_destroy(attr)
+        for md in created:
+            dnnl.dnnl_memory_desc_destroy(md)
+
+
+def reference_rejection(call: LibraryCall) -> str | None:
+    """Why a matmul call with a binary post-op is declined: oneDNN would run it by its reference implementation."""
+    if call.op != "matmul" or not any(operand is not None for _, operand in call.post_ops):
+        return None
+    implementation = matmul_implementation(call)
+    if implementation is None or not implementation.startswith("ref"):
+        return None
+    masks = [t.dims for _, t in call.post_ops if t is not None]
+    return (f"oneDNN runs this matmul ({'x'.join(map(str, call.src.dims))}) with post-op operands {masks} only by "
+            f"its reference implementation ({implementation})")

@@ -21,13 +21,13 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import warnings
 from functools import cache
 from pathlib import Path
 
+from kernorch.codegen.library import ONEDNN_HEADER, onednn_root
 from kernorch.errors import KernorchError
 from kernorch.machine import isa_digest
 from kernorch.options import cache_root, writable_dir
@@ -62,20 +62,13 @@ def compiler_identity() -> tuple[str, str]:
     return compiler, version.splitlines()[0] if version else "unknown"
 
 
-ONEDNN_HEADER = "oneapi/dnnl/dnnl.h"
-
-
-@cache
 def onednn_paths() -> tuple[Path, Path]:
-    """(include dir, lib dir) of oneDNN: $KERNORCH_ONEDNN_ROOT, else the onednn-*-cpu-gomp wheels' prefix."""
-    roots = [Path(os.environ["KERNORCH_ONEDNN_ROOT"])] if os.environ.get("KERNORCH_ONEDNN_ROOT") else []
-    roots += [Path(sys.prefix), Path(sys.base_prefix), Path("/usr/local"), Path("/usr")]
-    for root in roots:
-        include, lib = root / "include", root / "lib"
-        if (include / ONEDNN_HEADER).is_file() and any(lib.glob("libdnnl.so*")):
-            return include, lib
-    raise CompileError("oneDNN is not installed (linear kernels need it): pip install onednn-cpu-gomp "
-                       "onednn-devel-cpu-gomp, or set KERNORCH_ONEDNN_ROOT")
+    """(include dir, lib dir) of oneDNN (library/onednn.py: onednn_root), or a CompileError saying how to get it."""
+    found = onednn_root()
+    if found is None:
+        raise CompileError("oneDNN is not installed (linear kernels need it): pip install onednn-cpu-gomp "
+                           "onednn-devel-cpu-gomp, or set KERNORCH_ONEDNN_ROOT")
+    return found
 
 
 def link_flags(source: str) -> list[str]:
