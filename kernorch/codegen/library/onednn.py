@@ -374,6 +374,10 @@ class _Api:
         include, lib = found
         self.enum = _enums(include)
         self.dnnl = ctypes.CDLL(str(sorted(lib.glob("libdnnl.so*"))[0]))
+        # the arguments ctypes would not pass right by default: floats, and an int before a pointer
+        self.dnnl.dnnl_post_ops_append_eltwise.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
+                                                            ctypes.c_float]  # fmt: skip
+        self.dnnl.dnnl_primitive_desc_query.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self.engine = ctypes.c_void_p()
         self.check(self.dnnl.dnnl_engine_create(ctypes.byref(self.engine), self.enum["dnnl_cpu"], 0))
 
@@ -431,7 +435,6 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
     created: list[ctypes.c_void_p] = []
     attr, ops, pd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     dnnl = api.dnnl
-    dnnl.dnnl_post_ops_append_eltwise.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_float]
     try:
         def memory(tensor: Tensor, index: int) -> ctypes.c_void_p:
             if index == 1 and tensor.constant:
@@ -461,7 +464,6 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
         if status != 0:
             return None
         name = ctypes.c_char_p()
-        dnnl.dnnl_primitive_desc_query.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         api.check(dnnl.dnnl_primitive_desc_query(pd, api.enum["dnnl_query_impl_info_str"], 0, ctypes.byref(name)))
         return (name.value or b"").decode()
     except (OSError, KeyError):
