@@ -16,9 +16,6 @@ bench/results/2026-11-27-amx-attention.md.
 
 from __future__ import annotations
 
-# Linux gives a process AMX's tile data only on request: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
-# XFEATURE_XTILEDATA = 18); a tile instruction before it is SIGILL. Asked once per process (idempotent: two
-# threads asking at once both get the same answer). Every tile is configured 16 rows x 64 bytes: palette 1.
 # ko_exp16: the softmax's exp on AVX-512, for both paths of the kernel
 EXP16_SUPPORT = """#ifdef __AVX512F__
 #ifndef KO_EXP16
@@ -48,6 +45,9 @@ static inline __m512 ko_exp16(__m512 x, __mmask16 valid) {
 #endif
 #endif"""
 
+# Linux gives a process AMX's tile data only on request: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+# XFEATURE_XTILEDATA = 18); a tile instruction before it is SIGILL. Asked once per process (idempotent: two
+# threads asking at once both get the same answer). Every tile is configured 16 rows x 64 bytes: palette 1.
 AMX_SUPPORT = """#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #ifndef KO_AMX
 #define KO_AMX
