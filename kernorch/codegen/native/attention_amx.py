@@ -69,6 +69,34 @@ typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; u
 static const ko_tile_config ko_amx_config __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 static void ko_amx_configure(void) { _tile_loadconfig(&ko_amx_config); }
+/* c [16][16 blocks] (rows `c_pitch` floats apart) = a [16][32 steps] (rows `a_pitch` bfloat16 apart) times b,
+   packed as [blocks][steps] tiles of 16 pairs x 16 columns: four column blocks at a time on tiles 0-3 (a on
+   tile 4, b on 5-7 in turn), then one at a time */
+static inline void ko_amx_product(const uint16_t *a, int64_t a_pitch, const uint16_t *b, int64_t blocks,
+                                  int64_t steps, float *c, int64_t c_pitch) {
+    int64_t n = 0;
+    for (; n + 4 <= blocks; n += 4) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int64_t k = 0; k < steps; k++) {
+            const uint16_t *b0 = b + (n * steps + k) * 512;
+            _tile_loadd(4, a + k * 32, a_pitch * 2);
+            _tile_loadd(5, b0, 64); _tile_dpbf16ps(0, 4, 5);
+            _tile_loadd(6, b0 + steps * 512, 64); _tile_dpbf16ps(1, 4, 6);
+            _tile_loadd(7, b0 + 2 * steps * 512, 64); _tile_dpbf16ps(2, 4, 7);
+            _tile_loadd(5, b0 + 3 * steps * 512, 64); _tile_dpbf16ps(3, 4, 5);
+        }
+        _tile_stored(0, c + n * 16, c_pitch * 4); _tile_stored(1, c + n * 16 + 16, c_pitch * 4);
+        _tile_stored(2, c + n * 16 + 32, c_pitch * 4); _tile_stored(3, c + n * 16 + 48, c_pitch * 4);
+    }
+    for (; n < blocks; n++) {
+        _tile_zero(0);
+        for (int64_t k = 0; k < steps; k++) {
+            _tile_loadd(4, a + k * 32, a_pitch * 2);
+            _tile_loadd(5, b + (n * steps + k) * 512, 64); _tile_dpbf16ps(0, 4, 5);
+        }
+        _tile_stored(0, c + n * 16, c_pitch * 4);
+    }
+}
 /* 32 bfloat16 (lo[0..15], then hi[0..15]) rounded to nearest even by vcvtne2ps2bf16, which reads subnormals as
    zero: so do the tile products (TDPBF16PS treats subnormal inputs as zero), so nothing they would see changes */
 static inline __m512i ko_bf16x32(const float *lo, const float *hi) {
@@ -113,9 +141,9 @@ EXP_PASS_F32 = """                __m512 lv = _mm512_setzero_ps();
                 }
                 l = _mm512_reduce_add_ps(lv);"""
 
-# Tiles: 0-3 accumulate (four key blocks of S, or four 16-column blocks of O), 4 holds the A operand (16 rows x 32
-# bf16 of Q or P), 5-7 the B operand in turn. `{load_k}`, `{load_v}`, `{load_q}` read one element as float32 (j:
-# key, d: head dim, c: value column, r: query row); `{softmax}` is the float32 path's, on `s` with rows of LKP.
+# Both products by ko_amx_product (S from Q and the packed Kᵀ, O from the weights and the packed V). `{load_k}`,
+# `{load_v}`, `{load_q}` read one element as float32 (j: key, d: head dim, c: value column, r: query row);
+# `{softmax}` is the float32 path's, on `s` with rows of LKP.
 AMX_PATH = """
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
     if (ko_amx_ready()) {{
@@ -177,28 +205,7 @@ AMX_PATH = """
                         }}
                         _mm512_storeu_si512(qa + r * DP + dc * 32, ko_bf16x32(x, x + 16));
                     }}
-                int64_t kb = 0;
-                for (; kb + 4 <= LKP / 16; kb += 4) {{
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                    for (int64_t dc = 0; dc < DP / 32; dc++) {{
-                        const uint16_t *k0 = ktp + (kb * (DP / 32) + dc) * 512;
-                        _tile_loadd(4, qa + dc * 32, DP * 2);
-                        _tile_loadd(5, k0, 64); _tile_dpbf16ps(0, 4, 5);
-                        _tile_loadd(6, k0 + DP / 32 * 512, 64); _tile_dpbf16ps(1, 4, 6);
-                        _tile_loadd(7, k0 + 2 * (DP / 32) * 512, 64); _tile_dpbf16ps(2, 4, 7);
-                        _tile_loadd(5, k0 + 3 * (DP / 32) * 512, 64); _tile_dpbf16ps(3, 4, 5);
-                    }}
-                    _tile_stored(0, s + kb * 16, LKP * 4); _tile_stored(1, s + kb * 16 + 16, LKP * 4);
-                    _tile_stored(2, s + kb * 16 + 32, LKP * 4); _tile_stored(3, s + kb * 16 + 48, LKP * 4);
-                }}
-                for (; kb < LKP / 16; kb++) {{
-                    _tile_zero(0);
-                    for (int64_t dc = 0; dc < DP / 32; dc++) {{
-                        _tile_loadd(4, qa + dc * 32, DP * 2);
-                        _tile_loadd(5, ktp + (kb * (DP / 32) + dc) * 512, 64); _tile_dpbf16ps(0, 4, 5);
-                    }}
-                    _tile_stored(0, s + kb * 16, LKP * 4);
-                }}
+                ko_amx_product(qa, DP, ktp, LKP / 16, DP / 32, s, LKP);  /* S = Q·Kᵀ */
 {softmax}
                 for (int64_t r = 0; r < AMX_ROWS; r++) {{
                     if ({separately} && r < rows) {{  /* the weights, rounded here: E / l or the guarded ones */
@@ -216,28 +223,7 @@ AMX_PATH = """
                         for (int64_t j = r < rows ? LK : 0; j < LK32; j++) pa[r * LK32 + j] = 0;
                     }}
                 }}
-                int64_t cb = 0;
-                for (; cb + 4 <= DV / 16; cb += 4) {{
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                    for (int64_t kc = 0; kc < LK32 / 32; kc++) {{
-                        const uint16_t *v0 = vpk + (cb * (LK32 / 32) + kc) * 512;
-                        _tile_loadd(4, pa + kc * 32, LK32 * 2);
-                        _tile_loadd(5, v0, 64); _tile_dpbf16ps(0, 4, 5);
-                        _tile_loadd(6, v0 + LK32 / 32 * 512, 64); _tile_dpbf16ps(1, 4, 6);
-                        _tile_loadd(7, v0 + 2 * (LK32 / 32) * 512, 64); _tile_dpbf16ps(2, 4, 7);
-                        _tile_loadd(5, v0 + 3 * (LK32 / 32) * 512, 64); _tile_dpbf16ps(3, 4, 5);
-                    }}
-                    _tile_stored(0, ob + cb * 16, DV * 4); _tile_stored(1, ob + cb * 16 + 16, DV * 4);
-                    _tile_stored(2, ob + cb * 16 + 32, DV * 4); _tile_stored(3, ob + cb * 16 + 48, DV * 4);
-                }}
-                for (; cb < DV / 16; cb++) {{
-                    _tile_zero(0);
-                    for (int64_t kc = 0; kc < LK32 / 32; kc++) {{
-                        _tile_loadd(4, pa + kc * 32, LK32 * 2);
-                        _tile_loadd(5, vpk + (cb * (LK32 / 32) + kc) * 512, 64); _tile_dpbf16ps(0, 4, 5);
-                    }}
-                    _tile_stored(0, ob + cb * 16, DV * 4);
-                }}
+                ko_amx_product(pa, LK32, vpk, DV / 16, LK32 / 32, ob, DV);  /* O = P·V */
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t c = 0; c < DV; c += KO_VC_LANES)
                         *(ko_vcu *)(out + ((b * LQ) + i0 + r) * DV + c) = *(const ko_vc *)(ob + r * DV + c) / sums[r];
