@@ -34,6 +34,7 @@ API = "tests/test_api.py"
 LSTM_STACK = "kernorch/codegen/native/lstm_stack_test.py"
 ATTENTION = "kernorch/codegen/native/attention_test.py"
 ATTENTION_AMX = "kernorch/codegen/native/attention_amx_test.py"
+AMX_MATMUL = "kernorch/codegen/native/amx_matmul_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -437,6 +438,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "if ({separately} && r < rows) {{", "if (0 && r < rows) {{", (ATTENTION_AMX,)),
     Mutant("fused attention rounds the operands of a float32 plan", "kernorch/codegen/native/attention.py",
            "weights_rounded and q.rounded and kt.rounded and v.rounded", "True", (ATTENTION_AMX,)),
+    Mutant("AMX matmul drops the last of its four tile products", "kernorch/codegen/native/amx_matmul.py",
+           '"                    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",',
+           '"                    _tile_dpbf16ps(2, 5, 6);",', (AMX_MATMUL,)),
+    Mutant("AMX matmul converts only its first block of rows", "kernorch/codegen/native/amx_matmul.py",
+           '"                if (mb != converted) {",', '"                if (converted < 0) {",', (AMX_MATMUL,)),
+    Mutant("AMX matmul leaves the bias out", "kernorch/codegen/native/amx_matmul.py",
+           'biased = " + bias[n]" if', 'biased = "" if', (AMX_MATMUL,)),
+    Mutant("AMX matmul's path without tiles stops one k short", "kernorch/codegen/native/amx_matmul.py",
+           'f"                for (int k = 0; k < {k_total}; k++)",',
+           'f"                for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
 )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from kernorch.codegen.backends.gpu import (
     torch_linear,
 )
 from kernorch.codegen.backends.library_calls import (
+    AMX_MATMUL,
     DEPTHWISE_CONV,
     DIRECT_CONV,
     ONEDNN,
@@ -47,6 +48,7 @@ from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM
 from kernorch.codegen.loops import NotGeneratable
 
 __all__ = [
+    "AMX_MATMUL",
     "DEVICE_KINDS",
     "GPU_VIEW",
     "TORCH_LIBRARY",

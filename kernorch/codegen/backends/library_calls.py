@@ -19,8 +19,10 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.native import (
+    amx_matmul_rejection,
     depthwise_rejection,
     direct_conv_rejection,
+    render_amx_matmul,
     render_depthwise_conv,
     render_direct_conv,
     render_winograd_conv,
@@ -56,7 +58,7 @@ class LibraryCallBackend(Backend):
         except NotGeneratable as error:
             return declines(str(error), claims=self._claims)
         if call.precision not in self.precisions:
-            return declines(f"computes in float32; the {call.op} is {call.precision}")
+            return declines(f"computes in {' or '.join(self.precisions)}; the {call.op} is {call.precision}")
         stored = next((t.dtype for t in _tensors(call) if t.dtype not in self.dtypes), None)
         if stored is not None:  # kernorch's own convolutions read and write float32 only
             return declines(f"reads and writes float32; the {call.op} has a {stored} operand or destination")
@@ -91,5 +93,8 @@ DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C dept
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip
+# oneDNN 3.2's bf16 matmul reaches half of what a plain loop over AMX tiles does on these shapes
+AMX_MATMUL = LibraryCallBackend("amx_matmul", "native C", "AMX bf16 matmul", amx_matmul_rejection,
+                                render_amx_matmul, precisions=("bf16",))  # fmt: skip
 ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
                             precisions=("f32", "bf16"))  # fmt: skip

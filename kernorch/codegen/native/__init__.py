@@ -1,8 +1,9 @@
-"""Hand-written kernels: convolutions for the shapes oneDNN handles worst (direct, depthwise, Winograd), with
-a library call's create/run/destroy shape; C templates for opaque primitives (the LSTM scan, stacked LSTM
-layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their backends are
-codegen/backends/library_calls.py and templates.py."""
+"""Hand-written kernels: a bf16 matmul on AMX tiles and convolutions for the shapes oneDNN handles worst (direct,
+depthwise, Winograd), with a library call's create/run/destroy shape; C templates for opaque primitives (the LSTM
+scan, stacked LSTM layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their
+backends are codegen/backends/library_calls.py and templates.py."""
 
+from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, render_amx_matmul
 from kernorch.codegen.native.attention import (
     attention_scratch_bytes,
     attention_supported,
@@ -21,6 +22,8 @@ from kernorch.codegen.native.lstm_stack import (
 from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
 
 __all__ = [
+    "amx_matmul_rejection",
+    "render_amx_matmul",
     "attention_scratch_bytes",
     "attention_supported",
     "describe_attention",

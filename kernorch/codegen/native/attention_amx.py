@@ -46,8 +46,10 @@ static inline __m512 ko_exp16(__m512 x, __mmask16 valid) {
 #endif"""
 
 # Linux gives a process AMX's tile data only on request: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
-# XFEATURE_XTILEDATA = 18); a tile instruction before it is SIGILL. Asked once per process (idempotent: two
-# threads asking at once both get the same answer). Every tile is configured 16 rows x 64 bytes: palette 1.
+# XFEATURE_XTILEDATA = 18); a tile instruction before it is SIGILL. Asked once per library (idempotent: two
+# threads asking at once both get the same answer); KERNORCH_AMX=0 in the environment then refuses the tiles, so
+# the kernels take their paths without them (tests; a host whose tiles misbehave). Every tile is configured
+# 16 rows x 64 bytes: palette 1.
 AMX_SUPPORT = """#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #ifndef KO_AMX
 #define KO_AMX
@@ -58,7 +60,8 @@ static int ko_amx_ready(void) {
     static int state = 0; /* 0 not asked, 1 granted, -1 refused */
     int known = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (!known) {
-        known = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
+        const char *wanted = getenv("KERNORCH_AMX");
+        known = wanted && strcmp(wanted, "0") == 0 ? -1 : syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
         __atomic_store_n(&state, known, __ATOMIC_RELEASE);
     }
     return known > 0;
