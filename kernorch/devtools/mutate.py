@@ -442,12 +442,15 @@ MUTANTS: tuple[Mutant, ...] = (
            '"                    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",',
            '"                    _tile_dpbf16ps(2, 5, 6);",', (AMX_MATMUL,)),
     Mutant("AMX matmul converts only its first block of rows", "kernorch/codegen/native/amx_matmul.py",
-           '"                if (mb != converted) {",', '"                if (converted < 0) {",', (AMX_MATMUL,)),
+           '"            if (mb != loaded) {",', '"            if (loaded < 0) {",', (AMX_MATMUL,)),
     Mutant("AMX matmul leaves the bias out", "kernorch/codegen/native/amx_matmul.py",
            'biased = " + bias[n]" if', 'biased = "" if', (AMX_MATMUL,)),
     Mutant("AMX matmul's path without tiles stops one k short", "kernorch/codegen/native/amx_matmul.py",
-           'f"                for (int k = 0; k < {k_total}; k++)",',
-           'f"                for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
+           'f"                    for (int k = 0; k < {k_total}; k++)",',
+           'f"                    for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
+    Mutant("AMX matmul reads taps in a convolution's padding", "kernorch/codegen/native/amx_matmul.py",
+           'f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",',
+           'f"                if (iy < 0 || ix < 0) {{",', (AMX_MATMUL,)),
 )  # fmt: skip
 
 

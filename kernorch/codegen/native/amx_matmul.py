@@ -37,6 +37,27 @@ AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
 MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), allocated when the plan is created
 SLOTS = 8  # threads the scratch is allocated for (a run uses at most this many)
 
+# count float32 → bfloat16, rounded to nearest even: vcvtne2ps2bf16 32 at a time where the compiler targets
+# AVX512-BF16 (it reads subnormals as zero, as the tiles do), else ko_bf16_bits (GCC vectorizes it)
+BF16_RUN = """#ifndef KO_BF16_RUN
+#define KO_BF16_RUN
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
+static inline void ko_bf16_run(uint16_t *to, const float *x, long count) {
+    long c = 0;
+#ifdef __AVX512BF16__
+    for (; c + 32 <= count; c += 32)
+        _mm512_storeu_si512(to + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + c + 16), _mm512_loadu_ps(x + c)));
+    for (; c < count; c += 16) {
+        const __mmask16 valid = count - c >= 16 ? 0xFFFF : (__mmask16)((1u << (count - c)) - 1);
+        _mm256_mask_storeu_epi16(to + c, valid, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, x + c)));
+    }
+#endif
+    for (; c < count; c++) to[c] = ko_bf16_bits(x[c]);
+}
+#endif"""
+
 
 @dataclass(frozen=True)
 class Matrix:
@@ -58,15 +79,32 @@ def _matrix(tensor: Tensor, row_axes: Sequence[int], column_axis: int) -> Matrix
 
 
 @dataclass(frozen=True)
+class Window:
+    """A 2-d convolution's rows: output pixels (n, oy, ox), each reading kernel taps of C contiguous channels."""
+
+    channels: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pad_begin: tuple[int, int]
+    src_size: tuple[int, int]
+    dst_size: tuple[int, int]
+    src_strides: tuple[int, int, int]  # batch, y, x (elements)
+    weight_strides: tuple[int, int, int, int]  # output channel, input channel, ky, kx
+
+
+@dataclass(frozen=True)
 class Operands:
-    """The call as [M, K] x [K, N] → [M, N]: a matmul whose weights are one matrix, or a 1x1 convolution with
-    stride 1 and no padding (rows: the batch and the pixels; columns: the channels)."""
+    """The call as [M, K] x [K, N] → [M, N]: a matmul whose weights are one matrix (the source read by rows), or a
+    2-d convolution without groups (rows: the batch and the output pixels, K: the kernel taps x the channels, read
+    through its window; columns: the output channels)."""
 
     src: Matrix
-    weights: Matrix
+    weights: Matrix  # a convolution's is its [K, N] shape only (packed through the window)
     dst: Matrix
     row_axes: tuple[int, ...]  # of the source, destination and post-op operands
     column_axis: int
+    window: Window | None = None
 
 
 def _operands(call: LibraryCall) -> Operands | str:
@@ -76,21 +114,31 @@ def _operands(call: LibraryCall) -> Operands | str:
         if any(d != 1 for d in call.weights.dims[:-2]):
             return "batched weights (not one [K, N] matrix)"
         row_axes, column_axis = tuple(range(rank - 1)), rank - 1
+        src = _matrix(call.src, row_axes, column_axis)
         weights = _matrix(call.weights, (len(call.weights.dims) - 2,), len(call.weights.dims) - 1)
+        window = None
     elif call.op == "convolution":
-        if len(call.weights.dims) != len(call.src.dims):
-            return "a grouped convolution"
-        if any(d != 1 for d in call.weights.dims[2:]) or any(s != 1 for s in call.strides) or any(call.pad_begin) or \
-                any(call.pad_end):  # fmt: skip
-            return "a convolution other than 1x1 with stride 1 and no padding"
-        row_axes, column_axis = (0, *range(2, len(call.src.dims))), 1
-        weights = _matrix(call.weights, (1,), 0)
+        if len(call.src.dims) != 4 or len(call.weights.dims) != 4:
+            return "not a 2-d convolution without groups"
+        (batch, channels, *src_size), (out_channels, _, *kernel) = call.src.dims, call.weights.dims
+        if call.src.strides[1] != 1:
+            return "source channels are not contiguous (not channels-last)"
+        window = Window(channels, (kernel[0], kernel[1]), (call.strides[0], call.strides[1]),
+                        (call.dilates[0] + 1, call.dilates[1] + 1), (call.pad_begin[0], call.pad_begin[1]),
+                        (src_size[0], src_size[1]), (call.dst.dims[2], call.dst.dims[3]),
+                        (call.src.strides[0], call.src.strides[2], call.src.strides[3]),
+                        (call.weights.strides[0], call.weights.strides[1], call.weights.strides[2],
+                         call.weights.strides[3]))  # fmt: skip
+        row_axes, column_axis = (0, 2, 3), 1
+        rows = batch * window.dst_size[0] * window.dst_size[1]
+        k = channels * kernel[0] * kernel[1]
+        src, weights = Matrix(rows, k, 0, 1), Matrix(k, out_channels, 0, 0)
     else:
         return f"a {call.op}"
-    src, dst = _matrix(call.src, row_axes, column_axis), _matrix(call.dst, row_axes, column_axis)
+    dst = _matrix(call.dst, row_axes, column_axis)
     if src is None or dst is None or weights is None:
         return "rows that are not one stride apart"
-    return Operands(src, weights, dst, row_axes, column_axis)
+    return Operands(src, weights, dst, row_axes, column_axis, window)
 
 
 def amx_matmul_rejection(call: LibraryCall) -> str | None:
@@ -164,44 +212,81 @@ def _epilogue(name: str, call: LibraryCall, operands: Operands) -> list[str]:
             "}"]  # fmt: skip
 
 
+def _loader(name: str, call: LibraryCall, operands: Operands, kp: int) -> list[str]:
+    """`<name>_rows(a, ab, m0, rows)`: rows m0.. of the source into a block of 32 rows of kp bfloat16 (rounded to
+    nearest even, or copied when stored bfloat16; K's padding and the rows past M zero): a matmul's rows as they
+    are, a convolution's through its window (taps outside the source zero)."""
+    element = "uint16_t" if call.src.dtype == "bfloat16" else "float"
+    copy = "memcpy(to, x, (size_t)({count}) * 2)" if element == "uint16_t" else "ko_bf16_run(to, x, {count})"
+    k_total = operands.src.columns
+    lines = [f"static inline void {name}_rows(void **a, uint16_t *ab, long m0, int rows) {{",
+             f"    const {element} *src = (const {element} *)a[{call.src.slot}] + {call.src.offset};",
+             "    for (int r = 0; r < 32; r++) {",
+             f"        uint16_t *row = ab + r * {kp};",
+             f"        if (r >= rows) {{ memset(row, 0, {kp * 2}); continue; }}",
+             "        const long m = m0 + r;"]  # fmt: skip
+    window = operands.window
+    if window is None:
+        lines += [f"        const {element} *x = src + m * {operands.src.row_stride}L;",
+                  "        uint16_t *to = row;",
+                  f"        {copy.format(count=k_total)};"]  # fmt: skip
+    else:
+        (oh, ow), (ih, iw), (kh, kw) = window.dst_size, window.src_size, window.kernel
+        (sy, sx), (dy, dx), (py, px) = window.strides, window.dilations, window.pad_begin
+        batch, y_stride, x_stride = window.src_strides
+        c = window.channels
+        lines += [f"        const long n = m / {oh * ow}, oy = m / {ow} % {oh}, ox = m % {ow};",
+                  f"        for (int ky = 0; ky < {kh}; ky++) {{",
+                  f"            const long iy = oy * {sy} - {py} + ky * {dy};",
+                  f"            for (int kx = 0; kx < {kw}; kx++) {{",
+                  f"                const long ix = ox * {sx} - {px} + kx * {dx};",
+                  f"                uint16_t *to = row + (ky * {kw} + kx) * {c};",
+                  f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",
+                  f"                    memset(to, 0, {c * 2});",
+                  "                    continue;",
+                  "                }",
+                  f"                const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix * {x_stride}L;",
+                  f"                {copy.format(count=c)};",
+                  "            }",
+                  "        }"]  # fmt: skip
+    return [*lines, f"        memset(row + {k_total}, 0, {(kp - k_total) * 2});", "    }", "}"]
+
+
+def _weight_offset(operands: Operands) -> str:
+    """The C expression of weight (k, n)'s element offset: a matmul's [K, N], a convolution's [OC][C][KH][KW]
+    with k = (ky * KW + kx) * C + c (the order the window lays the taps)."""
+    if operands.window is None:
+        return f"k * {operands.weights.row_stride}L + n * {operands.weights.column_stride}L"
+    w = operands.window
+    o, i, y, x = w.weight_strides
+    return (f"n * {o}L + (k % {w.channels}) * {i}L + (k / {w.channels} / {w.kernel[1]}) * {y}L + "
+            f"(k / {w.channels} % {w.kernel[1]}) * {x}L")
+
+
 def render_amx_matmul(name: str, call: LibraryCall) -> str:
     """C for `call` (which `amx_matmul_rejection` accepted): state, create (packing), run, destroy."""
     operands = _operands(call)
     assert isinstance(operands, Operands), operands
-    m_total, k_total, src_rows = operands.src.rows, operands.src.columns, operands.src.row_stride
-    n_total, w_k, w_n = operands.weights.columns, operands.weights.row_stride, operands.weights.column_stride
+    m_total, k_total, n_total = operands.src.rows, operands.src.columns, operands.weights.columns
     kp, np_ = (k_total + 31) // 32 * 32, (n_total + 31) // 32 * 32
-    steps, blocks = kp // 32, (m_total + 31) // 32
-    src_type = "uint16_t" if call.src.dtype == "bfloat16" else "float"
+    steps, blocks, columns = kp // 32, (m_total + 31) // 32, np_ // 32
     w_type = "uint16_t" if call.weights.dtype == "bfloat16" else "float"
     w_bits = "w[at]" if call.weights.dtype == "bfloat16" else "ko_bf16_bits(w[at])"
-    # a row of the source into the thread's block, as bfloat16: copied, or rounded 32 at a time (a masked tail)
-    if call.src.dtype == "bfloat16":
-        load_row = [f"                    memcpy(ab + r * {kp}, x, {k_total} * 2);",
-                    f"                    memset(ab + r * {kp} + {k_total}, 0, {kp - k_total} * 2);"]  # fmt: skip
-    else:
-        load_row = [f"                    for (int k = 0; k < {kp}; k += 32) {{",
-                    f"                        const __mmask16 lo = k >= {k_total} ? 0 : {k_total} - k >= 16 ? 0xFFFF "
-                    f": (__mmask16)((1u << ({k_total} - k)) - 1);",
-                    f"                        const __mmask16 hi = k + 16 >= {k_total} ? 0 : {k_total} - k - 16 >= 16 "
-                    f"? 0xFFFF : (__mmask16)((1u << ({k_total} - k - 16)) - 1);",
-                    f"                        _mm512_storeu_si512(ab + r * {kp} + k, (__m512i)_mm512_cvtne2ps_pbh("
-                    "_mm512_maskz_loadu_ps(hi, x + k + 16), _mm512_maskz_loadu_ps(lo, x + k)));",
-                    "                    }"]  # fmt: skip
-    source_row = f"(const {src_type} *)a[{call.src.slot}] + {call.src.offset} + (m0 + r) * {src_rows}L"
     packed_bytes = np_ * kp * 2
-    scratch = f"{SLOTS} * ({32 * kp * 2} + {32 * 32 * 4})"
+    per_thread = 32 * kp * 2 + 32 * 32 * 4
     lines = [AMX_SUPPORT,
+             BF16_RUN,
+             *_loader(name, call, operands, kp),
              *_epilogue(name, call, operands),
              *state_lifecycle(name, "uint16_t *w; char *scratch;", ["w", "scratch"],
                               [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
-                               f"s->scratch = (char *)aligned_alloc(64, {scratch});"]),
+                               f"s->scratch = (char *)aligned_alloc(64, {SLOTS * per_thread});"]),
              f"    const {w_type} *w = (const {w_type} *)a[{call.weights.slot}] + {call.weights.offset};",
              "    /* [N/16 blocks][K/32 steps] tiles: row r holds (k, n) and (k + 1, n) for 16 columns n, k = 2r */",
              f"    for (long nb = 0; nb < {np_ // 16}; nb++) for (long ks = 0; ks < {steps}; ks++)",
              "        for (int r = 0; r < 16; r++) for (int c = 0; c < 16; c++) for (int h = 0; h < 2; h++) {",
              "            const long k = ks * 32 + 2 * r + h, n = nb * 16 + c;",
-             f"            const long at = k * {w_k}L + n * {w_n}L;",
+             f"            const long at = {_weight_offset(operands)};",
              f"            s->w[((nb * {steps} + ks) * 16 + r) * 32 + c * 2 + h] = "
              f"k < {k_total} && n < {n_total} ? {w_bits} : 0;",
              "        }",
@@ -211,28 +296,31 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              "    (void)stream;",
              f"    const {name}_state *s = (const {name}_state *)state;",
              f"    const int threads = omp_get_max_threads() < {SLOTS} ? omp_get_max_threads() : {SLOTS};",
-             f"    const long items = {blocks}L * {np_ // 32};",
+             f"    const long items = {blocks}L * {columns};",
              "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-             "    if (ko_amx_ready()) {",
-             "        #pragma omp parallel num_threads(threads)",
-             "        {",
-             "            const long p = omp_get_thread_num(), np = omp_get_num_threads();",
-             f"            uint16_t *ab = (uint16_t *)(s->scratch + p * {32 * kp * 2 + 32 * 32 * 4});",
-             f"            float *acc = (float *)(ab + {32 * kp});",
-             "            ko_amx_configure();",
-             "            long converted = -1;",
-             "            for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
-             f"                const long mb = it / {np_ // 32}, n0 = it % {np_ // 32} * 32, m0 = mb * 32;",
-             f"                const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;",
-             "                if (mb != converted) {",
-             "                    for (int r = 0; r < rows; r++) {",
-             f"                        const {src_type} *x = {source_row};",
-             *("    " + line for line in load_row),
-             "                    }",
-             f"                    memset(ab + rows * {kp}, 0, (size_t)(32 - rows) * {kp * 2});",
-             "                    converted = mb;",
-             "                }",
-             f"                const uint16_t *b0 = s->w + n0 / 16 * {steps * 512}, *b1 = b0 + {steps * 512};",
+             "    const int tiles = ko_amx_ready();",
+             "#else",
+             "    const int tiles = 0;",
+             "#endif",
+             "    #pragma omp parallel num_threads(threads)",
+             "    {",
+             "        const long p = omp_get_thread_num(), np = omp_get_num_threads();",
+             f"        uint16_t *ab = (uint16_t *)(s->scratch + p * {per_thread});",
+             f"        float *acc = (float *)(ab + {32 * kp});",
+             "        long loaded = -1;",
+             "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
+             "        if (tiles) ko_amx_configure();",
+             "#endif",
+             "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
+             f"            const long mb = it / {columns}, n0 = it % {columns} * 32, m0 = mb * 32;",
+             f"            const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;",
+             "            if (mb != loaded) {",
+             f"                {name}_rows(a, ab, m0, rows);",
+             "                loaded = mb;",
+             "            }",
+             f"            const uint16_t *b0 = s->w + n0 / 16 * {steps * 512}, *b1 = b0 + {steps * 512};",
+             "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
+             "            if (tiles) {",
              "                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);",
              f"                for (int ks = 0; ks < {steps}; ks++) {{",
              f"                    _tile_loadd(4, ab + ks * 32, {kp * 2});",
@@ -245,31 +333,24 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              "                _tile_stored(0, acc, 128); _tile_stored(1, acc + 16, 128);",
              "                _tile_stored(2, acc + 512, 128); _tile_stored(3, acc + 528, 128);",
              f"                {name}_store(a, acc, m0, rows, n0);",
+             "                continue;",
              "            }",
-             "            _tile_release();",
-             "        }",
-             "        return 0;",
-             "    }",
              "#endif",
-             "    /* without the tiles: the same products of the packed operands, summed in float32 */",
-             "    #pragma omp parallel for num_threads(threads) schedule(static)",
-             "    for (long it = 0; it < items; it++) {",
-             f"        const long mb = it / {np_ // 32}, n0 = it % {np_ // 32} * 32, m0 = mb * 32;",
-             f"        const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;",
-             "        float acc[32 * 32];",
-             "        for (int r = 0; r < rows; r++) {",
-             f"            const {src_type} *x = {source_row};",
-             "            for (int j = 0; j < 32; j++) {",
-             "                const long n = n0 + j;",
-             f"                const uint16_t *col = s->w + n / 16 * {steps * 512} + n % 16 * 2;",
-             "                float sum = 0.0f;",
-             f"                for (int k = 0; k < {k_total}; k++)",
-             "                    sum += ko_bf16_float(" + ("x[k]" if src_type == "uint16_t" else "ko_bf16_bits(x[k])")
-             + ") * ko_bf16_float(col[(k / 32 * 16 + k % 32 / 2) * 32 + k % 2]);",
-             "                acc[r * 32 + j] = sum;",
-             "            }",
+             "            /* without the tiles: the same products of the same bfloat16 operands, summed in float32 */",
+             "            for (int r = 0; r < rows; r++)",
+             "                for (int j = 0; j < 32; j++) {",
+             "                    const uint16_t *col = b0 + j / 16 * " + str(steps * 512) + " + j % 16 * 2;",
+             "                    float sum = 0.0f;",
+             f"                    for (int k = 0; k < {k_total}; k++)",
+             f"                        sum += ko_bf16_float(ab[r * {kp} + k]) * "
+             "ko_bf16_float(col[(k / 32 * 16 + k % 32 / 2) * 32 + k % 2]);",
+             "                    acc[r * 32 + j] = sum;",
+             "                }",
+             f"            {name}_store(a, acc, m0, rows, n0);",
              "        }",
-             f"        {name}_store(a, acc, m0, rows, n0);",
+             "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
+             "        if (tiles) _tile_release();",
+             "#endif",
              "    }",
              "    return 0;",
              "}",

@@ -157,6 +157,49 @@ def test_pointwise_convolutions_are_products_of_channels(monkeypatch: pytest.Mon
                                atol=3e-3 * float(np.abs(expected).max()))  # fmt: skip
 
 
+def window_model(channels: int, out_channels: int, kernel: int, size: tuple[int, int], batch: int = 1,
+                 strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
+                 pads: tuple[int, int, int, int] = (0, 0, 0, 0), rounded: bool = False) -> onnx.ModelProto:  # fmt: skip
+    """[N, H, W, C] → NCHW → conv + bias → relu → NHWC; `rounded`: the weights rounded to bfloat16 (so that
+    onnxruntime's float32 conv of a rounded input computes the tiles' products)."""
+    w = random_array((out_channels, channels, kernel, kernel), seed=1) * np.float32((channels * kernel**2) ** -0.5)
+    initializers = [numpy_helper.from_array(bf16(w).astype(np.float32) if rounded else w, "w"),
+                    numpy_helper.from_array(random_array((out_channels,), seed=2), "b")]  # fmt: skip
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["xt", "w", "b"], ["c"], strides=list(strides), dilations=list(dilations),
+                              pads=list(pads)),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1])]
+    graph = helper.make_graph(nodes, "window",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, *size, channels))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                               ir_version=8))  # fmt: skip
+
+
+WINDOWS: dict[str, dict[str, Any]] = {
+    "3x3, padded": dict(channels=32, out_channels=48, kernel=3, size=(9, 11), pads=(1, 1, 1, 1)),
+    "candy's residual conv, smaller": dict(channels=128, out_channels=128, kernel=3, size=(10, 12)),
+    "candy's first: 9x9 over 3 channels": dict(channels=3, out_channels=32, kernel=9, size=(20, 17)),
+    "strided, dilated, asymmetric padding, batch 2": dict(channels=16, out_channels=20, kernel=3, size=(13, 10),
+                                                           batch=2, strides=(2, 1), dilations=(1, 2),
+                                                           pads=(0, 2, 1, 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(WINDOWS))
+def test_convolutions_multiply_their_windows(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A convolution's rows are its output pixels, K its taps x channels read through the window (taps in the
+    padding zero): equal to onnxruntime's float32 conv of the rounded input and weights."""
+    spec = WINDOWS[case]
+    model = window_model(**spec)
+    x = random_array((spec.get("batch", 1), *spec["size"], spec["channels"]), seed=4)
+    compiled = bf16_plan(model, monkeypatch, layout="channels-last", rewrite=True)
+    assert matmul_backends(compiled) == ["amx_matmul"]
+    expected = run_onnxruntime(window_model(**spec, rounded=True), {"x": bf16(x).astype(np.float32)})["y"]
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=0,
+                               atol=2e-5 * float(np.abs(expected).max()))  # fmt: skip
+
+
 def test_nan_and_infinity_stay_in_their_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A NaN or ±inf in a source row makes that row's outputs NaN or ±inf, as onnxruntime's; other rows finite."""
     model = linear_model(rows=40, k=64, n=48, epilogue="relu")
