@@ -235,9 +235,19 @@ def _loader(name: str, call: LibraryCall, operands: Operands, kp: int) -> list[s
         (sy, sx), (dy, dx), (py, px) = window.strides, window.dilations, window.pad_begin
         batch, y_stride, x_stride = window.src_strides
         c = window.channels
+        # the kernel row's taps, when all inside the source, are one run of KW x C elements there as in the
+        # block (undilated along x, pixels C apart): one copy (candy's 9x9 conv over 3 channels: 9, not 81)
+        run = [f"            const long ix0 = ox * {sx} - {px};",
+               f"            if (iy >= 0 && iy < {ih} && ix0 >= 0 && ix0 + {kw - 1} < {iw}) {{",
+               f"                const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix0 * {x_stride}L;",
+               f"                uint16_t *to = row + ky * {kw * c};",
+               f"                {copy.format(count=kw * c)};",
+               "                continue;",
+               "            }"]  # fmt: skip
         lines += [f"        const long n = m / {oh * ow}, oy = m / {ow} % {oh}, ox = m % {ow};",
                   f"        for (int ky = 0; ky < {kh}; ky++) {{",
                   f"            const long iy = oy * {sy} - {py} + ky * {dy};",
+                  *(run if dx == 1 and x_stride == c and kw > 1 else []),
                   f"            for (int kx = 0; kx < {kw}; kx++) {{",
                   f"                const long ix = ox * {sx} - {px} + kx * {dx};",
                   f"                uint16_t *to = row + (ky * {kw} + kx) * {c};",
