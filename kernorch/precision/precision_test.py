@@ -4,6 +4,8 @@ too."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.backends import ONEDNN, choose_backend
+from kernorch.codegen.backends import AMX_MATMUL, ONEDNN, Backend, choose_backend, withheld
 from kernorch.codegen.library import absorbed_summary
+from kernorch.codegen.native import amx_supported
 from kernorch.cost.profile import signature
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, Node
@@ -29,6 +32,22 @@ from kernorch.testing import random_array
 from kernorch.tools.check import BF16_RTOL, compare
 
 needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
+# the libraries running a bf16 plan's calls: oneDNN's, and kernorch's AMX matmul (asked first where the CPU has it)
+BF16_LIBRARIES = pytest.mark.parametrize("library", [ONEDNN, AMX_MATMUL], ids=lambda backend: backend.name)
+
+
+@contextmanager
+def bf16_library(library: Backend) -> Iterator[None]:
+    """Plans made inside the block run their bf16 calls by `library`: oneDNN with the AMX matmul withheld, the AMX
+    matmul where the CPU has AMX-BF16 (skipped elsewhere)."""
+    if library is ONEDNN:
+        with withheld(AMX_MATMUL):
+            yield
+    elif not amx_supported():
+        pytest.skip("no AMX-BF16 on this CPU")
+    else:
+        yield
+
 
 
 def test_rounding_to_bf16_is_to_nearest_even_like_torch_on_edge_values() -> None:
@@ -110,13 +129,23 @@ def _compile_all_bf16(model: onnx.ModelProto, layout: str) -> tuple[Any, Graph]:
     return compile_plan(result, options), result.plan.graph
 
 
+# what the AMX matmul declines (a product of two activations, grouped convs, a transposed conv): oneDNN's alone
+NOT_AMX = {"attention scores (two activations, one transposed)", "depthwise conv", "conv_transpose"}
+
+
 @needs_bf16
+@BF16_LIBRARIES
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 @pytest.mark.parametrize("case", list(_models()))
-def test_compiled_bf16_calls_match_their_bf16_reference_tightly(case: str, layout: str) -> None:
+def test_compiled_bf16_calls_match_their_bf16_reference_tightly(case: str, layout: str, library: Backend) -> None:
+    if library is AMX_MATMUL and case in NOT_AMX:
+        pytest.skip("oneDNN runs it (the onednn case)")
     model, feeds = _models()[case]
-    compiled, graph = _compile_all_bf16(model, layout)
-    assert ONEDNN in compiled.executor.backends, compiled.executor.backends  # kernorch's own convs are float32
+    with bf16_library(library):
+        compiled, graph = _compile_all_bf16(model, layout)
+    # kernorch's other convs are float32; the AMX matmul takes a convolution on a channels-last source only
+    expected = ONEDNN if case.startswith("conv") and layout == "nchw" else library
+    assert expected in compiled.executor.backends, compiled.executor.backends
     got = compiled.run(feeds)
     for error in compare(got, run_reference(graph, feeds)):  # the same roundings: only the order of sums differs
         assert error.relative < 2e-6, (case, error)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.codegen.backends import GENERATED_C, ONEDNN, choose_backend
+from kernorch.codegen.backends import GENERATED_C, ONEDNN, Backend, choose_backend
 from kernorch.codegen.library import converted_operands, describe_library_call
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, Node
@@ -15,6 +15,7 @@ from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES
 from kernorch.ir.types import TensorType
 from kernorch.precision import bf16_supported, with_conversions
+from kernorch.precision.precision_test import BF16_LIBRARIES, bf16_library
 from kernorch.runtime import run_reference
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.testing import random_array
@@ -86,24 +87,27 @@ def test_the_stage_converts_each_bf16_operand_once_and_leaves_constants_and_floa
 
 
 @needs_bf16
+@BF16_LIBRARIES
 @pytest.mark.parametrize("edges", [False, True])
 @pytest.mark.parametrize("where", ["fused into producers", "alone", "inside the calls"])
-def test_each_place_a_conversion_runs_computes_the_reference(where: str, edges: bool) -> None:
+def test_each_place_a_conversion_runs_computes_the_reference(where: str, edges: bool, library: Backend) -> None:
     graph = _two_matmuls()
     groups = {"fused into producers": [["mul", "cast"], ["matmul", "add", "cast"], ["matmul"]],
               "alone": [["mul"], ["cast"], ["matmul", "add"], ["cast"], ["matmul"]],
               "inside the calls": [["mul"], ["cast", "matmul", "add"], ["cast", "matmul"]]}[where]  # fmt: skip
     kernels = _kernels(graph, groups)
-    backends = [choose_backend(k)[0] for k in kernels]
-    assert backends == [ONEDNN if any(p.prim == "matmul" for p in k.primitives) else GENERATED_C for k in kernels]
-    calls = [describe_library_call(k) for k, b in zip(kernels, backends, strict=True) if b is ONEDNN]
+    with bf16_library(library):
+        backends = [choose_backend(k)[0] for k in kernels]
+        executor = PlanExecutor(graph, kernels)
+    assert backends == [library if any(p.prim == "matmul" for p in k.primitives) else GENERATED_C for k in kernels]
+    calls = [describe_library_call(k) for k, b in zip(kernels, backends, strict=True) if b is library]
     if where == "fused into producers":  # read and written as bfloat16: nothing converted on a run
         assert [(c.src.dtype, c.dst.dtype, converted_operands(c)) for c in calls] == \
             [("bfloat16", "bfloat16", ()), ("bfloat16", "float32", ())]  # fmt: skip
     elif where == "inside the calls":
         assert [(c.src.dtype, converted_operands(c)) for c in calls] == [("float32", (0,)), ("float32", (0,))]
     feeds = _feeds(edges)
-    got = PlanExecutor(graph, kernels)(feeds)[graph.outputs[0]]
+    got = executor(feeds)[graph.outputs[0]]
     expected = run_reference(graph, feeds)[graph.outputs[0]]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))

@@ -43,6 +43,7 @@ from kernorch.codegen.backends.registry import (
     register,
     registered,
     unregister,
+    withheld,
 )
 from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.loops import NotGeneratable
@@ -83,4 +84,5 @@ __all__ = [
     "registered",
     "runs",
     "unregister",
+    "withheld",
 ]

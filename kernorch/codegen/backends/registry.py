@@ -3,7 +3,8 @@ library refused. A new backend (a GPU renderer, a test's toy) registers itself h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from kernorch.codegen.backends.base import Backend
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
@@ -47,6 +48,19 @@ def register(backend: Backend, before: Backend | None = None) -> None:
 
 def unregister(backend: Backend) -> None:
     _order(backend.device).remove(backend)
+
+
+@contextmanager
+def withheld(backend: Backend) -> Iterator[None]:
+    """`backend` out of the order inside the block (the backends after it run its kernels), back in its place
+    after: to test the next one on kernels it would take (oneDNN's bf16 matmul where the AMX matmul is)."""
+    order = _order(backend.device)
+    position = order.index(backend)
+    order.remove(backend)
+    try:
+        yield
+    finally:
+        order.insert(position, backend)
 
 
 # Single primitives whose native code a library or the compiler refused on this machine (the profiler and the

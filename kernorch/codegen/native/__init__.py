@@ -3,7 +3,7 @@ depthwise, Winograd), with a library call's create/run/destroy shape; C template
 scan, stacked LSTM layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their
 backends are codegen/backends/library_calls.py and templates.py."""
 
-from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, render_amx_matmul
+from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, amx_supported, render_amx_matmul
 from kernorch.codegen.native.attention import (
     attention_scratch_bytes,
     attention_supported,
@@ -23,6 +23,7 @@ from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd
 
 __all__ = [
     "amx_matmul_rejection",
+    "amx_supported",
     "render_amx_matmul",
     "attention_scratch_bytes",
     "attention_supported",

@@ -27,13 +27,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernorch.codegen.library import LibraryCall, Tensor
-from kernorch.codegen.library.post_ops import post_op_statements, post_ops_rejection
+from kernorch.codegen.library import LibraryCall, Tensor, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.attention_amx import AMX_SUPPORT
 from kernorch.codegen.native.skeleton import state_lifecycle
 from kernorch.machine import isa_flags
 
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
+
+
+def amx_supported() -> bool:
+    """Whether this CPU has the tiles and instructions the kernel is compiled for (-march=native)."""
+    return AMX_FLAGS <= set(isa_flags())
+
 MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), allocated when the plan is created
 SLOTS = 8  # threads the scratch is allocated for (a run uses at most this many)
 
@@ -145,7 +150,7 @@ def amx_matmul_rejection(call: LibraryCall) -> str | None:
     """Why the AMX matmul does not run `call` (None when it does)."""
     if call.precision != "bf16":
         return "not a bf16 product"
-    if not AMX_FLAGS <= set(isa_flags()):
+    if not amx_supported():
         return "no AMX-BF16 on this CPU"
     operands = _operands(call)
     if isinstance(operands, str):

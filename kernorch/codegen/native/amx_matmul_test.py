@@ -21,13 +21,12 @@ import kernorch.pipeline
 from kernorch.codegen.backends import AMX_MATMUL, ONEDNN
 from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native.direct_conv_test import assert_compiles_for
-from kernorch.machine import isa_flags
 from kernorch.precision import choose_precision
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
-pytestmark = pytest.mark.skipif(not amx_matmul.AMX_FLAGS <= set(isa_flags()), reason="needs AMX-BF16 tiles")
+pytestmark = pytest.mark.skipif(not amx_matmul.amx_supported(), reason="needs AMX-BF16 tiles")
 
 EPILOGUES = {  # ONNX nodes after "m" = x·w + b, ending in "y"; "r" is a [M, N] input, "s" a [M, 1] input
     "gelu": [helper.make_node("Gelu", ["m"], ["y"])],
