@@ -41,6 +41,13 @@ def amx_supported() -> bool:
 
 MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), allocated when the plan is created
 SLOTS = 8  # threads the scratch is allocated for (a run uses at most this many)
+# Where oneDNN 3.2 was faster, measured in place on the same plans (bench/results/2026-11-27-amx-matmul.md): a
+# convolution over few input channels (candy's 9x9 over 3: 2.07 vs 1.18 ms; segformer's 7x7 over 3: 532 vs 457
+# µs), and a short K with many columns, where each item's few tile products cannot hide storing its 32x32 block
+# (segformer's 4096x64x256: 273 vs 234 µs, 1024x160x640: 309 vs 271; 1024x160x160 and 256x256x1024 stay faster
+# on tiles: 95 vs 121, 221 vs 258).
+FEW_CHANNELS = 16
+SHORT_K, WIDE_N = 192, 256
 
 # count float32 → bfloat16, rounded to nearest even: vcvtne2ps2bf16 32 at a time where the compiler targets
 # AVX512-BF16 (it reads subnormals as zero, as the tiles do), else ko_bf16_bits (GCC vectorizes it)
@@ -161,6 +168,10 @@ def amx_matmul_rejection(call: LibraryCall) -> str | None:
         return "source or destination rows are not contiguous (channels-last for a convolution)"
     if operands.src.columns > MAX_K:
         return f"K = {operands.src.columns} beyond {MAX_K}"
+    if operands.window is not None and operands.window.channels < FEW_CHANNELS:
+        return f"{operands.window.channels} input channels: the window's runs are too short to copy fast"
+    if operands.src.columns < SHORT_K and operands.weights.columns >= WIDE_N:
+        return f"K = {operands.src.columns} for {operands.weights.columns} columns: oneDNN stores faster"
     if call.dst.offset:
         return "an offset destination"
     if (rejection := post_ops_rejection(call.post_ops)) is not None:

@@ -7,6 +7,7 @@ without tiles (KERNORCH_AMX=0) the same; fp32 plans and products of two inputs l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,7 @@ def window_model(channels: int, out_channels: int, kernel: int, size: tuple[int,
 WINDOWS: dict[str, dict[str, Any]] = {
     "3x3, padded": dict(channels=32, out_channels=48, kernel=3, size=(9, 11), pads=(1, 1, 1, 1)),
     "candy's residual conv, smaller": dict(channels=128, out_channels=128, kernel=3, size=(10, 12)),
-    "candy's first: 9x9 over 3 channels": dict(channels=3, out_channels=32, kernel=9, size=(20, 17)),
+    "5x5 over 16 channels, a kernel row's taps one run": dict(channels=16, out_channels=32, kernel=5, size=(20, 17)),
     "strided, dilated, asymmetric padding, batch 2": dict(channels=16, out_channels=20, kernel=3, size=(13, 10),
                                                            batch=2, strides=(2, 1), dilations=(1, 2),
                                                            pads=(0, 2, 1, 1)),
@@ -241,6 +242,18 @@ def test_without_amx_the_matmul_stays_with_onednn(monkeypatch: pytest.MonkeyPatc
     (kernel,) = [k for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
     monkeypatch.setattr(amx_matmul, "isa_flags", lambda: ("avx512f", "avx512_bf16"))
     assert AMX_MATMUL.applies(kernel).reason == "no AMX-BF16 on this CPU"
+
+
+@pytest.mark.parametrize(("model", "reason"), [
+    (lambda: window_model(channels=3, out_channels=32, kernel=9, size=(20, 17)), "3 input channels"),
+    (lambda: linear_model(rows=64, k=64, n=256), "K = 64 for 256 columns"),
+])  # fmt: skip
+def test_shapes_onednn_runs_faster_stay_with_it(model: Callable[[], onnx.ModelProto], reason: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    compiled = bf16_plan(model(), monkeypatch, layout="channels-last", rewrite=True)
+    (kernel,) = [k for k in compiled.kernels if any(n.prim in ("matmul", "conv") for n in k.primitives)]
+    assert reason in AMX_MATMUL.applies(kernel).reason
+    assert ONEDNN.applies(kernel).runs
 
 
 def test_the_source_compiles_without_amx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
