@@ -448,6 +448,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("AMX matmul's path without tiles stops one k short", "kernorch/codegen/native/amx_matmul.py",
            'f"                    for (int k = 0; k < {k_total}; k++)",',
            'f"                    for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
+    Mutant("AMX matmul takes convolutions over few channels, where oneDNN is faster",
+           "kernorch/codegen/native/amx_matmul.py", "FEW_CHANNELS = 16", "FEW_CHANNELS = 0", (AMX_MATMUL,)),
     Mutant("AMX matmul reads taps in a convolution's padding", "kernorch/codegen/native/amx_matmul.py",
            'f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",',
            'f"                if (iy < 0 || ix < 0) {{",', (AMX_MATMUL,)),

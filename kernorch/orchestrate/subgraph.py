@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from kernorch.ir.graph import Graph
+from kernorch.ir.patterns import attention_spans
 
 
 @dataclass
@@ -111,41 +112,6 @@ def cut_widths(graph: Graph) -> list[int]:
 # What a cut inside an attention costs on top of its width: the fused-attention candidate needs the whole
 # attention in one subgraph (vit_tiny's partition cut 1 of its 12), and its scores are the widest value inside it
 ATTENTION_CUT = 8.0
-
-
-def attention_spans(graph: Graph, depth: int = 8) -> list[tuple[int, int]]:
-    """(first, second): the positions of the two matmuls around each exp (the product the exp's input comes from,
-    the product its value reaches, each within `depth` steps): an attention, as the candidates find it."""
-    producer = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
-    users: dict[str, list[int]] = {}
-    for i, node in enumerate(graph.nodes):
-        for value in node.inputs:
-            users.setdefault(value, []).append(i)
-
-    def nearest(start: int, up: bool) -> int | None:
-        frontier, seen = [start], {start}
-        for _ in range(depth):
-            following = []
-            for i in frontier:
-                node = graph.nodes[i]
-                steps = [producer[v] for v in node.inputs if v in producer] if up else \
-                    [u for v in node.outputs for u in users.get(v, [])]  # fmt: skip
-                for j in steps:
-                    if graph.nodes[j].prim == "matmul":
-                        return j
-                    if j not in seen:
-                        seen.add(j)
-                        following.append(j)
-            frontier = following
-        return None
-
-    spans = []
-    for i, node in enumerate(graph.nodes):
-        if node.prim == "exp":
-            first, second = nearest(i, up=True), nearest(i, up=False)
-            if first is not None and second is not None:
-                spans.append((first, second))
-    return spans
 
 
 def cut_costs(graph: Graph) -> list[float]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph, Node
+from kernorch.ir.patterns import attention_spans
 from kernorch.ir.types import TensorType
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.orchestrator import plan_subgraphs
-from kernorch.orchestrate.subgraph import attention_spans, cut_widths, partition
+from kernorch.orchestrate.subgraph import cut_widths, partition
 from kernorch.tools.demo_models import self_attention_block
 
 

@@ -21,6 +21,7 @@ from kernorch.cost.profile import signature
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.patterns import attention_spans
 from kernorch.ir.primitives import PRIMITIVES
 from kernorch.ir.reference_kernels import round_to_bf16
 from kernorch.ir.types import TensorType
@@ -30,6 +31,7 @@ from kernorch.precision import bf16_supported, choose_precision, with_precision
 from kernorch.runtime import run_reference
 from kernorch.testing import random_array
 from kernorch.tools.check import BF16_RTOL, compare
+from kernorch.tools.demo_models import self_attention_block
 
 needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
 # the libraries running a bf16 plan's calls: oneDNN's, and kernorch's AMX matmul (asked first where the CPU has it)
@@ -208,6 +210,24 @@ def test_the_stage_gives_bf16_to_linear_primitives_only_and_only_where_cheaper()
     every, report = choose_precision(graph, None, "bf16")  # check's reference run: all of them, no prices
     assert report.bf16 == 1 and "no cost model" in report.summary() and "nan" not in report.summary()
     assert all(n.attr("precision") is None for n in graph.nodes)  # the input graph is not edited
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_an_attentions_two_products_are_bf16_together_where_amx_multiplies_them(
+        amx: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Priced alone, bf16 is dearer for every matmul here; on an AMX CPU the attention's Q·Kᵀ and P·V are bf16
+    anyway (the fused kernel's tile path needs both), the projections stay float32; without AMX all are priced."""
+    import kernorch.precision as stage
+
+    monkeypatch.setattr(stage, "isa_flags", lambda: ("avx512_bf16", "amx_bf16") if amx else ("avx512_bf16",))
+    graph = import_graph(self_attention_block())
+    spans = attention_spans(graph)
+    assert spans
+    chosen, report = choose_precision(graph, _Priced(1.5), "bf16")
+    products = {graph.nodes[i].outputs[0] for span in spans for i in span}
+    bf16 = {n.outputs[0] for n in chosen.nodes if n.attr("precision") == "bf16"}
+    assert bf16 == (products if amx else set())
+    assert report.bf16 == len(bf16) and report.linear > len(products)
 
 
 @pytest.mark.parametrize("last", [False, True])
