@@ -450,6 +450,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"                    for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
     Mutant("AMX matmul takes convolutions over few channels, where oneDNN is faster",
            "kernorch/codegen/native/amx_matmul.py", "FEW_CHANNELS = 16", "FEW_CHANNELS = 0", (AMX_MATMUL,)),
+    Mutant("the precision stage prices an attention's products alone on AMX too", "kernorch/precision/__init__.py",
+           'if "amx_bf16" not in isa_flags():', "if True:", ("kernorch/precision/precision_test.py",)),
     Mutant("AMX matmul reads taps in a convolution's padding", "kernorch/codegen/native/amx_matmul.py",
            'f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",',
            'f"                if (iy < 0 || ix < 0) {{",', (AMX_MATMUL,)),
