@@ -1,6 +1,6 @@
-"""A bf16 matmul on AMX tiles, for a bf16 plan's linear layers and pointwise (1x1) convolutions: [M, K] x [K, N]
-with constant weights, the bias and the epilogue's post-ops applied while the result is in cache, written float32
-or bfloat16.
+"""A bf16 matmul on AMX tiles, for a bf16 plan's linear layers and its convolutions without groups (implicit im2col):
+[M, K] x [K, N] with constant weights, the bias and the epilogue's post-ops applied while the result is in cache,
+written float32 or bfloat16.
 
 oneDNN 3.2's bf16 matmul (brgemm on AMX) runs the shapes of the transformers here at 300-450 GFLOP/s on two
 cores (vit_tiny's 197x768x192: 180-190 µs, torch 2.13's oneDNN the same); a plain 2x2-tile loop reaches 630-820
@@ -15,9 +15,10 @@ store (float32, or bfloat16 rounded to nearest even as `ko_bf16_bits`), 32 colum
 the post-ops' scalar C.
 
 Compiled where the compiler targets AMX-BF16 and taken when Linux grants the tile state (attention_amx.py's
-`ko_amx_ready`); otherwise the same kernel multiplies the packed operands in scalar C (same products, float32
-sums), so a plan never depends on the grant. Where the CPU has no AMX, the backend declines and oneDNN runs the
-matmul.
+`ko_amx_ready`); otherwise the same kernel multiplies the same bfloat16 block and packed weights in scalar C
+(same products, float32 sums), so a plan never depends on the grant. Where the CPU has no AMX, the backend
+declines and oneDNN runs the call. Scratch (a block of rows and one of sums per thread) is allocated at create for
+the OpenMP threads then (at most 8); a run uses no more.
 """
 
 from __future__ import annotations
@@ -33,14 +34,8 @@ from kernorch.codegen.native.skeleton import state_lifecycle
 from kernorch.machine import isa_flags
 
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
-
-
-def amx_supported() -> bool:
-    """Whether this CPU has the tiles and instructions the kernel is compiled for (-march=native)."""
-    return AMX_FLAGS <= set(isa_flags())
-
 MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), allocated when the plan is created
-SLOTS = 8  # threads the scratch is allocated for (a run uses at most this many)
+MAX_SLOTS = 8  # at most this many threads get scratch (the OpenMP threads when the plan is created, up to this)
 # Where oneDNN 3.2 was faster, measured in place on the same plans (bench/results/2026-11-27-amx-matmul.md): a
 # convolution over few input channels (candy's 9x9 over 3: 2.07 vs 1.18 ms; segformer's 7x7 over 3: 532 vs 457
 # µs), and a short K with many columns, where each item's few tile products cannot hide storing its 32x32 block
@@ -69,6 +64,11 @@ static inline void ko_bf16_run(uint16_t *to, const float *x, long count) {
     for (; c < count; c++) to[c] = ko_bf16_bits(x[c]);
 }
 #endif"""
+
+
+def amx_supported() -> bool:
+    """Whether this CPU has the tiles and instructions the kernel is compiled for (-march=native)."""
+    return AMX_FLAGS <= set(isa_flags())
 
 
 @dataclass(frozen=True)
@@ -304,9 +304,11 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              BF16_RUN,
              *_loader(name, call, operands, kp),
              *_epilogue(name, call, operands),
-             *state_lifecycle(name, "uint16_t *w; char *scratch;", ["w", "scratch"],
+             *state_lifecycle(name, "uint16_t *w; char *scratch; int slots;", ["w", "scratch"],
                               [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
-                               f"s->scratch = (char *)aligned_alloc(64, {SLOTS * per_thread});"]),
+                               f"s->slots = omp_get_max_threads() < {MAX_SLOTS} ? omp_get_max_threads() : {MAX_SLOTS};",
+                               "if (s->slots < 1) s->slots = 1;",
+                               f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});"]),
              f"    const {w_type} *w = (const {w_type} *)a[{call.weights.slot}] + {call.weights.offset};",
              "    /* [N/16 blocks][K/32 steps] tiles: row r holds (k, n) and (k + 1, n) for 16 columns n, k = 2r */",
              f"    for (long nb = 0; nb < {np_ // 16}; nb++) for (long ks = 0; ks < {steps}; ks++)",
@@ -321,7 +323,7 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              f"static int {name}_run(void *state, void *stream, void **a) {{",
              "    (void)stream;",
              f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const int threads = omp_get_max_threads() < {SLOTS} ? omp_get_max_threads() : {SLOTS};",
+             "    const int threads = omp_get_max_threads() < s->slots ? omp_get_max_threads() : s->slots;",
              f"    const long items = {blocks}L * {columns};",
              "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
              "    const int tiles = ko_amx_ready();",
