@@ -24,6 +24,7 @@ from kernorch.codegen.backends import (
     registered,
     runs,
     unregister,
+    withheld,
 )
 from kernorch.codegen.gir import CONSTANT, ELEMENTWISE, MOVE, Gir, rewritten
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -163,3 +164,11 @@ def test_a_kernel_nothing_runs_carries_the_reason_of_its_kind() -> None:
     assert choose_backend(make_kernel(graph, (0, 1), ("y",))) == (None, "2 linear primitives in one library call")
     backend, reason = choose_backend(make_kernel(graph, (2,), graph.nodes[2].outputs))
     assert backend is REFERENCE and reason == "reference implementation (top_k is not a memory-intensive primitive)"
+
+
+def test_a_withheld_backend_returns_to_its_place_even_when_the_block_fails() -> None:
+    before = registered()
+    with pytest.raises(RuntimeError), withheld(GENERATED_C):
+        assert GENERATED_C not in registered()
+        raise RuntimeError("the block fails")
+    assert registered() == before

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.backends import FUSED_ATTENTION, GENERATED_C, register, unregister
+from kernorch.codegen.backends import FUSED_ATTENTION, withheld
 from kernorch.codegen.native.attention import Attention, match_attention
 from kernorch.machine import bf16_supported
 from kernorch.runtime.compiled import CompiledModel
@@ -129,11 +129,8 @@ def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
     assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
     error = np.abs(compiled.run(feeds)["y"] - expected).max()
-    unregister(FUSED_ATTENTION)
-    try:
+    with withheld(FUSED_ATTENTION):
         unfused = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
-    finally:
-        register(FUSED_ATTENTION, before=GENERATED_C)
     assert not fused_kernels(unfused)
     bf16_error = np.abs(unfused.run(feeds)["y"] - expected).max()
     assert error <= 1.25 * bf16_error + 1e-3 * np.abs(expected).max(), (error, bf16_error)
