@@ -35,6 +35,7 @@ LSTM_STACK = "kernorch/codegen/native/lstm_stack_test.py"
 ATTENTION = "kernorch/codegen/native/attention_test.py"
 ATTENTION_AMX = "kernorch/codegen/native/attention_amx_test.py"
 AMX_MATMUL = "kernorch/codegen/native/amx_matmul_test.py"
+AMX_CONV = "kernorch/codegen/native/amx_conv_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -438,16 +439,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "if ({separately} && r < rows) {{", "if (0 && r < rows) {{", (ATTENTION_AMX,)),
     Mutant("fused attention rounds the operands of a float32 plan", "kernorch/codegen/native/attention.py",
            "weights_rounded and q.rounded and kt.rounded and v.rounded", "True", (ATTENTION_AMX,)),
-    Mutant("AMX matmul drops the last of its four tile products", "kernorch/codegen/native/amx_matmul.py",
-           '"                    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",',
-           '"                    _tile_dpbf16ps(2, 5, 6);",', (AMX_MATMUL,)),
+    Mutant("AMX matmul drops the last of its four tile products", "kernorch/codegen/native/amx_product.py",
+           '"    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",', '"    _tile_dpbf16ps(2, 5, 6);",',
+           (AMX_MATMUL, AMX_CONV)),
     Mutant("AMX matmul converts only its first block of rows", "kernorch/codegen/native/amx_matmul.py",
-           '"            if (mb != loaded) {",', '"            if (loaded < 0) {",', (AMX_MATMUL,)),
-    Mutant("AMX matmul leaves the bias out", "kernorch/codegen/native/amx_matmul.py",
+           '"            if (!straight && mb != loaded) {",', '"            if (!straight && loaded < 0) {",',
+           (AMX_MATMUL, AMX_CONV)),
+    Mutant("AMX matmul leaves the bias out", "kernorch/codegen/native/amx_product.py",
            'biased = " + bias[n]" if', 'biased = "" if', (AMX_MATMUL,)),
-    Mutant("AMX matmul's path without tiles stops one k short", "kernorch/codegen/native/amx_matmul.py",
-           'f"                    for (int k = 0; k < {k_total}; k++)",',
-           'f"                    for (int k = 0; k < {k_total} - 1; k++)",', (AMX_MATMUL,)),
+    Mutant("AMX matmul's path without tiles stops one k short", "kernorch/codegen/native/amx_product.py",
+           'f"        for (int k = 0; k < {k_total}; k++)",', 'f"        for (int k = 0; k < {k_total} - 1; k++)",',
+           (AMX_MATMUL, AMX_CONV)),
     Mutant("AMX matmul takes convolutions over few channels, where oneDNN is faster",
            "kernorch/codegen/native/amx_matmul.py", "FEW_CHANNELS = 16", "FEW_CHANNELS = 0", (AMX_MATMUL,)),
     Mutant("the precision stage prices an attention's products alone on AMX too", "kernorch/precision/__init__.py",
@@ -455,6 +457,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("AMX matmul reads taps in a convolution's padding", "kernorch/codegen/native/amx_matmul.py",
            'f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",',
            'f"                if (iy < 0 || ix < 0) {{",', (AMX_MATMUL,)),
+    Mutant("AMX convolution loads a strided block's second row tile one stride short",
+           "kernorch/codegen/native/amx_matmul.py",
+           "_tile_loadd(5, x + {16 * sx * x_stride}", "_tile_loadd(5, x + {16 * x_stride}", (AMX_CONV,)),
+    Mutant("AMX convolution loads straight at the border too", "kernorch/codegen/native/amx_matmul.py",
+           'f"tiles && iy0 >= 0 && iy0 + {(kh - 1) * dy} < {ih} && ix0 >= 0 && "',
+           'f"tiles && iy0 >= 0 && iy0 + {(kh - 1) * dy} < {ih} && "', (AMX_CONV,)),
+    Mutant("folded AMX convolution sums one kernel column short", "kernorch/codegen/native/amx_conv.py",
+           'f"                    for (int kx = 0; kx < {kw}; kx++) {{",',
+           'f"                    for (int kx = 1; kx < {kw}; kx++) {{",', (AMX_CONV,)),
+    Mutant("folded AMX convolution loads straight past a row's last valid position",
+           "kernorch/codegen/native/amx_conv.py",
+           'f"p0 + rows - 1 - {px} < {iw} && "', 'f"p0 - {px} < {iw} && "', (AMX_CONV,)),
 )  # fmt: skip
 
 

@@ -3,7 +3,8 @@ depthwise, Winograd), with a library call's create/run/destroy shape; C template
 scan, stacked LSTM layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their
 backends are codegen/backends/library_calls.py and templates.py."""
 
-from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, amx_supported, render_amx_matmul
+from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, render_amx_matmul
+from kernorch.codegen.native.amx_product import amx_supported
 from kernorch.codegen.native.attention import (
     attention_scratch_bytes,
     attention_supported,

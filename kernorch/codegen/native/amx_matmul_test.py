@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import kernorch.codegen.native.amx_matmul as amx_matmul
+import kernorch.codegen.native.amx_product as amx_product
 import kernorch.pipeline
 from kernorch.codegen.backends import AMX_MATMUL, ONEDNN
 from kernorch.codegen.library.call import describe_library_call
@@ -27,7 +27,7 @@ from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
-pytestmark = pytest.mark.skipif(not amx_matmul.amx_supported(), reason="needs AMX-BF16 tiles")
+pytestmark = pytest.mark.skipif(not amx_product.amx_supported(), reason="needs AMX-BF16 tiles")
 
 EPILOGUES = {  # ONNX nodes after "m" = x·w + b, ending in "y"; "r" is a [M, N] input, "s" a [M, 1] input
     "gelu": [helper.make_node("Gelu", ["m"], ["y"])],
@@ -240,7 +240,7 @@ def test_float32_plans_and_products_of_two_inputs_stay_with_onednn(monkeypatch: 
 def test_without_amx_the_matmul_stays_with_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = bf16_plan(linear_model(rows=33, k=100, n=70), monkeypatch)
     (kernel,) = [k for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
-    monkeypatch.setattr(amx_matmul, "isa_flags", lambda: ("avx512f", "avx512_bf16"))
+    monkeypatch.setattr(amx_product, "isa_flags", lambda: ("avx512f", "avx512_bf16"))
     assert AMX_MATMUL.applies(kernel).reason == "no AMX-BF16 on this CPU"
 
 
