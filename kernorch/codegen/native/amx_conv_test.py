@@ -74,9 +74,10 @@ STRAIGHT: dict[str, tuple[tuple[int, int], int, int, int, dict[str, Any]]] = {
     "source)": ((11, 47), 64, 3, 7, {}),
     "folded, padded: a block whose last positions are padding is copied": ((10, 77), 32, 2, 5,
                                                                           {"pads": [2, 2, 2, 2]}),
-    "48 outputs of 3x3, padded: blocks at the border copied, 37 pixels a row": ((9, 37), 64, 48, 3,
+    "48 outputs of 3x3, padded: blocks at the border copied, 61 pixels a row": ((9, 61), 64, 48, 3,
                                                                                  {"pads": [1, 1, 1, 1]}),
-    "40 outputs of 3x3, stride 2, dilated along y": ((13, 70), 32, 40, 3, {"strides": [2, 2], "dilations": [2, 1]}),
+    "40 outputs of 3x3, stride 2, dilated along y": ((13, 126), 32, 40, 3, {"strides": [2, 2], "dilations": [2, 1]}),
+    "14 pixels a row: blocks of consecutive pixels copied": ((9, 14), 32, 40, 3, {"pads": [1, 1, 1, 1]}),
 }
 
 

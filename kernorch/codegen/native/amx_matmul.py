@@ -52,6 +52,7 @@ MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), al
 # (segformer's 4096x64x256: 273 vs 234 µs, 1024x160x640: 309 vs 271; 1024x160x160 and 256x256x1024 stay faster
 # on tiles: 95 vs 121, 221 vs 258).
 FEW_CHANNELS = 16
+STRAIGHT_WASTE = 1 / 8  # of a convolution's tile rows, where its output rows are no multiple of 32 pixels
 SHORT_K, WIDE_N = 192, 256
 
 def amx_matmul_rejection(call: LibraryCall) -> str | None:
@@ -164,6 +165,16 @@ def _straight(call: LibraryCall, window: Window) -> tuple[str, list[str]]:
     return test, loads
 
 
+def _loads_straight(call: LibraryCall, window: Window) -> bool:
+    """Whether a convolution's blocks are 32 pixels of an output row, loaded straight from a bfloat16 source whose
+    channels are a multiple of 32: where a row's last block is short, at most STRAIGHT_WASTE of the tiles' rows
+    idle (a 14-pixel row would leave 18 of 32 rows idle: there blocks of consecutive pixels are copied, as for
+    other sources)."""
+    blocks = (window.dst_size[1] + 31) // 32
+    return call.src.dtype == "bfloat16" and window.channels % 32 == 0 and \
+        blocks * 32 - window.dst_size[1] <= STRAIGHT_WASTE * blocks * 32  # fmt: skip
+
+
 def render_amx_matmul(name: str, call: LibraryCall) -> str:
     """C for `call` (which `amx_matmul_rejection` accepted): state, create (packing), run, destroy. A convolution
     with a bfloat16 source and channels a multiple of 32 takes its blocks within an output row (32 pixels of it),
@@ -176,7 +187,7 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
     kp, np_ = (k_total + 31) // 32 * 32, (n_total + 31) // 32 * 32
     steps, columns = kp // 32, np_ // 32
     window = operands.window
-    straight = window is not None and call.src.dtype == "bfloat16" and window.channels % 32 == 0
+    straight = window is not None and _loads_straight(call, window)
     if straight:
         assert window is not None
         (oh, ow), (sy, sx), (py, px) = window.dst_size, window.strides, window.pad_begin
