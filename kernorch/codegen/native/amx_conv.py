@@ -11,10 +11,9 @@ x the output channels (27 of 32 for candy's):
 
 Per output row a thread computes P for all its positions (blocks of 32 rows, 2x2 tiles), then sums each output's
 kx terms into a block of 32 pixels and stores it through amx_product.py's store (bias, post-ops, float32 or
-bfloat16). Where the source is bfloat16 with channels a multiple of 32, a tile loads its 16 pixels straight from
-the source (the step's kernel row and 32 channels; pixels `x_stride` apart); otherwise, and where the block
-reaches past the source, a block of rows is copied (rounded) first as amx_matmul.py does. The same scalar path
-runs without the tiles.
+bfloat16). Where the channels are a multiple of 32, a tile loads its 16 positions straight from the thread's ring
+of source rows (amx_product.py's `Ring`: each source row converted once, its padding zeros); otherwise a block of
+rows is copied (rounded) first, as the scalar path without the tiles does.
 """
 
 from __future__ import annotations
@@ -30,9 +29,11 @@ from kernorch.codegen.native.amx_product import (
     amx_scratch_state,
     pack_weights,
     packed_elements,
+    ring_function,
+    ring_pointers,
     run_opening,
     scalar_product,
-    source_extent,
+    source_ring,
     store_function,
     tile_steps,
     tile_stores,
@@ -90,9 +91,8 @@ def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
     """C for a convolution that `folds`: state, create (packing), run, destroy."""
     window = operands.window
     assert window is not None and folds(operands), "render_folded_conv takes a folding convolution"
-    (oh, ow), (ih, iw), (kh, kw) = window.dst_size, window.src_size, window.kernel
-    sy, (dy, dx), (py, px) = window.strides[0], window.dilations, window.pad_begin
-    batch, y_stride, x_stride = window.src_strides
+    (oh, ow), (kh, kw) = window.dst_size, window.kernel
+    sy, (dy, dx), py = window.strides[0], window.dilations, window.pad_begin[0]
     c, outputs = window.channels, operands.weights.columns
     k_total, n_total = kh * c, kw * outputs
     kp, steps = (k_total + 31) // 32 * 32, (k_total + 31) // 32
@@ -101,22 +101,18 @@ def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
     o_w, i_w, y_w, x_w = window.weight_strides
     # packed column j = kx * outputs + o, row k = ky * C + c
     offset = (f"(n % {outputs}) * {o_w}L + (k % {c}) * {i_w}L + (k / {c}) * {y_w}L + (n / {outputs}) * {x_w}L")
-    per_thread = 32 * kp * 2 + blocks * 32 * 32 * 4 + 32 * 32 * 4
-    direct = call.src.dtype == "bfloat16" and c % 32 == 0
+    ring = source_ring(window, blocks * 32)  # positions are padded pixels
+    per_thread = 32 * kp * 2 + blocks * 32 * 32 * 4 + 32 * 32 * 4 + (ring.bytes if ring is not None else 0)
     chunks = c // 32
-    # a block loads straight from the source when its kernel rows lie inside it, its valid rows' pixels too, and
-    # its 32 rows end within the source (rows past `rows` are never summed)
-    direct_test = (f"tiles && iy0 >= 0 && iy0 + {(kh - 1) * dy} < {ih} && p0 - {px} >= 0 && "
-                   f"p0 + rows - 1 - {px} < {iw} && "
-                   f"{call.src.offset} + n * {batch}L + (iy0 + {(kh - 1) * dy}) * {y_stride}L + "
-                   f"(p0 + 31 - {px}) * {x_stride}L + {c} <= {source_extent(call)}L")  # fmt: skip
-    direct_loads = [
-        f"const uint16_t *x = src + n * {batch}L + (iy0 + ks / {chunks} * {dy}) * {y_stride}L + "
-        f"(p0 - {px}) * {x_stride}L + ks % {chunks} * 32;",
-        f"_tile_loadd(4, x, {x_stride * 2}); _tile_loadd(5, x + {16 * x_stride}, {x_stride * 2});"]
+    lines_of_row = [f"            const uint16_t *line[{kh}];",
+                    f"            if (tiles) for (int ky = 0; ky < {kh}; ky++) "
+                    f"line[ky] = {name}_ring(src, ring, tags, n, iy0 + ky * {dy});"] if ring is not None else []
+    loads = [f"const uint16_t *x = line[ks / {chunks}] + p0 * {c} + ks % {chunks} * 32;",
+             f"_tile_loadd(4, x, {c * 2}); _tile_loadd(5, x + {16 * c}, {c * 2});"] if ring is not None else None
     lines = [AMX_SUPPORT,
              BF16_RUN,
              *_position_loader(name, call, window, kp),
+             *(ring_function(name, call, window, ring) if ring is not None else []),
              *store_function(name, call, operands),
              *amx_scratch_state(name, packed_elements(k_total, n_total) * 2, per_thread),
              *pack_weights(call, k_total, n_total, offset),
@@ -124,18 +120,19 @@ def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
              "}",
              *run_opening(name, call, f"{math.prod(call.dst.dims) // (ow * outputs)}L", per_thread),
              f"        float *sums = (float *)(ab + {32 * kp}), *acc = sums + {blocks * 32 * 32};",
+             *ring_pointers(name, ring, "(char *)(acc + 1024)"),
              "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
              f"            const long n = it / {oh}, oy = it % {oh}, iy0 = oy * {sy} - {py};",
              "            (void)iy0;",
+             *lines_of_row,
              f"            for (long p0 = 0; p0 < {positions}; p0 += 32) {{",
              f"                const int rows = {positions} - p0 < 32 ? (int)({positions} - p0) : 32;",
              "                float *block = sums + p0 * 32;",
              f"                const uint16_t *b0 = s->w, *b1 = b0 + {steps * 512};",
              "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
              "                if (tiles) {",
-             f"                    const int straight = {direct_test if direct else '0'};",
-             f"                    if (!straight) {name}_positions(a, ab, n, oy, p0, rows);",
-             *tile_steps("                    ", steps, kp, direct_loads if direct else None),
+             *([] if ring is not None else [f"                    {name}_positions(a, ab, n, oy, p0, rows);"]),
+             *tile_steps("                    ", steps, kp, loads),
              *tile_stores("                    ", "block"),
              "                    continue;",
              "                }",

@@ -1,8 +1,9 @@
 """The folded AMX convolution (native/amx_conv.py): a bf16 convolution to few output channels, its kernel columns
-folded into the product's columns, equal to onnxruntime's float32 convolution of the rounded operands — read
-through the window from a float32 source (padding, dilation, channels no multiple of 32, a batch), and loaded
-straight onto the tiles from a bfloat16 source its producer stored (with a last block that reaches past the
-source, which is copied instead); the path without tiles the same; shapes that do not fold stay unfolded."""
+folded into the product's columns, equal to onnxruntime's float32 convolution of the rounded operands — from a
+float32 source (padding, dilation, channels no multiple of 32, a batch); and every convolution whose tiles load
+from the ring of source rows (amx_product.py's `Ring`) when its source is bfloat16, stored so by its producer
+(padding, strides, blocks past a row's end); the path without tiles the same; shapes that do not fold stay
+unfolded."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_a_folded_convolution_multiplies_its_window(case: str, monkeypatch: pyte
 def chained_model(size: tuple[int, int], channels: int, out_channels: int, kernel: int,
                   convolution: dict[str, Any]) -> onnx.ModelProto:  # fmt: skip
     """[1, H, W, C] → NCHW → 1x1 conv → relu → k x k conv (`convolution`'s attributes) + bias → NHWC: the first
-    conv stores its result bfloat16 for the second to load straight onto the tiles."""
+    conv stores its result bfloat16 for the second to read."""
     w0 = random_array((channels, channels, 1, 1), seed=1) * np.float32(channels**-0.5)
     w = random_array((out_channels, channels, kernel, kernel), seed=2) * np.float32((channels * kernel**2) ** -0.5)
     initializers = [numpy_helper.from_array(w0, "w0"), numpy_helper.from_array(w, "w"),
@@ -68,28 +69,25 @@ def chained_model(size: tuple[int, int], channels: int, out_channels: int, kerne
                                                                ir_version=8))  # fmt: skip
 
 
-STRAIGHT: dict[str, tuple[tuple[int, int], int, int, int, dict[str, Any]]] = {
+BFLOAT16_SOURCES: dict[str, tuple[tuple[int, int], int, int, int, dict[str, Any]]] = {
     # (H, W), channels, outputs, kernel, attributes
-    "folded: 3 outputs of 7x7, 47 positions a row (the second block reaches past it, on the last row past the "
-    "source)": ((11, 47), 64, 3, 7, {}),
-    "folded, padded: a block whose last positions are padding is copied": ((10, 77), 32, 2, 5,
-                                                                          {"pads": [2, 2, 2, 2]}),
-    "48 outputs of 3x3, padded: blocks at the border copied, 61 pixels a row": ((9, 61), 64, 48, 3,
-                                                                                 {"pads": [1, 1, 1, 1]}),
+    "folded: 3 outputs of 7x7, 47 positions a row (the second block reaches past them)": ((11, 47), 64, 3, 7, {}),
+    "folded, padded: a block's last positions are padding": ((10, 77), 32, 2, 5, {"pads": [2, 2, 2, 2]}),
+    "48 outputs of 3x3, padded, 61 pixels a row": ((9, 61), 64, 48, 3, {"pads": [1, 1, 1, 1]}),
     "40 outputs of 3x3, stride 2, dilated along y": ((13, 126), 32, 40, 3, {"strides": [2, 2], "dilations": [2, 1]}),
-    "14 pixels a row: blocks of consecutive pixels copied": ((9, 14), 32, 40, 3, {"pads": [1, 1, 1, 1]}),
+    "14 pixels a row: no ring, blocks of consecutive pixels copied": ((9, 14), 32, 40, 3, {"pads": [1, 1, 1, 1]}),
 }
 
 
 @pytest.mark.parametrize("tiles", ["1", "0"])
-@pytest.mark.parametrize("case", list(STRAIGHT))
-def test_a_bfloat16_source_is_loaded_straight_onto_the_tiles(case: str, tiles: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Channels a multiple of 32 in bfloat16, stored so by the conv before: each block whose taps lie inside the
-    source loads its tiles from there; KERNORCH_AMX=0 the scalar path (a source one pixel wider, so that its plan's
-    library is loaded fresh), same sums."""
+@pytest.mark.parametrize("case", list(BFLOAT16_SOURCES))
+def test_a_bfloat16_source_is_read_through_the_ring(case: str, tiles: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Channels a multiple of 32 in bfloat16, stored so by the conv before: its rows copied into the ring, the
+    tiles loaded from there; KERNORCH_AMX=0 the scalar path (a source one pixel wider, so that its plan's library
+    is loaded fresh), same sums."""
     monkeypatch.setenv("KERNORCH_AMX", tiles)
-    (height, width), channels, out_channels, kernel, convolution = STRAIGHT[case]
+    (height, width), channels, out_channels, kernel, convolution = BFLOAT16_SOURCES[case]
     size = (height, width + tiles.count("0"))
     model = chained_model(size, channels, out_channels, kernel, convolution)
     x = random_array((1, *size, channels), seed=4)
@@ -132,10 +130,10 @@ def test_which_convolutions_fold(spec: dict[str, Any], folded: bool, monkeypatch
                                atol=2e-5 * float(np.abs(expected).max()))  # fmt: skip
 
 
-@pytest.mark.parametrize("case", list(STRAIGHT)[:2])
+@pytest.mark.parametrize("case", list(BFLOAT16_SOURCES)[:2])
 def test_the_sources_compile_without_amx(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the compiler does not target AMX (AVX2 here) only the scalar paths are compiled: they must compile."""
-    (height, width), channels, out_channels, kernel, convolution = STRAIGHT[case]
+    (height, width), channels, out_channels, kernel, convolution = BFLOAT16_SOURCES[case]
     compiled = bf16_plan(chained_model((height, width), channels, out_channels, kernel, convolution), monkeypatch,
                          layout="channels-last", rewrite=True)  # fmt: skip
     calls = [describe_library_call(k) for k in compiled.kernels if any(n.prim == "conv" for n in k.primitives)]

@@ -29,6 +29,7 @@ from kernorch.codegen.native.amx_product import (
     BF16_RUN,
     RUN_CLOSING,
     Operands,
+    Ring,
     Window,
     amx_scratch_state,
     amx_supported,
@@ -36,9 +37,11 @@ from kernorch.codegen.native.amx_product import (
     packed_elements,
     post_op_operand,
     product_operands,
+    ring_function,
+    ring_pointers,
     run_opening,
     scalar_product,
-    source_extent,
+    source_ring,
     store_function,
     tile_steps,
     tile_stores,
@@ -52,7 +55,7 @@ MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), al
 # (segformer's 4096x64x256: 273 vs 234 µs, 1024x160x640: 309 vs 271; 1024x160x160 and 256x256x1024 stay faster
 # on tiles: 95 vs 121, 221 vs 258).
 FEW_CHANNELS = 16
-STRAIGHT_WASTE = 1 / 8  # of a convolution's tile rows, where its output rows are no multiple of 32 pixels
+RING_WASTE = 1 / 8  # of a convolution's tile rows, where its output rows are no multiple of 32 pixels
 SHORT_K, WIDE_N = 192, 256
 
 def amx_matmul_rejection(call: LibraryCall) -> str | None:
@@ -145,40 +148,21 @@ def _weight_offset(operands: Operands) -> str:
             f"(k / {w.channels} % {w.kernel[1]}) * {x}L")
 
 
-def _straight(call: LibraryCall, window: Window) -> tuple[str, list[str]]:
-    """A convolution block's test (a C int expression) that its taps, for all its 32 rows, lie inside the bfloat16
-    source, and the loads of step ks's two row tiles straight from there (kernel tap ks / chunks, channels from
-    ks % chunks * 32; pixels x_stride x stride apart). Rows past `rows` read on along the source row (their sums
-    are not stored), which the test keeps within the source's extent."""
-    (ih, iw), (kh, kw), c = window.src_size, window.kernel, window.channels
-    sx, (dy, dx) = window.strides[1], window.dilations
-    batch, y_stride, x_stride = window.src_strides
-    chunks = c // 32
-    test = (f"tiles && iy0 >= 0 && iy0 + {(kh - 1) * dy} < {ih} && ix0 >= 0 && "
-            f"ix0 + (rows - 1) * {sx} + {(kw - 1) * dx} < {iw} && "
-            f"{call.src.offset} + n * {batch}L + (iy0 + {(kh - 1) * dy}) * {y_stride}L + "
-            f"(ix0 + {31 * sx + (kw - 1) * dx}) * {x_stride}L + {c} <= {source_extent(call)}L")  # fmt: skip
-    loads = [f"const long tap = ks / {chunks};",
-             f"const uint16_t *x = src + n * {batch}L + (iy0 + tap / {kw} * {dy}) * {y_stride}L + "
-             f"(ix0 + tap % {kw} * {dx}) * {x_stride}L + ks % {chunks} * 32;",
-             f"_tile_loadd(4, x, {sx * x_stride * 2}); _tile_loadd(5, x + {16 * sx * x_stride}, {sx * x_stride * 2});"]
-    return test, loads
-
-
-def _loads_straight(call: LibraryCall, window: Window) -> bool:
-    """Whether a convolution's blocks are 32 pixels of an output row, loaded straight from a bfloat16 source whose
-    channels are a multiple of 32: where a row's last block is short, at most STRAIGHT_WASTE of the tiles' rows
-    idle (a 14-pixel row would leave 18 of 32 rows idle: there blocks of consecutive pixels are copied, as for
-    other sources)."""
-    blocks = (window.dst_size[1] + 31) // 32
-    return call.src.dtype == "bfloat16" and window.channels % 32 == 0 and \
-        blocks * 32 - window.dst_size[1] <= STRAIGHT_WASTE * blocks * 32  # fmt: skip
+def _ring(window: Window) -> Ring | None:
+    """The ring a convolution's blocks (32 pixels of an output row) load their tiles from, where it has one (see
+    `source_ring`) and a row's short last block idles at most RING_WASTE of the tiles' rows (a 14-pixel row would
+    leave 18 of 32 idle: there blocks of consecutive pixels are copied, as without a ring)."""
+    ow, sx, kw, dx = window.dst_size[1], window.strides[1], window.kernel[1], window.dilations[1]
+    per_row = (ow + 31) // 32
+    if per_row * 32 - ow > RING_WASTE * per_row * 32:
+        return None
+    return source_ring(window, (per_row * 32 - 1) * sx + (kw - 1) * dx + 1)
 
 
 def render_amx_matmul(name: str, call: LibraryCall) -> str:
     """C for `call` (which `amx_matmul_rejection` accepted): state, create (packing), run, destroy. A convolution
-    with a bfloat16 source and channels a multiple of 32 takes its blocks within an output row (32 pixels of it),
-    so that a block whose taps lie inside the source loads its tiles straight from there."""
+    with a ring (`_ring`) takes its blocks within an output row (32 pixels of it) and loads their tiles from the
+    ring; without the tiles, and without a ring, a block of rows is copied first."""
     operands = product_operands(call)
     assert isinstance(operands, Operands), operands
     if folds(operands):
@@ -187,27 +171,35 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
     kp, np_ = (k_total + 31) // 32 * 32, (n_total + 31) // 32 * 32
     steps, columns = kp // 32, np_ // 32
     window = operands.window
-    straight = window is not None and _loads_straight(call, window)
-    if straight:
+    ring = _ring(window) if window is not None else None
+    loads = None
+    if ring is not None:
         assert window is not None
-        (oh, ow), (sy, sx), (py, px) = window.dst_size, window.strides, window.pad_begin
+        (oh, ow), (kh, kw), c = window.dst_size, window.kernel, window.channels
+        (sy, sx), (dy, dx), py = window.strides, window.dilations, window.pad_begin[0]
         per_row = (ow + 31) // 32
         blocks = m_total // ow * per_row
         block = [f"            const long row = mb / {per_row}, ox0 = mb % {per_row} * 32, m0 = row * {ow} + ox0;",
-                 f"            const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;",
-                 f"            const long n = row / {oh}, iy0 = row % {oh} * {sy} - {py}, ix0 = ox0 * {sx} - {px};",
-                 "            (void)n; (void)iy0; (void)ix0;"]  # fmt: skip
-        test, loads = _straight(call, window)
+                 f"            const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;"]  # fmt: skip
+        # padded x of a block's first pixel's tap kx: ox0 * sx + kx * dx (the ring holds the left padding)
+        lines_of_block = [f"                const long n = row / {oh}, iy0 = row % {oh} * {sy} - {py};",
+                          f"                const uint16_t *line[{kh}];",
+                          f"                for (int ky = 0; ky < {kh}; ky++) "
+                          f"line[ky] = {name}_ring(src, ring, tags, n, iy0 + ky * {dy});"]  # fmt: skip
+        loads = [f"const long tap = ks / {c // 32}, at = (ox0 * {sx} + tap % {kw} * {dx}) * {c} + ks % {c // 32} * 32;",
+                 f"const uint16_t *x = line[tap / {kw}] + at;",
+                 f"_tile_loadd(4, x, {sx * c * 2}); _tile_loadd(5, x + {16 * sx * c}, {sx * c * 2});"]  # fmt: skip
     else:
         blocks = (m_total + 31) // 32
         block = ["            const long m0 = mb * 32;",
                  f"            const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;"]  # fmt: skip
-        test, loads = "0", []
+        lines_of_block = []
     packed_bytes = packed_elements(k_total, n_total) * 2
-    per_thread = 32 * kp * 2 + 32 * 32 * 4
+    per_thread = 32 * kp * 2 + 32 * 32 * 4 + (ring.bytes if ring is not None else 0)
     lines = [AMX_SUPPORT,
              BF16_RUN,
              *_loader(name, call, operands, kp),
+             *(ring_function(name, call, window, ring) if ring is not None and window is not None else []),
              *store_function(name, call, operands),
              *amx_scratch_state(name, packed_bytes, per_thread),
              *pack_weights(call, k_total, n_total, _weight_offset(operands)),
@@ -215,19 +207,20 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              "}",
              *run_opening(name, call, f"{blocks}L * {columns}", per_thread),
              f"        float *acc = (float *)(ab + {32 * kp});",
+             *ring_pointers(name, ring, "(char *)(acc + 1024)"),
              "        long loaded = -1;",
              "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
              f"            const long mb = it / {columns}, n0 = it % {columns} * 32;",
              *block,
-             f"            const int straight = {test};",
-             "            if (!straight && mb != loaded) {",
+             f"            if ({'!tiles && ' if ring is not None else ''}mb != loaded) {{",
              f"                {name}_rows(a, ab, m0, rows);",
              "                loaded = mb;",
              "            }",
              f"            const uint16_t *b0 = s->w + n0 / 16 * {steps * 512}, *b1 = b0 + {steps * 512};",
              "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
              "            if (tiles) {",
-             *tile_steps("                ", steps, kp, loads if straight else None),
+             *lines_of_block,
+             *tile_steps("                ", steps, kp, loads),
              *tile_stores("                ", "acc"),
              f"                {name}_store(a, acc, m0, rows, n0);",
              "                continue;",

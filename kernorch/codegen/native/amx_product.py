@@ -205,15 +205,12 @@ def amx_scratch_state(name: str, packed_bytes: int, per_thread: int) -> list[str
                             f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});"])  # fmt: skip
 
 
-def tile_steps(indent: str, steps: int, kp: int, straight: list[str] | None) -> list[str]:
-    """The 2x2-tile product of one item (tiles 0-3 zeroed, then K in `steps` of 32): A's two row tiles from the
-    thread's block of rows `ab` (rows kp bfloat16 apart), or, where `straight` loads them onto tiles 4 and 5
-    itself, from there when the C int `straight` is true; B's two column tiles from `b0` and `b1`. Only inside
-    the AMX guard."""
-    from_block = [f"_tile_loadd(4, ab + ks * 32, {kp * 2});", f"_tile_loadd(5, ab + {16 * kp} + ks * 32, {kp * 2});"]
-    loads = from_block if straight is None else \
-        ["if (straight) {", *(f"    {line}" for line in straight), "} else {", *(f"    {line}" for line in from_block),
-         "}"]  # fmt: skip
+def tile_steps(indent: str, steps: int, kp: int, loads: list[str] | None = None) -> list[str]:
+    """The 2x2-tile product of one item (tiles 0-3 zeroed, then K in `steps` of 32): A's two row tiles loaded onto
+    tiles 4 and 5 by `loads` (C statements for step ks), or from the thread's block of rows `ab` (rows kp
+    bfloat16 apart); B's two column tiles from `b0` and `b1`. Only inside the AMX guard."""
+    if loads is None:
+        loads = [f"_tile_loadd(4, ab + ks * 32, {kp * 2});", f"_tile_loadd(5, ab + {16 * kp} + ks * 32, {kp * 2});"]
     return [f"{indent}{line}" for line in [
         "_tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);",
         f"for (int ks = 0; ks < {steps}; ks++) {{",
@@ -246,9 +243,79 @@ def scalar_product(indent: str, steps: int, kp: int, k_total: int, columns: str,
         "    }"]]  # fmt: skip
 
 
-def source_extent(call: LibraryCall) -> int:
-    """Elements from the source's start to its last, inclusive: what a tile may read."""
-    return call.src.offset + sum((d - 1) * s for d, s in zip(call.src.dims, call.src.strides, strict=True)) + 1
+@dataclass(frozen=True)
+class Ring:
+    """A thread's copy of the source rows a convolution's blocks read, as bfloat16 with the padding written as
+    zeros: `rows` slots (the kernel's reach along y; source row iy in slot iy % rows, converted when first read
+    in a run) and a row of zeros for rows outside the source; each `pixels` wide (the left padding, the source
+    row, then zeros as far as a block's 32 rows reach) x `channels`. Every block then loads its tiles straight
+    from the ring, its padding included, and each source row is converted once per thread, not once per tap."""
+
+    rows: int
+    pixels: int
+    channels: int
+
+    @property
+    def row_elements(self) -> int:
+        return self.pixels * self.channels
+
+    @property
+    def bytes(self) -> int:
+        """The ring with its zero row, and the slots' tags (one long each), in 64-byte lines."""
+        return ((self.rows + 1) * self.row_elements * 2 + 63) // 64 * 64 + (self.rows * 8 + 63) // 64 * 64
+
+
+RING_LIMIT = 4 << 20  # bytes per thread; a convolution needing more copies blocks of rows instead
+
+
+def source_ring(window: Window, reach: int) -> Ring | None:
+    """The ring for `window` whose blocks read padded pixels up to `reach` (exclusive); None where the channels
+    are no multiple of 32 (a tile step would straddle two taps) or it would exceed RING_LIMIT."""
+    ring = Ring((window.kernel[0] - 1) * window.dilations[0] + 1,
+                max(window.pad_begin[1] + window.src_size[1], reach), window.channels)  # fmt: skip
+    return ring if window.channels % 32 == 0 and ring.bytes <= RING_LIMIT else None
+
+
+def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> list[str]:
+    """`<name>_ring(src, ring, tags, n, iy)`: source row (n, iy) in the ring, converted (or copied) there unless
+    its slot holds it already; the zero row for a row outside the source. `<name>_ring_clear(ring, tags)`, at the
+    start of each run: the ring zeroed (its padding stays so) and every slot empty."""
+    element = "uint16_t" if call.src.dtype == "bfloat16" else "float"
+    copy = "memcpy({to}, {x}, (size_t)({count}) * 2)" if element == "uint16_t" else "ko_bf16_run({to}, {x}, {count})"
+    (ih, iw), c, px = window.src_size, window.channels, window.pad_begin[1]
+    batch, y_stride, x_stride = window.src_strides
+    if x_stride == c:  # the source row is one run
+        fill = [f"        {copy.format(to=f'row + {px * c}', x='x', count=iw * c)};"]
+    else:
+        pixel = copy.format(to=f"row + ({px} + ix) * {c}", x=f"x + ix * {x_stride}", count=c)
+        fill = [f"        for (long ix = 0; ix < {iw}; ix++) {pixel};"]
+    zeros = (ring.rows + 1) * ring.row_elements * 2
+    return [f"static inline void {name}_ring_clear(uint16_t *ring, long *tags) {{",
+            f"    memset(ring, 0, {zeros});",
+            f"    for (int i = 0; i < {ring.rows}; i++) tags[i] = -1;",
+            "}",
+            f"static inline const uint16_t *{name}_ring(const {element} *src, uint16_t *ring, long *tags, long n, "
+            "long iy) {",
+            f"    if (iy < 0 || iy >= {ih}) return ring + {ring.rows * ring.row_elements};",
+            f"    const long slot = iy % {ring.rows}, tag = n * {ih} + iy;",
+            f"    uint16_t *row = ring + slot * {ring.row_elements};",
+            "    if (tags[slot] != tag) {",
+            f"        const {element} *x = src + n * {batch}L + iy * {y_stride}L;",
+            *fill,
+            "        tags[slot] = tag;",
+            "    }",
+            "    return row;",
+            "}"]  # fmt: skip
+
+
+def ring_pointers(name: str, ring: Ring | None, at: str) -> list[str]:
+    """In a run's parallel region: the thread's `ring` and `tags` from byte address `at` (64-aligned), cleared."""
+    if ring is None:
+        return []
+    tags = ((ring.rows + 1) * ring.row_elements * 2 + 63) // 64 * 64
+    return [f"        uint16_t *ring = (uint16_t *)({at});",
+            f"        long *tags = (long *)((char *)ring + {tags});",
+            f"        if (tiles) {name}_ring_clear(ring, tags);"]  # fmt: skip
 
 
 def run_opening(name: str, call: LibraryCall, items: str, per_thread: int) -> list[str]:
