@@ -54,9 +54,16 @@ MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), al
 # µs), and a short K with many columns, where each item's few tile products cannot hide storing its 32x32 block
 # (segformer's 4096x64x256: 273 vs 234 µs, 1024x160x640: 309 vs 271; 1024x160x160 and 256x256x1024 stay faster
 # on tiles: 95 vs 121, 221 vs 258).
-FEW_CHANNELS = 16
+FEW_CHANNELS, SHORT_RUN = 16, 32  # a kernel row's run of 16x16 taps over 3 channels is long enough (vit's)
 RING_WASTE = 1 / 8  # of a convolution's tile rows, where its output rows are no multiple of 32 pixels
 SHORT_K, WIDE_N = 192, 256
+
+def _run(window: Window) -> int:
+    """The elements a block's row copies at a time from the source: a kernel row's taps where they lie one run
+    there (undilated along x, pixels `channels` apart), else one tap's channels."""
+    one_run = window.dilations[1] == 1 and window.src_strides[2] == window.channels and window.kernel[1] > 1
+    return window.kernel[1] * window.channels if one_run else window.channels
+
 
 def amx_matmul_rejection(call: LibraryCall) -> str | None:
     """Why the AMX matmul does not run `call` (None when it does)."""
@@ -73,7 +80,7 @@ def amx_matmul_rejection(call: LibraryCall) -> str | None:
         return "source or destination rows are not contiguous (channels-last for a convolution)"
     if operands.src.columns > MAX_K:
         return f"K = {operands.src.columns} beyond {MAX_K}"
-    if operands.window is not None and operands.window.channels < FEW_CHANNELS:
+    if operands.window is not None and operands.window.channels < FEW_CHANNELS and _run(operands.window) < SHORT_RUN:
         return f"{operands.window.channels} input channels: the window's runs are too short to copy fast"
     if operands.src.columns < SHORT_K and operands.weights.columns >= WIDE_N and not folds(operands):
         return f"K = {operands.src.columns} for {operands.weights.columns} columns: oneDNN stores faster"

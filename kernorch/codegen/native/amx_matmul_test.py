@@ -180,6 +180,8 @@ WINDOWS: dict[str, dict[str, Any]] = {
     "3x3, padded": dict(channels=32, out_channels=48, kernel=3, size=(9, 11), pads=(1, 1, 1, 1)),
     "candy's residual conv, smaller": dict(channels=128, out_channels=128, kernel=3, size=(10, 12)),
     "5x5 over 16 channels, a kernel row's taps one run": dict(channels=16, out_channels=32, kernel=5, size=(20, 17)),
+    "vit's patch embedding, smaller: 16x16 taps over 3 channels, stride 16 (runs of 48)": dict(
+        channels=3, out_channels=40, kernel=16, size=(32, 48), strides=(16, 16)),
     "3x3 over 64 channels, padded, 60-pixel rows: loaded from the ring": dict(channels=64, out_channels=40, kernel=3,
                                                                               size=(7, 60), pads=(1, 1, 1, 1)),
     "strided, dilated, asymmetric padding, batch 2": dict(channels=16, out_channels=20, kernel=3, size=(13, 10),
