@@ -9,16 +9,18 @@ cores (vit_tiny's 197x768x192: 180-190 µs, torch 2.13's oneDNN the same); a pla
 The weights are packed once, when the plan is created, as tiles of bfloat16 pairs (VNNI: a tile row holds 16
 columns' values at two consecutive k), rounded to nearest even; K and N are padded with zeros to whole steps of
 32 and blocks of 32. Per item of 32 rows x 32 columns: the rows' source, rounded to bfloat16 (vcvtne2ps2bf16) or
-copied when stored bfloat16, once per block of rows a thread visits; four float32 accumulator tiles (two row
-tiles x two column tiles), K in steps of 32; the tiles stored to a float block, then bias, post-ops and the
-store (float32, or bfloat16 rounded to nearest even as `ko_bf16_bits`), 32 columns at a time so GCC vectorizes
-the post-ops' scalar C.
+copied when stored bfloat16, once per block of rows a thread visits (a convolution with channels a multiple of 32
+instead loads its tiles from the thread's ring of source rows, amx_product.py's `Ring`, its blocks 32 pixels of
+an output row); four float32 accumulator tiles (two row tiles x two column tiles), K in steps of 32; the tiles
+stored to a float block, then bias, post-ops and the store (float32, or bfloat16 rounded to nearest even as
+`ko_bf16_bits`), 32 columns at a time so GCC vectorizes the post-ops' scalar C.
 
 Compiled where the compiler targets AMX-BF16 and taken when Linux grants the tile state (attention_amx.py's
 `ko_amx_ready`); otherwise the same kernel multiplies the same bfloat16 block and packed weights in scalar C
 (same products, float32 sums), so a plan never depends on the grant. Where the CPU has no AMX, the backend
-declines and oneDNN runs the call. Scratch (a block of rows and one of sums per thread) is allocated at create for
-the OpenMP threads then (at most 8); a run uses no more.
+declines and oneDNN runs the call; a convolution to few output channels is amx_conv.py's (folded). Scratch (a block
+of rows, one of sums and the ring per thread) is allocated at create for the OpenMP threads then (at most 8); a
+run uses no more.
 """
 
 from __future__ import annotations
