@@ -18,6 +18,10 @@ RTOL = 1e-4  # float32 kernels against the reference: reassociated sums, approxi
 NUDGE = 2.0**-16  # relative change of each float input (~128 ulps): the reference moves about as far as a
 # float32 kernel summing in lane partials may (x / Σx with Σx near 0: 0.2 % from float64 with 256 terms)
 SENSITIVITY = 8.0  # a kernel may be this many times as far from the reference as the nudged reference is
+# A bfloat16 output may sit one bfloat16 step from the reference's: a float32 value within RTOL of the reference's
+# (an approximated erf, sums in another order) rounds to the neighbouring bfloat16 where the two straddle the
+# midpoint. 8 significant bits: a value in [2^e, 2^(e+1)) has steps of 2^(e-7).
+BF16_BITS = 8
 
 
 def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) -> str | None:
@@ -28,6 +32,10 @@ def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) 
     nudged: dict[str, np.ndarray] | None = None  # only where the plain bound is not met: a second reference run
     for name in kernel.outputs:
         got, want = buffers[name], reference[name]
+        if want.dtype.name == "bfloat16":
+            if (problem := _bfloat16_mismatch(name, got, want, feeds)) is not None:
+                return problem
+            continue
         if not np.issubdtype(want.dtype, np.floating):
             if np.array_equal(got, want):
                 continue
@@ -46,6 +54,23 @@ def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) 
             worst = np.nanmax(error) if got.size else 0.0
             return f"output {name} differs from the reference (max abs error {worst:.3g})"
     return None
+
+
+def _bfloat16_mismatch(name: str, got: np.ndarray, want: np.ndarray, feeds: Mapping[str, np.ndarray]) -> str | None:
+    """Why a bfloat16 output is wrong: beyond one bfloat16 step of the reference's value plus RTOL of the scale
+    (NaN where it has NaN, infinities equal)."""
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    scale = max(_magnitude(want64), *(_magnitude(np.asarray(v, np.float64)) for v in feeds.values()
+                                      if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"))
+    with np.errstate(invalid="ignore"):
+        error = np.abs(got64 - want64)
+        exact = (np.isnan(got64) & np.isnan(want64)) | (got64 == want64)
+        step = np.ldexp(1.0, np.frexp(want64)[1] - BF16_BITS)  # frexp: |want| in [2^(e-1), 2^e)
+        near = error <= step + RTOL * (np.abs(want64) + scale)
+    if bool(np.all(near | exact)):
+        return None
+    worst = np.nanmax(np.where(exact, 0.0, error)) if got.size else 0.0
+    return f"output {name} differs from the reference by more than a bfloat16 step (max abs error {worst:.3g})"
 
 
 def _nudged(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

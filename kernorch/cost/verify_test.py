@@ -1,0 +1,56 @@
+"""The profiler's check of a kernel's outputs (cost/verify.py) on bfloat16 outputs: one bfloat16 step from the
+reference passes (a float32 value a few ulps off rounds to the neighbouring bfloat16), two do not, nor a NaN or an
+infinity where the reference has a number."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kernorch.cost.verify import output_mismatch
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.types import TensorType
+from kernorch.runtime import run_reference
+from kernorch.testing import random_array
+
+
+def _halved_to_bf16() -> CandidateKernel:
+    """y = bfloat16(x · c), x [64] float32, c a constant."""
+    graph = Graph(inputs=["x"], outputs=["y"], name="halved")
+    graph.types = {"x": TensorType((64,), "float32"), "c": TensorType((), "float32"),
+                   "h": TensorType((64,), "float32"), "y": TensorType((64,), "bfloat16")}  # fmt: skip
+    graph.constants = {"c": np.array(0.37, np.float32)}
+    graph.nodes = [Node("mul", ("x", "c"), ("h",)), Node("cast", ("h",), ("y",), (("to", "bfloat16"),))]
+    return make_kernel(graph, (0, 1), ("y",))
+
+
+def _steps(values: np.ndarray, steps: int) -> np.ndarray:
+    """Each bfloat16 value moved `steps` bfloat16 steps away from zero (its bit pattern + steps)."""
+    return (values.view(np.uint16) + np.uint16(steps)).view(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize(("change", "passes"), [
+    ("none", True),
+    ("one step on every element", True),
+    ("two steps on one element", False),
+    ("NaN for a number", False),
+    ("infinity for a number", False),
+])  # fmt: skip
+def test_a_bfloat16_output_may_be_one_step_from_the_reference(change: str, passes: bool) -> None:
+    kernel = _halved_to_bf16()
+    x = random_array((64,), seed=3) * np.float32(10)
+    got = run_reference(kernel.graph, {"x": x})["y"].copy()
+    if change == "one step on every element":
+        got = _steps(got, 1)
+    elif change == "two steps on one element":
+        got[5] = _steps(got[5:6], 2)[0]
+    elif change == "NaN for a number":
+        got[7] = np.nan
+    elif change == "infinity for a number":
+        got[9] = np.inf
+    problem = output_mismatch(kernel, {"x": x, "y": got})
+    assert (problem is None) == passes, problem
+    if not passes:
+        assert "more than a bfloat16 step" in str(problem)
