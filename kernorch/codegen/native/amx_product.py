@@ -260,9 +260,13 @@ class Ring:
         return self.pixels * self.channels
 
     @property
+    def tags_at(self) -> int:
+        """Where the slots' tags (one long each) start: after the rows and the zero row, on a 64-byte line."""
+        return ((self.rows + 1) * self.row_elements * 2 + 63) // 64 * 64
+
+    @property
     def bytes(self) -> int:
-        """The ring with its zero row, and the slots' tags (one long each), in 64-byte lines."""
-        return ((self.rows + 1) * self.row_elements * 2 + 63) // 64 * 64 + (self.rows * 8 + 63) // 64 * 64
+        return self.tags_at + (self.rows * 8 + 63) // 64 * 64
 
 
 RING_LIMIT = 4 << 20  # bytes per thread; a convolution needing more copies blocks of rows instead
@@ -312,9 +316,8 @@ def ring_pointers(name: str, ring: Ring | None, at: str) -> list[str]:
     """In a run's parallel region: the thread's `ring` and `tags` from byte address `at` (64-aligned), cleared."""
     if ring is None:
         return []
-    tags = ((ring.rows + 1) * ring.row_elements * 2 + 63) // 64 * 64
     return [f"        uint16_t *ring = (uint16_t *)({at});",
-            f"        long *tags = (long *)((char *)ring + {tags});",
+            f"        long *tags = (long *)((char *)ring + {ring.tags_at});",
             f"        if (tiles) {name}_ring_clear(ring, tags);"]  # fmt: skip
 
 
