@@ -1,8 +1,9 @@
 """Does a compiled candidate kernel compute what the reference interpreter does? One run on the profiler's seeded
 inputs, its outputs against the reference's: floats within RTOL of the largest magnitude among the output and the
-inputs, or within SENSITIVITY times what nudging the inputs moves the reference (NaN where it has NaN); other
-dtypes exactly. The profiler asks before it trusts a measurement (a kernel that fails is dropped from the plan
-with the reason); `make compile-check --run` asks it of every candidate of the shared models.
+inputs, or within SENSITIVITY times what nudging the inputs moves the reference (NaN where it has NaN); bfloat16
+within one bfloat16 step (plus RTOL of that magnitude); other dtypes exactly. The profiler asks before it trusts
+a measurement (a kernel that fails is dropped from the plan with the reason); `make compile-check --run` asks it
+of every candidate of the shared models.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _bfloat16_mismatch(name: str, got: np.ndarray, want: np.ndarray, feeds: Mapp
         near = error <= step + RTOL * (np.abs(want64) + scale)
     if bool(np.all(near | exact)):
         return None
-    worst = np.nanmax(np.where(exact, 0.0, error)) if got.size else 0.0
+    worst = float(np.max(np.where(exact, 0.0, error))) if got.size else 0.0  # NaN: a NaN for a number
     return f"output {name} differs from the reference by more than a bfloat16 step (max abs error {worst:.3g})"
 
 
