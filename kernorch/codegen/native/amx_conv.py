@@ -120,7 +120,7 @@ def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
              "}",
              *run_opening(name, call, f"{math.prod(call.dst.dims) // (ow * outputs)}L", per_thread),
              f"        float *sums = (float *)(ab + {32 * kp}), *acc = sums + {blocks * 32 * 32};",
-             *ring_pointers(name, ring, "(char *)(acc + 1024)"),
+             *ring_pointers(ring, "(char *)(acc + 1024)"),
              "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
              f"            const long n = it / {oh}, oy = it % {oh}, iy0 = oy * {sy} - {py};",
              "            (void)iy0;",

@@ -60,11 +60,17 @@ FEW_CHANNELS, SHORT_RUN = 16, 32  # a kernel row's run of 16x16 taps over 3 chan
 RING_WASTE = 1 / 8  # of a convolution's tile rows, where its output rows are no multiple of 32 pixels
 SHORT_K, WIDE_N = 192, 256
 
+
+def _row_taps_one_run(window: Window) -> bool:
+    """Whether a kernel row's taps lie one run in the source as in a block's row (undilated along x, pixels
+    `channels` apart, more than one tap): the loader then copies them at once where they are inside the source."""
+    return window.dilations[1] == 1 and window.src_strides[2] == window.channels and window.kernel[1] > 1
+
+
 def _run(window: Window) -> int:
-    """The elements a block's row copies at a time from the source: a kernel row's taps where they lie one run
-    there (undilated along x, pixels `channels` apart), else one tap's channels."""
-    one_run = window.dilations[1] == 1 and window.src_strides[2] == window.channels and window.kernel[1] > 1
-    return window.kernel[1] * window.channels if one_run else window.channels
+    """The elements a block's row copies at a time from the source: a kernel row's taps where they lie one run,
+    else one tap's channels."""
+    return window.kernel[1] * window.channels if _row_taps_one_run(window) else window.channels
 
 
 def amx_matmul_rejection(call: LibraryCall) -> str | None:
@@ -131,7 +137,7 @@ def _loader(name: str, call: LibraryCall, operands: Operands, kp: int) -> list[s
         lines += [f"        const long n = m / {oh * ow}, oy = m / {ow} % {oh}, ox = m % {ow};",
                   f"        for (int ky = 0; ky < {kh}; ky++) {{",
                   f"            const long iy = oy * {sy} - {py} + ky * {dy};",
-                  *(run if dx == 1 and x_stride == c and kw > 1 else []),
+                  *(run if _row_taps_one_run(window) else []),
                   f"            for (int kx = 0; kx < {kw}; kx++) {{",
                   f"                const long ix = ox * {sx} - {px} + kx * {dx};",
                   f"                uint16_t *to = row + (ky * {kw} + kx) * {c};",
@@ -216,7 +222,7 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              "}",
              *run_opening(name, call, f"{blocks}L * {columns}", per_thread),
              f"        float *acc = (float *)(ab + {32 * kp});",
-             *ring_pointers(name, ring, "(char *)(acc + 1024)"),
+             *ring_pointers(ring, "(char *)(acc + 1024)"),
              "        long loaded = -1;",
              "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
              f"            const long mb = it / {columns}, n0 = it % {columns} * 32;",

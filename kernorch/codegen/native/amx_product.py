@@ -197,12 +197,14 @@ def packed_elements(k_total: int, n_total: int) -> int:
 
 def amx_scratch_state(name: str, packed_bytes: int, per_thread: int) -> list[str]:
     """The state (packed weights `w`, `slots` threads' scratch of `per_thread` bytes each: the OpenMP threads when
-    the plan is created, at most MAX_SLOTS), its destroy and the opening of its create."""
+    the plan is created, at most MAX_SLOTS), its destroy and the opening of its create. The scratch starts zeroed:
+    a ring's padding and zero row (`Ring`) are never written after."""
     return state_lifecycle(name, "uint16_t *w; char *scratch; int slots;", ["w", "scratch"],
                            [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
                             f"s->slots = omp_get_max_threads() < {MAX_SLOTS} ? omp_get_max_threads() : {MAX_SLOTS};",
                             "if (s->slots < 1) s->slots = 1;",
-                            f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});"])  # fmt: skip
+                            f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});",
+                            f"if (s->scratch) memset(s->scratch, 0, (size_t)s->slots * {per_thread});"])  # fmt: skip
 
 
 def tile_steps(indent: str, steps: int, kp: int, loads: list[str] | None = None) -> list[str]:
@@ -282,8 +284,8 @@ def source_ring(window: Window, reach: int) -> Ring | None:
 
 def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> list[str]:
     """`<name>_ring(src, ring, tags, n, iy)`: source row (n, iy) in the ring, converted (or copied) there unless
-    its slot holds it already; the zero row for a row outside the source. `<name>_ring_clear(ring, tags)`, at the
-    start of each run: the ring zeroed (its padding stays so) and every slot empty."""
+    its slot holds it already; the zero row for a row outside the source. Only the source's pixels of a row are
+    written: its padding, like the zero row, stays as the scratch was zeroed at create."""
     element = "uint16_t" if call.src.dtype == "bfloat16" else "float"
     copy = "memcpy({to}, {x}, (size_t)({count}) * 2)" if element == "uint16_t" else "ko_bf16_run({to}, {x}, {count})"
     (ih, iw), c, px = window.src_size, window.channels, window.pad_begin[1]
@@ -293,12 +295,7 @@ def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> l
     else:
         pixel = copy.format(to=f"row + ({px} + ix) * {c}", x=f"x + ix * {x_stride}", count=c)
         fill = [f"        for (long ix = 0; ix < {iw}; ix++) {pixel};"]
-    zeros = (ring.rows + 1) * ring.row_elements * 2
-    return [f"static inline void {name}_ring_clear(uint16_t *ring, long *tags) {{",
-            f"    memset(ring, 0, {zeros});",
-            f"    for (int i = 0; i < {ring.rows}; i++) tags[i] = -1;",
-            "}",
-            f"static inline const uint16_t *{name}_ring(const {element} *src, uint16_t *ring, long *tags, long n, "
+    return [f"static inline const uint16_t *{name}_ring(const {element} *src, uint16_t *ring, long *tags, long n, "
             "long iy) {",
             f"    if (iy < 0 || iy >= {ih}) return ring + {ring.rows * ring.row_elements};",
             f"    const long slot = iy % {ring.rows}, tag = n * {ih} + iy;",
@@ -312,13 +309,14 @@ def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> l
             "}"]  # fmt: skip
 
 
-def ring_pointers(name: str, ring: Ring | None, at: str) -> list[str]:
-    """In a run's parallel region: the thread's `ring` and `tags` from byte address `at` (64-aligned), cleared."""
+def ring_pointers(ring: Ring | None, at: str) -> list[str]:
+    """In a run's parallel region: the thread's `ring` and `tags` from byte address `at` (64-aligned), every slot
+    empty (the source changes between runs)."""
     if ring is None:
         return []
     return [f"        uint16_t *ring = (uint16_t *)({at});",
             f"        long *tags = (long *)((char *)ring + {ring.tags_at});",
-            f"        if (tiles) {name}_ring_clear(ring, tags);"]  # fmt: skip
+            f"        for (int i = 0; i < {ring.rows}; i++) tags[i] = -1;"]  # fmt: skip
 
 
 def run_opening(name: str, call: LibraryCall, items: str, per_thread: int) -> list[str]:
