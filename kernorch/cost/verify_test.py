@@ -54,3 +54,29 @@ def test_a_bfloat16_output_may_be_one_step_from_the_reference(change: str, passe
     assert (problem is None) == passes, problem
     if not passes:
         assert "more than a bfloat16 step" in str(problem)
+
+
+def _masked_scores() -> CandidateKernel:
+    """y = x + m, float32, m a mask of 0 and float32's lowest (a causal mask as exporters write it)."""
+    graph = Graph(inputs=["x"], outputs=["y"], name="masked")
+    graph.types = {"x": TensorType((4, 4), "float32"), "m": TensorType((4, 4), "float32"),
+                   "y": TensorType((4, 4), "float32")}  # fmt: skip
+    graph.constants = {"m": np.triu(np.full((4, 4), np.finfo(np.float32).min, np.float32), 1)}
+    graph.nodes = [Node("add", ("x", "m"), ("y",))]
+    return make_kernel(graph, (0,), ("y",))
+
+
+@pytest.mark.parametrize(("change", "passes"), [("none", True), ("NaN for a number", False), ("-inf for -max", False)])
+def test_float32_outputs_near_float32s_extremes_are_judged_without_overflow(change: str, passes: bool) -> None:
+    """|want| + scale overflowed in float32 for outputs near float32's max: a RuntimeWarning on every profile of
+    gpt2_mini's masked attention."""
+    kernel = _masked_scores()
+    x = random_array((4, 4), seed=5)
+    got = run_reference(kernel.graph, {"x": x})["y"].copy()
+    if change == "NaN for a number":
+        got[1, 0] = np.nan
+    elif change == "-inf for -max":
+        got[0, 3] = -np.inf
+    with np.errstate(all="raise"):
+        problem = output_mismatch(kernel, {"x": x, "y": got})
+    assert (problem is None) == passes, problem
