@@ -20,10 +20,12 @@ import numpy as np
 from kernorch.codegen.program import CALL, ENTRY_FIELDS, REGION, SEGMENT_FIELDS, TASK, WAIT
 from kernorch.runtime.timing import time_call
 from kernorch.schedule.program import Call, Entry, Region, RProgram, RTask, Segment, Unit, Wait, check_program
+from kernorch.schedule.regions import kernel_by_kernel, per_region, slower_regions
 from kernorch.schedule.simulate import UnitTimes, simulate
 from kernorch.schedule.wavefront import schedule
 
 CALIBRATION_RUNS = 5
+PER_REGION = "per region"  # the wavefront rProgram with its slower regions kernel by kernel
 
 
 @dataclass(frozen=True)
@@ -56,27 +58,7 @@ class RProgramRunner:
 
     def kernel_by_kernel(self) -> RProgram:
         """Every unit on all vEUs in plan order: what the kernel-by-kernel runtime does, as an rProgram."""
-        segments: list[Segment] = []
-        programs: list[list[Entry]] = [[] for _ in range(self.veus)]
-        order = 0
-        for u, unit in enumerate(self.units):
-            if not unit.splittable:
-                if any(programs):
-                    segments.append(Region(tuple(tuple(p) for p in programs)))
-                    programs = [[] for _ in range(self.veus)]
-                segments.append(Call(RTask(u, 0, unit.iterations, order)))
-                order += 1
-                continue
-            counts = [sum(isinstance(e, RTask) for e in p) for p in programs]
-            parts = min(self.veus, unit.iterations)
-            for v in range(parts):
-                programs[v] += [Wait(j, counts[j]) for j in range(self.veus) if j != v and counts[j]]
-                begin, end = unit.iterations * v // parts, unit.iterations * (v + 1) // parts
-                programs[v].append(RTask(u, begin, end, order))
-                order += 1
-        if any(programs):
-            segments.append(Region(tuple(tuple(p) for p in programs)))
-        return RProgram(self.veus, self.units, tuple(segments))
+        return RProgram(self.veus, self.units, tuple(kernel_by_kernel(self.units, self.veus)))
 
     def all_single(self) -> RProgram:
         """Every native unit whole on vEU 0, in plan order; Python's kernels as calls."""
@@ -101,8 +83,15 @@ class RProgramRunner:
         return self.times
 
     def _unit_seconds(self, program: RProgram, runs: int) -> list[float]:
+        return self._spans(program, runs)[0]
+
+    def _spans(self, program: RProgram, runs: int) -> tuple[list[float], list[float]]:
+        """Median seconds from first start to last end of each unit's rTasks, and of each segment's, over `runs`
+        traced runs of `program` (after one to warm up)."""
         self.use(program)
+        segment_of = {t.order: s for s, segment in enumerate(program.segments) for t in _tasks_of(segment)}
         samples: list[list[float]] = [[] for _ in self.units]
+        segment_samples: list[list[float]] = [[] for _ in program.segments]
         for repeat in range(runs + 1):
             spans = self.traced()
             if not repeat:
@@ -110,32 +99,39 @@ class RProgramRunner:
             first: dict[int, float] = {}
             last: dict[int, float] = {}
             for task, (_, start, end) in zip(self.tasks, spans, strict=True):
-                first[task.unit] = min(first.get(task.unit, start), start)
-                last[task.unit] = max(last.get(task.unit, end), end)
-            for u in first:
-                samples[u].append(last[u] - first[u])
-        return [float(np.median(s)) if s else 0.0 for s in samples]
+                for key in (task.unit, -1 - segment_of[task.order]):  # units, then segments as -1 - index
+                    first[key] = min(first.get(key, start), start)
+                    last[key] = max(last.get(key, end), end)
+            for key in first:
+                (samples[key] if key >= 0 else segment_samples[-1 - key]).append(last[key] - first[key])
+        return _medians(samples), _medians(segment_samples)
 
     def build(self, runs: int = CALIBRATION_RUNS) -> RProgram:
         """Calibrate; schedule with the wavefront policy; schedule again with the times the first schedule
         showed when it ran (rTasks beside each other share caches and bandwidth, and data produced on another
-        core is further away, which the calibration alone cannot see); then time both and the kernel-by-kernel
-        rProgram in turns, and keep the fastest. Every candidate is checked before it runs."""
+        core is further away, which the calibration alone cannot see); compose the first schedule with its
+        regions that ran slower than their kernels one by one run kernel by kernel (schedule/regions.py: the
+        runtime chosen per region); then time these and the kernel-by-kernel rProgram in turns, and keep the
+        fastest. Every candidate is checked before it runs."""
         times = self.calibrate(runs)
         first = schedule(self.units, self.predecessors, times, self.veus)
-        refined = self._observed_times(first, runs)
+        refined, region_seconds = self._observed_times(first, runs)
         candidates = {"kernel by kernel": self.kernel_by_kernel(), "wavefront": first,
                       "wavefront, refined": schedule(self.units, self.predecessors, refined, self.veus)}  # fmt: skip
+        replaced = slower_regions(first, region_seconds, [t.device for t in times])
+        regions = sum(isinstance(segment, Region) for segment in first.segments)
+        if 0 < len(replaced) < regions:  # else it is one of the candidates already
+            candidates[PER_REGION] = per_region(first, replaced)
         self.measured = self._medians_in_turns(candidates, 2 * runs)
         self.choice = min(self.measured, key=lambda name: self.measured[name])
         self.use(candidates[self.choice])
         self.times = times
         return candidates[self.choice]
 
-    def _observed_times(self, program: RProgram, runs: int) -> list[UnitTimes]:
+    def _observed_times(self, program: RProgram, runs: int) -> tuple[list[UnitTimes], list[float]]:
         """The calibrated times, with each unit's time in the variant `program` runs it in replaced by what
-        the unit took when `program` ran."""
-        observed = self._unit_seconds(program, runs)
+        the unit took when `program` ran; and what each of its segments took."""
+        observed, segment_seconds = self._spans(program, runs)
         variant: dict[int, str] = {}
         for segment in program.segments:
             if isinstance(segment, Call):
@@ -144,7 +140,8 @@ class RProgramRunner:
                 for _, task in segment.tasks():
                     whole = task.begin == 0 and task.end == self.units[task.unit].iterations
                     variant[task.unit] = "single" if whole else "split"
-        return [replace(t, **{variant[u]: observed[u]}) if u in variant else t for u, t in enumerate(self.times)]
+        times = [replace(t, **{variant[u]: observed[u]}) if u in variant else t for u, t in enumerate(self.times)]
+        return times, segment_seconds
 
     def _medians_in_turns(self, candidates: dict[str, RProgram], runs: int) -> dict[str, float]:
         """Median seconds of each candidate, timed in turns (one run of each, `runs` rounds): a burst of noise on
@@ -235,6 +232,10 @@ class RProgramRunner:
         veu_of = {t.order: v for s in self.program.segments if isinstance(s, Region) for v, t in s.tasks()}
         return [(veu_of.get(t.order, -1), (trace[2 * t.order] - began) * 1e-9,
                  (trace[2 * t.order + 1] - began) * 1e-9) for t in self.tasks]  # fmt: skip
+
+
+def _medians(groups: list[list[float]]) -> list[float]:
+    return [float(np.median(s)) if s else 0.0 for s in groups]
 
 
 def _tasks_of(segment: Segment) -> list[RTask]:
