@@ -33,7 +33,15 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
 from kernorch.options import RUNTIMES
-from kernorch.runtime.memory import allocate, available_bytes, check_fits, plan_memory, workspace_bytes
+from kernorch.runtime.memory import (
+    aligned_copy,
+    aligned_empty,
+    allocate,
+    available_bytes,
+    check_fits,
+    plan_memory,
+    workspace_bytes,
+)
 from kernorch.runtime.reference import check_feeds
 from kernorch.runtime.rprogram import RProgramRunner
 from kernorch.runtime.threads import thread_count
@@ -122,7 +130,8 @@ class Workspace:
         self.buffers: dict[str, np.ndarray] = dict(executor.constants)
         for name in graph.inputs:  # zeros: valid indices for a gather when the rProgram is calibrated on them
             t = graph.types[name]
-            self.buffers[name] = np.zeros(t.shape, dtype=t.dtype)
+            self.buffers[name] = aligned_empty(t.shape, t.dtype)
+            self.buffers[name].fill(0)
         # A view kernel's outputs are its input's bytes at an offset (codegen/views.py); intermediate values
         # share one arena by lifetime (runtime/memory.py); graph outputs own their buffers.
         self.arena: np.ndarray | None = None
@@ -133,7 +142,7 @@ class Workspace:
             for name in kernel.outputs:
                 if name not in self.buffers and name not in executor.views:
                     t = graph.types[name]
-                    self.buffers[name] = np.empty(t.shape, dtype=t.dtype)
+                    self.buffers[name] = aligned_empty(t.shape, t.dtype)
         for name in executor.views:  # after every buffer of its own exists; a chain resolves through its sources
             self._view_buffer(name, executor.views, graph)
         self.library: NativeLibrary | None = None
@@ -151,7 +160,7 @@ class Workspace:
             source, offset = views[name]
             flat = self._view_buffer(source, views, graph).reshape(-1)  # every buffer is contiguous
             t = graph.types[name]
-            self.buffers[name] = flat[offset: offset + t.numel].reshape(t.shape)
+            self.buffers[name] = flat[offset : offset + t.numel].reshape(t.shape)
         return self.buffers[name]
 
 
@@ -190,7 +199,7 @@ class PlanExecutor:
         # (weights are packed from them; a kernel writing one would be a codegen bug, caught by numpy).
         self.constants: dict[str, np.ndarray] = {}
         for name, array in graph.constants.items():
-            constant = np.array(array, order="C")
+            constant = aligned_copy(np.asarray(array))
             constant.flags.writeable = False
             self.constants[name] = constant
         self.cache_dir = cache_dir
@@ -492,7 +501,7 @@ class PlanExecutor:
                     np.copyto(buffers[name], array)
             for name, slot in self._output_slots.items():
                 t = self.graph.types[name]
-                outputs[name] = np.empty(t.shape, dtype=t.dtype)
+                outputs[name] = aligned_empty(t.shape, t.dtype)
                 bound.append((slot, buffers[name]))
                 table[slot] = outputs[name].ctypes.data  # type: ignore[index]  # slots exist only with a table
             rprogram = self._rprogram_of(workspace) if self.runtime == "rprogram" else None

@@ -46,6 +46,24 @@ def _aligned(nbytes: int) -> int:
     return -(-max(nbytes, 1) // ALIGNMENT) * ALIGNMENT
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
+    """An uninitialised C-contiguous array starting on a cache line. numpy aligns to 16 bytes only, and a weight
+    whose rows start mid-line makes every 64-byte vector load of a kernel span two lines: lstm_tc's ten identical
+    recurrences ran 0.62 ms where R started on a line and 1.01 ms where it started 32 bytes past one."""
+    kind = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    shift = (-raw.ctypes.data) % ALIGNMENT
+    return raw[shift : shift + nbytes].view(kind).reshape(shape)
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """`array` copied into `aligned_empty` memory (C order)."""
+    copy = aligned_empty(array.shape, array.dtype)
+    np.copyto(copy, array)
+    return copy
+
+
 def root_of(value: str, aliases: dict[str, str]) -> str:
     """The value whose bytes `value` is (itself unless it is a view)."""
     while value in aliases:
@@ -99,7 +117,7 @@ def allocate(graph: Graph, plan: MemoryPlan) -> tuple[np.ndarray, dict[str, np.n
         shift = (-arena.ctypes.data) % ALIGNMENT
     for value, placement in plan.placements.items():
         t = graph.types[value]
-        raw = arena[shift + placement.offset: shift + placement.offset + t.nbytes]
+        raw = arena[shift + placement.offset : shift + placement.offset + t.nbytes]
         views[value] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
     return arena, views
 
