@@ -471,6 +471,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("folded AMX convolution sums one kernel column short", "kernorch/codegen/native/amx_conv.py",
            'f"                    for (int kx = 0; kx < {kw}; kx++) {{",',
            'f"                    for (int kx = 1; kx < {kw}; kx++) {{",', (AMX_CONV,)),
+    Mutant("buffers start where numpy puts them (16 bytes), not on a cache line", "kernorch/runtime/memory.py",
+           "shift = (-raw.ctypes.data) % ALIGNMENT\n    return", "shift = 0\n    return",
+           ("kernorch/runtime/memory_test.py",)),
+    Mutant("the per-region rProgram keeps the regions that ran slower than their kernels",
+           "kernorch/schedule/regions.py", "if alone < region_seconds[s]:", "if alone > region_seconds[s]:",
+           ("kernorch/schedule/regions_test.py",)),
+    Mutant("the per-region rProgram leaves a replaced region's rTask numbers as they were",
+           "kernorch/schedule/regions.py", "return RProgram(program.veus, program.units, _renumbered(segments))",
+           "return RProgram(program.veus, program.units, tuple(segments))", ("kernorch/schedule/regions_test.py",)),
 )  # fmt: skip
 
 
