@@ -23,6 +23,7 @@ SENSITIVITY = 8.0  # a kernel may be this many times as far from the reference a
 # (an approximated erf, sums in another order) rounds to the neighbouring bfloat16 where the two straddle the
 # midpoint. 8 significant bits: a value in [2^e, 2^(e+1)) has steps of 2^(e-7).
 BF16_BITS = 8
+SENTINEL = 1e30  # magnitudes from here up are masks' stand-ins for -inf (float32's lowest, -1e38), not data
 
 
 def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) -> str | None:
@@ -64,8 +65,14 @@ def _bfloat16_mismatch(name: str, got: np.ndarray, want: np.ndarray, feeds: Mapp
     """Why a bfloat16 output is wrong: beyond one bfloat16 step of the reference's value plus RTOL of the scale
     (NaN where it has NaN, infinities equal)."""
     got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    scale = max(_magnitude(want64), *(_magnitude(np.asarray(v, np.float64)) for v in feeds.values()
-                                      if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"))
+    scale = max(
+        _magnitude(want64),
+        *(
+            _magnitude(np.asarray(v, np.float64))
+            for v in feeds.values()
+            if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"
+        ),
+    )
     with np.errstate(invalid="ignore"):
         error = np.abs(got64 - want64)
         exact = (np.isnan(got64) & np.isnan(want64)) | (got64 == want64)
@@ -86,8 +93,10 @@ def _nudged(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _magnitude(values: np.ndarray) -> float:
-    """The largest finite magnitude (0 for none): a float kernel's rounding scales with its operands, and a sum
-    of normalized values (a layer norm's Σ (x - mean)/std, near 0 by construction) is exact only to theirs."""
+    """The largest finite magnitude below SENTINEL (0 for none): a float kernel's rounding scales with its
+    operands, and a sum of normalized values (a layer norm's Σ (x - mean)/std, near 0 by construction) is exact
+    only to theirs. A mask's -3.4e38 is no operand's scale: counted, it let every other element be off by 3e34."""
     if not np.issubdtype(values.dtype, np.floating):
         return 0.0
-    return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
+    magnitudes = np.abs(values.astype(np.float64, copy=False))
+    return float(np.max(magnitudes[magnitudes < SENTINEL], initial=0.0))

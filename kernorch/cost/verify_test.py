@@ -66,10 +66,13 @@ def _masked_scores() -> CandidateKernel:
     return make_kernel(graph, (0,), ("y",))
 
 
-@pytest.mark.parametrize(("change", "passes"), [("none", True), ("NaN for a number", False), ("-inf for -max", False)])
+@pytest.mark.parametrize(
+    ("change", "passes"),
+    [("none", True), ("NaN for a number", False), ("-inf for -max", False), ("one element off by 0.1", False)],
+)
 def test_float32_outputs_near_float32s_extremes_are_judged_without_overflow(change: str, passes: bool) -> None:
     """|want| + scale overflowed in float32 for outputs near float32's max: a RuntimeWarning on every profile of
-    gpt2_mini's masked attention."""
+    gpt2_mini's masked attention; and the mask's magnitude is no scale for the other elements' error."""
     kernel = _masked_scores()
     x = random_array((4, 4), seed=5)
     got = run_reference(kernel.graph, {"x": x})["y"].copy()
@@ -77,6 +80,8 @@ def test_float32_outputs_near_float32s_extremes_are_judged_without_overflow(chan
         got[1, 0] = np.nan
     elif change == "-inf for -max":
         got[0, 3] = -np.inf
+    elif change == "one element off by 0.1":
+        got[2, 1] += np.float32(0.1)
     with np.errstate(all="raise"):
         problem = output_mismatch(kernel, {"x": x, "y": got})
     assert (problem is None) == passes, problem

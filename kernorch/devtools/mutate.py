@@ -480,6 +480,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the per-region rProgram leaves a replaced region's rTask numbers as they were",
            "kernorch/schedule/regions.py", "return RProgram(program.veus, program.units, _renumbered(segments))",
            "return RProgram(program.veus, program.units, tuple(segments))", ("kernorch/schedule/regions_test.py",)),
+    Mutant("the profiler's check scales every element's error by a mask's -3.4e38", "kernorch/cost/verify.py",
+           "magnitudes[magnitudes < SENTINEL]", "magnitudes[np.isfinite(magnitudes)]",
+           ("kernorch/cost/verify_test.py",)),
 )  # fmt: skip
 
 
