@@ -36,6 +36,7 @@ ATTENTION = "kernorch/codegen/native/attention_test.py"
 ATTENTION_AMX = "kernorch/codegen/native/attention_amx_test.py"
 AMX_MATMUL = "kernorch/codegen/native/amx_matmul_test.py"
 AMX_CONV = "kernorch/codegen/native/amx_conv_test.py"
+POINTWISE = "kernorch/codegen/native/pointwise_conv_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -483,6 +484,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the profiler's check scales every element's error by a mask's -3.4e38", "kernorch/cost/verify.py",
            "magnitudes[magnitudes < SENTINEL]", "magnitudes[np.isfinite(magnitudes)]",
            ("kernorch/cost/verify_test.py",)),
+    Mutant("the 1x1 convolution sums one input channel short", "kernorch/codegen/native/pointwise_conv.py",
+           'f"    for (int k = 0; k < {in_channels}; k++) {{",', 'f"    for (int k = 1; k < {in_channels}; k++) {{",',
+           (POINTWISE,)),
+    Mutant("the 1x1 convolution's epilogue skips the last pixel of a run", "kernorch/codegen/native/pointwise_conv.py",
+           '"        for (p = p0; p < p1; p++) {",', '"        for (p = p0; p < p1 - 1; p++) {",', (POINTWISE,)),
+    Mutant("the 1x1 convolution's last register block of a run takes ROWS pixels past the run",
+           "kernorch/codegen/native/pointwise_conv.py",
+           'f"        for (; p + {name}_ROWS <= p1; p += {name}_ROWS) {{",',
+           'f"        for (; p < p1; p += {name}_ROWS) {{",', (POINTWISE,)),
 )  # fmt: skip
 
 

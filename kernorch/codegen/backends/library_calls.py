@@ -22,9 +22,11 @@ from kernorch.codegen.native import (
     amx_matmul_rejection,
     depthwise_rejection,
     direct_conv_rejection,
+    pointwise_rejection,
     render_amx_matmul,
     render_depthwise_conv,
     render_direct_conv,
+    render_pointwise_conv,
     render_winograd_conv,
     winograd_rejection,
 )
@@ -90,6 +92,9 @@ DIRECT_CONV = LibraryCallBackend("direct_conv", "native C", "direct C convolutio
 # oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
 DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C depthwise convolution",
                                     depthwise_rejection, render_depthwise_conv)  # fmt: skip
+# oneDNN runs a swish (or another transcendental) post-op at a fraction of its 1x1 convolution's speed
+POINTWISE_CONV = LibraryCallBackend("pointwise_conv", "native C", "1x1 C convolution with its epilogue in cache",
+                                    pointwise_rejection, render_pointwise_conv)  # fmt: skip
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip

@@ -10,7 +10,14 @@ from kernorch.codegen.backends.base import Backend
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
 from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
-from kernorch.codegen.backends.library_calls import AMX_MATMUL, DEPTHWISE_CONV, DIRECT_CONV, ONEDNN, WINOGRAD_CONV
+from kernorch.codegen.backends.library_calls import (
+    AMX_MATMUL,
+    DEPTHWISE_CONV,
+    DIRECT_CONV,
+    ONEDNN,
+    POINTWISE_CONV,
+    WINOGRAD_CONV,
+)
 from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.views import concat_pieces, view_outputs
 from kernorch.ir.kernel import CandidateKernel
@@ -21,7 +28,7 @@ from kernorch.ir.kernel import CandidateKernel
 # onnxruntime fallback and the reference run on the host for either.
 _ORDERS: dict[str, list[Backend]] = {
     "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, FUSED_ATTENTION, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
-            WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
+            POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
     "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
 }
 DEVICE_KINDS = tuple(_ORDERS)

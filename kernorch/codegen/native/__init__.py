@@ -1,7 +1,7 @@
 """Hand-written kernels: a bf16 matmul on AMX tiles and convolutions for the shapes oneDNN handles worst (direct,
-depthwise, Winograd), with a library call's create/run/destroy shape; C templates for opaque primitives (the LSTM
-scan, stacked LSTM layers as waves) and for fused attention (QKᵀ, softmax, ·V per block of query rows). Their
-backends are codegen/backends/library_calls.py and templates.py."""
+depthwise, Winograd, 1x1 with a transcendental epilogue), with a library call's create/run/destroy shape; C
+templates for opaque primitives (the LSTM scan, stacked LSTM layers as waves) and for fused attention (QKᵀ,
+softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
 
 from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, render_amx_matmul
 from kernorch.codegen.native.amx_product import amx_supported
@@ -20,6 +20,7 @@ from kernorch.codegen.native.lstm_stack import (
     lstm_stack_supported,
     render_lstm_stack,
 )
+from kernorch.codegen.native.pointwise_conv import pointwise_rejection, render_pointwise_conv
 from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "render_direct_conv",
     "render_lstm",
     "render_lstm_stack",
+    "pointwise_rejection",
+    "render_pointwise_conv",
     "render_winograd_conv",
     "winograd_rejection",
 ]

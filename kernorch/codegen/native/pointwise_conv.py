@@ -1,0 +1,141 @@
+"""A 1x1 convolution over few input channels in generated C, its transcendental epilogue applied in cache.
+
+oneDNN runs a 1x1 convolution's eltwise post-ops inside its kernel, but the transcendental ones slowly:
+efficientnet_b0's 16 → 96 expansion at 112x112 with swish took 738 µs in place (52 GFLOP/s) where its 1x1
+convolutions without post-ops run at 130-170 GFLOP/s — and the plan paid a separate sigmoid-and-multiply pass
+(~130 µs each) after the other expansions rather than fuse swish there (issue 43: "its swish post-op measured
+2-3x the conv it is attached to"). With few input channels the product is cheap and the epilogue is the work.
+
+Channels-last, a 1x1 stride-1 convolution is a product [pixels, K] x [K, N]. Each parallel item is a run of
+PIXELS output pixels and one chunk of at most six vectors of output channels, whose packed weights ([K][N], N a
+multiple of 16) stay in L1 across the run. A register block of ROWS pixels x that chunk accumulates from the bias
+(ROWS x 6 accumulators: 24 with AVX-512, 12 with AVX2); each input channel is broadcast once per pixel and each
+weight vector loaded once per block. The block is stored, then the post-ops (library/post_ops.py) run over it
+while it is in L1, in a loop over channels that vectorizes (ko_sigmoidf and friends are the prelude's). A run
+allocates nothing.
+"""
+
+from __future__ import annotations
+
+from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library.epilogue import Eltwise
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
+
+MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run's source rows share L1
+CHANNEL_MULTIPLE = 16  # output channels come in whole vectors of the widest ISA (AVX-512)
+CHUNK_VECTORS = 6  # output-channel vectors per register block
+PIXELS = 64  # output pixels per parallel item: a multiple of every ISA's ROWS (4 or 2)
+# The post-ops oneDNN runs slowly inside a convolution; cheap ones (relu, clip, linear, binary) stay there
+SLOW_POST_OPS = frozenset({"swish", "logistic", "gelu_erf", "gelu_tanh", "tanh", "exp", "elu"})
+
+
+def pointwise_rejection(call: LibraryCall) -> str | None:
+    """Why the pointwise kernel does not run `call` (None when it does)."""
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
+        return "not a 2-d convolution without groups"
+    out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
+    if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
+        return "not a 1x1 stride-1 convolution without padding"
+    if not any(isinstance(op, Eltwise) and op.alg in SLOW_POST_OPS for op, _ in call.post_ops):
+        return "no transcendental post-op: oneDNN runs it at full speed"
+    if in_channels > MAX_INPUT_CHANNELS:
+        return f"{in_channels} input channels: oneDNN's blocking pays off"
+    if out_channels % CHANNEL_MULTIPLE:
+        return f"{out_channels} output channels are no multiple of {CHANNEL_MULTIPLE}"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
+    _, _, _, width = call.src.dims
+    if call.src.strides[2] != width * call.src.strides[3] or call.dst.strides[2] != width * call.dst.strides[3]:
+        return "pixels are not evenly strided"
+    return post_ops_rejection(call.post_ops)
+
+
+def render_pointwise_conv(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `pointwise_rejection` accepted): state, create, run, destroy."""
+    batch, in_channels, height, width = call.src.dims
+    out_channels = call.weights.dims[0]
+    src_n, _, _, src_x = call.src.strides
+    dst_n, _, _, dst_x = call.dst.strides
+    w_o, w_i, _, _ = call.weights.strides
+    pixels = height * width
+    runs = -(-pixels // PIXELS)
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+    pointers, operands = binary_operands(call.post_ops)
+    epilogue = post_op_statements(call.post_ops, operands)
+    block = f"{name}_block"
+    lines = [VECTOR_TYPES,
+             f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
+             f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */",
+             *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
+                              [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
+                               f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]),
+             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *bias = {bias};",
+             f"    for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
+             f"        s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];",
+             f"    for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;",
+             "    return s;",
+             "}",
+             # rows x vectors of one chunk; `rows` and `vectors` are constants at every call (always inlined)
+             f"static inline __attribute__((always_inline)) void {block}(const float *restrict in, "
+             "const float *restrict w, const float *restrict bias, float *restrict out, int rows, int vectors) {",
+             f"    ko_vc acc[{name}_ROWS][{CHUNK_VECTORS}];",
+             "    for (int r = 0; r < rows; r++)",
+             "        for (int v = 0; v < vectors; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);",
+             f"    for (int k = 0; k < {in_channels}; k++) {{",
+             f"        ko_vc wv[{CHUNK_VECTORS}];",
+             f"        for (int v = 0; v < vectors; v++) wv[v] = *(const ko_vc *)(w + k * {out_channels} + "
+             "v * KO_VC_LANES);",
+             "        for (int r = 0; r < rows; r++) {",
+             f"            const float x = in[r * {src_x}L + k];",
+             "            for (int v = 0; v < vectors; v++) acc[r][v] += x * wv[v];",
+             "        }",
+             "    }",
+             "    for (int r = 0; r < rows; r++)",
+             "        for (int v = 0; v < vectors; v++)",
+             f"            *(ko_vcu *)(out + r * {dst_x}L + v * KO_VC_LANES) = acc[r][v];",
+             "}",
+             *run_prologue(name, call),
+             *pointers,
+             f"    const int chunks = ({out_channels} + {name}_CHUNK - 1) / {name}_CHUNK;",
+             "    #pragma omp parallel for schedule(static)",
+             f"    for (long item = 0; item < {batch * runs}L * chunks; item++) {{",
+             f"        const long n = item / ({runs}L * chunks), run = item / chunks % {runs};",
+             f"        const int c0 = (int)(item % chunks) * {name}_CHUNK;",
+             f"        const int vectors = ({out_channels} - c0 < {name}_CHUNK ? {out_channels} - c0 : {name}_CHUNK) "
+             "/ KO_VC_LANES;",
+             f"        const long p0 = run * {PIXELS}, p1 = p0 + {PIXELS} < {pixels} ? p0 + {PIXELS} : {pixels};",
+             "        const float *wc = s->w + c0, *bc = s->bias + c0;",
+             "        long p = p0;",
+             f"        for (; p + {name}_ROWS <= p1; p += {name}_ROWS) {{",
+             f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
+             f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
+             "            switch (vectors) {",
+             *(f"                case {v}: {block}(in, wc, bc, out, {name}_ROWS, {v}); break;"
+               for v in range(1, CHUNK_VECTORS + 1)),
+             "            }",
+             "        }",
+             "        for (; p < p1; p++) {",
+             f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
+             f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
+             "            switch (vectors) {",
+             *(f"                case {v}: {block}(in, wc, bc, out, 1, {v}); break;"
+               for v in range(1, CHUNK_VECTORS + 1)),
+             "            }",
+             "        }",
+             ]  # fmt: skip
+    if epilogue:  # over the run's outputs of this chunk, still in L1
+        lines += ["        for (p = p0; p < p1; p++) {",
+                  f"            const long y = p / {width}, x = p % {width};",
+                  "            (void)y; (void)x;  /* read by binary post-ops' operands only */",
+                  f"            float *o = dst + n * {dst_n}L + p * {dst_x}L;",
+                  "            #pragma omp simd",
+                  "            for (int c = c0; c < c0 + vectors * KO_VC_LANES; c++) {",
+                  "                float v = o[c];",
+                  *(f"                {statement}" for statement in epilogue),
+                  "                o[c] = v;",
+                  "            }",
+                  "        }"]  # fmt: skip
+    lines += ["    }", "    return 0;", "}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""The 1x1 convolution with its transcendental epilogue in cache (native/pointwise_conv.py): chosen exactly where it
+applies, and equal to onnxruntime across channel counts that leave a short chunk, pixel counts that leave a short
+run and a short register block, batch, no bias, a per-channel binary post-op after the swish, and edge values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.codegen.library.call import LibraryCall, describe_library_call
+from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
+from kernorch.codegen.native.pointwise_conv import pointwise_rejection
+from kernorch.testing import cpu_compile, random_array
+from kernorch.tools.check import run_onnxruntime
+
+EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
+    "none": [helper.make_node("Identity", ["c"], ["e"])],
+    "swish": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["e"])],
+    "swish, scaled per channel": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+                                  helper.make_node("Mul", ["m", "scale"], ["e"])],
+    "tanh": [helper.make_node("Tanh", ["c"], ["e"])],
+    "relu": [helper.make_node("Relu", ["c"], ["e"])],
+}
+
+
+def pointwise_model(in_channels: int, out_channels: int, size: tuple[int, int], batch: int = 1, bias: bool = True,
+                    epilogue: str = "swish", kernel: int = 1) -> onnx.ModelProto:  # fmt: skip
+    """x → 1x1 Conv → Relu → the tested Conv → epilogue → 1x1 Conv to 4 channels: the convs around it keep the
+    channels-last layout on both sides, so the epilogue joins the tested conv, not a layout change."""
+    pads = [kernel // 2] * 4
+    w = random_array((out_channels, in_channels, kernel, kernel), seed=1) * 0.3
+    initializers = [numpy_helper.from_array(w, "w"),
+                    numpy_helper.from_array(random_array((in_channels, in_channels, 1, 1), seed=4) * 0.3, "w0"),
+                    numpy_helper.from_array(random_array((4, out_channels, 1, 1), seed=5) * 0.3, "w1"),
+                    numpy_helper.from_array(random_array((out_channels,), seed=2), "b"),
+                    numpy_helper.from_array(random_array((out_channels, 1, 1), seed=6), "scale")]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "b"] if bias else ["r", "w"], ["c"], pads=pads),
+             *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y_nchw"]),
+             helper.make_node("Transpose", ["y_nchw"], ["y"], perm=[0, 2, 3, 1])]  # fmt: skip
+    graph = helper.make_graph(nodes, "pointwise",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, in_channels, *size))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def compiled_calls(model: onnx.ModelProto, x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                                                  list[LibraryCall]]:  # fmt: skip
+    """(kernorch's output, onnxruntime's, the library calls between the first and the last conv)."""
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    feeds = {"x": random_array(shape, seed=3) if x is None else x}
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b.stateful]  # fmt: skip
+    assert len(calls) == 3, calls
+    backends = [b.name for b in compiled.executor.backends if b.stateful]
+    assert backends[1] == ("pointwise_conv" if pointwise_rejection(calls[1]) is None else "onednn"), backends
+    return compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], calls[1:-1]
+
+
+CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call must apply
+    "efficientnet's 16 -> 96 expansion with swish": (dict(in_channels=16, out_channels=96, size=(9, 13)), ("swish",)),
+    "240 outputs (chunks of 96, 96 and 48), 40 inputs, batch 2, runs of 64 and a short one": (
+        dict(in_channels=40, out_channels=240, size=(11, 7), batch=2), ("swish",)),
+    "no bias, tanh, 16 outputs (one vector), one pixel": (
+        dict(in_channels=8, out_channels=16, size=(1, 1), bias=False, epilogue="tanh"), ("tanh",)),
+    "swish, then a per-channel scale (a binary post-op)": (
+        dict(in_channels=24, out_channels=144, size=(5, 6), epilogue="swish, scaled per channel"), ("swish", "mul")),
+}  # fmt: skip
+
+
+def _post_op_names(call: LibraryCall) -> tuple[str, ...]:
+    return tuple(op.alg for op, _ in call.post_ops)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pointwise_conv_matches_onnxruntime(case: str) -> None:
+    arguments, post_ops = CASES[case]
+    actual, expected, calls = compiled_calls(pointwise_model(**arguments))
+    assert [pointwise_rejection(call) for call in calls] == [None]
+    assert _post_op_names(calls[0]) == post_ops
+    assert_close(actual, expected)
+
+
+def test_edge_values_pass_through_as_onnxruntime_computes_them() -> None:
+    """Inputs of ±1e30 (swish's sigmoid saturates to 0 and 1 on either side; the products reach ±inf) and NaN."""
+    model = pointwise_model(in_channels=16, out_channels=32, size=(3, 5))
+    x = random_array((1, 16, 3, 5), seed=9)
+    x[0, :, 0, 0], x[0, :, 1, 2], x[0, 3, 2, 4] = 1e30, -1e30, np.nan
+    actual, expected, calls = compiled_calls(model, x)
+    assert [pointwise_rejection(call) for call in calls] == [None]
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4,
+                               atol=1e-5 * float(np.abs(expected[finite]).max()))  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    (dict(epilogue="none"), "no transcendental post-op: oneDNN runs it at full speed"),
+    (dict(epilogue="relu"), "no transcendental post-op: oneDNN runs it at full speed"),
+    (dict(in_channels=72), "72 input channels: oneDNN's blocking pays off"),
+    (dict(out_channels=40), "40 output channels are no multiple of 16"),
+    (dict(kernel=3), "not a 1x1 stride-1 convolution without padding"),
+])  # fmt: skip
+def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
+    arguments: dict[str, Any] = dict(in_channels=16, out_channels=32, size=(4, 5)) | changes
+    actual, expected, calls = compiled_calls(pointwise_model(**arguments))
+    assert [pointwise_rejection(call) for call in calls] == [reason]
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
+def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
+    arguments, _ = CASES["swish, then a per-channel scale (a binary post-op)"]
+    _, _, calls = compiled_calls(pointwise_model(**arguments))
+    assert_compiles_for(isa, calls[0], tmp_path)
