@@ -18,7 +18,6 @@ allocates nothing.
 from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
 
 MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run's source rows share L1
@@ -36,7 +35,7 @@ def pointwise_rejection(call: LibraryCall) -> str | None:
     out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
     if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
         return "not a 1x1 stride-1 convolution without padding"
-    if not any(isinstance(op, Eltwise) and op.alg in SLOW_POST_OPS for op, _ in call.post_ops):
+    if not any(op.alg in SLOW_POST_OPS for op, _ in call.post_ops):  # binary ops' algs are add, mul, ...
         return "no transcendental post-op: oneDNN runs it at full speed"
     if in_channels > MAX_INPUT_CHANNELS:
         return f"{in_channels} input channels: oneDNN's blocking pays off"
