@@ -493,6 +493,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "kernorch/codegen/native/pointwise_conv.py",
            'f"        for (; p + {name}_ROWS <= p1; p += {name}_ROWS) {{",',
            'f"        for (; p < p1; p += {name}_ROWS) {{",', (POINTWISE,)),
+    Mutant("a call's input check takes any array whose dtype has the expected name (a big-endian >f4 too)",
+           "kernorch/runtime/reference.py", "array.dtype == _native_dtype(expected.dtype)",
+           "array.dtype.name == expected.dtype", ("kernorch/runtime/inputs_test.py",)),
 )  # fmt: skip
 
 

@@ -151,6 +151,7 @@ class Workspace:
             for value, slot in executor.plan.slots.items():
                 table[slot] = self.buffers[value].ctypes.data
             self.library = NativeLibrary(executor.library_path, PLAN_PREFIX, table, executor.threads)
+        self.home: list[int] = list(self.library.table) if self.library is not None else []  # each slot's buffer
         self.launchers: dict[int, Launcher] = {}  # single kernels: timed in place, or run outside rProgram regions
         self.steps: list[Launcher] = []
         self.rprogram: RProgramRunner | None = None
@@ -483,6 +484,12 @@ class PlanExecutor:
         where they are, and outputs are written straight into the arrays returned (no copies) wherever only
         native kernels touch them."""
         checked = check_feeds(self.graph, feeds)
+        primary = self._primary
+        if primary.lock.acquire(blocking=False):  # a lone caller: the first workspace, without the pool's walk
+            try:
+                return self._run(primary, checked)
+            finally:
+                primary.lock.release()
         with self._workspace() as workspace:
             return self._run(workspace, checked)
 
@@ -490,19 +497,20 @@ class PlanExecutor:
         table = workspace.library.table if workspace.library is not None else None
         buffers = workspace.buffers
         outputs: dict[str, np.ndarray] = {}
-        bound: list[tuple[int, np.ndarray]] = []  # (slot, our buffer it points at again after the call)
+        bound: list[int] = []  # slots pointing at the caller's memory: back to `workspace.home` after the call
         try:
             for name, array in feeds.items():
                 slot = self._input_slots.get(name)
-                if table is not None and slot is not None and array.flags.c_contiguous and array.flags.aligned:
-                    bound.append((slot, buffers[name]))
+                flags = array.flags
+                if table is not None and slot is not None and flags.c_contiguous and flags.aligned:
+                    bound.append(slot)
                     table[slot] = array.ctypes.data
                 else:
                     np.copyto(buffers[name], array)
             for name, slot in self._output_slots.items():
                 t = self.graph.types[name]
                 outputs[name] = aligned_empty(t.shape, t.dtype)
-                bound.append((slot, buffers[name]))
+                bound.append(slot)
                 table[slot] = outputs[name].ctypes.data  # type: ignore[index]  # slots exist only with a table
             rprogram = self._rprogram_of(workspace) if self.runtime == "rprogram" else None
             with thread_count(self.threads):
@@ -512,8 +520,8 @@ class PlanExecutor:
                     for step in workspace.steps:
                         step()
         finally:
-            for slot, buffer in bound:  # never leave a pointer to the caller's memory in the table
-                table[slot] = buffer.ctypes.data  # type: ignore[index]
+            for slot in bound:  # never leave a pointer to the caller's memory in the table
+                table[slot] = workspace.home[slot]  # type: ignore[index]
         return {name: outputs[name] if name in outputs else buffers[name].copy() for name in self.graph.outputs}
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from types import ModuleType
 
@@ -59,20 +57,31 @@ class _TorchThreads:
 _TORCH = _TorchThreads()
 
 
-@contextmanager
-def thread_count(threads: int) -> Iterator[None]:
-    """Run the body with `threads` OpenMP (and, if torch is in use, intra-op) threads, then restore."""
-    openmp = _openmp()
-    torch = sys.modules.get("torch")  # only if torch is in use: never import it for this
-    previous_omp = openmp.omp_get_max_threads() if openmp is not None else None
-    if torch is not None:
-        _TORCH.enter(torch, threads)
-    if openmp is not None and previous_omp != threads:
-        openmp.omp_set_num_threads(threads)
-    try:
-        yield
-    finally:
+class _ThreadScope:
+    """`thread_count`'s scope: a class, not a generator, since it wraps every call of a plan (a generator-based
+    context manager costs several µs there, right after kernels have cooled the interpreter's caches)."""
+
+    __slots__ = ("threads", "_openmp", "_torch", "_previous")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def __enter__(self) -> None:
+        self._openmp = openmp = _openmp()
+        self._torch = torch = sys.modules.get("torch")  # only if torch is in use: never import it for this
+        self._previous = openmp.omp_get_max_threads() if openmp is not None else None
         if torch is not None:
-            _TORCH.leave(torch)
-        if openmp is not None and previous_omp is not None and previous_omp != threads:
-            openmp.omp_set_num_threads(previous_omp)
+            _TORCH.enter(torch, self.threads)
+        if openmp is not None and self._previous != self.threads:
+            openmp.omp_set_num_threads(self.threads)
+
+    def __exit__(self, *_: object) -> None:
+        if self._torch is not None:
+            _TORCH.leave(self._torch)
+        if self._openmp is not None and self._previous is not None and self._previous != self.threads:
+            self._openmp.omp_set_num_threads(self._previous)
+
+
+def thread_count(threads: int) -> _ThreadScope:
+    """Run the body with `threads` OpenMP (and, if torch is in use, intra-op) threads, then restore."""
+    return _ThreadScope(threads)
