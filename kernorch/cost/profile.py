@@ -179,7 +179,7 @@ class ProfiledCostModel:
             return
         bar = self.progress(missing, len(missing)) if self.progress else None
         size = max(1, min(BATCH, -(-len(missing) // COMPILE_JOBS)))  # at least one batch per compiler
-        batches = [missing[start : start + size] for start in range(0, len(missing), size)]
+        batches = [missing[start: start + size] for start in range(0, len(missing), size)]
         # every batch is compiled before any is timed, one compiler per core: compiling beside a measurement
         # would disturb it, and one compiler at a time left the other core idle for half the tuning time
         compiled = self._compile_all(batches)
@@ -393,7 +393,7 @@ def _normal_values(count: int) -> np.ndarray:
         size = max(count, 2 * _normal_pool.size)
         raw = np.empty(size + 16, dtype=np.float32)
         start = (-raw.ctypes.data % 64) // 4
-        pool = raw[start : start + size]
+        pool = raw[start: start + size]
         pool[:] = np.random.default_rng(0).standard_normal(size, dtype=np.float32)
         pool.setflags(write=False)
         _normal_pool = pool

@@ -65,14 +65,8 @@ def _bfloat16_mismatch(name: str, got: np.ndarray, want: np.ndarray, feeds: Mapp
     """Why a bfloat16 output is wrong: beyond one bfloat16 step of the reference's value plus RTOL of the scale
     (NaN where it has NaN, infinities equal)."""
     got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    scale = max(
-        _magnitude(want64),
-        *(
-            _magnitude(np.asarray(v, np.float64))
-            for v in feeds.values()
-            if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"
-        ),
-    )
+    scale = max(_magnitude(want64), *(_magnitude(np.asarray(v, np.float64)) for v in feeds.values()
+                                      if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"))
     with np.errstate(invalid="ignore"):
         error = np.abs(got64 - want64)
         exact = (np.isnan(got64) & np.isnan(want64)) | (got64 == want64)

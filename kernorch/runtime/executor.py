@@ -161,7 +161,7 @@ class Workspace:
             source, offset = views[name]
             flat = self._view_buffer(source, views, graph).reshape(-1)  # every buffer is contiguous
             t = graph.types[name]
-            self.buffers[name] = flat[offset : offset + t.numel].reshape(t.shape)
+            self.buffers[name] = flat[offset: offset + t.numel].reshape(t.shape)
         return self.buffers[name]
 
 

@@ -54,7 +54,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     shift = (-raw.ctypes.data) % ALIGNMENT
-    return raw[shift : shift + nbytes].view(kind).reshape(shape)
+    return raw[shift: shift + nbytes].view(kind).reshape(shape)
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
@@ -117,7 +117,7 @@ def allocate(graph: Graph, plan: MemoryPlan) -> tuple[np.ndarray, dict[str, np.n
         shift = (-arena.ctypes.data) % ALIGNMENT
     for value, placement in plan.placements.items():
         t = graph.types[value]
-        raw = arena[shift + placement.offset : shift + placement.offset + t.nbytes]
+        raw = arena[shift + placement.offset: shift + placement.offset + t.nbytes]
         views[value] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
     return arena, views
 
