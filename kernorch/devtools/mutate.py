@@ -496,6 +496,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a call's input check takes any array whose dtype has the expected name (a big-endian >f4 too)",
            "kernorch/runtime/reference.py", "array.dtype == _native_dtype(expected.dtype)",
            "array.dtype.name == expected.dtype", ("kernorch/runtime/inputs_test.py",)),
+    Mutant("the 1x1 convolution's epilogue reads a residual at the transposed pixel",
+           "kernorch/codegen/native/pointwise_conv.py", 'f"            const long y = p / {width}, x = p % {width};",',
+           'f"            const long x = p / {width}, y = p % {width};",', (POINTWISE,)),
 )  # fmt: skip
 
 

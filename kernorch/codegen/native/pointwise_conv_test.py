@@ -1,6 +1,7 @@
 """The 1x1 convolution with its transcendental epilogue in cache (native/pointwise_conv.py): chosen exactly where it
 applies, and equal to onnxruntime across channel counts that leave a short chunk, pixel counts that leave a short
-run and a short register block, batch, no bias, a per-channel binary post-op after the swish, and edge values."""
+run and a short register block, batch, no bias, binary post-ops after the swish (a per-channel scale, a residual
+read per pixel), and edge values."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
     "swish": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["e"])],
     "swish, scaled per channel": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
                                   helper.make_node("Mul", ["m", "scale"], ["e"])],
+    "swish, then a residual": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+                               helper.make_node("Add", ["m", "r"], ["e"])],
     "tanh": [helper.make_node("Tanh", ["c"], ["e"])],
     "relu": [helper.make_node("Relu", ["c"], ["e"])],
 }
@@ -72,6 +75,9 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         dict(in_channels=8, out_channels=16, size=(1, 1), bias=False, epilogue="tanh"), ("tanh",)),
     "swish, then a per-channel scale (a binary post-op)": (
         dict(in_channels=24, out_channels=144, size=(5, 6), epilogue="swish, scaled per channel"), ("swish", "mul")),
+    "swish, then a residual of the map's own shape, batch 2": (
+        dict(in_channels=32, out_channels=32, size=(7, 9), batch=2, epilogue="swish, then a residual"),
+        ("swish", "add")),
 }  # fmt: skip
 
 
