@@ -11,7 +11,7 @@ from kernorch.codegen.library.onednn import (
     onednn_root,
     render_onednn_call,
 )
-from kernorch.codegen.library.post_ops import binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
 
 __all__ = [
     "LibraryCall",
@@ -24,6 +24,7 @@ __all__ = [
     "describe_library_call",
     "onednn_rejection",
     "onednn_root",
+    "post_op_loop",
     "post_op_statements",
     "post_ops_rejection",
     "render_onednn_call",

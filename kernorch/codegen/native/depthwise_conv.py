@@ -22,7 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library import (
+    LibraryCall,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+)
 from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
 
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
@@ -222,11 +228,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
     if epilogue:
         lines += [f"        for (int x = 0; x < {out_w}; x++) {{",
                   f"            float *o = out + (long)x * {dst_x};",
-                  "            for (int c = c0; c < c1; c++) {",
-                  "                float v = o[c];",
-                  *(f"                {statement}" for statement in epilogue),
-                  "                o[c] = v;",
-                  "            }",
+                  *post_op_loop("o", "c0", "c1", epilogue, "            "),
                   "        }"]  # fmt: skip
     lines += ["    }", "    return 0;", "}", ""]
     return "\n".join(lines)

@@ -17,7 +17,13 @@ allocates nothing.
 
 from __future__ import annotations
 
-from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library import (
+    LibraryCall,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+)
 from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
 
 MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run's source rows share L1
@@ -63,6 +69,19 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
     block = f"{name}_block"
+
+    def blocks(condition: str, rows: str) -> list[str]:
+        """Register blocks of `rows` pixels while `condition` holds, each dispatched on the chunk's vector count
+        (a constant in every inlined call)."""
+        return [f"        for (; {condition}; p += {rows}) {{",
+                f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
+                f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
+                "            switch (vectors) {",
+                *(f"                case {v}: {block}(in, wc, bc, out, {rows}, {v}); break;"
+                  for v in range(1, CHUNK_VECTORS + 1)),
+                "            }",
+                "        }"]  # fmt: skip
+
     lines = [VECTOR_TYPES,
              f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
              f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */",
@@ -107,34 +126,15 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
              f"        const long p0 = run * {PIXELS}, p1 = p0 + {PIXELS} < {pixels} ? p0 + {PIXELS} : {pixels};",
              "        const float *wc = s->w + c0, *bc = s->bias + c0;",
              "        long p = p0;",
-             f"        for (; p + {name}_ROWS <= p1; p += {name}_ROWS) {{",
-             f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
-             f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
-             "            switch (vectors) {",
-             *(f"                case {v}: {block}(in, wc, bc, out, {name}_ROWS, {v}); break;"
-               for v in range(1, CHUNK_VECTORS + 1)),
-             "            }",
-             "        }",
-             "        for (; p < p1; p++) {",
-             f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
-             f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
-             "            switch (vectors) {",
-             *(f"                case {v}: {block}(in, wc, bc, out, 1, {v}); break;"
-               for v in range(1, CHUNK_VECTORS + 1)),
-             "            }",
-             "        }",
+             *blocks(f"p + {name}_ROWS <= p1", f"{name}_ROWS"),  # whole register blocks
+             *blocks("p < p1", "1"),  # then the run's last pixels one by one
              ]  # fmt: skip
     if epilogue:  # over the run's outputs of this chunk, still in L1
         lines += ["        for (p = p0; p < p1; p++) {",
                   f"            const long y = p / {width}, x = p % {width};",
                   "            (void)y; (void)x;  /* read by binary post-ops' operands only */",
                   f"            float *o = dst + n * {dst_n}L + p * {dst_x}L;",
-                  "            #pragma omp simd",
-                  "            for (int c = c0; c < c0 + vectors * KO_VC_LANES; c++) {",
-                  "                float v = o[c];",
-                  *(f"                {statement}" for statement in epilogue),
-                  "                o[c] = v;",
-                  "            }",
+                  *post_op_loop("o", "c0", "c0 + vectors * KO_VC_LANES", epilogue, "            ", simd=True),
                   "        }"]  # fmt: skip
     lines += ["    }", "    return 0;", "}", ""]
     return "\n".join(lines)
