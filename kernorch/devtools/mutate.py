@@ -37,6 +37,7 @@ ATTENTION_AMX = "kernorch/codegen/native/attention_amx_test.py"
 AMX_MATMUL = "kernorch/codegen/native/amx_matmul_test.py"
 AMX_CONV = "kernorch/codegen/native/amx_conv_test.py"
 POINTWISE = "kernorch/codegen/native/pointwise_conv_test.py"
+STREAMING = "kernorch/codegen/native/streaming_product_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -498,6 +499,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the 1x1 convolution's epilogue reads a residual at the transposed pixel",
            "kernorch/codegen/native/pointwise_conv.py", 'f"            const long y = p / {width}, x = p % {width};",',
            'f"            const long x = p / {width}, y = p % {width};",', (POINTWISE,)),
+    Mutant("the streaming product packs only the taps every row reads (not those any row reads)",
+           "kernorch/codegen/native/streaming_product.py", "if any(offset >= 0 for offset in offsets):",
+           "if all(offset >= 0 for offset in offsets):", (STREAMING,)),
+    Mutant("the streaming product's register block starts every block at the first row",
+           "kernorch/codegen/native/streaming_product.py", 'f"            const long at = {name}_src[t][first + r];",',
+           'f"            const long at = {name}_src[t][r];",', (STREAMING,)),
+    Mutant("the streaming product's short last chunk writes a whole chunk of channels",
+           "kernorch/codegen/native/streaming_product.py", "c1 = c0 + {chunk} < {outputs} ? c0 + {chunk} : {outputs};",
+           "c1 = c0 + {chunk};", (STREAMING,)),
+    Mutant("the streaming product's padded taps read the source's first row, not zeros",
+           "kernorch/codegen/native/streaming_product.py", "row[r] = at < 0 ? {name}_zeros : src + at;",
+           "row[r] = at < 0 ? src : src + at;", (STREAMING,)),
 )  # fmt: skip
 
 

@@ -4,8 +4,8 @@
 - C templates (`LSTM_SCAN`, `LSTM_STACK`, `FUSED_ATTENTION`): hand-written C for opaque primitives and for
   attention (two matmuls around a softmax);
 - library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
-  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `POINTWISE_CONV`, `WINOGRAD_CONV`) with the same
-  create/run/destroy shape;
+  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `POINTWISE_CONV`, `WINOGRAD_CONV`) and products over few rows
+  (`STREAMING_PRODUCT`), with the same create/run/destroy shape;
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
 - `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs;
 - for GPU plans (gpu.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its epilogue),
@@ -32,6 +32,7 @@ from kernorch.codegen.backends.library_calls import (
     DIRECT_CONV,
     ONEDNN,
     POINTWISE_CONV,
+    STREAMING_PRODUCT,
     WINOGRAD_CONV,
     LibraryCallBackend,
     library_call,
@@ -68,6 +69,7 @@ __all__ = [
     "LSTM_STACK",
     "ONEDNN",
     "POINTWISE_CONV",
+    "STREAMING_PRODUCT",
     "ONNXRUNTIME",
     "REFERENCE",
     "VIEW",

@@ -27,7 +27,9 @@ from kernorch.codegen.native import (
     render_depthwise_conv,
     render_direct_conv,
     render_pointwise_conv,
+    render_streaming_product,
     render_winograd_conv,
+    streaming_rejection,
     winograd_rejection,
 )
 from kernorch.ir.kernel import CandidateKernel
@@ -95,6 +97,9 @@ DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C dept
 # oneDNN runs a swish (or another transcendental) post-op at a fraction of its 1x1 convolution's speed
 POINTWISE_CONV = LibraryCallBackend("pointwise_conv", "native C", "1x1 C convolution with its epilogue in cache",
                                     pointwise_rejection, render_pointwise_conv)  # fmt: skip
+# oneDNN reads the weights of a product over a few output rows below the cache's bandwidth
+STREAMING_PRODUCT = LibraryCallBackend("streaming_product", "native C", "C product over few rows, weights read once",
+                                       streaming_rejection, render_streaming_product)  # fmt: skip
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip

@@ -16,6 +16,7 @@ from kernorch.codegen.backends.library_calls import (
     DIRECT_CONV,
     ONEDNN,
     POINTWISE_CONV,
+    STREAMING_PRODUCT,
     WINOGRAD_CONV,
 )
 from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
@@ -28,7 +29,7 @@ from kernorch.ir.kernel import CandidateKernel
 # onnxruntime fallback and the reference run on the host for either.
 _ORDERS: dict[str, list[Backend]] = {
     "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, FUSED_ATTENTION, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
-            POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
+            STREAMING_PRODUCT, POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
     "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
 }
 DEVICE_KINDS = tuple(_ORDERS)

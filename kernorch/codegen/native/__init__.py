@@ -1,5 +1,6 @@
 """Hand-written kernels: a bf16 matmul on AMX tiles and convolutions for the shapes oneDNN handles worst (direct,
-depthwise, Winograd, 1x1 with a transcendental epilogue), with a library call's create/run/destroy shape; C
+depthwise, Winograd, 1x1 with a transcendental epilogue, a product over few
+rows that streams its weights once), with a library call's create/run/destroy shape; C
 templates for opaque primitives (the LSTM scan, stacked LSTM layers as waves) and for fused attention (QKᵀ,
 softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
 
@@ -21,6 +22,7 @@ from kernorch.codegen.native.lstm_stack import (
     render_lstm_stack,
 )
 from kernorch.codegen.native.pointwise_conv import pointwise_rejection, render_pointwise_conv
+from kernorch.codegen.native.streaming_product import render_streaming_product, streaming_rejection
 from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
     "render_lstm_stack",
     "pointwise_rejection",
     "render_pointwise_conv",
+    "render_streaming_product",
+    "streaming_rejection",
     "render_winograd_conv",
     "winograd_rejection",
 ]
