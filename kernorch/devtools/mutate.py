@@ -38,6 +38,7 @@ AMX_MATMUL = "kernorch/codegen/native/amx_matmul_test.py"
 AMX_CONV = "kernorch/codegen/native/amx_conv_test.py"
 POINTWISE = "kernorch/codegen/native/pointwise_conv_test.py"
 STREAMING = "kernorch/codegen/native/streaming_product_test.py"
+FEW_CHANNEL = "kernorch/codegen/native/few_channel_conv_test.py"
 RESIZE_TAPS = "kernorch/codegen/loops/resize_taps_test.py"
 SEMANTICS = "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime"
 DIVISION_EDGES = "tests/test_onnx_semantics.py::test_integer_division_edges_never_signal"
@@ -503,14 +504,24 @@ MUTANTS: tuple[Mutant, ...] = (
            "kernorch/codegen/native/streaming_product.py", "if any(offset >= 0 for offset in offsets):",
            "if all(offset >= 0 for offset in offsets):", (STREAMING,)),
     Mutant("the streaming product's register block starts every block at the first row",
-           "kernorch/codegen/native/streaming_product.py", 'f"            const long at = {name}_src[t][first + r];",',
-           'f"            const long at = {name}_src[t][r];",', (STREAMING,)),
+           "kernorch/codegen/native/streaming_product.py", "const long at = {name}_src[t][first + r];",
+           "const long at = {name}_src[t][r];", (STREAMING,)),
     Mutant("the streaming product's short last chunk writes a whole chunk of channels",
-           "kernorch/codegen/native/streaming_product.py", "c1 = c0 + {chunk} < {outputs} ? c0 + {chunk} : {outputs};",
-           "c1 = c0 + {chunk};", (STREAMING,)),
+           "kernorch/codegen/native/streaming_product.py",
+           "c1 = c0 + {name}_CHUNK < {outputs} ? c0 + {name}_CHUNK : {outputs};", "c1 = c0 + {name}_CHUNK;",
+           (STREAMING, FEW_CHANNEL)),
     Mutant("the streaming product's padded taps read the source's first row, not zeros",
-           "kernorch/codegen/native/streaming_product.py", "row[r] = at < 0 ? {name}_zeros : src + at;",
-           "row[r] = at < 0 ? src : src + at;", (STREAMING,)),
+           "kernorch/codegen/native/streaming_product.py", "+ r] = at < 0 ? {name}_zeros : src + at;",
+           "+ r] = at < 0 ? src : src + at;", (STREAMING,)),
+    Mutant("the few-channel conv takes a run that crosses the right border as if inside",
+           "kernorch/codegen/native/few_channel_conv.py", "else if (at_x >= 0 && at_x + {kernel_w} <= {width}) ",
+           "else if (at_x >= 0 && at_x + {kernel_w} <= {width} + 1) ", (FEW_CHANNEL,)),
+    Mutant("the few-channel conv's border copy shifts its pixels by one",
+           "kernorch/codegen/native/few_channel_conv.py", "(at_x + kx) * {src_x}L + c] : 0.0f;",
+           "(at_x + kx - 1) * {src_x}L + c] : 0.0f;", (FEW_CHANNEL,)),
+    Mutant("the few-channel conv's tap-by-tap rows ignore the dilation along x",
+           "kernorch/codegen/native/few_channel_conv.py", "+ {name}_kx[t] * {dilate_x};", "+ {name}_kx[t];",
+           (FEW_CHANNEL,)),
 )  # fmt: skip
 
 

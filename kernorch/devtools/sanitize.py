@@ -37,7 +37,8 @@ PYTEST_STEPS = {
                        "kernorch/codegen/native/attention_amx_test.py",
                        "kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py",
                        "kernorch/codegen/native/pointwise_conv_test.py",
-                       "kernorch/codegen/native/streaming_product_test.py"],
+                       "kernorch/codegen/native/streaming_product_test.py",
+                       "kernorch/codegen/native/few_channel_conv_test.py"],
     "bf16 library calls, bfloat16 values between kernels, activations on NaN": [
         "kernorch/precision/precision_test.py", "kernorch/precision/storage_test.py",
         "kernorch/codegen/library/epilogue_test.py"],

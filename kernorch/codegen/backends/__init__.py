@@ -4,8 +4,8 @@
 - C templates (`LSTM_SCAN`, `LSTM_STACK`, `FUSED_ATTENTION`): hand-written C for opaque primitives and for
   attention (two matmuls around a softmax);
 - library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
-  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `POINTWISE_CONV`, `WINOGRAD_CONV`) and products over few rows
-  (`STREAMING_PRODUCT`), with the same create/run/destroy shape;
+  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `POINTWISE_CONV`, `WINOGRAD_CONV`, `FEW_CHANNEL_CONV`) and products
+  over few rows (`STREAMING_PRODUCT`), with the same create/run/destroy shape;
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
 - `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs;
 - for GPU plans (gpu.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its epilogue),
@@ -30,6 +30,7 @@ from kernorch.codegen.backends.library_calls import (
     AMX_MATMUL,
     DEPTHWISE_CONV,
     DIRECT_CONV,
+    FEW_CHANNEL_CONV,
     ONEDNN,
     POINTWISE_CONV,
     STREAMING_PRODUCT,
@@ -63,6 +64,7 @@ __all__ = [
     "torch_linear",
     "DEPTHWISE_CONV",
     "DIRECT_CONV",
+    "FEW_CHANNEL_CONV",
     "FUSED_ATTENTION",
     "GENERATED_C",
     "LSTM_SCAN",

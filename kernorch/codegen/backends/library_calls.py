@@ -22,10 +22,12 @@ from kernorch.codegen.native import (
     amx_matmul_rejection,
     depthwise_rejection,
     direct_conv_rejection,
+    few_channel_rejection,
     pointwise_rejection,
     render_amx_matmul,
     render_depthwise_conv,
     render_direct_conv,
+    render_few_channel_conv,
     render_pointwise_conv,
     render_streaming_product,
     render_winograd_conv,
@@ -100,6 +102,9 @@ POINTWISE_CONV = LibraryCallBackend("pointwise_conv", "native C", "1x1 C convolu
 # oneDNN reads the weights of a product over a few output rows below the cache's bandwidth
 STREAMING_PRODUCT = LibraryCallBackend("streaming_product", "native C", "C product over few rows, weights read once",
                                        streaming_rejection, render_streaming_product)  # fmt: skip
+# oneDNN blocks over input channels: with an image's three, mostly padding
+FEW_CHANNEL_CONV = LibraryCallBackend("few_channel_conv", "native C", "C convolution over few input channels",
+                                      few_channel_rejection, render_few_channel_conv)  # fmt: skip
 # oneDNN has no Winograd convolution without AVX-512
 WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
                                    winograd_rejection, render_winograd_conv)  # fmt: skip

@@ -14,6 +14,7 @@ from kernorch.codegen.backends.library_calls import (
     AMX_MATMUL,
     DEPTHWISE_CONV,
     DIRECT_CONV,
+    FEW_CHANNEL_CONV,
     ONEDNN,
     POINTWISE_CONV,
     STREAMING_PRODUCT,
@@ -29,7 +30,7 @@ from kernorch.ir.kernel import CandidateKernel
 # onnxruntime fallback and the reference run on the host for either.
 _ORDERS: dict[str, list[Backend]] = {
     "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, FUSED_ATTENTION, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
-            STREAMING_PRODUCT, POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
+            STREAMING_PRODUCT, FEW_CHANNEL_CONV, POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
     "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
 }
 DEVICE_KINDS = tuple(_ORDERS)

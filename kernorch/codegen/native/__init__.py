@@ -1,6 +1,6 @@
 """Hand-written kernels: a bf16 matmul on AMX tiles and convolutions for the shapes oneDNN handles worst (direct,
-depthwise, Winograd, 1x1 with a transcendental epilogue, a product over few
-rows that streams its weights once), with a library call's create/run/destroy shape; C
+depthwise, Winograd, 1x1 with a transcendental epilogue, over few input
+channels, a product over few rows that streams its weights once), with a library call's create/run/destroy shape; C
 templates for opaque primitives (the LSTM scan, stacked LSTM layers as waves) and for fused attention (QKᵀ,
 softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
 
@@ -14,6 +14,7 @@ from kernorch.codegen.native.attention import (
 )
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
 from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
+from kernorch.codegen.native.few_channel_conv import few_channel_rejection, render_few_channel_conv
 from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
 from kernorch.codegen.native.lstm_stack import (
     describe_lstm_stack,
@@ -37,12 +38,14 @@ __all__ = [
     "describe_lstm",
     "describe_lstm_stack",
     "direct_conv_rejection",
+    "few_channel_rejection",
     "lstm_scratch_bytes",
     "lstm_stack_scratch_bytes",
     "lstm_stack_supported",
     "lstm_supported",
     "render_depthwise_conv",
     "render_direct_conv",
+    "render_few_channel_conv",
     "render_lstm",
     "render_lstm_stack",
     "pointwise_rejection",

@@ -149,87 +149,134 @@ def _table(values: tuple[int, ...]) -> str:
     return "{" + ", ".join(f"{v}L" for v in values) + "}"
 
 
-def render_streaming_product(name: str, call: LibraryCall) -> str:
-    """C for `call` (which `streaming_rejection` accepted): state, create, run, destroy."""
-    shape = geometry(call)
-    assert not isinstance(shape, str), shape
-    rows, taps, inputs, outputs = len(shape.destinations), len(shape.taps), shape.inputs, shape.outputs
-    vectors = chunk_vectors(rows, outputs)
-    padded = any(offset < 0 for offsets in shape.sources for offset in offsets)
-    pointers, operand_elements = binary_operands(tuple((op, t) for (op, _), t in
-                                                       zip(call.post_ops, shape.operands, strict=True)))  # fmt: skip
-    epilogue = post_op_statements(call.post_ops, operand_elements)
+def packed_state(name: str, call: LibraryCall, shape: Geometry, vectors: int) -> list[str]:
+    """The macros of a product kernel's blocking (`<name>_VECTORS` per chunk, `_CHUNK` channels, `_CHUNKS`,
+    `_ROWS` per register block), its state and `<name>_create`: the weights of each chunk packed as one stream
+    [tap][input channel][chunk's lanes] (zeros past the outputs, and PREFETCH_ROWS rows of them past the end for
+    the prefetches), the bias padded to whole chunks."""
+    taps, inputs, outputs = len(shape.taps), shape.inputs, shape.outputs
+    chunk, chunks = f"{name}_CHUNK", f"{name}_CHUNKS"
+    stream = f"{chunks} * {chunk} * {taps * inputs}L + {PREFETCH_ROWS} * {chunk}"  # floats
     bias = f"(const float *)a[{call.bias.slot}] + {call.bias.offset}" if call.bias is not None else "NULL"
     bias_stride = call.bias.strides[-1] if call.bias is not None else 0
-    block, chunk, chunks, most = f"{name}_block", f"{name}_CHUNK", f"{name}_CHUNKS", f"{name}_ROWS"
-    stream = f"{chunks} * {chunk} * {taps * inputs}L + {PREFETCH_ROWS} * {chunk}"  # floats: prefetches stay inside
     unpack = "const long ky = 0, kx = 0;"  # a matmul's one tap
     if call.op == "convolution":
         ky_table = _table(tuple(ky for ky, _ in shape.taps))
         kx_table = _table(tuple(kx for _, kx in shape.taps))
         unpack = f"static const long ky_of[{taps}] = {ky_table}, kx_of[{taps}] = {kx_table}; " \
                  "const long ky = ky_of[t], kx = kx_of[t];"  # fmt: skip
+    return [VECTOR_TYPES,
+            f"#define {name}_VECTORS {vectors}",
+            f"#define {chunk} ({name}_VECTORS * KO_VC_LANES)  /* output channels per item */",
+            f"#define {chunks} (({outputs} + {chunk} - 1) / {chunk})",
+            # rows per register block: as many as the accumulators hold, and no more row pointers than GPRs
+            f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {name}_VECTORS < {MAX_BLOCK_ROWS} ? "
+            f"KO_VC_ACCUMULATORS / {name}_VECTORS : {MAX_BLOCK_ROWS})",
+            *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
+                             [f"s->w = (float *)aligned_alloc(64, (({stream}) * 4 + 63) / 64 * 64);",
+                              f"s->bias = (float *)aligned_alloc(64, {chunks} * {chunk} * 4);"]),
+            f"    const float *w = (const float *)a[{call.weights.slot}];",
+            f"    const float *bias = {bias};",
+            f"    for (long o = 0; o < (long){chunks} * {chunk}; o++) {{",
+            f"        const long item = o / {chunk}, lane = o % {chunk};",
+            f"        s->bias[o] = bias && o < {outputs} ? bias[o * {bias_stride}] : 0.0f;",
+            f"        for (int t = 0; t < {taps}; t++) {{",
+            f"            {unpack}",
+            "            (void)ky; (void)kx;",
+            f"            for (long i = 0; i < {inputs}; i++)",
+            f"                s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
+            f"o < {outputs} ? {shape.weight} : 0.0f;",
+            "        }",
+            "    }",
+            f"    for (long f = (long){chunks} * {chunk} * {taps * inputs}; f < {stream}; f++) s->w[f] = 0.0f;",
+            "    return s;",
+            "}"]  # fmt: skip
 
-    lines = [VECTOR_TYPES,
-             f"#define {name}_VECTORS {vectors}",
-             f"#define {chunk} ({name}_VECTORS * KO_VC_LANES)  /* output channels per item */",
-             f"#define {chunks} (({outputs} + {chunk} - 1) / {chunk})",
-             # rows per register block: as many as the accumulators hold, and no more row pointers than GPRs
-             f"#define {most} (KO_VC_ACCUMULATORS / {name}_VECTORS < {MAX_BLOCK_ROWS} ? "
-             f"KO_VC_ACCUMULATORS / {name}_VECTORS : {MAX_BLOCK_ROWS})",
+
+def register_block(name: str, shape: Geometry) -> list[str]:
+    """`<name>_block(w, bias, tile, row, rows)`: `rows` rows x one chunk accumulated from the bias over every tap
+    and input channel, then stored to `tile` (rows x the chunk's lanes); row r reads tap t's elements from
+    row[t * <name>_ROWS + r]. Always inlined, with `rows` a constant at every call: the accumulators stay in
+    registers."""
+    taps, inputs, most, chunk = len(shape.taps), shape.inputs, f"{name}_ROWS", f"{name}_CHUNK"
+    return [f"static inline __attribute__((always_inline)) void {name}_block(const float *restrict w, "
+            "const float *restrict bias, float *restrict tile, const float *const *row, int rows) {",
+            f"    ko_vc acc[{most}][{name}_VECTORS];",
+            "    for (int r = 0; r < rows; r++)",
+            f"        for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);",
+            f"    for (int t = 0; t < {taps}; t++) {{",
+            f"        const float *in[{most}];",
+            f"        for (int r = 0; r < rows; r++) in[r] = row[t * {most} + r];",
+            f"        const float *wt = w + (long)t * {inputs} * {chunk};",
+            f"        for (long i = 0; i < {inputs}; i++) {{",
+            f"            for (int v = 0; v < {name}_VECTORS; v++) "
+            f"__builtin_prefetch(wt + (i + {PREFETCH_ROWS}) * {chunk} + v * KO_VC_LANES);",
+            f"            ko_vc wv[{name}_VECTORS];",
+            f"            for (int v = 0; v < {name}_VECTORS; v++) "
+            f"wv[v] = *(const ko_vc *)(wt + i * {chunk} + v * KO_VC_LANES);",
+            "            for (int r = 0; r < rows; r++) {",
+            f"                const float x = in[r][i * {shape.source_channel}];",
+            f"                for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] += x * wv[v];",
+            "            }",
+            "        }",
+            "    }",
+            "    for (int r = 0; r < rows; r++)",
+            f"        for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
+            "acc[r][v];",
+            "}"]  # fmt: skip
+
+
+def zero_row(name: str, shape: Geometry) -> str:
+    """The row of zeros a padded tap reads (as long as a row's input channels span)."""
+    return f"static const float {name}_zeros[{(shape.inputs - 1) * shape.source_channel + 1}] " \
+           "__attribute__((aligned(64)));"  # fmt: skip
+
+
+def block_switch(name: str, most_rows: int, arguments: str, indent: str) -> list[str]:
+    """`<name>_block(arguments, rows)` dispatched on the C variable `rows` (1..most_rows) so each call has a
+    constant row count; the cases past an ISA's `<name>_ROWS` are compiled out."""
+    lines = [f"{indent}switch (rows) {{"]
+    for count in range(1, min(most_rows, MAX_BLOCK_ROWS) + 1):
+        lines += [f"#if {count} <= {name}_ROWS",
+                  f"{indent}    case {count}: {name}_block({arguments}, {count}); break;",
+                  "#endif"]  # fmt: skip
+    return [*lines, f"{indent}}}"]
+
+
+def store_tile(name: str, epilogue: list[str], destination_channel: int, indent: str) -> list[str]:
+    """Write the tile's row r (channels c0..c1 of the chunk) to `o`, each value through the post-ops."""
+    return [f"{indent}const float *t = tile + r * {name}_CHUNK - c0;",
+            f"{indent}#pragma omp simd",
+            f"{indent}for (int c = c0; c < c1; c++) {{",
+            f"{indent}    float v = t[c];",
+            *(f"{indent}    {statement}" for statement in epilogue),
+            f"{indent}    o[(long)c * {destination_channel}] = v;",
+            f"{indent}}}"]  # fmt: skip
+
+
+def chunk_bounds(name: str, outputs: int, indent: str) -> str:
+    return (f"{indent}const int c0 = chunk * {name}_CHUNK, "
+            f"c1 = c0 + {name}_CHUNK < {outputs} ? c0 + {name}_CHUNK : {outputs};")
+
+
+def render_streaming_product(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `streaming_rejection` accepted): state, create, run, destroy."""
+    shape = geometry(call)
+    assert not isinstance(shape, str), shape
+    rows, taps, inputs = len(shape.destinations), len(shape.taps), shape.inputs
+    padded = any(offset < 0 for offsets in shape.sources for offset in offsets)
+    pointers, operand_elements = binary_operands(tuple((op, t) for (op, _), t in
+                                                       zip(call.post_ops, shape.operands, strict=True)))  # fmt: skip
+    epilogue = post_op_statements(call.post_ops, operand_elements)
+    most = f"{name}_ROWS"
+    coordinates = [f"                static const long {name}_{axis}[{rows}] = "
+                   f"{_table(tuple(c[k] for c in shape.coordinates))};" for k, axis in enumerate("nyx")]
+    lines = [*packed_state(name, call, shape, chunk_vectors(rows, shape.outputs)),
              f"static const long {name}_src[{taps}][{rows}] = {{"
              + ", ".join(_table(offsets) for offsets in shape.sources) + "};  /* -1: in the padding */",
              f"static const long {name}_dst[{rows}] = {_table(shape.destinations)};",
-             *([f"static const float {name}_zeros[{(inputs - 1) * shape.source_channel + 1}] "
-                "__attribute__((aligned(64)));"] if padded else []),
-             *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
-                              [f"s->w = (float *)aligned_alloc(64, (({stream}) * 4 + 63) / 64 * 64);",
-                               f"s->bias = (float *)aligned_alloc(64, {chunks} * {chunk} * 4);"]),
-             f"    const float *w = (const float *)a[{call.weights.slot}];",
-             f"    const float *bias = {bias};",
-             f"    for (long o = 0; o < (long){chunks} * {chunk}; o++) {{",
-             f"        const long item = o / {chunk}, lane = o % {chunk};",
-             f"        s->bias[o] = bias && o < {outputs} ? bias[o * {bias_stride}] : 0.0f;",
-             f"        for (int t = 0; t < {taps}; t++) {{",
-             f"            {unpack}",
-             "            (void)ky; (void)kx;",
-             f"            for (long i = 0; i < {inputs}; i++)",
-             f"                s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
-             f"o < {outputs} ? {shape.weight} : 0.0f;",
-             "        }",
-             "    }",
-             f"    for (long f = (long){chunks} * {chunk} * {taps * inputs}; f < {stream}; f++) s->w[f] = 0.0f;",
-             "    return s;",
-             "}",
-             # `rows` rows from `first` on x one chunk; `rows` is a constant at every call (always inlined)
-             f"static inline __attribute__((always_inline)) void {block}(const float *restrict src, "
-             "const float *restrict w, const float *restrict bias, float *restrict tile, int first, int rows) {",
-             f"    ko_vc acc[{most}][{name}_VECTORS];",
-             "    for (int r = 0; r < rows; r++)",
-             f"        for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);",
-             f"    for (int t = 0; t < {taps}; t++) {{",
-             f"        const float *row[{most}];",
-             "        for (int r = 0; r < rows; r++) {",
-             f"            const long at = {name}_src[t][first + r];",
-             f"            row[r] = at < 0 ? {name}_zeros : src + at;" if padded else "            row[r] = src + at;",
-             "        }",
-             f"        const float *wt = w + (long)t * {inputs} * {chunk};",
-             f"        for (long i = 0; i < {inputs}; i++) {{",
-             f"            for (int v = 0; v < {name}_VECTORS; v++) "
-             f"__builtin_prefetch(wt + (i + {PREFETCH_ROWS}) * {chunk} + v * KO_VC_LANES);",
-             f"            ko_vc wv[{name}_VECTORS];",
-             f"            for (int v = 0; v < {name}_VECTORS; v++) "
-             f"wv[v] = *(const ko_vc *)(wt + i * {chunk} + v * KO_VC_LANES);",
-             "            for (int r = 0; r < rows; r++) {",
-             f"                const float x = row[r][i * {shape.source_channel}];",
-             f"                for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] += x * wv[v];",
-             "            }",
-             "        }",
-             "    }",
-             "    for (int r = 0; r < rows; r++)",
-             f"        for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
-             "acc[r][v];",
-             "}",
+             *([zero_row(name, shape)] if padded else []),
+             *register_block(name, shape),
              f"static int {name}_run(void *state, void *stream, void **a) {{",
              "    (void)stream;",
              f"    const {name}_state *s = (const {name}_state *)state;",
@@ -237,36 +284,30 @@ def render_streaming_product(name: str, call: LibraryCall) -> str:
              f"    float *dst = (float *)a[{call.dst.slot}];",
              *pointers,
              "    #pragma omp parallel for schedule(static)",
-             f"    for (int item = 0; item < {chunks}; item++) {{",
-             f"        const int c0 = item * {chunk}, c1 = c0 + {chunk} < {outputs} ? c0 + {chunk} : {outputs};",
-             f"        const float *w = s->w + (long)item * {taps * inputs} * {chunk}, *b = s->bias + c0;",
-             f"        float tile[{most} * {chunk}] __attribute__((aligned(64)));",
+             f"    for (int chunk = 0; chunk < {name}_CHUNKS; chunk++) {{",
+             chunk_bounds(name, shape.outputs, "        "),
+             f"        const float *w = s->w + (long)chunk * {taps * inputs} * {name}_CHUNK, *b = s->bias + c0;",
+             f"        float tile[{most} * {name}_CHUNK] __attribute__((aligned(64)));",
              f"        for (int first = 0; first < {rows}; first += {most}) {{",
              f"            const int rows = {rows} - first < {most} ? {rows} - first : {most};",
-             "            switch (rows) {"]  # fmt: skip
-    for count in range(1, min(rows, MAX_BLOCK_ROWS) + 1):  # AVX2's cases past its own are compiled out
-        lines += [f"#if {count} <= {most}",
-                  f"                case {count}: {block}(src, w, b, tile, first, {count}); break;",
-                  "#endif"]  # fmt: skip
-    coordinates = [f"                static const long {name}_{axis}[{rows}] = "
-                   f"{_table(tuple(c[k] for c in shape.coordinates))};" for k, axis in enumerate("nyx")]
-    lines += ["            }",
-              "            for (int r = 0; r < rows; r++) {",
-              "                const int p = first + r;",
-              *([*coordinates, f"                const long n = {name}_n[p], y = {name}_y[p], x = {name}_x[p];"]
-                if pointers else []),  # the binary post-ops' operands are indexed by them
-              f"                float *o = dst + {name}_dst[p];",
-              f"                const float *t = tile + r * {chunk} - c0;",
-              "                #pragma omp simd",
-              "                for (int c = c0; c < c1; c++) {",
-              "                    float v = t[c];",
-              *(f"                    {statement}" for statement in epilogue),
-              f"                    o[(long)c * {shape.destination_channel}] = v;",
-              "                }",
-              "            }",
-              "        }",
-              "    }",
-              "    return 0;",
-              "}",
-              ""]  # fmt: skip
+             f"            const float *row[{taps} * {most}];",
+             f"            for (int t = 0; t < {taps}; t++)",
+             "                for (int r = 0; r < rows; r++) {",
+             f"                    const long at = {name}_src[t][first + r];",
+             f"                    row[t * {most} + r] = at < 0 ? {name}_zeros : src + at;" if padded else
+             f"                    row[t * {most} + r] = src + at;",
+             "                }",
+             *block_switch(name, rows, "w, b, tile, row", "            "),
+             "            for (int r = 0; r < rows; r++) {",
+             "                const int p = first + r;",
+             *([*coordinates, f"                const long n = {name}_n[p], y = {name}_y[p], x = {name}_x[p];"]
+               if pointers else []),  # the binary post-ops' operands are indexed by them
+             f"                float *o = dst + {name}_dst[p];",
+             *store_tile(name, epilogue, shape.destination_channel, "                "),
+             "            }",
+             "        }",
+             "    }",
+             "    return 0;",
+             "}",
+             ""]  # fmt: skip
     return "\n".join(lines)

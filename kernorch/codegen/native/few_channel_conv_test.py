@@ -1,0 +1,71 @@
+"""The convolution over few input channels (native/few_channel_conv.py): chosen exactly where it applies, and equal
+to onnxruntime for stems with and without padding, strides, batch, kernel rows merged (channels-last, a run of
+KW x IC per pixel, copied with zeros where it crosses the border) or tap by tap (dilated), output channels that
+leave a short chunk, post-ops, and edge values on the border."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
+from kernorch.codegen.native.few_channel_conv import few_channel_rejection, kernel_rows_merged
+from kernorch.codegen.native.streaming_product_test import compiled_call, conv_model
+from kernorch.testing import random_array
+
+CASES: dict[str, tuple[dict[str, Any], bool]] = {  # conv_model's arguments, whether kernel rows are merged
+    "squeezenet's stem: 3 → 64 3x3 stride 2, unpadded, relu": (
+        dict(in_channels=3, out_channels=64, kernel=3, size=(33, 33), strides=(2, 2), pads=0, epilogue="relu"), True),
+    "resnet's stem: 7x7 stride 2 pad 3, batch 2, no bias": (
+        dict(in_channels=3, out_channels=64, kernel=7, size=(20, 26), strides=(2, 2), batch=2, bias=False), True),
+    "24 outputs (a short chunk), 3x3 pad 1 on an odd width": (
+        dict(in_channels=3, out_channels=24, kernel=3, size=(9, 23)), True),
+    "100 outputs (chunks of 64 and 36), four input channels, 5x5 stride 3": (
+        dict(in_channels=4, out_channels=100, kernel=5, size=(17, 14), strides=(3, 3)), True),
+    "dilated 3x3: tap by tap, two input channels": (
+        dict(in_channels=2, out_channels=32, kernel=3, size=(12, 15), dilations=(2, 2)), False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_few_channel_convs_match_onnxruntime(case: str) -> None:
+    arguments, merged = CASES[case]
+    actual, expected, call, backend = compiled_call(conv_model(**arguments))
+    assert (backend, few_channel_rejection(call), kernel_rows_merged(call)) == ("few_channel_conv", None, merged)
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("case", ["24 outputs (a short chunk), 3x3 pad 1 on an odd width",
+                                  "dilated 3x3: tap by tap, two input channels"])  # fmt: skip
+def test_edge_values_on_the_border_propagate_as_in_onnxruntime(case: str) -> None:
+    """NaN and inf on the first and last columns (the runs copied with zeros around them) and inside."""
+    arguments, _ = CASES[case]
+    shape = (1, arguments["in_channels"], *arguments["size"])
+    x = random_array(shape, seed=7)
+    x[0, 0, 0, 0], x[0, 1, 4, -1], x[0, 1, 5, 7], x[0, 0, -1, -2] = np.nan, np.inf, -1e30, 1e30
+    actual, expected, _, backend = compiled_call(conv_model(**arguments), feeds={"x": x})
+    assert backend == "few_channel_conv"
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    (dict(in_channels=5), "5 input channels: oneDNN's blocking pays off"),
+    (dict(out_channels=8), "8 output channels leave most of a vector idle"),
+    (dict(size=(8, 132)), "output rows of 65 pixels: oneDNN's blocking along them is as fast"),
+])  # fmt: skip
+def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
+    arguments = CASES["squeezenet's stem: 3 → 64 3x3 stride 2, unpadded, relu"][0] | changes
+    actual, expected, call, backend = compiled_call(conv_model(**arguments))
+    assert (backend, few_channel_rejection(call)) == ("onednn", reason)
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
+def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
+    _, _, call, _ = compiled_call(conv_model(**CASES["resnet's stem: 7x7 stride 2 pad 3, batch 2, no bias"][0]))
+    assert_compiles_for(isa, call, tmp_path)
