@@ -34,17 +34,20 @@ MIN_OUTPUT_CHANNELS = 16  # a whole AVX-512 vector
 # 42 µs, 7x7 s2 on 32x32 134 vs 178, 3 → 32 7x7 s4 on 56x56 188 vs 252; but on 112x112 outputs 3 → 16 3x3 163 vs
 # 152 and 3 → 64 7x7 1391 vs 1310: there oneDNN's blocking along the long rows holds its own
 MAX_OUTPUT_WIDTH = 64
+MAX_WINDOW = 1024  # KH x KW x IC: a block's border copies (that many floats per pixel and kernel row) on the stack
 
 
 def few_channel_rejection(call: LibraryCall) -> str | None:
     """Why the few-channel kernel does not run `call` (None when it does)."""
     if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
         return "not a 2-d convolution without groups"
-    out_channels, in_channels = call.weights.dims[:2]
+    out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
     if in_channels > MAX_INPUT_CHANNELS:
         return f"{in_channels} input channels: oneDNN's blocking pays off"
     if out_channels < MIN_OUTPUT_CHANNELS:
         return f"{out_channels} output channels leave most of a vector idle"
+    if kernel_h * kernel_w * in_channels > MAX_WINDOW:
+        return f"a {kernel_h}x{kernel_w} window over {in_channels} channels: its border rows would crowd the stack"
     if call.dst.dims[3] > MAX_OUTPUT_WIDTH:
         return f"output rows of {call.dst.dims[3]} pixels: oneDNN's blocking along them is as fast"
     if call.dst.strides[1] != 1:

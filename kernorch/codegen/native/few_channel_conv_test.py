@@ -57,6 +57,8 @@ def test_edge_values_on_the_border_propagate_as_in_onnxruntime(case: str) -> Non
     (dict(in_channels=5), "5 input channels: oneDNN's blocking pays off"),
     (dict(out_channels=8), "8 output channels leave most of a vector idle"),
     (dict(size=(8, 132)), "output rows of 65 pixels: oneDNN's blocking along them is as fast"),
+    (dict(in_channels=4, kernel=17, size=(40, 40)),
+     "a 17x17 window over 4 channels: its border rows would crowd the stack"),
 ])  # fmt: skip
 def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
     arguments = CASES["squeezenet's stem: 3 → 64 3x3 stride 2, unpadded, relu"][0] | changes
