@@ -29,7 +29,13 @@ from kernorch.codegen.library import (
     post_op_statements,
     post_ops_rejection,
 )
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
+from kernorch.codegen.native.skeleton import (
+    VECTOR_TYPES,
+    operand_rejection,
+    run_prologue,
+    state_lifecycle,
+    weights_pointer,
+)
 
 CHANNEL_PAD = 16  # packed weight rows are padded to a multiple of the widest vector (AVX-512): aligned loads
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow: both threads busy, little imbalance
@@ -195,7 +201,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
              *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
                               [f"s->w = (float *)aligned_alloc(64, {kernel_h * kernel_w * pitch * 4});",
                                f"s->bias = (float *)aligned_alloc(64, {pitch * 4});"]),
-             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *w = {weights_pointer(call)};",
              f"    const float *bias = {bias};",
              f"    memset(s->w, 0, {kernel_h * kernel_w * pitch * 4});",
              f"    memset(s->bias, 0, {pitch * 4});",

@@ -12,7 +12,7 @@ copied; a run allocates nothing.
 from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
 
 VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4
@@ -83,7 +83,7 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
              f"KO_VC_ACCUMULATORS / {out_channels} : 8 }};",
              *state_lifecycle(name, f"float *w; float bias[{out_channels}];", ["w"],
                               [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]),
-             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *w = {weights_pointer(call)};",
              f"    for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
              f"        for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",
              f"            s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "

@@ -24,7 +24,13 @@ from kernorch.codegen.library import (
     post_op_statements,
     post_ops_rejection,
 )
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
+from kernorch.codegen.native.skeleton import (
+    VECTOR_TYPES,
+    operand_rejection,
+    run_prologue,
+    state_lifecycle,
+    weights_pointer,
+)
 
 MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run's source rows share L1
 CHANNEL_MULTIPLE = 16  # output channels come in whole vectors of the widest ISA (AVX-512)
@@ -88,7 +94,7 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
              *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
                               [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
                                f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]),
-             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *w = {weights_pointer(call)};",
              f"    const float *bias = {bias};",
              f"    for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
              f"        s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];",

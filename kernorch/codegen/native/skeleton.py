@@ -66,3 +66,9 @@ def state_lifecycle(name: str, fields: str, buffers: Sequence[str], allocate: Se
     missing = " || ".join(f"!s->{buffer}" for buffer in buffers)
     return [*lines, f'    if (!s || {missing}) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
                     f"{name}_destroy(s); return NULL; }}"]  # fmt: skip
+
+
+def weights_pointer(call: LibraryCall) -> str:
+    """C for the call's weights as `create` reads them: a constant's view may start `offset` elements in."""
+    offset = f" + {call.weights.offset}" if call.weights.offset else ""
+    return f"(const float *)a[{call.weights.slot}]{offset}"

@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass
 
 from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, state_lifecycle
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, state_lifecycle, weights_pointer
 
 MAX_ROWS = 16  # output pixels (or matmul rows): beyond, a product reuses each weight enough to be compute-bound
 MIN_WEIGHT_BYTES = 1 << 16  # below this the weights are no stream: oneDNN's blocking is as good
@@ -175,7 +175,7 @@ def packed_state(name: str, call: LibraryCall, shape: Geometry, vectors: int) ->
             *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
                              [f"s->w = (float *)aligned_alloc(64, (({stream}) * 4 + 63) / 64 * 64);",
                               f"s->bias = (float *)aligned_alloc(64, {chunks} * {chunk} * 4);"]),
-            f"    const float *w = (const float *)a[{call.weights.slot}];",
+            f"    const float *w = {weights_pointer(call)};",
             f"    const float *bias = {bias};",
             f"    for (long o = 0; o < (long){chunks} * {chunk}; o++) {{",
             f"        const long item = o / {chunk}, lane = o % {chunk};",

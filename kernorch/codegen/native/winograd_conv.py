@@ -19,7 +19,13 @@ subtract (and halve, in G), so results differ from the direct sum by rounding, ~
 from __future__ import annotations
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, operand_rejection, run_prologue, state_lifecycle
+from kernorch.codegen.native.skeleton import (
+    VECTOR_TYPES,
+    operand_rejection,
+    run_prologue,
+    state_lifecycle,
+    weights_pointer,
+)
 
 TILES = 18  # tiles per item: three micro-kernel rows of 6
 MICRO_TILES = 6  # tiles per micro-kernel block: 6 x 16 output channels = 12 AVX2 accumulators
@@ -77,7 +83,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
                                f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
                                f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
                                f"{(v_floats + m_floats) * 4}L);"]),
-             f"    const float *w = (const float *)a[{call.weights.slot}];",
+             f"    const float *w = {weights_pointer(call)};",
              f"    const float *bias = {bias};",
              f"    for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;",
              "    /* U = G g G^T for every (input, output) channel pair, stored [e][ci][co] */",
