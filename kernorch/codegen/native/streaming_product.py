@@ -3,16 +3,17 @@
 A convolution whose output has a handful of pixels — a CNN's last stage on a small image (resnet18's 512 → 512
 3x3 convs on a 2x2 map at 64x64 input), or a classifier's matmul over one row — does ~2 FLOPs per weight it reads:
 its time is the time to stream the weights (9.4 MB for that conv) from the cache or memory. oneDNN's kernels,
-blocked for many rows, read them at ~30 GB/s there (310 µs in place), below what two threads stream from this
-host's L3 (~47 GB/s): they walk the weights once per output row, or without enough reads in flight.
+blocked for many rows, read them at ~30 GB/s there (310 µs in place), onnxruntime's at ~34, below what two
+threads stream from this host's cache (~47 GB/s).
 
 Here each weight is read once per call: the output channels are cut into chunks of a few vectors (a parallel item
 each), whose weights are packed at create as one contiguous stream [tap][input channel][chunk's lanes], prefetched
 a few rows ahead. A register block holds every output row of the chunk (up to KO_VC_ACCUMULATORS / vectors of
-them; more rows take another pass over the chunk's weights, now in L2) and accumulates from the bias; each source
-element is broadcast once per row. The rows' source offsets per tap are a table computed here from the static
-geometry (a padded tap reads a row of zeros, as the zero-padded convolution does; a tap that every row reads in
-the padding is not packed at all), so one loop serves strides, dilations, padding, batch and a matmul's rows.
+them, at most 12; more rows take another pass over the chunk's weights, now in L2), accumulated from the bias;
+each source element is broadcast once per row. The rows' source offsets per tap are a table computed here from
+the static geometry (a padded tap reads a row of zeros, as the zero-padded convolution does; a tap that every row
+reads in the padding is not packed at all), so one loop serves strides, dilations, padding, batch and a matmul's
+rows.
 The block is stored to a tile in L1, then the post-ops run on it as it is written out. A run allocates nothing.
 """
 
