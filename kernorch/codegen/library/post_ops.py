@@ -65,14 +65,16 @@ def binary_operands(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]
     return pointers, operands
 
 
-def post_op_loop(row: str, first: str, last: str, statements: list[str], indent: str, simd: bool = False) -> list[str]:
-    """C applying `statements` (post_op_statements) in place to `row[c]` for channels c in [first, last): the
-    loop a direct kernel runs over the outputs it has just written, still in L1."""
+def post_op_loop(row: str, first: str, last: str, statements: list[str], indent: str, simd: bool = False,
+                 store: str | None = None) -> list[str]:  # fmt: skip
+    """C applying `statements` (post_op_statements) to `row[c]` for channels c in [first, last), in place or, with
+    `store`, into that element (C in terms of c): the loop a direct kernel runs over the outputs it has just
+    computed, still in L1."""
     return [*([f"{indent}#pragma omp simd"] if simd else []),
             f"{indent}for (int c = {first}; c < {last}; c++) {{",
             f"{indent}    float v = {row}[c];",
             *(f"{indent}    {statement}" for statement in statements),
-            f"{indent}    {row}[c] = v;",
+            f"{indent}    {store or f'{row}[c]'} = v;",
             f"{indent}}}"]  # fmt: skip
 
 

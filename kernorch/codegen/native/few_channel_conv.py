@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.native.skeleton import run_prologue
 from kernorch.codegen.native.streaming_product import (
     Geometry,
     block_switch,
@@ -134,11 +135,7 @@ def render_few_channel_conv(name: str, call: LibraryCall) -> str:
              f"static const long {name}_ky[{taps}] = {{{ky}}}, {name}_kx[{taps}] = {{{kx}}};",
              zero_row(name, shape),
              *register_block(name, shape),
-             f"static int {name}_run(void *state, void *stream, void **a) {{",
-             "    (void)stream;",
-             f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const float *src = (const float *)a[{call.src.slot}] + {call.src.offset};",
-             f"    float *dst = (float *)a[{call.dst.slot}] + {call.dst.offset};",
+             *run_prologue(name, call),
              *pointers,
              "    #pragma omp parallel for schedule(static)",
              f"    for (long item = 0; item < {batch * out_h}L * {name}_CHUNKS; item++) {{",

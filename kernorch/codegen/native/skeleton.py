@@ -39,12 +39,15 @@ def operand_rejection(call: LibraryCall) -> str | None:
 
 
 def run_prologue(name: str, call: LibraryCall) -> list[str]:
-    """The opening of a direct kernel's `<name>_run`: its state, source and destination."""
+    """The opening of a direct kernel's `<name>_run`: its state, source and destination (from their offsets, a
+    strided view's)."""
+    src_offset = f" + {call.src.offset}" if call.src.offset else ""
+    dst_offset = f" + {call.dst.offset}" if call.dst.offset else ""
     return [f"static int {name}_run(void *state, void *stream, void **a) {{",
             "    (void)stream;",
             f"    const {name}_state *s = (const {name}_state *)state;",
-            f"    const float *src = (const float *)a[{call.src.slot}];",
-            f"    float *dst = (float *)a[{call.dst.slot}];"]  # fmt: skip
+            f"    const float *src = (const float *)a[{call.src.slot}]{src_offset};",
+            f"    float *dst = (float *)a[{call.dst.slot}]{dst_offset};"]  # fmt: skip
 
 
 def state_lifecycle(name: str, fields: str, buffers: Sequence[str], allocate: Sequence[str]) -> list[str]:

@@ -22,8 +22,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, state_lifecycle, weights_pointer
+from kernorch.codegen.library import (
+    LibraryCall,
+    Tensor,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+)
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
 
 MAX_ROWS = 16  # output pixels (or matmul rows): beyond, a product reuses each weight enough to be compute-bound
 MIN_WEIGHT_BYTES = 1 << 16  # below this the weights are no stream: oneDNN's blocking is as good
@@ -42,8 +49,8 @@ class Geometry:
     inputs: int  # per tap: input channels, or K
     outputs: int  # output channels, or N
     taps: tuple[tuple[int, int], ...]  # the (ky, kx) some row reads outside the padding, in packing order
-    sources: tuple[tuple[int, ...], ...]  # per tap, per row: element offset into the source, -1 in the padding
-    destinations: tuple[int, ...]  # per row: element offset into the destination
+    sources: tuple[tuple[int, ...], ...]  # per tap, per row: elements past the source's first, -1 in the padding
+    destinations: tuple[int, ...]  # per row: elements past the destination's first
     coordinates: tuple[tuple[int, int, int], ...]  # per row: (n, y, x) for the binary post-ops' operands
     source_channel: int  # stride between a row's input channels
     destination_channel: int  # stride between a row's output channels
@@ -76,7 +83,7 @@ def _conv_geometry(call: LibraryCall) -> Geometry | str:
     def source(n: int, y: int, x: int, ky: int, kx: int) -> int:
         at_y, at_x = y * stride_y - pad_y + ky * dilate_y, x * stride_x - pad_x + kx * dilate_x
         inside = 0 <= at_y < height and 0 <= at_x < width
-        return call.src.offset + n * src_n + at_y * src_y + at_x * src_x if inside else -1
+        return n * src_n + at_y * src_y + at_x * src_x if inside else -1
 
     taps, sources = [], []
     for ky, kx in itertools.product(range(kernel_h), range(kernel_w)):
@@ -85,7 +92,7 @@ def _conv_geometry(call: LibraryCall) -> Geometry | str:
             taps.append((ky, kx))
             sources.append(offsets)
     return Geometry(in_channels, out_channels, tuple(taps), tuple(sources),
-                    tuple(call.dst.offset + n * dst_n + y * dst_y + x * dst_x for n, y, x in rows), tuple(rows),
+                    tuple(n * dst_n + y * dst_y + x * dst_x for n, y, x in rows), tuple(rows),
                     src_c, dst_c, f"w[(long)o * {w_o} + (long)i * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}]",
                     tuple(tensor for _, tensor in call.post_ops))  # fmt: skip
 
@@ -106,8 +113,8 @@ def _matmul_geometry(call: LibraryCall) -> Geometry | str:
         operands.append(None if tensor is None or operand is None else
                         Tensor(tensor.slot, (1, operand[1], 1, operand[0]), (0, operand[3], 0, operand[2]),
                                tensor.constant, tensor.offset, tensor.dtype))  # fmt: skip
-    return Geometry(inputs, outputs, ((0, 0),), (tuple(call.src.offset + m * src_m for m in range(rows)),),
-                    tuple(call.dst.offset + m * dst_m for m in range(rows)), tuple((0, 0, m) for m in range(rows)),
+    return Geometry(inputs, outputs, ((0, 0),), (tuple(m * src_m for m in range(rows)),),
+                    tuple(m * dst_m for m in range(rows)), tuple((0, 0, m) for m in range(rows)),
                     src_k, dst_n, f"w[(long)i * {w_k} + (long)o * {w_n}]", tuple(operands))  # fmt: skip
 
 
@@ -247,12 +254,7 @@ def block_switch(name: str, most_rows: int, arguments: str, indent: str) -> list
 def store_tile(name: str, epilogue: list[str], destination_channel: int, indent: str) -> list[str]:
     """Write the tile's row r (channels c0..c1 of the chunk) to `o`, each value through the post-ops."""
     return [f"{indent}const float *t = tile + r * {name}_CHUNK - c0;",
-            f"{indent}#pragma omp simd",
-            f"{indent}for (int c = c0; c < c1; c++) {{",
-            f"{indent}    float v = t[c];",
-            *(f"{indent}    {statement}" for statement in epilogue),
-            f"{indent}    o[(long)c * {destination_channel}] = v;",
-            f"{indent}}}"]  # fmt: skip
+            *post_op_loop("t", "c0", "c1", epilogue, indent, simd=True, store=f"o[(long)c * {destination_channel}]")]
 
 
 def chunk_bounds(name: str, outputs: int, indent: str) -> str:
@@ -278,11 +280,7 @@ def render_streaming_product(name: str, call: LibraryCall) -> str:
              f"static const long {name}_dst[{rows}] = {_table(shape.destinations)};",
              *([zero_row(name, shape)] if padded else []),
              *register_block(name, shape),
-             f"static int {name}_run(void *state, void *stream, void **a) {{",
-             "    (void)stream;",
-             f"    const {name}_state *s = (const {name}_state *)state;",
-             f"    const float *src = (const float *)a[{call.src.slot}];",
-             f"    float *dst = (float *)a[{call.dst.slot}];",
+             *run_prologue(name, call),
              *pointers,
              "    #pragma omp parallel for schedule(static)",
              f"    for (int chunk = 0; chunk < {name}_CHUNKS; chunk++) {{",
