@@ -522,6 +522,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the few-channel conv's tap-by-tap rows ignore the dilation along x",
            "kernorch/codegen/native/few_channel_conv.py", "+ {name}_kx[t] * {dilate_x};", "+ {name}_kx[t];",
            (FEW_CHANNEL,)),
+    Mutant("index-set splitting gives up on a concat of more than eight maps",
+           "kernorch/codegen/loops/splitting.py", "MAX_PIECES = 64", "MAX_PIECES = 8",
+           ("kernorch/codegen/loops/splitting_test.py",)),
 )  # fmt: skip
 
 
