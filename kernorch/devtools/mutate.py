@@ -525,6 +525,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("index-set splitting gives up on a concat of more than eight maps",
            "kernorch/codegen/loops/splitting.py", "MAX_PIECES = 64", "MAX_PIECES = 8",
            ("kernorch/codegen/loops/splitting_test.py",)),
+    Mutant("a select's lower branch is simplified as if its variable stopped one short of the threshold",
+           "kernorch/codegen/loops/indexing.py", "{**ranges, var: threshold})", "{**ranges, var: threshold - 1})",
+           ("kernorch/codegen/loops/indexing_test.py",)),
+    Mutant("a select's upper branch renames its variable back off by one",
+           "kernorch/codegen/loops/indexing.py", '("lit", -threshold)))', '("lit", 1 - threshold)))',
+           ("kernorch/codegen/loops/indexing_test.py",)),
+    Mutant("a factor split lets the low part reach the factor",
+           "kernorch/codegen/loops/indexing.py", "bounds[1] >= factor:", "bounds[1] > factor:",
+           ("kernorch/codegen/loops/indexing_test.py",)),
 )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ channel shuffle becomes a few divisions by constants.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,11 @@ def _extent(term: Term, ranges: dict[str, int]) -> int | None:
         return whole if term.radix is None else min(term.radix, whole)
     if term[0] == "index":
         return int(term[2])
+    if term[0] in ("/", "%") and term[2][0] == "lit" and term[2][1] > 0:  # of a provably non-negative index
+        bounds = _bounds(linearize(term[1], ranges), ranges)
+        if bounds is None or bounds[0] < 0:
+            return None
+        return bounds[1] // term[2][1] + 1 if term[0] == "/" else min(term[2][1], bounds[1] + 1)
     return None
 
 
@@ -115,6 +121,11 @@ def _divide(linear: Linear, n: int, op: str, ranges: dict[str, int]) -> Linear:
         if op == "/":
             return {t: c for t, c in divided.items() if c}, whole_constant // n
         return rest
+    split = _factor_split(linear, n, ranges)
+    if split is not None:  # E = g·H + L with L in [0, g): E / n = H / (n/g), E % n = g·(H % (n/g)) + L
+        factor, high, low = split
+        quotient = _divide(high, n // factor, op, ranges)
+        return quotient if op == "/" else _add(low, quotient, factor)
     # a single digit with coefficient 1 and no constant: divide or reduce the digit itself
     if len(terms) == 1 and constant == 0:
         ((term, coefficient),) = terms.items()
@@ -124,6 +135,28 @@ def _divide(linear: Linear, n: int, op: str, ranges: dict[str, int]) -> Linear:
             if op == "%" and (term.radix is None or term.radix % n == 0):
                 return _atom(Digit(term.var, term.divisor, n))
     return _atom((op, to_tree(linear, ranges), ("lit", n)))
+
+
+def _factor_split(linear: Linear, n: int, ranges: dict[str, int]) -> tuple[int, Linear, Linear] | None:
+    """(g, H, L) with E = g·H + L, g > 1 dividing n and L in [0, g): E's terms of smallest coefficients (and
+    the constant's remainder) make L, g is the greatest common divisor of n and the others' coefficients. A
+    reshape of a channels-last map through windows (swin's window partition, shifted by a slice and concat)
+    divides `96·pixel + c` by multiples of 96: c, the vector loop's variable, is then no part of the division."""
+    terms, constant = linear
+    ordered = sorted(terms.items(), key=lambda item: abs(item[1]))
+    for count in range(len(ordered)):
+        factor = n
+        for _, coefficient in ordered[count:]:
+            factor = math.gcd(factor, coefficient)
+        if factor <= 1 or factor == n:
+            continue
+        low: Linear = (dict(ordered[:count]), constant % factor)
+        bounds = _bounds(low, ranges)
+        if bounds is None or bounds[0] < 0 or bounds[1] >= factor:
+            continue
+        high: Linear = ({t: c // factor for t, c in ordered[count:]}, constant // factor)
+        return factor, high, low
+    return None
 
 
 def _merge_digits(terms: dict[Term, int], ranges: dict[str, int]) -> dict[Term, int]:
@@ -194,6 +227,8 @@ def simplify_indices(tree: Any, ranges: dict[str, int]) -> Any:
     if not isinstance(tree, tuple) or not tree or not isinstance(tree[0], str):
         return tree
     kind = tree[0]
+    if kind == "where":
+        return _narrowed_where(tree, ranges)
     if kind == "load":
         return ("load", tree[1], simplify(simplify_indices(tree[2], ranges), ranges))
     if kind == "table":
@@ -202,3 +237,54 @@ def simplify_indices(tree: Any, ranges: dict[str, int]) -> Any:
         inner = {**ranges, **{var: size for var, size in tree[3]}}
         return (*tree[:4], simplify_indices(tree[4], inner))
     return tuple(simplify_indices(child, ranges) if isinstance(child, tuple) else child for child in tree)
+
+
+def _threshold(cond: Any, ranges: dict[str, int]) -> tuple[str, int, bool] | None:
+    """(v, t, below) for a condition `v + k < t'` (below: it holds for v < t) or `v + k >= t'` (it holds for
+    v >= t) on one loop variable v, with 0 < t < v's extent; else None."""
+    if not isinstance(cond, tuple) or cond[0] not in ("<", ">=") or cond[2][0] != "lit":
+        return None
+    terms, constant = linearize(cond[1], ranges)
+    if len(terms) != 1:
+        return None
+    ((term, coefficient),) = terms.items()
+    if coefficient != 1 or not isinstance(term, Digit) or term.divisor != 1 or term.radix is not None:
+        return None
+    threshold = int(cond[2][1]) - constant
+    if term.var not in ranges or not 0 < threshold < ranges[term.var]:
+        return None
+    return term.var, threshold, cond[0] == "<"
+
+
+def _renamed(tree: Any, var: str, replacement: Tree) -> Any:
+    if isinstance(tree, tuple) and len(tree) == 2 and tree[0] == "var" and tree[1] == var:
+        return replacement
+    if isinstance(tree, tuple):
+        return tuple(_renamed(child, var, replacement) for child in tree)
+    return tree
+
+
+def _mentions_part(tree: Any, var: str) -> bool:
+    if not isinstance(tree, tuple) or not tree:
+        return False
+    if tree[0] == "part" and tree[1] == var:
+        return True
+    return any(_mentions_part(child, var) for child in tree)
+
+
+def _narrowed_where(tree: Tree, ranges: dict[str, int]) -> Tree:
+    """A select on a loop variable (`v < t`: a concat's piece along an outer axis, swin's shifted windows) has
+    v in [0, t) in one branch and in [t, extent) in the other; each branch's indices are simplified knowing
+    it. The upper range renames v to v' + t with v' in [0, extent - t) for the simplification, then back:
+    `(v - t) / 7` where v - t >= 0, which the whole range could not prove."""
+    _, cond, taken, other = tree
+    found = _threshold(cond, ranges)
+    if found is None or _mentions_part(tree, found[0]):
+        return tuple(simplify_indices(child, ranges) if isinstance(child, tuple) else child for child in tree)
+    var, threshold, below = found
+    shifted = f"{var}'{threshold}"  # no C identifier: it is renamed back before rendering
+    low = simplify_indices(taken if below else other, {**ranges, var: threshold})
+    upper = _renamed(other if below else taken, var, ("+", ("var", shifted), ("lit", threshold)))
+    high = _renamed(simplify_indices(upper, {**ranges, shifted: ranges[var] - threshold}),
+                    shifted, ("+", ("var", var), ("lit", -threshold)))  # fmt: skip
+    return ("where", simplify_indices(cond, ranges), low if below else high, high if below else low)

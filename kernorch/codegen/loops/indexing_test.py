@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kernorch.codegen.loops.indexing import Tree, simplify
+from kernorch.codegen.loops.indexing import Tree, simplify, simplify_indices
 
 
 def _c_divide(a: int, b: int) -> int:
@@ -94,3 +94,54 @@ def test_digit_sums_equal_original_everywhere(seed: int) -> None:
     simplified = simplify(tree, {"v": extent})
     for v in range(extent):
         assert evaluate(simplified, {"v": v}) == evaluate(tree, {"v": v}), (tree, simplified, v)
+
+
+def test_a_division_by_a_multiple_of_the_innermost_extent_leaves_the_innermost_variable_out() -> None:
+    """A channels-last map of 96 channels through windows: (96·p + c) / 384 = p / 4 and (96·p + c) % 384 =
+    96·(p % 4) + c for c in [0, 96), so the vector loop over c reads unit-stride."""
+    ranges = {"p": 50, "c": 96}
+    flat = ("+", ("+", ("*", ("var", "p"), ("lit", 96)), ("var", "c")), ("lit", 96 * 3))
+    quotient, remainder = simplify(("/", flat, ("lit", 384)), ranges), simplify(("%", flat, ("lit", 384)), ranges)
+    assert "c" not in repr(quotient) and remainder[0] == "+" and ("var", "c") in remainder[1:], (quotient, remainder)
+    for p, c in itertools.product(range(50), range(96)):
+        point = {"p": p, "c": c}
+        assert evaluate(quotient, point) == (96 * p + c + 288) // 384
+        assert evaluate(remainder, point) == (96 * p + c + 288) % 384
+    wider = {"p": 50, "c": 97}  # c = 96 carries into p: no split
+    quotient, remainder = simplify(("/", flat, ("lit", 384)), wider), simplify(("%", flat, ("lit", 384)), wider)
+    for p, c in itertools.product(range(50), range(97)):
+        point = {"p": p, "c": c}
+        assert (evaluate(quotient, point), evaluate(remainder, point)) == divmod(96 * p + c + 288, 384)
+
+
+def _taken_load(tree: Tree, point: dict[str, int]) -> tuple[str, int]:
+    """The load a select tree reads at `point`: (input, index)."""
+    if tree[0] == "load":
+        return tree[1], evaluate(tree[2], point)
+    _, (op, left, right), taken, other = tree
+    holds = evaluate(left, point) < evaluate(right, point)
+    return _taken_load(taken if holds == (op == "<") else other, point)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_selects_on_a_loop_variable_simplify_each_branch_exactly(seed: int) -> None:
+    """A concat along an outer axis (`i < t`) nests selects whose branches index with i shifted by the piece's
+    start; each branch is simplified knowing i's side of t, and reads the same element as before."""
+    rng = random.Random(seed)
+    ranges = {name: rng.choice([2, 3, 4, 6, 8, 12]) for name in ("i", "j", "k")}
+    names = list(ranges)
+
+    def select(depth: int) -> Tree:
+        if depth == 0:
+            return ("load", rng.choice("ab"), random_index(rng, names, rng.randint(1, 4)))
+        var = rng.choice(names)
+        threshold = rng.randint(1, ranges[var] - 1) if ranges[var] > 1 else 1
+        shifted = ("+", ("var", var), ("lit", rng.randint(-2, 2)))
+        cond = (rng.choice(["<", ">="]), shifted, ("lit", threshold + shifted[2][1]))
+        return ("where", cond, select(depth - 1), select(depth - 1))
+
+    tree = select(rng.randint(1, 3))
+    simplified = simplify_indices(tree, ranges)
+    for values in itertools.product(*(range(extent) for extent in ranges.values())):
+        point = dict(zip(ranges, values, strict=True))
+        assert _taken_load(simplified, point) == _taken_load(tree, point), (tree, simplified, point)
