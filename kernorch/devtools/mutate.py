@@ -534,6 +534,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a factor split lets the low part reach the factor",
            "kernorch/codegen/loops/indexing.py", "bounds[1] >= factor:", "bounds[1] > factor:",
            ("kernorch/codegen/loops/indexing_test.py",)),
+    Mutant("the oneDNN probe asks about matmuls only (a plain-layout conv with a residual goes to ref:any)",
+           "kernorch/codegen/library/onednn.py",
+           'if call.op not in ("matmul", "convolution") or not any(operand is not None',
+           'if call.op not in ("matmul",) or not any(operand is not None',
+           ("kernorch/codegen/library/onednn_test.py",)),
 )  # fmt: skip
 
 

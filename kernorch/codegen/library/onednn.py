@@ -55,7 +55,7 @@ NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")
 
 def onednn_rejection(call: LibraryCall) -> str | None:
     """Why oneDNN does not run `call` (None when it does): a post-op that would lose NaN, or a post-op operand
-    only oneDNN's reference matmul takes (asked of oneDNN: onednn_probe.py)."""
+    only oneDNN's reference kernels take (asked of oneDNN: the probe below)."""
     for op, _ in call.post_ops:
         if isinstance(op, Eltwise) and op.alg in NAN_TO_BOUND:
             return f"oneDNN's {op.alg} post-op turns NaN into a bound (onnxruntime keeps NaN)"
@@ -304,14 +304,16 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
               "}", ""]  # fmt: skip
     return "\n".join(lines)
 
-# ---- the probe: which implementation oneDNN picks for a matmul call ----
-# Which implementation oneDNN picks for a matmul call, asked in this process through its C API before the call is
-# planned. oneDNN 3.2 falls back to its reference matmul — correct, but 100-10000x slower — for some broadcasts of a
-# binary post-op's operand: a value per row on a 2-D matmul (mask 1), [1, H, W, 1] on a 4-D one (mask 6), a
-# relative-position bias [1, heads, 49, 49] added to swin's [windows, heads, 49, 49] scores (mask 14: 100 ms per
-# call where the product alone takes ~0.1 ms). Profile costs measure that and avoid it; analytic costs cannot see
-# it. A call oneDNN would run by its reference implementation is declined with that reason (onednn.py:
-# onednn_rejection), so the orchestrator keeps the post-op out of the call, where a kernel of its own applies it.
+# ---- the probe: which implementation oneDNN picks for a matmul or convolution call ----
+# Which implementation oneDNN picks for a matmul or convolution call, asked in this process through its C API
+# before the call is planned. oneDNN 3.2 falls back to its reference kernels — correct, but 100-10000x slower —
+# for some broadcasts of a binary post-op's operand: a value per row on a 2-D matmul (mask 1), [1, H, W, 1] on a
+# 4-D one (mask 6), a relative-position bias [1, heads, 49, 49] added to swin's [windows, heads, 49, 49] scores
+# (mask 14: 100 ms per call where the product alone takes ~0.1 ms); and for any tensor operand on a convolution
+# in the plain NCHW layout (poolformer's 1x1 convs with their residual add: ~250 ms per call against ~0.05 ms).
+# Profile costs measure that and avoid it; analytic costs cannot see it. A call oneDNN would run by its reference
+# implementation is declined with that reason (onednn_rejection), so the orchestrator keeps the post-op out of the
+# call, where a kernel of its own applies it.
 #
 # The probe builds the descriptors the rendered call builds (onednn.py: render_onednn_call) — memory descriptors
 # with the call's dims, strides and types, constant weights in the layout oneDNN chooses, the post-ops — and asks
@@ -412,10 +414,11 @@ def onednn_probe_available() -> bool:
     return _api() is not None
 
 
-def matmul_implementation(call: LibraryCall) -> str | None:
-    """The name of the implementation oneDNN chooses for the matmul `call`, or None when it cannot be asked."""
+def library_implementation(call: LibraryCall) -> str | None:
+    """The name of the implementation oneDNN chooses for the matmul or convolution `call`, or None when it cannot be
+    asked."""
     api = _api()
-    if api is None or call.op != "matmul":
+    if api is None or call.op not in ("matmul", "convolution"):
         return None
 
     def described(tensor: Tensor) -> Tensor:  # where the buffer is does not choose the implementation
@@ -460,7 +463,15 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
                     api.check(dnnl.dnnl_post_ops_append_binary(ops, api.enum[f"dnnl_binary_{op.alg}"],
                                                                memory(operand, 4)))  # fmt: skip
         api.check(dnnl.dnnl_primitive_attr_set_post_ops(attr, ops))
-        status = dnnl.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), api.engine, src, weights, bias, dst, attr)
+        if call.op == "matmul":
+            status = dnnl.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), api.engine, src, weights, bias, dst,
+                                                            attr)  # fmt: skip
+        else:
+            geometry = [(ctypes.c_int64 * 12)(*values) for values in (call.strides, call.dilates, call.pad_begin,
+                                                                      call.pad_end)]  # fmt: skip
+            status = dnnl.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(pd), api.engine, api.enum["dnnl_forward_inference"], api.enum["dnnl_convolution_direct"],
+                src, weights, bias, dst, *geometry, attr)  # fmt: skip
         if status != 0:
             return None
         name = ctypes.c_char_p()
@@ -480,12 +491,13 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
 
 
 def reference_rejection(call: LibraryCall) -> str | None:
-    """Why a matmul call with a binary post-op is declined: oneDNN would run it by its reference implementation."""
-    if call.op != "matmul" or not any(operand is not None for _, operand in call.post_ops):
+    """Why a matmul or convolution call with a binary post-op is declined: oneDNN would run it by its reference
+    implementation."""
+    if call.op not in ("matmul", "convolution") or not any(operand is not None for _, operand in call.post_ops):
         return None
-    implementation = matmul_implementation(call)
+    implementation = library_implementation(call)
     if implementation is None or not implementation.startswith("ref"):
         return None
     masks = [t.dims for _, t in call.post_ops if t is not None]
-    return (f"oneDNN runs this matmul ({'x'.join(map(str, call.src.dims))}) with post-op operands {masks} only by "
-            f"its reference implementation ({implementation})")
+    return (f"oneDNN runs this {call.op} ({'x'.join(map(str, call.src.dims))}) with post-op operands {masks} only "
+            f"by its reference implementation ({implementation})")
