@@ -242,8 +242,9 @@ def simplify_indices(tree: Any, ranges: dict[str, int]) -> Any:
 def _threshold(cond: Any, ranges: dict[str, int]) -> tuple[str, int, bool] | None:
     """(v, t, below) for a condition `v + k < t'` (below: it holds for v < t) or `v + k >= t'` (it holds for
     v >= t) on one loop variable v, with 0 < t < v's extent; else None."""
-    if not isinstance(cond, tuple) or cond[0] not in ("<", ">=") or cond[2][0] != "lit":
-        return None
+    if not isinstance(cond, tuple) or cond[0] not in ("<", ">=") or not _integral(cond[1]) or \
+            not _integral(cond[2]) or cond[2][0] != "lit":  # fmt: skip
+        return None  # a comparison of values (floats, loads), not of a loop index
     terms, constant = linearize(cond[1], ranges)
     if len(terms) != 1:
         return None
@@ -254,6 +255,15 @@ def _threshold(cond: Any, ranges: dict[str, int]) -> tuple[str, int, bool] | Non
     if term.var not in ranges or not 0 < threshold < ranges[term.var]:
         return None
     return term.var, threshold, cond[0] == "<"
+
+
+def _integral(tree: Any) -> bool:
+    """Whether `tree` is an index expression: loop variables and integer literals under index operators."""
+    if not isinstance(tree, tuple) or not tree or tree[0] not in ("var", "lit", "+", "-", "*", "/", "%"):
+        return False
+    if tree[0] == "lit":
+        return isinstance(tree[1], int) and not isinstance(tree[1], bool)
+    return tree[0] == "var" or all(_integral(child) for child in tree[1:])
 
 
 def _renamed(tree: Any, var: str, replacement: Tree) -> Any:
