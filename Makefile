@@ -118,8 +118,9 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy kernorch
 
+# one pytest worker per core (pytest-xdist): 2 cores run the suite in ~340 s instead of ~540 s
 test: $(STAMP_DEV) $(STAMP_DOT) $(STAMP_BROWSER) lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 # the few model-level tests too slow for `make test`'s 10 minutes (pyproject: the `slow` marker)
 test-slow: $(STAMP_DEV)
