@@ -539,6 +539,15 @@ MUTANTS: tuple[Mutant, ...] = (
            'if call.op not in ("matmul", "convolution") or not any(operand is not None',
            'if call.op not in ("matmul",) or not any(operand is not None',
            ("kernorch/codegen/library/onednn_test.py",)),
+    Mutant("a tap's range along a reversed axis ends one column short",
+           "kernorch/codegen/gir/reductions.py", "to_tree((terms, constant + 1), ranges), -c))",
+           "to_tree((terms, constant), ranges), -c))", (REDUCTIONS,)),
+    Mutant("an NCHW window's taps start at column 0 whatever their lower bound",
+           "kernorch/codegen/c/loops.py", "if (ko_b {keep} {end}) {end} = ko_b;",
+           "if (ko_b {keep} {end} && {int(not bound.lower)}) {end} = ko_b;", (REDUCTIONS,)),
+    Mutant("the ceiling division rounds a positive quotient down",
+           "kernorch/codegen/c/prelude.py", "return a > 0 ? (a + b - 1) / b : -((-a) / b); }",
+           "return a > 0 ? a / b : -((-a) / b); }", (REDUCTIONS,)),
 )  # fmt: skip
 
 

@@ -171,6 +171,26 @@ def _tap_block(loops: tuple[tuple[str, int], ...], condition: tuple[list[str], s
 
 
 @dataclass(frozen=True)
+class TapRange:
+    """One end of the range of the output's innermost variable a tap reaches (gir's `TapBound` in C):
+    `var >= ceil(numerator / divisor)` (`lower`) or `var < ceil(numerator / divisor)`."""
+
+    lower: bool
+    numerator: str
+    divisor: int
+
+
+def _range_lines(bounds: tuple[TapRange, ...], size: int) -> list[str]:
+    """`ko_lo`, `ko_hi`: the part of [0, size) every bound admits (empty when ko_lo >= ko_hi)."""
+    lines = [f"int64_t ko_lo = 0, ko_hi = {size};"]
+    for bound in bounds:
+        value = bound.numerator if bound.divisor == 1 else f"ko_ceil_div({bound.numerator}, {bound.divisor})"
+        end, keep = ("ko_lo", ">") if bound.lower else ("ko_hi", "<")
+        lines.append(f"{{ const int64_t ko_b = {value}; if (ko_b {keep} {end}) {end} = ko_b; }}")
+    return lines
+
+
+@dataclass(frozen=True)
 class TapSum:
     """One reduction of an interchanged phase: its primitive, the C lines computing one tap's value (`value`
     names it), and the C lvalue of the output's innermost variable its results are stored at."""
@@ -183,10 +203,11 @@ class TapSum:
 
 def interchanged_lines(sums: tuple[TapSum, ...], dtype: str, loops: tuple[tuple[str, int], ...],
                        condition: tuple[list[str], str] | None, var: str, size: int,
-                       split: bool) -> list[str]:  # fmt: skip
+                       split: bool, bounds: tuple[TapRange, ...] = ()) -> list[str]:  # fmt: skip
     """An interchanged phase's C: taps `loops` outside, guarded by `condition` (the lines computing what it
     reads, and the condition), and inside them the output's innermost loop over `var` running each of `sums`
-    (several: reductions over the same taps, one pass over what they read) into its `size` results."""
+    (several: reductions over the same taps, one pass over what they read) into its `size` results; with
+    `bounds`, over the part of them each tap reaches."""
     ctype = C_TYPES[dtype]
     updates = [reduction_identity(s.prim, dtype) for s in sums]
     suffixes = [str(k) if k else "" for k in range(len(sums))]
@@ -202,7 +223,7 @@ def interchanged_lines(sums: tuple[TapSum, ...], dtype: str, loops: tuple[tuple[
         # running values need not go back to memory between taps (shufflenet's 3x3 max-pool: 31.5 -> 26.6 us)
         taps = [line for v, n in loops for line in (f"#pragma GCC unroll {n}",
                                                    f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{")]  # fmt: skip
-    block = 1 if unrolled else _tap_block(loops, condition)
+    block = 1 if unrolled or bounds else _tap_block(loops, condition)
     if block > 1:
         # `block` consecutive taps of the innermost tap loop are summed in a register, then the running value
         # is loaded and stored once: per tap, a load and a store of it took the load/store ports from the data
@@ -220,7 +241,9 @@ def interchanged_lines(sums: tuple[TapSum, ...], dtype: str, loops: tuple[tuple[
     else:
         if condition is not None:
             taps += [*condition[0], f"if ({condition[1]}) {{"]
-        taps += ["#pragma omp simd", f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{",
+        first, end = ("ko_lo", "ko_hi") if bounds else ("0", str(size))
+        taps += [*(_range_lines(bounds, size) if bounds else []), "#pragma omp simd",
+                 f"for (int64_t {var} = {first}; {var} < {end}; {var}++) {{",
                  *(line for s, acc, (_, update) in zip(sums, accumulators, updates, strict=True)
                    for line in (*s.lines, update.format(acc=acc, x=s.value))), "}"]  # fmt: skip
     if condition is not None and block == 1:

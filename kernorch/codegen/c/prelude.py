@@ -52,6 +52,9 @@ static inline int64_t ko_index(int64_t i, int64_t n, int *err) {
     if (i < 0 || i >= n) { *err = 1; return 0; }
     return i;
 }
+/* The smallest integer >= a / b for b > 0 (C's division truncates toward zero): an interchanged reduction's
+   first or last output a tap reaches (a stride-2 pooling window's column) */
+static inline int64_t ko_ceil_div(int64_t a, int64_t b) { return a > 0 ? (a + b - 1) / b : -((-a) / b); }
 /* Integer division as onnxruntime: a zero divisor is an error (the kernel returns it in `err`, bit 2, and the
    call fails naming it), never a signal; INT_MIN / -1 wraps to INT_MIN and INT_MIN % -1 is 0 (x86 would trap) */
 static inline int64_t ko_idiv(int64_t a, int64_t b, int *err) {

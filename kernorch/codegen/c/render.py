@@ -39,7 +39,15 @@ from kernorch.codegen.c.expr import (
     c_unary,
     c_value_type,
 )
-from kernorch.codegen.c.loops import Sharing, TapSum, interchanged_lines, loop_headers, reduction_identity, tiled_loops
+from kernorch.codegen.c.loops import (
+    Sharing,
+    TapRange,
+    TapSum,
+    interchanged_lines,
+    loop_headers,
+    reduction_identity,
+    tiled_loops,
+)
 from kernorch.codegen.c.prelude import V16_TYPEDEF
 from kernorch.codegen.c.render_permuted import permuted_lines
 from kernorch.codegen.gir import (
@@ -55,6 +63,7 @@ from kernorch.codegen.gir import (
     RowStep,
     Select,
     bare_sum,
+    tap_ranges,
 )
 from kernorch.codegen.loops import C_TYPES, Tree, count_kinds
 from kernorch.codegen.target import Target
@@ -429,7 +438,13 @@ class _Phase:
         for op in ops:
             if op.kind == CONSTANT:
                 self.statement(op)
-        condition = None
+        condition, bounds = None, tuple[TapRange, ...]()
+        if guard is not None and var in _loop_vars(guard):  # a padding check on the inner axis: its range per tap
+            ranges = dict(self.phase.loops) | dict(loops)
+            decomposed = tap_ranges(guard, var, ranges)
+            assert decomposed is not None  # interchangeable
+            guard, found = decomposed
+            bounds = tuple(TapRange(b.lower, self.index(b.numerator, reduces[0]), b.divisor) for b in found)
         if guard is not None:  # the guard's values, per tap, then the guard
             condition = ([line for part in self.block((guard_scope,)) for line in part],
                          self.condition(guard, reduces[0]))  # fmt: skip
@@ -442,7 +457,7 @@ class _Phase:
             target = self.address(self.gir.slices[store.writes[0]].buffer, store)
             sums.append(TapSum(reduce.name, body, self.names[reduce.reads[0]], target))
         split = self.phase.reduction == "split" and not sharing.tasks  # rTasks' iterations must be independent
-        lines = interchanged_lines(tuple(sums), dtype, loops, condition, var, size, split)
+        lines = interchanged_lines(tuple(sums), dtype, loops, condition, var, size, split, bounds)
         if self.phase.parallel.mode == OUTER and not split:
             opened, closing = sharing.collapsed([(v, n, 1) for v, n in outer])
             return [*opened, *lines, *("}" for _ in range(closing))]

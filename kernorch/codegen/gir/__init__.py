@@ -28,7 +28,7 @@ from kernorch.codegen.gir.graph import (
 )
 from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.memo import described, remembered, remembering, rewritten
-from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS
+from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS, TapBound, tap_ranges
 from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.gir.rules import RULES, Rule, optimize
 from kernorch.codegen.gir.tiling import reads_transposed
@@ -55,8 +55,10 @@ __all__ = [
     "RowStep",
     "Rule",
     "SPLIT_MAX_OUTPUTS",
+    "TapBound",
     "VECTOR",
     "bare_sum",
+    "tap_ranges",
     "described",
     "lower",
     "reads_transposed",

@@ -3,7 +3,10 @@ taps (the C of these loop orders is c/loops.py's `interchanged_lines`; c/render.
 
 - *Interchanged*: the reduction loops outside and the output's innermost axis inside, accumulating in the
   target buffer. The inner loop is unit-stride on channels-last data and vectorizes (pooling; a reduction
-  over outer axes), and a padding check that does not depend on it is evaluated once per tap.
+  over outer axes), and a padding check that does not depend on it is evaluated once per tap. A padding
+  check on that axis itself (NCHW pooling: `0 <= 2*w - 1 + kw < W`) becomes, per tap, the range of it the tap
+  reaches (`tap_ranges`): the inner loop runs over that range with no check (cspresnet50's LeakyReLU +
+  3x3 max-pool on a [1, 64, 32, 32] map ran 700 µs as a branch per tap and element, 50 µs this way).
 - *Split*: the same, when the loops around the innermost axis have a single iteration (an instance norm's
   per-channel mean of a [1, H, W, C] map, a global pooling with batch 1), so no thread would be left to share
   them: the reduction loops are shared out instead. Each thread accumulates its part into partial results
@@ -14,13 +17,13 @@ taps (the C of these loop orders is c/loops.py's `interchanged_lines`; c/render.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from kernorch.codegen.gir.sharing import PARALLEL_MIN_ELEMENTS
-from kernorch.codegen.loops import Phase, Tree, substituted
+from kernorch.codegen.loops import Digit, Phase, Tree, linearize, substituted, to_tree
 
 INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
 SPLIT_MAX_OUTPUTS = 1024  # running values of an interchanged reduction kept on the stack (split: one row per thread)
@@ -78,9 +81,62 @@ def reduced_per_element(tree: Any) -> int:
     return max(1, taps(tree))
 
 
+@dataclass(frozen=True)
+class TapBound:
+    """One end of the range of the output's innermost variable a tap reaches: `var >= ceil(numerator / divisor)`
+    (`lower`) or `var < ceil(numerator / divisor)`; the numerator an index tree over the taps and outer loops."""
+
+    lower: bool
+    numerator: Tree
+    divisor: int  # > 0
+
+
+_INDEX_ONLY = frozenset({"var", "lit", "part", "+", "-", "*", "/", "%"})
+
+
+def _index_only(tree: Any) -> bool:
+    """An integer expression of loop variables alone (no read of a value, no table)."""
+    if not isinstance(tree, tuple) or not tree or tree[0] not in _INDEX_ONLY:
+        return False
+    return tree[0] in ("var", "lit", "part") or all(_index_only(child) for child in tree[1:])
+
+
+def _conjuncts(tree: Tree) -> list[Tree]:
+    return [*_conjuncts(tree[1]), *_conjuncts(tree[2])] if tree[0] == "&&" else [tree]
+
+
+def tap_ranges(guard: Tree, var: str, ranges: dict[str, int]) -> tuple[Tree | None, tuple[TapBound, ...]] | None:
+    """The guard split into its conditions free of `var` (joined again; None when there are none) and the
+    bounds the others put on `var`: each `c*var + rest < 0` or `>= 0` with `rest` free of `var` and c != 0.
+    None when a condition on `var` is not of that form."""
+    kept: list[Tree] = []
+    bounds: list[TapBound] = []
+    me = Digit(var, 1, None)
+    for condition in _conjuncts(guard):
+        if not mentions_any(condition, {var}):
+            kept.append(condition)
+            continue
+        if condition[0] not in ("<", ">=") or not _index_only(condition[1]) or not _index_only(condition[2]):
+            return None
+        terms, constant = linearize(("-", condition[1], condition[2]), ranges)  # c*var + rest, compared with 0
+        c = terms.pop(me, 0)
+        if not c or any(term.var == var if isinstance(term, Digit) else mentions_any(term, {var}) for term in terms):
+            return None
+        if c > 0:  # var >= ceil(-rest / c), or var < ceil(-rest / c)
+            negated = {term: -k for term, k in terms.items()}
+            bounds.append(TapBound(condition[0] == ">=", to_tree((negated, -constant), ranges), c))
+        else:  # -|c|*var + rest >= 0: var <= floor(rest / |c|), i.e. var < ceil((rest + 1) / |c|); and `<` mirrored
+            bounds.append(TapBound(condition[0] == "<", to_tree((terms, constant + 1), ranges), -c))
+    joined = None
+    for condition in kept:
+        joined = condition if joined is None else ("&&", joined, condition)
+    return joined, tuple(bounds)
+
+
 def interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int], ...], Tree | None, Tree] | None:
     """(prim, reduction loops, guard, body) of a phase storing a reduction that can run interchanged: its
-    innermost output axis long enough to vectorize, used by the body and not by the guard."""
+    innermost output axis long enough to vectorize, used by the body, and the guard either free of it or
+    putting a range on it per tap (`tap_ranges`)."""
     if not phase.loop_vars or phase.scalar:
         return None
     reduction = bare_reduction(phase.expr, dtype)
@@ -92,7 +148,9 @@ def interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int
     if body[0] == "guard":
         guard, body = body[1], body[2]
     if guard is not None and var in free_vars(guard):
-        return None
+        ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True)) | dict(loops)
+        if tap_ranges(guard, var, ranges) is None:
+            return None
     return prim, loops, guard, body
 
 

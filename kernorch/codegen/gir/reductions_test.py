@@ -1,12 +1,18 @@
 """Split reductions (reductions.py): a long reduction with nothing around it to share out is split among
-threads, combined in thread order; checked in the emitted source and in the numbers the kernel computes."""
+threads, combined in thread order; an NCHW window's padding check becomes a range of columns per tap. Checked
+in the emitted source and in the numbers the kernel computes."""
 
 from __future__ import annotations
+
+import random
 
 import numpy as np
 import pytest
 
 from kernorch.codegen.backends import GENERATED_C
+from kernorch.codegen.gir import tap_ranges
+from kernorch.codegen.loops import Tree, lit
+from kernorch.codegen.loops.indexing_test import evaluate
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -91,3 +97,100 @@ def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: s
     expected = run_reference(graph, {"x": x})["y"]
     assert np.isnan(got[0, 0, 0, 3]) and np.isnan(got[0, 3, 3, 5]) and np.isnan(got[0, 4, 2, channels - 1])
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _holds(condition: Tree, point: dict[str, int]) -> bool:
+    if condition[0] == "&&":
+        return _holds(condition[1], point) and _holds(condition[2], point)
+    a, b = evaluate(condition[1], point), evaluate(condition[2], point)
+    return a < b if condition[0] == "<" else a >= b
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tap_ranges_admit_exactly_the_outputs_each_tap_reaches(seed: int) -> None:
+    """Padding checks `0 <= c*w + s*r + k < n` (strides, dilations, both signs of c: a reversed axis), with a
+    check free of w beside them: per tap, [ko_lo, ko_hi) is exactly the set of w the guard admits, and the
+    check free of w is kept."""
+    rng = random.Random(seed)
+    width, taps, rows = rng.randint(1, 12), rng.randint(1, 4), rng.randint(1, 3)
+    ranges = {"w": width, "r": taps, "h": rows}
+    conditions: list[Tree] = [(">=", ("var", "h"), lit(1))]  # free of w
+    for _ in range(rng.randint(1, 3)):
+        c, s, k, n = rng.choice([-3, -2, -1, 1, 2, 3]), rng.randint(0, 3), rng.randint(-4, 4), rng.randint(1, 20)
+        position = ("+", ("+", ("*", ("var", "w"), lit(c)), ("*", ("var", "r"), lit(s))), lit(k))
+        conditions += [(">=", position, lit(0)), ("<", position, lit(n))]
+    rng.shuffle(conditions)
+    guard = conditions[0]
+    for condition in conditions[1:]:
+        guard = ("&&", guard, condition)
+    found = tap_ranges(guard, "w", ranges)
+    assert found is not None
+    kept, bounds = found
+    assert kept == (">=", ("var", "h"), lit(1))
+    for r in range(taps):
+        lo, hi = 0, width
+        for bound in bounds:
+            value = _ceil_div(evaluate(bound.numerator, {"r": r}), bound.divisor)
+            lo, hi = (max(lo, value), hi) if bound.lower else (lo, min(hi, value))
+        for w in range(width):
+            assert (lo <= w < hi) == _holds(guard, {"w": w, "r": r, "h": 1}), (r, w, bounds)
+
+
+def test_a_condition_not_linear_in_the_inner_variable_keeps_the_reduction_in_place() -> None:
+    ranges = {"w": 8, "r": 3}
+    for condition in [("<", ("*", ("var", "w"), ("var", "r")), lit(5)),  # w times a tap
+                      ("<", ("/", ("var", "w"), lit(2)), lit(3)),  # w halved
+                      ("<", ("+", ("var", "w"), ("read", 0)), lit(3))]:  # a value read
+        assert tap_ranges(("&&", (">=", ("var", "w"), lit(1)), condition), "w", ranges) is None
+
+
+def _window_graph(prim: str, shape: tuple[int, int, int, int], kernel: int, stride: int, dilation: int,
+                  pads: tuple[int, int, int, int]) -> Graph:  # fmt: skip
+    """One NCHW pooling window or depthwise conv ("conv": a constant filter per channel) over x."""
+    n, c, h, w = shape
+    out = [(size + pads[a] + pads[a + 2] - (kernel - 1) * dilation - 1) // stride + 1 for a, size in enumerate((h, w))]
+    graph = Graph(inputs=["x"], outputs=["y"])
+    graph.types.update(x=TensorType(shape, "float32"), y=TensorType((n, c, *out), "float32"))
+    geometry = (("dilations", (dilation, dilation)), ("pads", pads), ("strides", (stride, stride)))
+    if prim == "conv":
+        graph.constants["f"] = np.random.default_rng(3).standard_normal((c, 1, kernel, kernel)).astype(np.float32)
+        graph.types["f"] = TensorType((c, 1, kernel, kernel), "float32")
+        graph.nodes.append(Node("conv", ("x", "f"), ("y",), (*geometry, ("group", c))))
+    else:
+        graph.nodes.append(Node(prim, ("x",), ("y",), (*geometry, ("kernel", (kernel, kernel)), ("ceil_mode", False))))
+    return graph
+
+
+@pytest.mark.parametrize(("prim", "kernel", "stride", "dilation", "pads"), [
+    ("window_max", 3, 2, 1, (1, 1, 1, 1)),  # cspresnet50's stem pool
+    ("window_max", 3, 1, 2, (2, 2, 2, 2)),
+    ("window_max", 2, 3, 1, (0, 0, 2, 2)),  # padded at the end only, wider than the stride reaches
+    ("window_sum", 3, 1, 1, (1, 0, 0, 1)),
+    ("window_sum", 5, 2, 1, (2, 2, 2, 2)),
+    ("conv", 3, 1, 1, (1, 1, 1, 1)),  # a depthwise conv
+    ("conv", 5, 2, 2, (4, 3, 4, 3)),
+])  # fmt: skip
+def test_an_nchw_window_runs_each_tap_over_the_columns_it_reaches(prim: str, kernel: int, stride: int,
+                                                                   dilation: int, pads: tuple[int, int, int, int],
+                                                                   ) -> None:  # fmt: skip
+    """NCHW: the padding check on the row's axis becomes per tap a range of output columns, the columns inside
+    (no check per element, where a branch per tap and element ran cspresnet50's pool at 700 µs). NaN and -inf on
+    the borders, the first and the last column reach exactly the outputs whose windows hold them."""
+    graph = _window_graph(prim, (1, 6, 15, 25), kernel, stride, dilation, pads)
+    kernel_ = make_kernel(graph, (0,), ("y",))
+    source = GENERATED_C.source("k", kernel_)
+    assert "ko_lo; l3 < ko_hi; l3++) {" in source, source
+    assert ("ko_ceil_div(" in source) == (stride > 1), source
+    x = np.random.default_rng(4).standard_normal((1, 6, 15, 25)).astype(np.float32)
+    x[0, 1, :, 0] = np.nan  # the first column
+    x[0, 2, 7, 24] = np.nan  # the last column
+    x[0, 3, 0, :] = -np.inf  # the first row
+    x[0, 4, 14, 9] = np.inf
+    got = PlanExecutor(graph, [kernel_], threads=2)({"x": x})["y"]
+    expected = run_reference(graph, {"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -19,7 +19,7 @@ from kernorch.codegen.loops.description import (
     lit,
     substituted,
 )
-from kernorch.codegen.loops.indexing import Digit, linearize, simplify_indices
+from kernorch.codegen.loops.indexing import Digit, linearize, simplify_indices, to_tree
 from kernorch.codegen.loops.splitting import split_innermost
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "simplify_indices",
     "split_innermost",
     "substituted",
+    "to_tree",
 ]
