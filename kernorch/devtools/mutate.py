@@ -548,6 +548,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the ceiling division rounds a positive quotient down",
            "kernorch/codegen/c/prelude.py", "return a > 0 ? (a + b - 1) / b : -((-a) / b); }",
            "return a > 0 ? a / b : -((-a) / b); }", (REDUCTIONS,)),
+    Mutant("a reshape group's later coordinates lose their remainder",
+           "kernorch/codegen/loops/description.py", "div(flat, stride) if k == 0 else mod(div(flat, stride), size)",
+           "div(flat, stride)", ("kernorch/codegen/loops/reshape_test.py",)),
+    Mutant("a resize table's short rows are padded at position 0 again",
+           "kernorch/codegen/loops/resize_taps.py", "out_taps[o, :] = row[0][0] if row else taps[o, 0]",
+           "out_taps[o, :] = 0", ("kernorch/codegen/loops/resize_taps_test.py",)),
 )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ PYTEST_STEPS = {
     "native kernels": ["kernorch/codegen/native/direct_conv_test.py", "kernorch/codegen/native/depthwise_conv_test.py",
                        "kernorch/codegen/native/winograd_conv_test.py", "kernorch/codegen/native/lstm_stack_test.py",
                        "kernorch/codegen/loops/resize_taps_test.py", "kernorch/codegen/loops/splitting_test.py",
-                       "kernorch/codegen/gir/reductions_test.py",
+                       "kernorch/codegen/gir/reductions_test.py", "kernorch/codegen/loops/reshape_test.py",
                        "kernorch/codegen/native/attention_test.py",
                        "kernorch/codegen/native/attention_amx_test.py",
                        "kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py",

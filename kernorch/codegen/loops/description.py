@@ -184,6 +184,40 @@ def unflatten(flat: Tree, shape: tuple[int, ...]) -> list[Tree]:
     return index
 
 
+def reshaped_index(index: list[Tree], out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> list[Tree]:
+    """The input index of a reshape's output element, group by group: both shapes cut where their running
+    products meet (size-1 axes aside) into runs of neighbouring axes that a split or a merge maps onto each
+    other, so an axis that keeps its size reads its index as it is and a split axis is recombined without a
+    division. (Through one flat offset, lraspp's [1, 21, 256] -> [1, 21, 16, 16] before a bilinear resize read
+    every element at `((16 t + c) / 256) % 21`: 829 µs for 344K outputs.)"""
+    if 0 in in_shape or 0 in out_shape:
+        return unflatten(flatten(index, out_shape), in_shape)
+    outs = [(j, d) for j, d in enumerate(out_shape) if d != 1]
+    ins = [(j, d) for j, d in enumerate(in_shape) if d != 1]
+    in_index = [lit(0)] * len(in_shape)
+    a = b = 0
+    while a < len(outs) and b < len(ins):
+        group_out, group_in = [outs[a]], [ins[b]]
+        out_size, in_size = outs[a][1], ins[b][1]
+        a, b = a + 1, b + 1
+        while out_size != in_size:  # equal element counts: the runs meet by the end at the latest
+            if out_size < in_size:
+                group_out.append(outs[a])
+                out_size, a = out_size * outs[a][1], a + 1
+            else:
+                group_in.append(ins[b])
+                in_size, b = in_size * ins[b][1], b + 1
+        if len(group_out) == len(group_in) == 1:
+            in_index[group_in[0][0]] = index[group_out[0][0]]
+            continue
+        flat = flatten([index[j] for j, _ in group_out], tuple(d for _, d in group_out))
+        stride = in_size
+        for k, (j, size) in enumerate(group_in):  # the group's flat offset is below in_size: no remainder first
+            stride //= size
+            in_index[j] = div(flat, stride) if k == 0 else mod(div(flat, stride), size)
+    return in_index
+
+
 def tree_size(tree: Any) -> int:
     if not isinstance(tree, tuple):
         return 1
@@ -286,12 +320,7 @@ class Describer:
             return self.value(node.inputs[0], self.broadcast_index(node.inputs[0], out_type.shape, index))
         if prim == "reshape":
             in_shape = self.graph.types[node.inputs[0]].shape
-            squeezed_in = [d for d in in_shape if d != 1]
-            squeezed_out = [d for d in out_type.shape if d != 1]
-            if squeezed_in == squeezed_out:  # only size-1 axes added or removed: map indices directly
-                kept = iter([i for i, d in zip(index, out_type.shape, strict=True) if d != 1])
-                return self.value(node.inputs[0], [lit(0) if d == 1 else next(kept) for d in in_shape])
-            return self.value(node.inputs[0], unflatten(flatten(index, out_type.shape), in_shape))
+            return self.value(node.inputs[0], reshaped_index(index, out_type.shape, in_shape))
         if prim == "transpose":
             in_index: list[Tree] = [lit(0)] * len(index)
             for j, p in enumerate(attrs["perm"]):

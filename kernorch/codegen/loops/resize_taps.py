@@ -66,8 +66,9 @@ def periodic_taps(size_in: int, size_out: int, scale: float, mode: str, coordina
 
 def merged_rows(taps: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the distinct input positions with a non-zero total weight, ascending, and those totals (float64),
-    padded with position 0 and weight 0 to the widest row: the table's canonical form (a clamped tap repeats a
-    position; a tap may carry no weight). O(rows × taps)."""
+    padded to the widest row with weight 0 at the row's own first position: the table's canonical form (a
+    clamped tap repeats a position; a tap may carry no weight). Padding at position 0 read a NaN there into
+    rows far from it (0 · NaN), lraspp's last rows from its first. O(rows × taps)."""
     rows = taps.shape[0]
     merged: list[list[tuple[int, float]]] = []
     for o in range(rows):
@@ -79,6 +80,7 @@ def merged_rows(taps: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.n
     out_taps = np.zeros((rows, width), dtype=np.int64)
     out_weights = np.zeros((rows, width), dtype=np.float64)
     for o, row in enumerate(merged):
+        out_taps[o, :] = row[0][0] if row else taps[o, 0]
         for t, (position, weight) in enumerate(row):
             out_taps[o, t], out_weights[o, t] = position, weight
     return out_taps, out_weights
