@@ -554,6 +554,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a resize table's short rows are padded at position 0 again",
            "kernorch/codegen/loops/resize_taps.py", "out_taps[o, :] = row[0][0] if row else taps[o, 0]",
            "out_taps[o, :] = 0", ("kernorch/codegen/loops/resize_taps_test.py",)),
+    Mutant("the BLP leaves out the primitive covers (a weak relaxation: same optima, slow proofs)",
+           "kernorch/orchestrate/blp.py", "        add_row(1.0, infinity, entries)\n    # A chosen kernel's",
+           "        pass\n    # A chosen kernel's", (BLP,)),
+    Mutant("a primitive cover asks for two kernels computing it (cuts off optimal plans)",
+           "kernorch/orchestrate/blp.py", "        add_row(1.0, infinity, entries)\n    # A chosen kernel's",
+           "        add_row(2.0, infinity, entries)\n    # A chosen kernel's", (BLP,)),
+    Mutant("the covers' walk goes past values available before the subgraph",
+           "kernorch/orchestrate/blp.py", "if value in available or value not in producer or",
+           "if value not in producer or", (BLP,)),
 )  # fmt: skip
 
 

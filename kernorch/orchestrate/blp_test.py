@@ -11,6 +11,7 @@ import heapq
 import math
 import random
 
+import highspy
 import numpy as np
 import pytest
 
@@ -324,3 +325,54 @@ def test_next_best_selections_match_brute_force(seed: int) -> None:
         assert not any(b <= set(ranked[position].chosen) for b in before)
         assert ranked[position].cost >= ranked[position - 1].cost - 1e-12
         validate_plan(graph, [kernels[k] for k in ranked[position].chosen])
+
+
+def _branch_blocks(blocks: int) -> Graph:
+    """mobileone's pattern in elementwise primitives: per block three branches from one value, summed, then one
+    more primitive."""
+    graph = Graph(inputs=["x"], types={"x": T})
+    previous = "x"
+    for b in range(blocks):
+        branches = [f"b{b}_{j}" for j in range(3)]
+        graph.nodes += [Node("exp", (previous,), (branch,)) for branch in branches]
+        graph.nodes += [Node("add", (branches[0], branches[1]), (f"s{b}",)),
+                        Node("add", (f"s{b}", branches[2]), (f"t{b}",)), Node("exp", (f"t{b}",), (f"r{b}",))]
+        graph.types.update({v: T for v in (*branches, f"s{b}", f"t{b}", f"r{b}")})
+        previous = f"r{b}"
+    graph.outputs = [previous]
+    return graph
+
+
+def _relaxation(kernels: list[CandidateKernel], costs: list[float], required: set[str], available: set[str],
+                monkeypatch: pytest.MonkeyPatch) -> float:  # fmt: skip
+    """The optimum of the BLP's LP relaxation (the same rows, no integrality), in the model's microseconds."""
+    solved: list[highspy.Highs] = []
+
+    def continuous(highs: highspy.Highs, *_: object) -> None:
+        solved.append(highs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(highspy.Highs, "changeColsIntegrality", continuous)
+        solve_blp(kernels, costs, required, available, time_limit=30)
+    return float(solved[0].getInfo().objective_function_value)
+
+
+def test_every_primitive_a_required_value_needs_is_covered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row per primitive the outputs depend on (not per value available before), over exactly the kernels
+    computing it; with them the relaxation of three branch blocks is the integer optimum (without them it
+    covered each block's sum with fusion variants at a fraction each: mobileone_s0's took 28 s to prove)."""
+    graph = _branch_blocks(3)
+    kernels, required = candidates_for(graph, OrchestrationLimits(max_kernel_size=6))
+    costs = [1.0 + 0.2 * len(k.nodes) for k in kernels]
+    variables = list(range(len(kernels)))
+    rows = blp._primitive_covers(kernels, variables, required, {"x"}, {k: k for k in variables})
+    assert len(rows) == len(graph.nodes)
+    for node in graph.nodes:
+        computing = {k for k in variables if any(p.outputs == node.outputs for p in kernels[k].primitives)}
+        assert computing in [set(row) for row in rows]
+    available = {"x", "r0"}  # the first block computed before: its primitives need no row
+    assert len(blp._primitive_covers(kernels, variables, required, available, {k: k for k in variables})) == 12
+    optimum = solve_blp(kernels, costs, required, {"x"}, time_limit=30)
+    assert optimum.optimal
+    assert _relaxation(kernels, costs, required, {"x"}, monkeypatch) == pytest.approx(optimum.cost * 1e6, rel=1e-6)
+    assert optimum.cost == pytest.approx(oracle(kernels, costs, required, {"x"}), rel=1e-9)
