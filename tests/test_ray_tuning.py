@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray")
+# the workers' measurements count only when undisturbed: run alone, not beside the parallel test workers
+pytestmark = pytest.mark.serial
 
 from kernorch.cost import profile, remote  # noqa: E402
 from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel  # noqa: E402
