@@ -118,8 +118,9 @@ def tap_ranges(guard: Tree, var: str, ranges: dict[str, int]) -> tuple[Tree | No
             continue
         if condition[0] not in ("<", ">=") or not _index_only(condition[1]) or not _index_only(condition[2]):
             return None
-        terms, constant = linearize(("-", condition[1], condition[2]), ranges)  # c*var + rest, compared with 0
-        c = terms.pop(me, 0)
+        linear, constant = linearize(("-", condition[1], condition[2]), ranges)  # c*var + rest, compared with 0
+        c = linear.get(me, 0)
+        terms = {term: k for term, k in linear.items() if term != me}
         if not c or any(term.var == var if isinstance(term, Digit) else mentions_any(term, {var}) for term in terms):
             return None
         if c > 0:  # var >= ceil(-rest / c), or var < ceil(-rest / c)
