@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
 from kernorch.cost.gir_model import estimate, kernel_gir
@@ -12,6 +13,9 @@ from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.tools.kernel_roofline import math_seconds, memory_kernels, summary, table
+
+# kernels timed and per-element costs bounded: alone, not beside the parallel test workers
+pytestmark = pytest.mark.serial
 
 LEVELS = MemoryLevels((MemoryLevel("L2", 1 << 20, 100e9), MemoryLevel("L3", 32 << 20, 50e9),
                        MemoryLevel("DRAM", 1 << 62, 10e9)), 1e-6)  # fmt: skip
@@ -54,7 +58,9 @@ def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
     assert gir is not None and exp_row.model_seconds == estimate(gir, LEVELS, executor.threads)
     assert exp_row.model_seconds >= exp_row.roofline_seconds
     assert exp_row.model_ratio == exp_row.hot_seconds / exp_row.model_seconds
-    assert table(rows)[2].endswith(f"| {exp_row.model_seconds * 1e6:.1f} | {exp_row.model_ratio:.2f} |")
+    # (the exp kernel's line: rows run slowest first, and a busy moment may make the relu the slower one)
+    line = table(rows)[2 + rows.index(exp_row)]
+    assert line.endswith(f"| {exp_row.model_seconds * 1e6:.1f} | {exp_row.model_ratio:.2f} |")
 
 
 def test_math_costs_are_measured_per_element() -> None:

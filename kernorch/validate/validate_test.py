@@ -59,6 +59,7 @@ class _FakeModel:
         return {name: np.full(4, 1.0 + self.offset, np.float32) for name in self.outputs}
 
 
+@pytest.mark.serial  # timed plans 0.5 % apart: alone, not beside the parallel test workers
 @pytest.mark.parametrize(("latencies", "offsets", "kept"), [
     ((2e-3, 0.5e-3, 1e-3), (0.0, 0.0, 0.0), 1),  # the fastest, not the next cheapest by cost
     ((1e-3, 0.995e-3, 2e-3), (0.0, 0.0, 0.0), 0),  # within the margin: the optimum stays

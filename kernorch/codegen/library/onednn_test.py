@@ -57,6 +57,7 @@ def _window_scores(windows: int = 16, heads: int = 4, tokens: int = 49, head_dim
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+@pytest.mark.serial  # a wall-clock bound on one call: alone, not beside the parallel test workers
 def test_a_plan_keeps_the_bias_out_of_the_reference_matmul() -> None:
     model = _window_scores()
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=False)
@@ -93,6 +94,7 @@ def test_the_probe_declines_a_plain_layout_convolution_with_a_tensor_operand() -
     assert reference_rejection(channels_last) is None
 
 
+@pytest.mark.serial  # a wall-clock bound on one call: alone, not beside the parallel test workers
 def test_a_plain_layout_plan_keeps_the_residual_out_of_the_reference_convolution() -> None:
     """The NCHW conv + add compiled with analytic costs: the add runs outside the call, the result matches
     onnxruntime, and a run takes milliseconds, not the reference conv's quarter second."""
