@@ -203,8 +203,13 @@ def _source_coordinates(out_size: int, in_size: int, scale: float, mode: str) ->
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
     if mode == "align_corners":
-        # ONNX divides by the unrounded output length in_size * scale, not by the integer size.
+        # ONNX divides by the unrounded output length in_size * scale, not by the integer size (onnxruntime
+        # divides by the size). A length within float32 rounding of the size (sizes given, or a scale read
+        # back from float32) is the size: both agree there, and a grid point then falls exactly on its input,
+        # reading the same taps as onnxruntime's.
         length = in_size * scale
+        if abs(length - out_size) <= 1e-6 * out_size:
+            length = out_size
         return x * (in_size - 1) / (length - 1) if length != 1 else np.zeros_like(x)
     if mode == "asymmetric":
         return x / scale
@@ -260,7 +265,9 @@ def resize_axis(
 def axis_taps(in_size: int, out_size: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str,
               cubic_coeff_a: float, exclude_outside: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Per output position along one axis, the input positions it reads (clamped to the axis) and their float64
-    weights: [out_size, 1] for nearest, 2 for linear, 4 for cubic. Linear in the sizes (never out × in)."""
+    weights: [out_size, 1] for nearest, 2 for linear, 4 for cubic. Linear in the sizes (never out × in).
+    Every tap is read, a zero weight included, as onnxruntime reads them: 0 · NaN is NaN, so which outputs a NaN
+    or an inf reaches depends on the taps, not only on the weights."""
     coords = _source_coordinates(out_size, in_size, scale, coordinate_mode)
     if mode == "nearest":
         index = np.clip(_nearest_index(coords, nearest_mode).astype(np.int64), 0, in_size - 1)
@@ -282,7 +289,12 @@ def axis_taps(in_size: int, out_size: int, scale: float, mode: str, coordinate_m
     if exclude_outside:
         weights = np.where((taps >= 0) & (taps < in_size), weights, 0.0)
         weights = weights / weights.sum(axis=1, keepdims=True)
-    return np.clip(taps, 0, in_size - 1), weights
+    taps = np.clip(taps, 0, in_size - 1)
+    if mode == "linear":
+        # onnxruntime weights a pair clamped to one position (the axis' last, or an axis of one) half and half:
+        # an inf there stays inf, where 1·inf + 0·inf would be NaN.
+        weights[taps[:, 0] == taps[:, 1]] = 0.5
+    return taps, weights
 
 
 def resize(x: np.ndarray, sizes: Sequence[int], scales: Sequence[float], mode: str, coordinate_mode: str,

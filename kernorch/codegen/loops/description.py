@@ -426,7 +426,7 @@ class Describer:
             split = self.residue_split
             if periodic is not None and split is not None and split[2] % periodic[0] == 0 and \
                     index[axis] == add(mul(("var", split[0]), lit(split[2])), ("var", split[1])):  # fmt: skip
-                taps_per_axis.append(self.periodic_taps(periodic, split, size_in))
+                taps_per_axis.append(self.periodic_taps(periodic, table, split, size_in))
                 continue
             taps, weights = table
             width = taps.shape[1]
@@ -450,29 +450,39 @@ class Describer:
         assert total is not None
         return total
 
-    def periodic_taps(self, periodic: Periodic, split: tuple[str, str, int],
+    def periodic_taps(self, periodic: Periodic, table: tuple[np.ndarray, np.ndarray], split: tuple[str, str, int],
                       size_in: int) -> list[tuple[Tree, Tree | None]]:  # fmt: skip
         """A resize axis upsampled by g, read at f·q + r (g divides f): output g·q' + r' reads inputs
         q' + offsets[r', t] with weights[r', t]. Both tables are indexed by the residue alone (a constant
-        once the residue loop is unrolled), so every read is unit-stride in q; the clamps to the axis hold
-        only within `low` of its start and `high` of its end, selects the loop over q is cut at."""
+        once the residue loop is unrolled), so every read is unit-stride in q. Within `low` of the axis' start
+        and `high` of its end, where coordinates and taps are clamped, an output reads its row of the full
+        table instead: selects on q the loop over q is cut at."""
         factor, offsets, weights, low, high = periodic
         q_var, r_var, f = split
         q: Tree = ("var", q_var)
         r: Tree = ("var", r_var)
+        output = add(mul(q, lit(f)), r)  # the position along the axis
         if f != factor:
             q, r = add(mul(q, lit(f // factor)), div(r, factor)), mod(r, factor)
+        # the border rows of the table: the first factor·low outputs, then those from factor·(size_in - high)
+        head, tail = factor * low, factor * (size_in - high)
+        rows = np.r_[0:head, tail: factor * size_in]
+        # (condition, the first output it holds for, where that output's row is in the border rows)
+        borders = ([(("<", q, lit(low)), 0, 0)] if low else []) + \
+            ([((">=", q, lit(size_in - high)), tail, head)] if high else [])  # fmt: skip
         width = offsets.shape[1]
-        offset_table, weight_table = self.table(offsets.reshape(-1)), self.table(weights.reshape(-1))
+        offset_table, tap_table = self.table(offsets.reshape(-1)), self.table(table[0][rows].reshape(-1))
+        # one weight table, the pattern's rows then the border rows: a weight is one read whichever it takes
+        weight_table = self.table(np.concatenate([weights.reshape(-1), table[1][rows].reshape(-1)]))
         choices: list[tuple[Tree, Tree | None]] = []
         for t in range(width):
-            position = add(mul(r, lit(width)), lit(t))
-            tap: Tree = add(q, ("table", offset_table, position))
-            clamped = ("max", lit(0), ("min", tap, lit(size_in - 1)))
-            if high:
-                tap = ("sel", (">=", q, lit(size_in - high)), clamped, tap)
-            if low:
-                tap = ("sel", ("<", q, lit(low)), clamped, tap)
+            in_pattern = add(mul(r, lit(width)), lit(t))
+            tap: Tree = add(q, ("table", offset_table, in_pattern))
+            position = in_pattern
+            for border, first, row in borders:
+                in_border = add(mul(add(output, lit(row - first)), lit(width)), lit(t))
+                tap = ("sel", border, ("table", tap_table, in_border), tap)
+                position = ("sel", border, add(in_border, lit(weights.size)), position)
             choices.append((tap, ("table", weight_table, position)))
         return choices
 

@@ -36,70 +36,50 @@ def residue_factor(factors: set[int], size: int, shortest: int) -> int | None:
 @functools.lru_cache(maxsize=512)
 def periodic_taps(size_in: int, size_out: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str,
                   cubic_coeff_a: float, exclude_outside: bool) -> Periodic | None:  # fmt: skip
-    """An upsampling by an integer factor f whose taps repeat: output f·q + r reads inputs q + offsets[r, t],
-    clamped to the axis, with weights[r, t], for every q: (f, offsets [f, width], weights [f, width], low,
-    high), where a clamp can bite only for q < low or q >= size_in - high. None when the resize is not such
-    (checked against the whole reference map: ONNX's linear and cubic modes with half_pixel coordinates are;
-    align_corners is not)."""
+    """An upsampling by an integer factor f whose taps repeat: output f·q + r reads inputs q + offsets[r, t]
+    with weights[r, t] for every q in [low, size_in - high), where no tap leaves the axis: (f, offsets
+    [f, width], weights [f, width], low, high). The outputs of the other q (the borders, where coordinates and
+    taps are clamped) read the table of `resize_taps`. None when the resize is not such (checked against the
+    reference map: ONNX's linear and cubic modes with half_pixel coordinates are; align_corners is not)."""
     table = resize_taps(size_in, size_out, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
                         exclude_outside)  # fmt: skip
     if table is None or size_out <= size_in or size_out % size_in:
         return None
     factor = size_out // size_in
     taps, weights = table
-    middle = size_in // 2  # the pattern is read off an interior position, then checked everywhere
+    middle = size_in // 2  # the pattern is read off an interior position, then checked on every interior one
     offsets = taps[factor * middle: factor * (middle + 1)] - middle
     pattern = weights[factor * middle: factor * (middle + 1)]
-    rows = np.arange(size_out)
-    q = rows // factor
-    rebuilt = merged_rows(np.clip(q[:, None] + offsets[rows % factor], 0, size_in - 1),
-                          pattern[rows % factor].astype(np.float64))  # fmt: skip
-    matches = rebuilt[0].shape == taps.shape and np.array_equal(rebuilt[0], taps) and \
-        np.allclose(rebuilt[1], weights, rtol=0, atol=1e-6)  # fmt: skip
+    low, high = max(0, -int(offsets.min())), max(0, int(offsets.max()))
+    interior = slice(factor * low, factor * max(low, size_in - high))
+    rows = np.arange(size_out)[interior]
+    expected = pattern[rows % factor]  # equal to float32 rounding; a zero weight (0 · inf is NaN) exactly
+    matches = np.array_equal(taps[interior], rows[:, None] // factor + offsets[rows % factor]) and \
+        np.allclose(weights[interior], expected, rtol=0, atol=1e-6) and \
+        np.array_equal(weights[interior] == 0, expected == 0)  # fmt: skip
     if not matches:
         return None
     offsets, pattern = np.ascontiguousarray(offsets), np.ascontiguousarray(pattern)
     offsets.setflags(write=False)
     pattern.setflags(write=False)
-    return factor, offsets, pattern, max(0, -int(offsets.min())), max(0, int(offsets.max()))
-
-
-def merged_rows(taps: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the distinct input positions with a non-zero total weight, ascending, and those totals (float64),
-    padded to the widest row with weight 0 at the row's own first position: the table's canonical form (a
-    clamped tap repeats a position; a tap may carry no weight). Padding at position 0 read a NaN there into
-    rows far from it (0 · NaN), lraspp's last rows from its first. O(rows × taps)."""
-    rows = taps.shape[0]
-    merged: list[list[tuple[int, float]]] = []
-    for o in range(rows):
-        totals: dict[int, float] = {}
-        for position, weight in zip(taps[o].tolist(), weights[o].tolist(), strict=True):
-            totals[position] = totals.get(position, 0.0) + weight
-        merged.append(sorted((p, w) for p, w in totals.items() if w != 0.0))
-    width = max(1, max((len(row) for row in merged), default=1))
-    out_taps = np.zeros((rows, width), dtype=np.int64)
-    out_weights = np.zeros((rows, width), dtype=np.float64)
-    for o, row in enumerate(merged):
-        out_taps[o, :] = row[0][0] if row else taps[o, 0]
-        for t, (position, weight) in enumerate(row):
-            out_taps[o, t], out_weights[o, t] = position, weight
-    return out_taps, out_weights
+    return factor, offsets, pattern, low, high
 
 
 @functools.lru_cache(maxsize=512)
 def resize_taps(size_in: int, size_out: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str,
                 cubic_coeff_a: float, exclude_outside: bool) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
-    """A resize along one axis as ([size_out, width] input taps, their float32 weights), computed with the
-    reference code's own coordinate rules; None where the axis is left as it is. Cached (read-only arrays):
+    """A resize along one axis as ([size_out, width] input taps, their float32 weights), exactly the reference's
+    (`axis_taps`: every tap onnxruntime reads, a zero weight or a repeated position included, so a NaN or an
+    inf reaches the outputs it reaches there); None where the axis is left as it is. Cached (read-only arrays):
     tuning describes the same decode-head resizes in thousands of candidates, and building this table per
     output row took a tenth of segformer_b0's cold tuning."""
     if size_in == size_out and scale == 1.0:
         return None
-    taps, weights = merged_rows(*K.axis_taps(size_in, size_out, scale, mode, coordinate_mode, nearest_mode,
-                                             cubic_coeff_a, exclude_outside))  # fmt: skip
-    if size_in == size_out and np.array_equal(taps[:, 0], np.arange(size_in)) and np.all(weights[:, 0] == 1) \
-            and not weights[:, 1:].any():  # fmt: skip
-        return None
+    taps, weights = K.axis_taps(size_in, size_out, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
+                                exclude_outside)  # fmt: skip
+    if size_in == size_out and taps.shape[1] == 1 and np.array_equal(taps[:, 0], np.arange(size_out)):
+        return None  # a nearest resize that reads every input where it is
+    taps = np.ascontiguousarray(taps)
     taps.setflags(write=False)
     single = weights.astype(np.float32)
     single.setflags(write=False)

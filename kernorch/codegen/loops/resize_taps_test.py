@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
 from kernorch.codegen.backends import GENERATED_C
-from kernorch.codegen.loops.resize_taps import merged_rows, periodic_taps, resize_taps
+from kernorch.codegen.loops.resize_taps import periodic_taps, resize_taps
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -29,18 +29,24 @@ def _rules(size_in: int, factor: int, mode: str = "linear", coordinates: str = "
                                                    ("linear", "asymmetric"), ("nearest", "asymmetric"),
                                                    ("linear", "pytorch_half_pixel")])  # fmt: skip
 def test_the_periodic_taps_reproduce_the_reference_resize(factor: int, mode: str, coordinates: str) -> None:
+    """Inside [low, size - high) every output's row of the table is the pattern's, shifted by q, no tap off
+    the axis; with the table's rows at the borders the resize is the reference's."""
     rules = _rules(11, factor, mode, coordinates)
-    periodic = periodic_taps(*rules)
-    assert periodic is not None
+    periodic, table = periodic_taps(*rules), resize_taps(*rules)
+    assert periodic is not None and table is not None
     found, offsets, weights, low, high = periodic
     assert found == factor and offsets.shape == weights.shape and offsets.shape[0] == factor
-    x = np.random.default_rng(0).standard_normal(11)
+    assert low + high < 11
     out = np.arange(11 * factor)
     q, r = out // factor, out % factor
-    rebuilt = sum(weights[r, t] * x[np.clip(q + offsets[r, t], 0, 10)] for t in range(offsets.shape[1]))
+    inside = (q >= low) & (q < 11 - high)
+    np.testing.assert_array_equal(table[0][inside], q[inside, None] + offsets[r[inside]])
+    np.testing.assert_allclose(table[1][inside], weights[r[inside]], rtol=0, atol=1e-6)
+    assert (table[0] >= 0).all() and (table[0] < 11).all()
+    x = np.random.default_rng(0).standard_normal(11)
+    taps = np.where(inside[:, None], q[:, None] + offsets[r], table[0])
+    rebuilt = (np.where(inside[:, None], weights[r], table[1]) * x[taps]).sum(axis=1)
     np.testing.assert_allclose(rebuilt, K.resize_axis(x, 0, *rules[1:]), rtol=1e-6, atol=1e-6)
-    inside = np.arange(low, 11 - high)  # no clamp bites there
-    assert ((inside[:, None, None] + offsets[None]) >= 0).all() and ((inside[:, None, None] + offsets[None]) < 11).all()
 
 
 def test_align_corners_and_downsampling_have_no_periodic_taps() -> None:
@@ -145,13 +151,19 @@ def test_tables_grow_linearly_with_the_sizes() -> None:
         np.testing.assert_allclose(rebuilt, dense, atol=1e-7)
 
 
-def test_a_short_row_is_padded_at_its_own_position() -> None:
-    """A row whose taps merged to fewer than the widest row's (a clamped border, a grid point of weight 1)
-    is padded with weight 0 at a position it reads anyway: padding at position 0 read a NaN there into rows
-    far from it."""
-    taps, weights = merged_rows(np.array([[0, 1], [5, 5], [7, 8]]), np.array([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]]))
-    np.testing.assert_array_equal(taps, [[0, 1], [5, 5], [7, 7]])
-    np.testing.assert_array_equal(weights, [[0.5, 0.5], [1.0, 0.0], [1.0, 0.0]])
+def test_a_table_holds_every_tap_onnxruntime_reads() -> None:
+    """asymmetric x2 over 3 inputs: a grid point reads its right neighbour at weight 0 (0 · NaN is NaN), and
+    the pairs clamped to the last input weigh it 0.5 and 0.5 (an inf there stays inf); a nearest resize reads
+    one tap."""
+    table = resize_taps(3, 6, 2.0, "linear", "asymmetric", "round_prefer_floor", -0.75, False)
+    assert table is not None
+    np.testing.assert_array_equal(table[0], [[0, 1], [0, 1], [1, 2], [1, 2], [2, 2], [2, 2]])
+    np.testing.assert_array_equal(table[1], [[1, 0], [0.5, 0.5], [1, 0], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    table = resize_taps(1, 2, 2.0, "linear", "half_pixel", "round_prefer_floor", -0.75, False)
+    assert table is not None
+    np.testing.assert_array_equal(table[1], [[0.5, 0.5], [0.5, 0.5]])  # an axis of one input
+    table = resize_taps(3, 6, 2.0, "nearest", "asymmetric", "floor", -0.75, False)
+    assert table is not None and table[0].shape == (6, 1)
 
 
 def _align_corners_upsampling() -> Graph:
@@ -166,33 +178,60 @@ def _align_corners_upsampling() -> Graph:
     return graph
 
 
-def test_a_nan_reaches_no_output_whose_taps_do_not_read_it() -> None:
+def test_a_nan_reaches_the_outputs_whose_taps_read_it() -> None:
     graph = _align_corners_upsampling()
     kernel = make_kernel(graph, (0,), ("y",))
     x = np.random.default_rng(6).standard_normal((1, 2, 5, 6)).astype(np.float32)
     x[0, 0, 0, 0] = x[0, 1, 4, 5] = np.nan  # the first and the last element
+    x[0, 0, 2, 3] = np.inf  # a grid point's: its zero-weight neighbours' outputs are NaN (0 · inf)
     got = PlanExecutor(graph, [kernel])({"x": x})["y"]
     expected = run_reference(graph, {"x": x})["y"]
-    assert np.isnan(got).any() and not (np.isnan(got) & ~np.isnan(expected)).any()
-    finite = ~np.isnan(expected) & ~np.isnan(got)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    finite = np.isfinite(expected)
     np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="known: a generated resize reads the merged taps (no zero-weight tap, a "
-                   "clamped tap counted once) where onnxruntime reads both of every linear pair, weighting a clamped "
-                   "pair 0.5 and 0.5: NaN and inf spread to other outputs (found 2026-11-28, not fixed)")  # fmt: skip
-def test_nan_and_inf_in_a_resize_spread_as_in_onnxruntime() -> None:
-    scales = numpy_helper.from_array(np.array([1, 1, 8, 8], np.float32), "scales")
+# (input shape, scales, mode, coordinates): a table per output (short rows, align_corners, downsampling), the
+# residue loops (rows of 24), rows permuted in registers (rows of 16 and 32), cubic taps
+SPREADS = [((1, 2, 4, 4), (1, 1, 8, 8), "linear", "half_pixel"),
+           ((1, 2, 5, 6), (1, 1, 9 / 5, 11 / 6), "linear", "align_corners"),
+           ((1, 2, 8, 8), (1, 1, 0.5, 0.5), "linear", "half_pixel"),
+           ((1, 2, 3, 24), (1, 1, 2, 2), "linear", "half_pixel"),
+           ((1, 2, 3, 24), (1, 1, 2, 4), "linear", "asymmetric"),
+           ((1, 2, 4, 16), (1, 1, 2, 8), "linear", "half_pixel"),
+           ((1, 2, 2, 32), (1, 1, 4, 4), "linear", "pytorch_half_pixel"),
+           ((1, 2, 4, 24), (1, 1, 2, 2), "cubic", "half_pixel")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "scales", "mode", "coordinates"), SPREADS)
+def test_nan_and_inf_in_a_resize_spread_as_in_onnxruntime(shape: tuple[int, ...], scales: tuple[float, ...],
+                                                          mode: str, coordinates: str) -> None:  # fmt: skip
+    """NaN and ±inf at the corners, on the borders and inside reach exactly the outputs onnxruntime's do: it
+    reads every tap, a zero weight's too, and weighs a clamped linear pair half and half."""
+    out = tuple(int(np.floor(s * d)) for s, d in zip(scales, shape, strict=True))
+    scale_tensor = numpy_helper.from_array(np.array(scales, np.float32), "scales")
     roi = numpy_helper.from_array(np.array([], np.float32), "roi")
     nodes = [helper.make_node("Add", ["x", "x"], ["d"]),  # something to fuse the resize with
-             helper.make_node("Resize", ["d", "roi", "scales"], ["y"], mode="linear")]
-    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 4, 4))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 2, 32, 32))],
-                              [scales, roi])  # fmt: skip
+             helper.make_node("Resize", ["d", "roi", "scales"], ["y"], mode=mode,
+                              coordinate_transformation_mode=coordinates)]  # fmt: skip
+    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                              [scale_tensor, roi])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    x = np.random.default_rng(7).standard_normal((1, 2, 4, 4)).astype(np.float32)
-    x[0, 0, 0, 0], x[0, 1, 3, 3] = np.nan, np.inf
-    got = kernorch.compile(model, threads=1, cost="analytic").run({"x": x})["y"]
-    expected = run_onnxruntime(model, {"x": x})["y"]
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    compiled = kernorch.compile(model, threads=1, cost="analytic")
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        x = rng.standard_normal(shape).astype(np.float32)
+        h, w = shape[2:]
+        for at, special in zip(((0, 0), (h - 1, w - 1), (0, w - 1), (h // 2, w // 2), (h - 1, 0)),
+                               rng.choice([np.nan, np.inf, -np.inf], 5), strict=True):  # fmt: skip
+            x[0, int(rng.integers(2)), *at] = special
+        x[0, 1, int(rng.integers(h)), int(rng.integers(w))] = rng.choice([np.nan, np.inf])
+        got = compiled.run({"x": x})["y"]
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(expected))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
+        finite = np.isfinite(expected)
+        np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-5, atol=1e-5)
