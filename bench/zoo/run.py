@@ -2,12 +2,14 @@
 `kernorch bench --quick` (kernorch's plan against onnxruntime and OpenVINO fp32, same threads), one table.
 
     .venv/bin/python bench/zoo/run.py ZOO_DIR [--cost profile|analytic] [--no-bench] [--only NAME ...]
-                                      [--out bench/results/DATE-zoo.md] [--timeout SECONDS]
+                                      [--out bench/results/DATE-zoo.md] [--timeout SECONDS] [--resume]
 
 Each model runs in a process of its own with a time limit, so one that hangs or dies is a row, not the end. The
 table lists per model: its family, whether `check --compiled` passed (and its error), the operators that ran
 through the onnxruntime fallback, kernorch's median latency, the best peer's, and the ratio. A JSON file beside
-the table keeps every row. Exits 1 when a model fails its check.
+the table keeps every row, written after each model; `--resume` skips the models it already holds a measured
+row for (a run of all 53 takes about 2 h when profiles are cold, so it can be split across sessions). Exits 1
+when a model fails its check.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{datetime.date.today()}-zoo.md")
+    parser.add_argument("--resume", action="store_true", help="skip the models the JSON beside --out already holds "
+                        "a passing, benchmarked row for")  # fmt: skip
     args = parser.parse_args()
     exported = json.loads((args.zoo / "export.json").read_text())
     rows: dict[str, dict[str, Any]] = {}
@@ -81,6 +85,9 @@ def main() -> int:
         rows = json.loads(results.read_text())
     for name, info in exported.items():
         if not info["ok"] or (args.only and name not in args.only):
+            continue
+        if args.resume and rows.get(name, {}).get("check_exit") == 0 and ("ratio" in rows[name] or args.no_bench):
+            print(f"{name}: kept from {results.name}", flush=True)
             continue
         model = args.zoo / f"{name}.onnx"
         row = {"family": info["family"], "source": info["source"], **check(model, args.cost, args.timeout)}

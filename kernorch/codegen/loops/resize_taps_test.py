@@ -168,7 +168,7 @@ def test_a_table_holds_every_tap_onnxruntime_reads() -> None:
 
 def _align_corners_upsampling() -> Graph:
     """[1, 2, 5, 6] -> [1, 2, 9, 11], align_corners: no periodic taps, every row a table lookup, and the grid
-    points (weight 1 on one input) rows of one tap padded to two."""
+    points (weight 1 on one input) reading their next input at weight 0."""
     graph = Graph(inputs=["x"], outputs=["y"])
     graph.types.update(x=TensorType((1, 2, 5, 6), "float32"), y=TensorType((1, 2, 9, 11), "float32"))
     attrs = (("sizes", (1, 2, 9, 11)), ("scales", (1.0, 1.0, 9 / 5, 11 / 6)), ("mode", "linear"),
