@@ -193,7 +193,8 @@ def test_a_nan_reaches_the_outputs_whose_taps_read_it() -> None:
 
 
 # (input shape, scales, mode, coordinates): a table per output (short rows, align_corners, downsampling), the
-# residue loops (rows of 24), rows permuted in registers (rows of 16 and 32), cubic taps
+# residue loops (rows of 16, 24 and 32: unrolled residues in the compiled source; rows of 16 and 32 are also the
+# lengths gir/row_permute.py holds in registers, whose own tests are row_permute_test.py), cubic taps
 SPREADS = [((1, 2, 4, 4), (1, 1, 8, 8), "linear", "half_pixel"),
            ((1, 2, 5, 6), (1, 1, 9 / 5, 11 / 6), "linear", "align_corners"),
            ((1, 2, 8, 8), (1, 1, 0.5, 0.5), "linear", "half_pixel"),
