@@ -79,7 +79,6 @@ def resize_taps(size_in: int, size_out: int, scale: float, mode: str, coordinate
                                 exclude_outside)  # fmt: skip
     if size_in == size_out and taps.shape[1] == 1 and np.array_equal(taps[:, 0], np.arange(size_out)):
         return None  # a nearest resize that reads every input where it is
-    taps = np.ascontiguousarray(taps)
     taps.setflags(write=False)
     single = weights.astype(np.float32)
     single.setflags(write=False)
