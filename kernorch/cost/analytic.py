@@ -8,6 +8,7 @@ for. Compute and memory overlap within a kernel, hence the max (the roofline), n
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,27 +121,46 @@ class AnalyticCostModel:
         return seconds + self.device.kernel_overhead
 
 
-CALIBRATION_VERSION = 2  # 2: peak and dispatch measured with kernorch's own generated code (oneDNN, C)
+CALIBRATION_VERSION = 3  # 3: one entry per thread count (one shared entry was re-measured at every switch)
 
 
-def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS) -> DeviceSpec:
+def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS,
+                           refresh: bool = False) -> DeviceSpec:  # fmt: skip
     """Measure memory bandwidth (large copy), fp32 peak (a 1024³ oneDNN matmul with packed weights and
     `threads` threads, the library kernels' own path) and the dispatch cost of one tiny generated kernel;
     best of several runs, since these are the machine's peaks.
 
-    Takes about a second; the result is cached per machine fingerprint and thread count.
+    Takes about a second; the result is cached per machine fingerprint and thread count. `refresh` measures
+    again and replaces the cached entry: a calibration taken while the machine was busy (a test suite, a
+    compile) under-states its peaks for as long as it is cached, so a measurement report takes its own.
     """
     path = cache_root(cache_dir) / "calibration.json"
     machine = fingerprint()
+    entries: dict[str, Any] = {}
     try:
         cached = json.loads(path.read_text())
-        if cached.get("fingerprint") == machine and cached.get("threads") == threads and \
-                cached.get("version") == CALIBRATION_VERSION:  # fmt: skip
-            return DeviceSpec(**cached["device"])
-    except (OSError, ValueError, TypeError, KeyError):
-        pass  # missing or corrupt: measure again
+        if cached.get("fingerprint") == machine and cached.get("version") == CALIBRATION_VERSION:
+            entries = dict(cached["devices"])
+            if not refresh and str(threads) in entries:
+                return DeviceSpec(**entries[str(threads)])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        entries = {}  # missing or corrupt: measure again
 
-    source = np.ones(16 * 1024 * 1024, dtype=np.float32)  # 64 MiB, far beyond the caches
+    device = _measure_device(cache_dir, threads)
+    entries[str(threads)] = asdict(device)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps({"fingerprint": machine, "version": CALIBRATION_VERSION,
+                                       "devices": entries}))  # fmt: skip
+        os.replace(partial, path)  # atomic: parallel processes calibrating at once never leave half a file
+    except OSError:
+        pass  # a cache: without a writable directory, calibrate again next time
+    return device
+
+
+def _measure_device(cache_dir: Path | None, threads: int) -> DeviceSpec:
+    source = np.ones(16 * 1024 * 1024, dtype=np.float32)  # 64 MiB: past most caches (not a 300 MiB L3)
     target = np.empty_like(source)
     bandwidth = 2 * source.nbytes / time_call(lambda: np.copyto(target, source), runs=5).best
     size = 1024
@@ -149,14 +169,7 @@ def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT
         peak = 2 * size**3 / time_call(matmul, runs=10, warmup=2).best
         overhead = max(time_call(_single_kernel("relu", (16,), cache_dir=cache_dir, threads=threads),
                                  runs=1000).median, 1e-7)  # fmt: skip
-    device = DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": machine, "threads": threads, "version": CALIBRATION_VERSION,
-                                    "device": asdict(device)}))  # fmt: skip
-    except OSError:
-        pass  # a cache: without a writable directory, calibrate again next time
-    return device
+    return DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead)
 
 
 def _single_kernel(prim: str, shape: tuple[int, ...], constant_b: bool = False, cache_dir: Path | None = None,

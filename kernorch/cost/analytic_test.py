@@ -9,6 +9,7 @@ import pytest
 
 from kernorch.cost.analytic import DEVICE_PRESETS, AnalyticCostModel, DeviceSpec, calibrate_this_machine
 from kernorch.ir.graph import Graph, Node
+from kernorch.options import DEFAULT_THREADS
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 
@@ -64,7 +65,20 @@ def test_calibration_is_cached_and_survives_corruption(tmp_path: Path) -> None:
     first = calibrate_this_machine(tmp_path)
     assert first.bandwidth > 1e8 and first.peak_flops > 1e8 and first.kernel_overhead > 0
     cached = json.loads((tmp_path / "calibration.json").read_text())
-    assert cached["device"]["bandwidth"] == first.bandwidth
+    assert cached["devices"][str(DEFAULT_THREADS)]["bandwidth"] == first.bandwidth
     assert calibrate_this_machine(tmp_path) == first  # read back, not re-measured
     (tmp_path / "calibration.json").write_text("{not json")
     assert calibrate_this_machine(tmp_path).bandwidth > 1e8
+
+
+def test_calibration_keeps_one_entry_per_thread_count(tmp_path: Path) -> None:
+    # one shared entry was re-measured at every switch of thread count, often while a test suite ran
+    one, two = calibrate_this_machine(tmp_path, threads=1), calibrate_this_machine(tmp_path, threads=2)
+    assert calibrate_this_machine(tmp_path, threads=1) == one
+    assert calibrate_this_machine(tmp_path, threads=2) == two
+    assert sorted(json.loads((tmp_path / "calibration.json").read_text())["devices"]) == ["1", "2"]
+    again = calibrate_this_machine(tmp_path, threads=2, refresh=True)
+    assert again != two  # measured again (its timings differ), and stored
+    assert calibrate_this_machine(tmp_path, threads=2) == again
+    assert calibrate_this_machine(tmp_path, threads=1) == one
+    assert not list(tmp_path.glob("*.partial"))

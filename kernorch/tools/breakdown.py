@@ -76,7 +76,8 @@ def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20)
                            "gflops": flops / seconds / 1e9 if seconds else 0.0})  # fmt: skip
         else:
             row.bytes += kernel_bytes(kernel)
-    device = calibrate_this_machine(compiled.cache_dir, compiled.threads)
+    # measured now, as the kernels were: a cached calibration may date from a busy moment
+    device = calibrate_this_machine(compiled.cache_dir, compiled.threads, refresh=True)
     for entry in linear:
         entry["of_fp32_peak"] = entry["gflops"] * 1e9 / device.peak_flops
     return {"total_ms": total * 1e3, "kernels_ms": sum(times) * 1e3, "overhead_ms": (total - sum(times)) * 1e3,
