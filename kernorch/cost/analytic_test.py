@@ -9,9 +9,9 @@ import pytest
 
 from kernorch.cost.analytic import DEVICE_PRESETS, AnalyticCostModel, DeviceSpec, calibrate_this_machine
 from kernorch.ir.graph import Graph, Node
-from kernorch.options import DEFAULT_THREADS
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
+from kernorch.options import DEFAULT_THREADS
 
 DEVICE = DeviceSpec("test", bandwidth=1e9, peak_flops=1e12, kernel_overhead=1e-6)
 

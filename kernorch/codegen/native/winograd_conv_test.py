@@ -85,6 +85,16 @@ def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason
     assert_close(actual, expected)
 
 
+def test_convs_with_many_channels_stay_with_onednn() -> None:
+    # resnet's 256 -> 256 3x3 on 14x14 ran 1.5x slower in Winograd than in oneDNN, its 512 -> 512 on 7x7 5x
+    actual, expected, calls = compiled_calls(conv3x3_model(in_channels=256, out_channels=128, size=(28, 28)))
+    assert [winograd_rejection(call) for call in calls] == [
+        "its transformed filters (2048 KiB) outgrow the L2 every block of tiles reads them from"]
+    assert_close(actual, expected)
+    _, _, calls = compiled_calls(conv3x3_model(in_channels=128, out_channels=128, size=(28, 28)))
+    assert [winograd_rejection(call) for call in calls] == [None]  # 1 MiB: the largest it takes
+
+
 def test_small_convs_stay_with_onednn() -> None:
     _, _, calls = compiled_calls(conv3x3_model(in_channels=16, out_channels=16, size=(8, 9), pads=(1, 1, 1, 1)))
     assert [winograd_rejection(call) for call in calls] == ["too small for the transforms to pay"]
