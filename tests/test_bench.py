@@ -61,6 +61,8 @@ def test_bench_in_bf16_compares_with_what_users_run(tmp_path: Path, capsys: pyte
     assert report["breakdown"]["total_ms"] > 0
     listed = report["breakdown"]["linear_kernels"]  # each linear kernel with its rate against the fp32 peak
     assert len(listed) == sum(row["kernels"] for row in linear) and all(e["of_fp32_peak"] > 0 for e in listed)
+    assert all(e["bound"] in ("compute", "memory") and e["of_roofline"] > 0 for e in listed)
+    assert all(0 < row["roof_seconds"] for row in linear) and "roofline" in text
     assert "slowest linear kernels" in text
     peers = {"onnxruntime", "openvino-default"} if openvino_available() else {"onnxruntime"}
     assert report["precision"] == "bf16" and report["best_peer"] in peers

@@ -165,8 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "and with everything NCHW, next to the default whole-graph layout choice")
     bench.add_argument("--breakdown", action="store_true",
                        help="after timing, run kernorch's plan kernel by kernel in place and print where its time "
-                       "goes: linear kernels (fp32/bf16) against the fp32 peak, generated kernels against the "
-                       "bandwidth, layout changes, Python-run kernels, and the runtime's overhead")
+                       "goes: linear kernels (fp32/bf16) against the fp32 peak and their roofline (the peak, or the "
+                       "bytes they move at the streamed bandwidth, whichever bounds them), generated kernels "
+                       "against the bandwidth, layout changes, Python-run kernels, and the runtime's overhead")
     add_validate_arg(bench)
     bench.add_argument("--rewrite-budget", type=seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")

@@ -33,6 +33,9 @@ class DeviceSpec:
     bandwidth: float  # bytes / s
     peak_flops: float  # fp32 flop / s
     kernel_overhead: float  # s per kernel launch / dispatch
+    # bytes / s a generated kernel streams through a 64 MiB buffer with the calibrated threads (caches included, as
+    # the kernels see them): the memory roof of a kernel whose operands outgrow L2 (0: not measured)
+    stream_bandwidth: float = 0.0
 
 
 # Public datasheet figures (fp32 non-tensor-core peak, HBM bandwidth), typical launch overhead.
@@ -121,14 +124,15 @@ class AnalyticCostModel:
         return seconds + self.device.kernel_overhead
 
 
-CALIBRATION_VERSION = 3  # 3: one entry per thread count (one shared entry was re-measured at every switch)
+CALIBRATION_VERSION = 4  # 3: one entry per thread count (one was re-measured at every switch); 4: stream bandwidth
 
 
 def calibrate_this_machine(cache_dir: Path | None = None, threads: int = DEFAULT_THREADS,
                            refresh: bool = False) -> DeviceSpec:  # fmt: skip
     """Measure memory bandwidth (large copy), fp32 peak (a 1024³ oneDNN matmul with packed weights and
-    `threads` threads, the library kernels' own path) and the dispatch cost of one tiny generated kernel;
-    best of several runs, since these are the machine's peaks.
+    `threads` threads, the library kernels' own path), the dispatch cost of one tiny generated kernel and the
+    rate a generated kernel streams 64 MiB with `threads` threads; best of several runs, since these are the
+    machine's peaks.
 
     Takes about a second; the result is cached per machine fingerprint and thread count. `refresh` measures
     again and replaces the cached entry: a calibration taken while the machine was busy (a test suite, a
@@ -165,11 +169,13 @@ def _measure_device(cache_dir: Path | None, threads: int) -> DeviceSpec:
     bandwidth = 2 * source.nbytes / time_call(lambda: np.copyto(target, source), runs=5).best
     size = 1024
     matmul = _single_kernel("matmul", (size, size), constant_b=True, cache_dir=cache_dir, threads=threads)
+    stream = _single_kernel("relu", source.shape, cache_dir=cache_dir, threads=threads)
     with thread_count(threads):
         peak = 2 * size**3 / time_call(matmul, runs=10, warmup=2).best
         overhead = max(time_call(_single_kernel("relu", (16,), cache_dir=cache_dir, threads=threads),
                                  runs=1000).median, 1e-7)  # fmt: skip
-    return DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead)
+        streamed = 2 * source.nbytes / time_call(stream, runs=5, warmup=1).best  # read once, written once
+    return DeviceSpec(f"this machine ({cpu_model()})", bandwidth, peak, overhead, streamed)
 
 
 def _single_kernel(prim: str, shape: tuple[int, ...], constant_b: bool = False, cache_dir: Path | None = None,
