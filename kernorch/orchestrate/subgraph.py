@@ -114,11 +114,20 @@ def cut_widths(graph: Graph) -> list[int]:
 ATTENTION_CUT = 8.0
 
 
+def _attention_end(graph: Graph, second: int) -> int:
+    """The attention's last position: the division of ·V's product by the row sum where the softmax divides
+    after the product (the candidate holds it: a cut before it left pit_ti's 730-token attention unfused),
+    else the second matmul."""
+    (product,) = graph.nodes[second].outputs
+    divisions = [i for i, node in enumerate(graph.nodes) if node.prim == "div" and node.inputs[0] == product]
+    return divisions[0] if len(divisions) == 1 else second
+
+
 def cut_costs(graph: Graph) -> list[float]:
     """What cutting before each position costs: its width, plus ATTENTION_CUT inside each attention span."""
     costs = [float(w) for w in cut_widths(graph)]
     for first, second in attention_spans(graph):
-        for position in range(first + 1, second + 1):
+        for position in range(first + 1, _attention_end(graph, second) + 1):
             costs[position] += ATTENTION_CUT
     return costs
 

@@ -74,3 +74,33 @@ def test_partition_keeps_an_attention_in_one_subgraph() -> None:
     for size in range(second - first + 2, len(graph.nodes)):
         starts = [start for start, _ in partition(graph, size)[1:]]
         assert not [s for s in starts if first < s <= second], (size, starts, span)
+
+
+def test_an_attention_that_divides_after_its_product_is_not_cut_before_the_division() -> None:
+    """softmax(S)·V as matmul(E, V) / l (the rewrites' form): the fused candidate holds the division, so a cut
+    between the product and it costs as much as one inside (a cut there left pit_ti's 730-token attention unfused)."""
+    from onnx import TensorProto, helper
+
+    from kernorch.orchestrate.subgraph import ATTENTION_CUT, cut_costs
+
+    shape = [1, 2, 24, 16]
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("ReduceMax", ["s"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Sub", ["s", "m"], ["d"]),
+             helper.make_node("Exp", ["d"], ["e"]),
+             helper.make_node("ReduceSum", ["e", "axis"], ["l"], keepdims=1),
+             helper.make_node("MatMul", ["e", "v"], ["o"]),
+             helper.make_node("Div", ["o", "l"], ["y"])]  # fmt: skip
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in ("q", "k", "v")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "divide-after", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [helper.make_tensor("axis", TensorProto.INT64, [1], [-1])]), opset_imports=[helper.make_opsetid("", 17)])
+    graph = fission(import_model(model))
+    ((first, second),) = attention_spans(graph)
+    (division,) = [i for i, node in enumerate(graph.nodes) if node.prim == "div"]
+    assert graph.nodes[division].inputs[0] == graph.nodes[second].outputs[0] and division > second
+    costs, widths = cut_costs(graph), cut_widths(graph)
+    assert all(costs[p] == widths[p] + ATTENTION_CUT for p in range(first + 1, division + 1))
+    for size in range(division - first + 1, len(graph.nodes)):
+        assert not [s for s, _ in partition(graph, size)[1:] if first < s <= division], size
