@@ -194,6 +194,17 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                          b, "sub", const(b, 1.0), "x"))),
                      ("integers", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", "x", _int_const(b, 1)),
                                                 dtype="int32"))],
+    "sum-of-convs": [
+        ("convs of different inputs", lambda: build({"x": (1, 2, 4, 4), "y": (1, 2, 4, 4)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV),
+            emit(b, "conv", "y", const(b, np.ones((2, 2, 1, 1))), **_CONV)))),
+        ("a kernel that is an input", lambda: build({"x": (1, 2, 4, 4), "w": (2, 2, 1, 1)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", "w", **_CONV), emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))),
+                                                               **_CONV)))),
+        ("a dilated branch", lambda: build({"x": (1, 2, 6, 6)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 3, 3))), **{**_CONV, "pads": (1, 1, 1, 1)}),
+            emit(b, "conv", "x", const(b, np.ones((2, 2, 3, 3))), **{**_CONV, "pads": (2, 2, 2, 2),
+                                                                    "dilations": (2, 2)}))))],
     "transpose-into-matmul": [("the transpose keeps the last axis", lambda: build({"x": (2, 3, 4)}, lambda b: emit(
         b, "matmul", emit(b, "transpose", "x", perm=(1, 0, 2)), const(b, np.ones((4, 5))))))],
     "transpose-noop": [("a single real transpose", lambda: build({"x": (2, 3)}, lambda b: emit(

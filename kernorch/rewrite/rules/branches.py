@@ -1,0 +1,104 @@
+"""Parallel branches of one input that are one linear map: `sum-of-convs`.
+
+Structural re-parameterisation (RepVGG, MobileOne, ACNet) trains a block as several convolutions of the same input
+— a 3x3, a 1x1, sometimes over-parameterised copies — whose outputs are summed; after training they are one
+convolution, but a model exported in its training form keeps every branch. Summing their kernels (the smaller one
+zero-padded to the larger window, at the offset that reads the same pixels) leaves one convolution of the largest
+window: the 1x1 and the extra copies cost nothing more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.ir.graph import Node
+from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
+from kernorch.rewrite.rules.common import channel_vector
+
+_SAME = ("strides", "dilations", "group", "channels_last", "precision")  # attributes both convs must share
+
+
+def _branch(ctx: RewriteContext, value: str) -> tuple[Node, np.ndarray, np.ndarray | None] | None:
+    """(the conv, its constant weight, its constant per-channel bias or None) when `value` is conv(x, W) or
+    conv(x, W) + b, used only where it is summed."""
+    if not ctx.single_use(value):
+        return None
+    node = ctx.producer(value)
+    bias = None
+    if node is not None and node.prim == "add":
+        for product, other in (node.inputs, node.inputs[::-1]):
+            conv = ctx.producer(product)
+            if conv is not None and conv.prim == "conv" and ctx.single_use(product):
+                rank = ctx.type(product).rank
+                axis = rank - 1 if conv.attr("channels_last", False) else 1
+                bias = channel_vector(ctx, other, product, axis)
+                if bias is not None and ctx.type(product) == ctx.type(value):
+                    node = conv
+                    break
+        else:
+            return None
+    if node is None or node.prim != "conv":
+        return None
+    weight = ctx.const(node.inputs[1])
+    return (node, weight, bias) if weight is not None else None
+
+
+def _window(first: Node, second: Node, kernels: tuple[tuple[int, ...], tuple[int, ...]]) \
+        -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...]] | None:  # fmt: skip
+    """(the merged window, its pads, each conv's offset in it) such that tap t of conv i reads what tap
+    t + offset_i of the merged conv reads, with the same output size; None when no window does, or when neither
+    kernel spans it (a 1x3 and a 3x1: the corners would be taps of weight 0)."""
+    spatial = len(kernels[0])
+    pads = [node.attr("pads") for node in (first, second)]
+    begin = tuple(max(p[a] for p in pads) for a in range(spatial))
+    window = tuple(max(k[a] + begin[a] - p[a] for k, p in zip(kernels, pads, strict=True)) for a in range(spatial))
+    ends = []
+    for k, p in zip(kernels, pads, strict=True):  # the padded extent minus the window: the output size's numerator
+        ends.append(tuple(p[a] + p[spatial + a] - k[a] + window[a] - begin[a] for a in range(spatial)))
+    if ends[0] != ends[1] or any(e < 0 for e in ends[0]):
+        return None
+    offsets = tuple(tuple(begin[a] - p[a] for a in range(spatial)) for p in pads)
+    if all(k != window for k in kernels):
+        return None  # taps no branch reads would multiply their pixels by 0: an inf there would become NaN
+    return window, (*begin, *ends[0]), offsets
+
+
+@rewrite_rule("sum-of-convs", roots=["add"])
+def sum_of_convs(ctx: RewriteContext) -> Replacement | None:
+    """conv(x, W1) (+ b1) + conv(x, W2) (+ b2) with constant kernels, the same strides, groups and undilated, is
+    conv(x, W1' + W2') (+ b1 + b2): the smaller kernel zero-padded into the larger's window where its taps read the
+    same pixels (a 1x1 in a padded 3x3's centre). RepVGG's and MobileOne's training-form branches become one conv.
+
+    Equal in real arithmetic; in floating point the products are summed in another order (~1e-7 relative, as
+    Winograd's transforms), and an infinite pixel read by both kernels at weights of opposite signs gives ±inf
+    where the two branches' sum gives NaN."""
+    node = ctx.node
+    out = ctx.type(node.outputs[0])
+    if any(ctx.type(value) != out for value in node.inputs) or node.inputs[0] == node.inputs[1]:
+        return None
+    left, right = (_branch(ctx, value) for value in node.inputs)
+    if left is None or right is None:
+        return None
+    (first, w1, b1), (second, w2, b2) = left, right
+    if first.inputs[0] != second.inputs[0] or any(first.attr(k) != second.attr(k) for k in _SAME) \
+            or any(d != 1 for d in first.attr("dilations")) or w1.shape[:2] != w2.shape[:2] \
+            or w1.dtype != w2.dtype:  # fmt: skip
+        return None
+    merged = _window(first, second, (w1.shape[2:], w2.shape[2:]))
+    if merged is None:
+        return None
+    window, pads, offsets = merged
+    weight = np.zeros((*w1.shape[:2], *window), dtype=w1.dtype)
+    for w, offset in ((w1, offsets[0]), (w2, offsets[1])):
+        weight[(slice(None), slice(None), *(slice(o, o + k) for o, k in zip(offset, w.shape[2:], strict=True)))] += w
+    attrs = {**first.attr_dict, "pads": pads}
+    result = ctx.emit("conv", first.inputs[0], ctx.constant(weight), **attrs)
+    if b1 is not None or b2 is not None:
+        channels = out.shape[-1] if first.attr("channels_last", False) else out.shape[1]
+        bias = np.zeros(channels, dtype=out.dtype)
+        for b in (b1, b2):
+            if b is not None:
+                bias = bias + np.broadcast_to(b, (channels,)).astype(out.dtype)
+        shape = (channels,) if first.attr("channels_last", False) else (channels, *(1,) * (out.rank - 2))
+        result = ctx.emit("add", result, ctx.constant(bias.reshape(shape)))
+    return {node.outputs[0]: result}
