@@ -1,10 +1,11 @@
-"""Parallel branches of one input that are one linear map: `sum-of-convs`.
+"""Parallel branches of one input that are one linear map: `sum-of-convs`, `identity-into-conv`.
 
 Structural re-parameterisation (RepVGG, MobileOne, ACNet) trains a block as several convolutions of the same input
 — a 3x3, a 1x1, sometimes over-parameterised copies — whose outputs are summed; after training they are one
 convolution, but a model exported in its training form keeps every branch. Summing their kernels (the smaller one
 zero-padded to the larger window, at the offset that reads the same pixels) leaves one convolution of the largest
-window: the 1x1 and the extra copies cost nothing more.
+window: the 1x1 and the extra copies cost nothing more. The identity branch (the input itself, or its
+BatchNorm: x · s + t) is one more kernel: s on the tap where each output channel reads its own input pixel.
 """
 
 from __future__ import annotations
@@ -102,3 +103,77 @@ def sum_of_convs(ctx: RewriteContext) -> Replacement | None:
         shape = (channels,) if first.attr("channels_last", False) else (channels, *(1,) * (out.rank - 2))
         result = ctx.emit("add", result, ctx.constant(bias.reshape(shape)))
     return {node.outputs[0]: result}
+
+
+def _channel_axis(conv: Node, rank: int) -> int:
+    return rank - 1 if conv.attr("channels_last", False) else 1
+
+
+def _scaled(ctx: RewriteContext, value: str, x: str, axis: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(s, t) when `value` is x, x · s, x + t or x · s + t with constant per-channel s and t (a BatchNorm of x),
+    used only where it is summed."""
+    shift = None
+    if value != x:
+        node = ctx.producer(value)
+        if not ctx.single_use(value) or node is None:
+            return None
+        if node.prim == "add":  # · s + t: peel the shift
+            shifted = [(scaled, channel_vector(ctx, other, scaled, axis)) for scaled, other in
+                       (node.inputs, node.inputs[::-1]) if ctx.type(scaled) == ctx.type(value)]  # fmt: skip
+            found = [(scaled, vector) for scaled, vector in shifted if vector is not None
+                     and (scaled == x or ctx.single_use(scaled))]  # fmt: skip
+            if not found:
+                return None
+            value, shift = found[0]
+    if value == x:
+        return np.ones(1, np.float32), shift
+    node = ctx.producer(value)
+    if node is None or node.prim != "mul" or ctx.type(value) != ctx.type(x):
+        return None
+    for source, other in (node.inputs, node.inputs[::-1]):
+        scale = channel_vector(ctx, other, source, axis)
+        if source == x and scale is not None:
+            return scale, shift
+    return None
+
+
+@rewrite_rule("identity-into-conv", roots=["add"])
+def identity_into_conv(ctx: RewriteContext) -> Replacement | None:
+    """conv(x, W) (+ b) + x · s (+ t), the conv keeping x's shape (as many output channels as input channels,
+    stride 1, undilated), is conv(x, W') (+ b + t) with s added to each output channel's weight on its own
+    input channel at the tap that reads the output's own pixel: RepVGG's identity branch (its BatchNorm) joins
+    the conv. The conv reads that pixel at that tap already, so no new product appears."""
+    node = ctx.node
+    out = ctx.type(node.outputs[0])
+    if any(ctx.type(value) != out for value in node.inputs):
+        return None
+    for conv_side, other in (node.inputs, node.inputs[::-1]):
+        branch = _branch(ctx, conv_side)
+        if branch is None:
+            continue
+        conv, weight, bias = branch
+        x, axis = conv.inputs[0], _channel_axis(conv, out.rank)
+        identity = _scaled(ctx, other, x, axis)
+        spatial = out.rank - 2
+        pads, kernel = conv.attr("pads"), weight.shape[2:]
+        if identity is None or ctx.type(x) != out or any(s != 1 for s in conv.attr("strides")) \
+                or any(d != 1 for d in conv.attr("dilations")) \
+                or any(not 0 <= pads[a] < kernel[a] for a in range(spatial)):  # fmt: skip
+            return None
+        scale, shift = identity
+        channels = out.shape[axis]
+        per_group = weight.shape[1]
+        merged = weight.copy()
+        taps = tuple(pads[a] for a in range(spatial))  # the tap reading output pixel y's own input pixel
+        for o, s in enumerate(np.broadcast_to(scale, (channels,))):
+            merged[(o, o % per_group, *taps)] += s
+        result = ctx.emit("conv", x, ctx.constant(merged), **conv.attr_dict)
+        if bias is not None or shift is not None:
+            total = np.zeros(channels, dtype=out.dtype)
+            for vector in (bias, shift):
+                if vector is not None:
+                    total = total + np.broadcast_to(vector, (channels,)).astype(out.dtype)
+            shape = (channels,) if axis == out.rank - 1 else (channels, *(1,) * (out.rank - 2))
+            result = ctx.emit("add", result, ctx.constant(total.reshape(shape)))
+        return {node.outputs[0]: result}
+    return None

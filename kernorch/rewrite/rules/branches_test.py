@@ -128,3 +128,52 @@ def test_edge_values_pass_through_the_merged_conv_as_through_the_branches() -> N
     np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
     finite = np.isfinite(expected)
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-5)
+
+
+@pytest.mark.parametrize("identity", ["x", "x·s", "x·s + t", "x + t"])
+def test_a_repvgg_block_with_its_identity_branch_is_one_conv(identity: str) -> None:
+    # 3x3 + 1x1 + BatchNorm(x), each with its bias: one 3x3 conv and one bias
+    def body(b):  # type: ignore[no-untyped-def]
+        big = emit(b, "add", conv(b, "x", weights(6, 6, 3, 3), (1, 1, 1, 1)), const(b, weights(6, 1, 1, seed=1)))
+        small = emit(b, "add", conv(b, "x", weights(6, 6, 1, 1, seed=2), (0, 0, 0, 0)), const(b, weights(6, 1, 1)))
+        branch = "x"
+        if "s" in identity:
+            branch = emit(b, "mul", const(b, weights(6, 1, 1, seed=3)), "x")
+        if "t" in identity:
+            branch = emit(b, "add", branch, const(b, weights(6, 1, 1, seed=4)))
+        return emit(b, "relu", emit(b, "add", emit(b, "add", big, small), branch))
+
+    graph = build({"x": (1, 6, 7, 8)}, body)
+    rewritten, fired = rewrite_with(graph, "sum-of-convs", "identity-into-conv")
+    assert sorted(set(fired)) == ["identity-into-conv", "sum-of-convs"]
+    assert prims(rewritten) == ["conv", "add", "relu"]
+    assert_equivalent(graph, rewritten)
+
+
+def test_a_depthwise_conv_takes_the_identity_on_each_channels_own_kernel() -> None:
+    def body(b):  # type: ignore[no-untyped-def]
+        return emit(b, "add", "x", conv(b, "x", weights(8, 1, 3, 3), (1, 1, 1, 1), group=8))
+
+    graph = build({"x": (2, 8, 5, 5)}, body)
+    rewritten, fired = rewrite_with(graph, "identity-into-conv")
+    assert fired == ["identity-into-conv"] and prims(rewritten) == ["conv"]
+    assert_equivalent(graph, rewritten)
+
+
+@pytest.mark.parametrize("case", ["another tensor", "scaled along a spatial axis", "dilated", "shared scaling"])
+def test_an_identity_that_is_not_the_convs_input_stays(case: str) -> None:
+    def body(b):  # type: ignore[no-untyped-def]
+        dilations = (2, 2) if case == "dilated" else (1, 1)
+        pads = (2, 2, 2, 2) if case == "dilated" else (1, 1, 1, 1)
+        product = conv(b, "x", weights(4, 4, 3, 3), pads, dilations=dilations)
+        branch = "y" if case == "another tensor" else "x"
+        if case == "scaled along a spatial axis":
+            branch = emit(b, "mul", "x", const(b, weights(5, 1, seed=1)))
+        if case == "shared scaling":
+            branch = emit(b, "mul", "x", const(b, weights(4, 1, 1, seed=1)))
+            return [emit(b, "add", product, branch), branch]
+        return emit(b, "add", product, branch)
+
+    graph = build({"x": (1, 4, 5, 5), "y": (1, 4, 5, 5)}, body)
+    rewritten, fired = rewrite_with(graph, "identity-into-conv")
+    assert fired == [] and prims(rewritten) == prims(graph)

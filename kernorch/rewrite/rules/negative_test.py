@@ -194,6 +194,15 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                          b, "sub", const(b, 1.0), "x"))),
                      ("integers", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", "x", _int_const(b, 1)),
                                                 dtype="int32"))],
+    "identity-into-conv": [
+        ("the identity of another tensor", lambda: build({"x": (1, 2, 4, 4), "y": (1, 2, 4, 4)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV), "y"))),
+        ("two convs and no identity", lambda: build({"x": (1, 2, 4, 4)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV),
+            emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV)))),
+        ("a dilated conv", lambda: build({"x": (1, 2, 6, 6)}, lambda b: emit(
+            b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 3, 3))), **{**_CONV, "pads": (2, 2, 2, 2),
+                                                                              "dilations": (2, 2)}), "x")))],
     "sum-of-convs": [
         ("convs of different inputs", lambda: build({"x": (1, 2, 4, 4), "y": (1, 2, 4, 4)}, lambda b: emit(
             b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV),
