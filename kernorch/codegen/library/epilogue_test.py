@@ -115,9 +115,11 @@ def test_activations_keep_nan_infinities_and_zeros_signed_like_onnxruntime(name:
 def test_scale_shift_and_residual_are_post_ops(layout: str) -> None:
     scale = random_array((1, CHANNELS, 1, 1), seed=4)
     shift = random_array((1, CHANNELS, 1, 1), seed=5)
-    # the residual is the block's input (already channels-last for the conv when the layout is)
+    # the residual is computed from the block's input (channels-last when the conv is); x itself would join the
+    # conv's kernel (the identity-into-conv rewrite)
     nodes = [helper.make_node("Mul", ["c", "const_scale"], ["m"]), helper.make_node("Add", ["m", "const_shift"], ["a"]),
-             helper.make_node("Add", ["a", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+             helper.make_node("Relu", ["x"], ["rx"]), helper.make_node("Add", ["a", "rx"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
     model = conv_then(nodes, {"const_scale": scale, "const_shift": shift})
     summary = compile_single_kernel(model, {"x": random_array((1, CHANNELS, SIZE, SIZE), seed=3)}, layout)
     if layout == "nchw":  # oneDNN runs a plain-layout conv with a tensor operand only by its reference conv

@@ -21,12 +21,14 @@ from kernorch.codegen.native.direct_conv_test import assert_close, assert_compil
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
-EPILOGUES = {  # ONNX nodes after the depthwise conv's output "c", ending in "e"; "r" is the conv's input
+# ONNX nodes after the depthwise conv's output "c", ending in "e". The residual is "x0", the 1x1 conv's output: the
+# tested conv's own input "r" would join its kernel (the identity-into-conv rewrite), leaving no residual post-op
+EPILOGUES = {
     "none": [helper.make_node("Identity", ["c"], ["e"])],
     "swish": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["e"])],
     "hardswish": [helper.make_node("HardSwish", ["c"], ["e"])],
     "relu6": [helper.make_node("Clip", ["c", "lo", "hi"], ["e"])],
-    "residual": [helper.make_node("Add", ["c", "r"], ["e"])],
+    "residual": [helper.make_node("Add", ["c", "x0"], ["e"])],
     "swish, scaled per channel": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
                                   helper.make_node("Mul", ["m", "scale"], ["e"])],
     "softplus": [helper.make_node("Softplus", ["c"], ["e"])],

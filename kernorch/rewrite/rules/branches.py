@@ -159,7 +159,7 @@ def identity_into_conv(ctx: RewriteContext) -> Replacement | None:
         if identity is None or ctx.type(x) != out or any(s != 1 for s in conv.attr("strides")) \
                 or any(d != 1 for d in conv.attr("dilations")) \
                 or any(not 0 <= pads[a] < kernel[a] for a in range(spatial)):  # fmt: skip
-            return None
+            continue  # the other operand may be the conv
         scale, shift = identity
         channels = out.shape[axis]
         per_group = weight.shape[1]

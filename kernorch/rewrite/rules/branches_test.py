@@ -177,3 +177,15 @@ def test_an_identity_that_is_not_the_convs_input_stays(case: str) -> None:
     graph = build({"x": (1, 4, 5, 5), "y": (1, 4, 5, 5)}, body)
     rewritten, fired = rewrite_with(graph, "identity-into-conv")
     assert fired == [] and prims(rewritten) == prims(graph)
+
+
+def test_the_identity_of_a_conv_that_is_itself_a_conv_output() -> None:
+    # y = conv(x); y + conv(y): y is the second conv's identity (and, used twice, no branch of its own)
+    def body(b):  # type: ignore[no-untyped-def]
+        y = conv(b, "x", weights(4, 4, 3, 3), (1, 1, 1, 1))
+        return emit(b, "add", y, conv(b, y, weights(4, 4, 3, 3, seed=1), (1, 1, 1, 1)))
+
+    graph = build({"x": (1, 4, 5, 5)}, body)
+    rewritten, fired = rewrite_with(graph, "identity-into-conv")
+    assert fired == ["identity-into-conv"] and prims(rewritten) == ["conv", "conv"]
+    assert_equivalent(graph, rewritten)
