@@ -19,6 +19,24 @@ from kernorch.rewrite.rules.common import channel_vector
 _SAME = ("strides", "dilations", "group", "channels_last", "precision")  # attributes both convs must share
 
 
+def _channel_axis(conv: Node, rank: int) -> int:
+    return rank - 1 if conv.attr("channels_last", False) else 1
+
+
+def _with_bias(ctx: RewriteContext, result: str, vectors: list[np.ndarray | None], axis: int) -> str:
+    """`result` plus the sum of the per-channel `vectors` that are not None (none: `result` itself)."""
+    present = [vector for vector in vectors if vector is not None]
+    if not present:
+        return result
+    out = ctx.type(result)
+    channels = out.shape[axis]
+    total = np.zeros(channels, dtype=out.dtype)
+    for vector in present:
+        total = total + np.broadcast_to(vector, (channels,)).astype(out.dtype)
+    shape = (channels,) if axis == out.rank - 1 else (channels, *(1,) * (out.rank - 2))
+    return ctx.emit("add", result, ctx.constant(total.reshape(shape)))
+
+
 def _branch(ctx: RewriteContext, value: str) -> tuple[Node, np.ndarray, np.ndarray | None] | None:
     """(the conv, its constant weight, its constant per-channel bias or None) when `value` is conv(x, W) or
     conv(x, W) + b, used only where it is summed."""
@@ -30,9 +48,7 @@ def _branch(ctx: RewriteContext, value: str) -> tuple[Node, np.ndarray, np.ndarr
         for product, other in (node.inputs, node.inputs[::-1]):
             conv = ctx.producer(product)
             if conv is not None and conv.prim == "conv" and ctx.single_use(product):
-                rank = ctx.type(product).rank
-                axis = rank - 1 if conv.attr("channels_last", False) else 1
-                bias = channel_vector(ctx, other, product, axis)
+                bias = channel_vector(ctx, other, product, _channel_axis(conv, ctx.type(product).rank))
                 if bias is not None and ctx.type(product) == ctx.type(value):
                     node = conv
                     break
@@ -94,19 +110,7 @@ def sum_of_convs(ctx: RewriteContext) -> Replacement | None:
         weight[(slice(None), slice(None), *(slice(o, o + k) for o, k in zip(offset, w.shape[2:], strict=True)))] += w
     attrs = {**first.attr_dict, "pads": pads}
     result = ctx.emit("conv", first.inputs[0], ctx.constant(weight), **attrs)
-    if b1 is not None or b2 is not None:
-        channels = out.shape[-1] if first.attr("channels_last", False) else out.shape[1]
-        bias = np.zeros(channels, dtype=out.dtype)
-        for b in (b1, b2):
-            if b is not None:
-                bias = bias + np.broadcast_to(b, (channels,)).astype(out.dtype)
-        shape = (channels,) if first.attr("channels_last", False) else (channels, *(1,) * (out.rank - 2))
-        result = ctx.emit("add", result, ctx.constant(bias.reshape(shape)))
-    return {node.outputs[0]: result}
-
-
-def _channel_axis(conv: Node, rank: int) -> int:
-    return rank - 1 if conv.attr("channels_last", False) else 1
+    return {node.outputs[0]: _with_bias(ctx, result, [b1, b2], _channel_axis(first, out.rank))}
 
 
 def _scaled(ctx: RewriteContext, value: str, x: str, axis: int) -> tuple[np.ndarray, np.ndarray | None] | None:
@@ -168,12 +172,5 @@ def identity_into_conv(ctx: RewriteContext) -> Replacement | None:
         for o, s in enumerate(np.broadcast_to(scale, (channels,))):
             merged[(o, o % per_group, *taps)] += s
         result = ctx.emit("conv", x, ctx.constant(merged), **conv.attr_dict)
-        if bias is not None or shift is not None:
-            total = np.zeros(channels, dtype=out.dtype)
-            for vector in (bias, shift):
-                if vector is not None:
-                    total = total + np.broadcast_to(vector, (channels,)).astype(out.dtype)
-            shape = (channels,) if axis == out.rank - 1 else (channels, *(1,) * (out.rank - 2))
-            result = ctx.emit("add", result, ctx.constant(total.reshape(shape)))
-        return {node.outputs[0]: result}
+        return {node.outputs[0]: _with_bias(ctx, result, [bias, shift], axis)}
     return None
