@@ -113,7 +113,8 @@ def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> l
             mismatches = float(np.count_nonzero(got != reference))
             errors.append(OutputError(name, mismatches, mismatches))
             continue
-        diff = np.abs(got.astype(np.float64) - reference.astype(np.float64))
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, then counted as equal below
+            diff = np.abs(got.astype(np.float64) - reference.astype(np.float64))
         same = (np.isnan(got) & np.isnan(reference)) | (got == reference)  # equal infinities differ by nothing
         diff = np.where(same, 0.0, diff)
         max_abs = float(np.nanmax(diff, initial=0.0)) if not np.isnan(diff).any() else float("inf")

@@ -142,6 +142,14 @@ def converted_operands(call: LibraryCall) -> tuple[int, ...]:
                  if tensor.dtype == "float32" and not (i == 1 and tensor.constant))  # fmt: skip
 
 
+def repacked_weights(call: LibraryCall) -> bool:
+    """Whether the call's weights, not known when the plan is created, are reordered into the layout oneDNN chooses
+    on every run. A convolution given plain weights runs oneDNN 3.2's reference kernel (`ref:any`): a 144 -> 24 1x1
+    convolution on 56x56 took 55 ms against 0.15 ms with packed weights; the reorder costs a pass over the weights.
+    A matmul packs plain weights itself, at full speed (measured within 3 %)."""
+    return call.op in ("convolution", "deconvolution") and not call.weights.constant
+
+
 def render_onednn_call(name: str, call: LibraryCall) -> str:
     """C for one oneDNN call: a state struct and `<name>_create/_run/_destroy` (the shape every library-call
     backend renders: codegen/backends/library_calls.py)."""
@@ -156,6 +164,10 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     count = len(memories) + 1  # + scratchpad
     assert len(memories) <= 16, "more memories than the descriptor array holds"
     converted = converted_operands(call)
+    repacked = repacked_weights(call)
+    # reordered from the plan's buffer into memory of the call's own on every run: a bfloat16 conversion (md_bf),
+    # or weights repacked into the layout the primitive chose
+    per_run = tuple(sorted({*converted, *([1] if repacked else [])}))
     element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"  # what the primitive multiplies
     # a converted operand: cvt[j] reorders the plan's float32 buffer (cvt_from[j]) into mem[i], bfloat16, owned
     lines = [f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
@@ -193,13 +205,15 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
         else:
             lines.append(f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));")
     for i in converted:
+        if i == 1 and repacked:  # converted by the repacking reorder
+            continue
         tensor = memories[i][1]
         lines += [_array(f"sb{i}", _dense_like(tensor)),
                   f"    KO_CHECK(dnnl_memory_desc_create_with_strides(&md_bf[{i}], {len(tensor.dims)}, d{i}, "
                   f"dnnl_bf16, sb{i}));"]  # fmt: skip
     src_md = "md_bf[0]" if 0 in converted else "md[0]"
     weights_md = "md_bf[1]" if 1 in converted else "md[1]"
-    if call.weights.constant:  # oneDNN chooses the packed layout (and type); packed once below
+    if call.weights.constant or repacked:  # oneDNN chooses the packed layout (and type), packed below
         lines += [f"    KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, {element}, "
                   "dnnl_format_tag_any));"]
         weights_md = "md_any"
@@ -253,11 +267,13 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
                   "        }",
                   "    }"]  # fmt: skip
     for i, (_, _, packed) in enumerate(memories):
-        if i in converted:  # its bfloat16 copy, owned; the float32 buffer is read by the conversion on every run
-            j = converted.index(i)
-            lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], md_bf[{i}], engine, DNNL_MEMORY_ALLOCATE));",
+        if i in per_run:  # its copy, owned; the plan's buffer is read by the reorder on every run
+            j = per_run.index(i)
+            target = "dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)" if i == 1 and repacked \
+                else f"md_bf[{i}]"  # fmt: skip
+            lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], {target}, engine, DNNL_MEMORY_ALLOCATE));",
                       f"    KO_CHECK(dnnl_memory_create(&s->cvt_from[{j}], md[{i}], engine, DNNL_MEMORY_NONE));",
-                      f"    KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[{i}], engine, md_bf[{i}], "
+                      f"    KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[{i}], engine, {target}, "
                       "engine, NULL));",
                       f"    KO_CHECK(dnnl_primitive_create(&s->cvt[{j}], reorder_pd));",
                       "    dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
@@ -291,8 +307,8 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
               f"static int {name}_run(void *state, dnnl_stream_t stream, void **a) {{",
               f"    {name}_state *s = ({name}_state *)state;"]  # fmt: skip
     for i, (_, tensor, packed) in enumerate(memories):
-        if i in converted:
-            j = converted.index(i)
+        if i in per_run:
+            j = per_run.index(i)
             lines += [f"    if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
                       "return 1;",
                       f"    if (dnnl_primitive_execute(s->cvt[{j}], stream, 2, s->cvt_args[{j}]) != dnnl_success) "
@@ -440,7 +456,7 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
     dnnl = api.dnnl
     try:
         def memory(tensor: Tensor, index: int) -> ctypes.c_void_p:
-            if index == 1 and tensor.constant:
+            if index == 1 and (tensor.constant or repacked_weights(call)):
                 md = api.memory(tensor.dims, multiplied, None)
             elif index in converted:
                 md = api.memory(tensor.dims, "bfloat16", _dense_like(tensor))

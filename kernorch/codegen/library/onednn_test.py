@@ -5,6 +5,7 @@ reference matmul's 100-10000x slowdown."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -14,10 +15,15 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Binary
-from kernorch.codegen.library.onednn import library_implementation, onednn_probe_available, reference_rejection
+from kernorch.codegen.library.onednn import (
+    library_implementation,
+    onednn_probe_available,
+    reference_rejection,
+    repacked_weights,
+)
 from kernorch.ir.strided import row_major
 from kernorch.testing import cpu_compile, random_array
-from kernorch.tools.check import run_onnxruntime
+from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL, compare, run_onnxruntime
 
 pytestmark = pytest.mark.skipif(not onednn_probe_available(), reason="oneDNN is not installed")
 
@@ -117,3 +123,47 @@ def test_a_plain_layout_plan_keeps_the_residual_out_of_the_reference_convolution
     actual = compiled.run(feeds)["y"]
     assert time.perf_counter() - started < 0.05
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_convolution_with_weights_known_only_at_run_time_is_packed_not_run_by_the_reference_kernel() -> None:
+    """Plain weights made oneDNN 3.2 pick `ref:any` for a convolution (55 ms a call where packed weights take
+    0.15 ms); weights not known when the plan is created are reordered into the chosen layout on every run."""
+    for strides in ((), (1, 0, 0, 0)):
+        call = _conv_call(strides, post_op=False)
+        runtime = replace(call, weights=replace(call.weights, constant=False))
+        assert repacked_weights(runtime) and not repacked_weights(call)
+        assert not (library_implementation(runtime) or "ref").startswith("ref"), library_implementation(runtime)
+
+
+def _conv_with_weights_input(groups: int = 1) -> onnx.ModelProto:
+    """x -> Conv(x, w) with w a graph input (a 3x3, padded, strided conv), then Relu."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 1], group=groups),
+             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 32, 12, 10)),
+              helper.make_tensor_value_info("w", TensorProto.FLOAT, (48, 32 // groups, 3, 3))]  # fmt: skip
+    bias = numpy_helper.from_array(random_array((48,), seed=8), "b")
+    graph = helper.make_graph(nodes, "conv_weights_input", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [bias])  # fmt: skip
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_weights_known_only_at_run_time_are_repacked_on_every_run(layout: str, precision: str) -> None:
+    """Two runs with different weights (the second with NaN and ±inf among them) each match onnxruntime: the
+    repacking reorder reads the weights of its own run. The non-finite weights are centre taps, which read no
+    padding: oneDNN's channels-last kernels skip a padded tap where onnxruntime multiplies an inf weight by the
+    padding's zero (NaN) — a difference of oneDNN's convolutions whatever their weights."""
+    model = _conv_with_weights_input()
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=False, layout=layout,
+                           precision=precision)  # fmt: skip
+    calls = [describe_library_call(k) for k in compiled.kernels if any(n.prim == "conv" for n in k.primitives)]
+    assert any(repacked_weights(call) for call in calls)
+    tolerance = BF16_RTOL if precision == "bf16" else DEFAULT_RTOL
+    for seed in (1, 2):
+        feeds = {"x": random_array((2, 32, 12, 10), seed=seed), "w": random_array((48, 32, 3, 3), seed=seed + 10)}
+        if seed == 2:
+            feeds["w"][0, 0, 1, 1], feeds["w"][1, 3, 1, 1], feeds["w"][2, 5, 1, 1] = np.nan, np.inf, -np.inf
+        expected = run_onnxruntime(model, feeds)
+        (error,) = compare(compiled.run(feeds), expected)  # the worst error over the largest |value|
+        assert error.relative <= tolerance, (seed, error)
