@@ -49,9 +49,12 @@ class LibraryCallBackend(Backend):
 
     def __init__(self, name: str, family: str, what: str, rejection: Callable[[LibraryCall], str | None],
                  render: Callable[[str, LibraryCall], str], claims: bool = False,
-                 precisions: tuple[str, ...] = ("f32",)) -> None:  # fmt: skip
+                 precisions: tuple[str, ...] = ("f32",), runtime_weights: bool = False) -> None:  # fmt: skip
         self.name, self.family, self.what = name, family, what
         self.rejection, self.render_call, self._claims = rejection, render, claims
+        # whether it reads weights computed at run time: kernorch's own kernels pack theirs once, at create (a
+        # direct conv given a graph input's weights computed with whatever the buffer held then)
+        self.runtime_weights = runtime_weights
         self.precisions = precisions  # what its arithmetic can be: kernorch's own convolutions are float32
         # what its operands and destination may be stored as (bf16 mode's bfloat16 values: oneDNN's)
         self.dtypes = ("float32", "bfloat16") if "bf16" in precisions else ("float32",)
@@ -68,6 +71,8 @@ class LibraryCallBackend(Backend):
         stored = next((t.dtype for t in _tensors(call) if t.dtype not in self.dtypes), None)
         if stored is not None:  # kernorch's own convolutions read and write float32 only
             return declines(f"reads and writes float32; the {call.op} has a {stored} operand or destination")
+        if not call.weights.constant and not self.runtime_weights:
+            return declines("packs its weights once, when the plan is created: these are computed at run time")
         rejection = self.rejection(call)
         if rejection is not None:
             return declines(rejection)
@@ -112,4 +117,4 @@ WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2,
 AMX_MATMUL = LibraryCallBackend("amx_matmul", "native C", "AMX bf16 matmul", amx_matmul_rejection,
                                 render_amx_matmul, precisions=("bf16",))  # fmt: skip
 ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
-                            precisions=("f32", "bf16"))  # fmt: skip
+                            precisions=("f32", "bf16"), runtime_weights=True)  # fmt: skip

@@ -83,6 +83,28 @@ def test_shapes_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reaso
     assert_close(actual, expected)
 
 
+@pytest.mark.parametrize("layout", ["channels-last", "nchw"])
+def test_weights_computed_at_run_time_go_to_onednn(layout: str) -> None:
+    """The direct conv's shape with its weights a graph input: it packs weights once, when the plan is created,
+    so it declines (it ran with whatever the buffer held then: errors of ~25 on outputs of ~10); two runs with
+    different weights match onnxruntime."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Conv", ["r", "w"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 12, 12)),
+              helper.make_tensor_value_info("w", TensorProto.FLOAT, (4, 32, 3, 3))]  # fmt: skip
+    graph = helper.make_graph(nodes, "runtime_weights", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                               None)])  # fmt: skip
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout=layout)
+    calls = [(describe_library_call(k), b.name) for k, b in zip(compiled.kernels, compiled.executor.backends,
+                                                                 strict=True) if b.stateful]  # fmt: skip
+    assert [name for _, name in calls] == ["onednn"]
+    if layout == "channels-last":  # what the direct conv takes, but for the weights
+        assert direct_conv_rejection(calls[0][0]) is None and not calls[0][0].weights.constant
+    for seed in (1, 2):
+        feeds = {"x": random_array((1, 32, 12, 12), seed=seed), "w": random_array((4, 32, 3, 3), seed=seed + 5)}
+        assert_close(compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
 def test_explain_names_the_direct_conv(tmp_path: Path) -> None:
     model = conv_model(**CASES["candy's last conv, small"])
     onnx.save(model, tmp_path / "m.onnx")
