@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -320,3 +321,75 @@ def test_a_qkv_split_along_the_last_axis_becomes_one_slice_per_piece() -> None:
     assert prims(rewritten).count("slice") == 3 and "split" not in prims(rewritten)
     assert_equivalent(graph, rewritten)
 
+
+
+def _gated_conv(b, gate: str, kernel: np.ndarray, **attrs: object) -> str:  # type: ignore[no-untyped-def]
+    """conv(x · gate, kernel): squeeze-and-excitation's gate on the map before the block's projection."""
+    return emit(b, "conv", emit(b, "mul", "x", gate), const(b, kernel), **{**POINTWISE, **attrs})
+
+
+@pytest.mark.parametrize(("gate_shape", "kernel_shape", "strides"), [
+    ((1, 6, 1, 1), (4, 6, 1, 1), (1, 1)),  # the SE gate [N, C, 1, 1] and a 1x1 projection
+    ((6, 1, 1), (4, 6, 3, 3), (2, 1)),  # a gate without the batch axis, an unpadded strided 3x3
+    ((1,), (4, 6, 1, 1), (1, 1)),  # one value for every channel
+])  # fmt: skip
+def test_a_channel_gate_moves_onto_the_conv_kernel(gate_shape: tuple[int, ...], kernel_shape: tuple[int, ...],
+                                                  strides: tuple[int, int]) -> None:  # fmt: skip
+    kernel = np.random.default_rng(1).standard_normal(kernel_shape)
+
+    def body(b):  # type: ignore[no-untyped-def]
+        return _gated_conv(b, emit(b, "sigmoid", "g"), kernel, strides=strides)
+
+    graph = build({"x": (1, 6, 30, 20), "g": gate_shape}, body)
+    rewritten, fired = rewrite_with(graph, "channel-scale-into-conv")
+    assert fired == ["channel-scale-into-conv"] and prims(rewritten) == ["sigmoid", "reshape", "mul", "conv"]
+    (conv,) = [n for n in rewritten.nodes if n.prim == "conv"]
+    assert conv.inputs[0] == "x" and rewritten.types[conv.inputs[1]].shape == kernel_shape
+    assert_equivalent(graph, rewritten)
+
+
+def test_edge_values_meet_the_gate_on_the_kernel_as_on_the_map() -> None:
+    # NaN and ±inf pixels, gates of 0 and inf: a term is NaN where a NaN, or a 0 and an inf, are among its factors
+    from kernorch.runtime import run_reference
+
+    kernel = np.random.default_rng(2).standard_normal((3, 4, 1, 1))
+    graph = build({"x": (1, 4, 8, 8), "g": (1, 4, 1, 1)}, lambda b: _gated_conv(b, "g", kernel))
+    rewritten, _ = rewrite_with(graph, "channel-scale-into-conv")
+    assert "mul" in prims(rewritten) and rewritten.nodes[-1].inputs[0] == "x"
+    x = np.random.default_rng(3).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    x[0, 0, 0, 0], x[0, 1, 1, 1], x[0, 2, 2, 2], x[0, 3, 0, 2] = np.nan, np.inf, -np.inf, 0.0
+    gate = np.array([1.5, 0.0, 2.0, np.inf], np.float32).reshape(1, 4, 1, 1)  # inf · 0 at [3, 0, 2], 0 · inf at 1
+    expected, actual = (run_reference(g, {"x": x, "g": gate})[graph.outputs[0]] for g in (graph, rewritten))
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-5)
+
+
+@pytest.mark.parametrize(("inputs", "attrs", "why"), [
+    ({"x": (1, 6, 40, 40), "g": (1, 6, 1, 1)}, {"pads": (1, 1, 1, 1)}, "padded: a padding tap would meet the gate"),
+    ({"x": (1, 6, 40, 40), "g": (1, 6, 1, 1)}, {"group": 2}, "grouped"),
+    ({"x": (2, 6, 40, 40), "g": (2, 6, 1, 1)}, {}, "a gate per image: one kernel cannot carry both"),
+    ({"x": (1, 6, 40, 40), "g": (1, 6, 40, 1)}, {}, "a gate per row, not per channel"),
+    ({"x": (1, 6, 8, 8), "g": (1, 6, 1, 1)}, {}, "a map under 16 times the kernel: its repacking costs more"),
+    ({"x": (1, 6, 40, 40), "g": (1, 6, 1, 1)}, {}, None),  # the control: the same gate on a large map moves
+])  # fmt: skip
+def test_gates_the_kernel_cannot_carry_stay_on_the_map(inputs: dict[str, tuple[int, ...]], attrs: dict[str, object],
+                                                       why: str | None) -> None:  # fmt: skip
+    channels = 6 // int(attrs.get("group", 1))  # type: ignore[call-overload]
+    kernel = np.random.default_rng(4).standard_normal((8, channels, 3 if "pads" in attrs else 1,
+                                                       3 if "pads" in attrs else 1))  # fmt: skip
+    graph = build(inputs, lambda b: _gated_conv(b, "g", kernel, **attrs))
+    _, fired = rewrite_with(graph, "channel-scale-into-conv")
+    assert fired == ([] if why else ["channel-scale-into-conv"]), why
+
+
+def test_a_gated_map_read_elsewhere_stays() -> None:
+    kernel = np.random.default_rng(5).standard_normal((4, 6, 1, 1))
+
+    def body(b):  # type: ignore[no-untyped-def]
+        gated = emit(b, "mul", "x", "g")
+        return [emit(b, "conv", gated, const(b, kernel), **POINTWISE), emit(b, "relu", gated)]
+
+    graph = build({"x": (1, 6, 30, 20), "g": (1, 6, 1, 1)}, body)
+    assert rewrite_with(graph, "channel-scale-into-conv")[1] == []

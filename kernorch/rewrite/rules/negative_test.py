@@ -194,6 +194,15 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
                          b, "sub", const(b, 1.0), "x"))),
                      ("integers", lambda: build({"x": (4,)}, lambda b: emit(b, "sub", "x", _int_const(b, 1)),
                                                 dtype="int32"))],
+    "channel-scale-into-conv": [
+        ("a gate per pixel, not per channel", lambda: build({"x": (1, 2, 8, 8), "g": (1, 1, 8, 8)}, lambda b: emit(
+            b, "conv", emit(b, "mul", "x", "g"), const(b, np.ones((2, 2, 1, 1))), **_CONV))),
+        ("a padded conv", lambda: build({"x": (1, 2, 16, 16), "g": (1, 2, 1, 1)}, lambda b: emit(
+            b, "conv", emit(b, "mul", "x", "g"), const(b, np.ones((2, 2, 3, 3))), **{**_CONV,
+                                                                                    "pads": (1, 1, 1, 1)}))),
+        ("a kernel that is an input", lambda: build({"x": (1, 2, 8, 8), "g": (1, 2, 1, 1), "w": (2, 2, 1, 1)},
+                                                    lambda b: emit(b, "conv", emit(b, "mul", "x", "g"), "w",
+                                                                   **_CONV)))],
     "identity-into-conv": [
         ("the identity of another tensor", lambda: build({"x": (1, 2, 4, 4), "y": (1, 2, 4, 4)}, lambda b: emit(
             b, "add", emit(b, "conv", "x", const(b, np.ones((2, 2, 1, 1))), **_CONV), "y"))),
