@@ -72,7 +72,7 @@ class LibraryCallBackend(Backend):
         if stored is not None:  # kernorch's own convolutions read and write float32 only
             return declines(f"reads and writes float32; the {call.op} has a {stored} operand or destination")
         if not call.weights.constant and not self.runtime_weights:
-            return declines("packs its weights once, when the plan is created: these are computed at run time")
+            return declines("weights are not constant (packed once, when the plan is created)")
         rejection = self.rejection(call)
         if rejection is not None:
             return declines(rejection)

@@ -82,8 +82,6 @@ def amx_matmul_rejection(call: LibraryCall) -> str | None:
     operands = product_operands(call)
     if isinstance(operands, str):
         return operands
-    if not call.weights.constant:
-        return "weights are not constant (packed once, when the plan is created)"
     if operands.src.column_stride != 1 or operands.dst.column_stride != 1:
         return "source or destination rows are not contiguous (channels-last for a convolution)"
     if operands.src.columns > MAX_K:

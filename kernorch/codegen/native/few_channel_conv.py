@@ -53,8 +53,6 @@ def few_channel_rejection(call: LibraryCall) -> str | None:
         return f"output rows of {call.dst.dims[3]} pixels: oneDNN's blocking along them is as fast"
     if call.dst.strides[1] != 1:
         return "output channels are not contiguous"
-    if not call.weights.constant:
-        return "weights are not constant"
     return post_ops_rejection(call.post_ops)
 
 

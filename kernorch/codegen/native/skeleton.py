@@ -28,11 +28,10 @@ typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
 
 def operand_rejection(call: LibraryCall) -> str | None:
     """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
-    in the source and destination, weights known at create (they are repacked there), no offsets."""
+    in the source and destination, no offsets (weights computed at run time are declined for every native kernel:
+    backends/library_calls.py)."""
     if call.src.strides[1] != 1 or call.dst.strides[1] != 1:
         return "not channels-last"
-    if not call.weights.constant:
-        return "weights are not constant"
     if call.src.offset or call.dst.offset:
         return "an offset source or destination"
     return None

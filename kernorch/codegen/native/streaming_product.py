@@ -137,8 +137,6 @@ def streaming_rejection(call: LibraryCall) -> str | None:
         return shape
     if len(shape.destinations) > MAX_ROWS:
         return f"{len(shape.destinations)} output rows reuse each weight: oneDNN's blocking pays off"
-    if not call.weights.constant:
-        return "weights are not constant"
     weight_bytes = 4 * shape.inputs * shape.outputs * len(shape.taps)
     if weight_bytes < MIN_WEIGHT_BYTES:
         return f"{weight_bytes} bytes of weights are no stream"
