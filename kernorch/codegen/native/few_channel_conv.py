@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.skeleton import run_prologue
+from kernorch.codegen.native.skeleton import run_prologue, slow_in_onednn
 from kernorch.codegen.native.streaming_product import (
     Geometry,
     block_switch,
@@ -33,7 +33,9 @@ MAX_VECTORS = 4  # output-channel vectors per chunk (a 64-channel stem in one ch
 MIN_OUTPUT_CHANNELS = 16  # a whole AVX-512 vector
 # Measured against oneDNN in place (bench/results/2026-11-27-streaming-product.md): 3 → 64 3x3 s2 on 31x31 31 vs
 # 42 µs, 7x7 s2 on 32x32 134 vs 178, 3 → 32 7x7 s4 on 56x56 188 vs 252; but on 112x112 outputs 3 → 16 3x3 163 vs
-# 152 and 3 → 64 7x7 1391 vs 1310: there oneDNN's blocking along the long rows holds its own
+# 152 and 3 → 64 7x7 1391 vs 1310: there oneDNN's blocking along the long rows holds its own — but not with a
+# transcendental post-op (skeleton.slow_in_onednn): efficientnet_b0's 3 → 32 3x3 s2 + swish on 112x112 outputs
+# 254 us through oneDNN's swish post-op (318 as conv + a swish pass) vs 183 here, so then any width
 MAX_OUTPUT_WIDTH = 64
 MAX_WINDOW = 1024  # KH x KW x IC: a block's border copies (that many floats per pixel and kernel row) on the stack
 
@@ -49,7 +51,7 @@ def few_channel_rejection(call: LibraryCall) -> str | None:
         return f"{out_channels} output channels leave most of a vector idle"
     if kernel_h * kernel_w * in_channels > MAX_WINDOW:
         return f"a {kernel_h}x{kernel_w} window over {in_channels} channels: its border rows would crowd the stack"
-    if call.dst.dims[3] > MAX_OUTPUT_WIDTH:
+    if call.dst.dims[3] > MAX_OUTPUT_WIDTH and not slow_in_onednn(call):
         return f"output rows of {call.dst.dims[3]} pixels: oneDNN's blocking along them is as fast"
     if call.dst.strides[1] != 1:
         return "output channels are not contiguous"

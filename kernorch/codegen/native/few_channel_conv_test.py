@@ -5,16 +5,21 @@ leave a short chunk, post-ops, and edge values on the border."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
-from kernorch.codegen.native.few_channel_conv import few_channel_rejection, kernel_rows_merged
+from kernorch.codegen.native.few_channel_conv import MAX_OUTPUT_WIDTH, few_channel_rejection, kernel_rows_merged
 from kernorch.codegen.native.streaming_product_test import compiled_call, conv_model
-from kernorch.testing import random_array
+from kernorch.testing import cpu_compile, random_array
+from kernorch.tools.check import run_onnxruntime
 
 CASES: dict[str, tuple[dict[str, Any], bool]] = {  # conv_model's arguments, whether kernel rows are merged
     "squeezenet's stem: 3 → 64 3x3 stride 2, unpadded, relu": (
@@ -51,6 +56,33 @@ def test_edge_values_on_the_border_propagate_as_in_onnxruntime(case: str) -> Non
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
     finite = np.isfinite(expected)
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4, atol=1e-6)
+
+
+def test_rows_of_any_width_with_a_transcendental_epilogue() -> None:
+    """efficientnet_b0's stem (3 → 32 3x3 stride 2, swish, then a depthwise conv) writes 112-pixel rows, past
+    MAX_OUTPUT_WIDTH: oneDNN would run the conv alone as fast, but its swish post-op slowly (254 us in place with
+    it vs 183 here), so with a transcendental post-op the kernel takes any width. Here 75-pixel rows."""
+    initializers = [numpy_helper.from_array(random_array((32, 3, 3, 3), seed=1) / 5, "w"),
+                    numpy_helper.from_array(random_array((32,), seed=2), "b"),
+                    numpy_helper.from_array(random_array((32, 1, 3, 3), seed=4) / 3, "wd")]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["e"]),
+             helper.make_node("Conv", ["e", "wd"], ["y"], group=32, pads=[1, 1, 1, 1])]  # fmt: skip
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 10, 150))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last")
+    (call,) = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+               if b.name == "few_channel_conv"]  # fmt: skip
+    assert call.dst.dims[3] == 75 > MAX_OUTPUT_WIDTH and [op.alg for op, _ in call.post_ops] == ["swish"]
+    assert few_channel_rejection(dataclasses.replace(call, post_ops=())) == \
+        "output rows of 75 pixels: oneDNN's blocking along them is as fast"  # fmt: skip
+    x = random_array((1, 3, 10, 150), seed=3)
+    x[0, 0, 0, 0], x[0, 1, 4, -1], x[0, 2, 5, 70] = np.nan, np.inf, -np.inf
+    actual, expected = compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    finite = np.isfinite(expected)
+    assert_close(actual[finite], expected[finite])
 
 
 @pytest.mark.parametrize(("changes", "reason"), [

@@ -28,6 +28,7 @@ from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
     operand_rejection,
     run_prologue,
+    slow_in_onednn,
     state_lifecycle,
     weights_pointer,
 )
@@ -36,8 +37,6 @@ MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run
 CHANNEL_MULTIPLE = 16  # output channels come in whole vectors of the widest ISA (AVX-512)
 CHUNK_VECTORS = 6  # output-channel vectors per register block
 PIXELS = 64  # output pixels per parallel item: a multiple of every ISA's ROWS (4 or 2)
-# The post-ops oneDNN runs slowly inside a convolution; cheap ones (relu, clip, linear, binary) stay there
-SLOW_POST_OPS = frozenset({"swish", "logistic", "gelu_erf", "gelu_tanh", "tanh", "exp", "elu"})
 
 
 def pointwise_rejection(call: LibraryCall) -> str | None:
@@ -47,7 +46,7 @@ def pointwise_rejection(call: LibraryCall) -> str | None:
     out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
     if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
         return "not a 1x1 stride-1 convolution without padding"
-    if not any(op.alg in SLOW_POST_OPS for op, _ in call.post_ops):  # binary ops' algs are add, mul, ...
+    if not slow_in_onednn(call):
         return "no transcendental post-op: oneDNN runs it at full speed"
     if in_channels > MAX_INPUT_CHANNELS:
         return f"{in_channels} input channels: oneDNN's blocking pays off"

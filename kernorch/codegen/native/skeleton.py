@@ -26,6 +26,15 @@ typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
 #endif"""
 
 
+# The post-ops oneDNN runs slowly inside a convolution; cheap ones (relu, clip, linear, binary) stay there
+SLOW_POST_OPS = frozenset({"swish", "logistic", "gelu_erf", "gelu_tanh", "tanh", "exp", "elu"})
+
+
+def slow_in_onednn(call: LibraryCall) -> bool:
+    """Whether the call has a post-op oneDNN runs at a fraction of its convolution's speed (a transcendental)."""
+    return any(op.alg in SLOW_POST_OPS for op, _ in call.post_ops)  # binary ops' algs are add, mul, ...
+
+
 def operand_rejection(call: LibraryCall) -> str | None:
     """What the depthwise and Winograd kernels both need of their operands: channels contiguous (channels-last)
     in the source and destination, no offsets (weights computed at run time are declined for every native kernel:
