@@ -78,3 +78,36 @@ def test_unfused_plan_is_one_kernel_per_primitive() -> None:
     result = plan_model(conv_norm_act_block(channels=4, size=8), options=Options(cost="analytic"))
     plan = unfused_plan(result)
     assert [k.nodes for k in plan.kernels] == [(i,) for i in range(len(result.plan.graph.nodes))]
+
+
+def test_each_slice_is_timed_after_its_warm_up_runs() -> None:
+    """A slice of timed runs starts only after WARM_UP_SECONDS of untimed ones (the machine waking up from the
+    cool-down pause is not what is compared); the samples are the timed runs only."""
+    import time
+
+    from kernorch.tools.bench import WARM_UP_SECONDS, _timing_loop
+
+    calls: list[float] = []
+
+    def run() -> dict[str, object]:
+        calls.append(time.perf_counter())
+        time.sleep(0.001)
+        return {}
+
+    class Connection:  # the parent's side of the pipe: one slice of 3 runs, then stop
+        def __init__(self) -> None:
+            self.commands: list[tuple[str, int]] = [("run", 3), ("stop", 0)]
+            self.sent: list[list[float]] = []
+
+        def recv(self) -> tuple[str, int]:
+            return self.commands.pop(0)
+
+        def send(self, value: list[float]) -> None:
+            self.sent.append(value)
+
+    connection = Connection()
+    _timing_loop(connection, run, {})  # type: ignore[arg-type]
+    (samples,) = connection.sent
+    assert len(samples) == 3 and all(0.001 <= s < 0.05 for s in samples)
+    warm = calls[:-3]
+    assert warm and calls[-3] - calls[0] >= WARM_UP_SECONDS

@@ -12,7 +12,9 @@ kernorch: its optimal plan; its optimal plan without primitive-graph rewrites
 graph, on the same code generator; with `--compare-layouts`, also its optimal plans under the other layout
 policies (every conv channels-last, torch.compile's rule; and all NCHW). Workers
 are spawned fresh (no OpenMP or thread pool shared with another contender) with the same thread count,
-receive the same inputs, and run round by round, interleaved, so machine drift hits all alike. Every
+receive the same inputs, and run round by round, interleaved, so machine drift hits all alike; each slice of
+timed runs follows a pause (another worker's spinning threads go idle) and untimed runs for `WARM_UP_SECONDS`
+(the machine wakes up from the pause over the first milliseconds: steady state is what is compared). Every
 contender's outputs are checked against onnxruntime before any timing.
 """
 
@@ -50,6 +52,11 @@ KERNORCH_FP32 = "kernorch-fp32"  # with --precision bf16: the float32 plan besid
 # a timed run submits as many copies of the batch as it asks for and counts the time per batch
 THROUGHPUT_PEER = "openvino-throughput"
 COOL_DOWN_SECONDS = 0.2
+# Untimed runs at the start of each slice, until this much time has passed: after the cool-down pause the machine
+# wakes up over the first 1-2 ms (squeezenet1_1 at 64x64, medians by position in slices of 8: 1.10, 0.71, 0.62,
+# 0.59, 0.58 ms for onnxruntime; 1.06, 0.77, 0.59, 0.58, 0.52 for kernorch), so with 4 runs a slice the median of a
+# sub-millisecond model sat in that ramp, and the fastest contender spent more of its runs there
+WARM_UP_SECONDS = 0.01
 KERNORCH = ("kernorch", "kernorch-norewrite", "kernorch-greedy", "kernorch-unfused")
 RPROGRAM = "kernorch-rprogram"  # kernorch's plan, the same plan directory, run as an rProgram (schedule/)
 LAYOUT_CONTENDERS = {"kernorch-channels-last": "channels-last", "kernorch-nchw": "nchw"}
@@ -164,6 +171,10 @@ def _timing_loop(connection: Connection, run: Any, feeds: dict[str, np.ndarray],
                              "program": runner.program.describe(), "choice": runner.choice,
                              "candidates_ms": {name: s * 1e3 for name, s in runner.measured.items()}})  # fmt: skip
             continue
+        warm_until = time.perf_counter() + WARM_UP_SECONDS
+        run()
+        while time.perf_counter() < warm_until:
+            run()
         connection.send([sample / per_call for sample in time_call(run, runs=count, warmup=0).samples])
 
 
