@@ -169,7 +169,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     # or weights repacked into the layout the primitive chose
     per_run = tuple(sorted({*converted, *([1] if repacked else [])}))
     element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"  # what the primitive multiplies
-    # a converted operand: cvt[j] reorders the plan's float32 buffer (cvt_from[j]) into mem[i], bfloat16, owned
+    # an operand reordered per run: cvt[j] reorders the plan's buffer (cvt_from[j]) into mem[i], owned
     lines = [f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
              "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
              f"}} {name}_state;",
