@@ -359,7 +359,7 @@ def pointwise_conv_before_resize(ctx: RewriteContext) -> Replacement | None:
 
 # A kernel computed at run time costs a oneDNN repacking per call at ~3 GB/s (jit:uni reorder to Acdb32a: 50 us for
 # 80x480) where the gated map's pass runs at 20-30 GB/s: only a map this many times the kernel's size can gain
-# (measured: 56x56x96 -> 24, 130x, 131 -> 116 us; 14x14x480 -> 80, 2.4x, 93 -> 140 us)
+# (in place: 56x56x96 -> 24, 131x, 139 -> 112 us; 14x14x480 -> 80, 2.5x, 104 -> 153 us)
 MIN_MAP_PER_KERNEL = 16
 
 
