@@ -41,3 +41,9 @@ def test_float32_math_accuracy_and_special_values() -> None:
             np.testing.assert_array_equal(got[saturated], ref[saturated].astype(np.float32), err_msg=name)
         overflow = ~np.isnan(ref) & (np.abs(ref) > np.finfo(np.float32).max)
         np.testing.assert_array_equal(got[overflow], np.float32(np.inf), err_msg=name)
+    # the sigmoid selects its ends where its 2^n would wrap: exactly 0 and 1 there (swish's x * 0 at -inf is NaN,
+    # as in onnxruntime), never above 1 or below 0 anywhere
+    sigmoid = outputs[3]
+    ends = ~np.isnan(x) & (np.abs(wide) > 88)
+    np.testing.assert_array_equal(sigmoid[ends], (x[ends] > 0).astype(np.float32))
+    assert ((sigmoid[~np.isnan(x)] >= 0) & (sigmoid[~np.isnan(x)] <= 1)).all()
