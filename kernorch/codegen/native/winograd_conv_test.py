@@ -1,21 +1,25 @@
-"""The Winograd F(2x2, 3x3) convolution (native/winograd_conv.py): chosen exactly where it applies, and equal to
-onnxruntime with padding (symmetric or not), odd output sizes (partial tiles), batch, a short last block of
-tiles, bias, and the epilogues it applies itself."""
+"""The Winograd F(2x2, 3x3) convolution (native/winograd_conv.py), both schedules: chosen exactly where it applies,
+and equal to onnxruntime with padding (symmetric or not), odd output sizes (partial tiles), batch, a short last
+block of tiles, bias, the epilogues it applies itself, and pixels or weights that are not finite (NaN and
+infinities where onnxruntime's direct sum has them, not spread over a tile)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native import winograd_conv as c_winograd_conv
 from kernorch.codegen.native.depthwise_conv_test import EPILOGUES, compiled_calls
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
-from kernorch.codegen.native.winograd_conv import winograd_rejection
-from kernorch.testing import random_array
+from kernorch.codegen.native.winograd_conv import _streamed, winograd_rejection
+from kernorch.testing import cpu_compile, random_array
+from kernorch.tools.check import run_onnxruntime
 
 
 def conv3x3_model(in_channels: int, out_channels: int, size: tuple[int, int], batch: int = 1,
@@ -51,6 +55,14 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "a per-channel operand broadcast over the map": (
         dict(in_channels=16, out_channels=16, size=(6, 10), pads=(1, 1, 1, 1), epilogue="swish, scaled per channel"),
         ("swish", "mul")),
+    # the streamed schedule (output channels a multiple of 64)
+    "streamed: padded, odd output, batch 2, a residual": (
+        dict(in_channels=64, out_channels=64, size=(9, 13), batch=2, pads=(1, 1, 1, 1), epilogue="residual"),
+        ("add",)),
+    "streamed: unpadded, two blocks of output channels, hardswish": (
+        dict(in_channels=32, out_channels=128, size=(12, 15), epilogue="hardswish"), ("hardswish",)),
+    "streamed: asymmetric pads, no bias, a tile count no multiple of 6": (
+        dict(in_channels=48, out_channels=64, size=(7, 11), pads=(1, 0, 2, 1), bias=False), ()),
 }  # fmt: skip
 
 
@@ -60,6 +72,7 @@ def test_winograd_conv_matches_onnxruntime(case: str, monkeypatch: pytest.Monkey
     arguments, post_ops = CASES[case]
     actual, expected, calls = compiled_calls(conv3x3_model(**arguments))
     assert [winograd_rejection(call) for call in calls] == [None]
+    assert _streamed(calls[0]) == case.startswith("streamed")
     assert tuple(op.alg for op, _ in calls[0].post_ops) == post_ops
     assert_close(actual, expected)
 
@@ -85,14 +98,71 @@ def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason
     assert_close(actual, expected)
 
 
-def test_convs_with_many_channels_stay_with_onednn() -> None:
-    # resnet's 256 -> 256 3x3 on 14x14 ran 1.5x slower in Winograd than in oneDNN, its 512 -> 512 on 7x7 5x
+def test_large_filters_take_the_streamed_schedule() -> None:
+    # 2 MiB of transformed filters: past a core's L2, each read once per run (the blocked schedule refused them)
     actual, expected, calls = compiled_calls(conv3x3_model(in_channels=256, out_channels=128, size=(28, 28)))
-    assert [winograd_rejection(call) for call in calls] == [
-        "its transformed filters (2048 KiB) outgrow the L2 every block of tiles reads them from"]
+    assert [winograd_rejection(call) for call in calls] == [None]
+    assert _streamed(calls[0])
     assert_close(actual, expected)
-    _, _, calls = compiled_calls(conv3x3_model(in_channels=128, out_channels=128, size=(28, 28)))
-    assert [winograd_rejection(call) for call in calls] == [None]  # 1 MiB: the largest it takes
+    _, _, calls = compiled_calls(conv3x3_model(in_channels=128, out_channels=48, size=(36, 36)))
+    assert [(winograd_rejection(call), _streamed(call)) for call in calls] == [(None, False)]  # blocked: 384 KiB
+
+
+@pytest.mark.parametrize(("arguments", "reason"), [
+    (dict(in_channels=256, out_channels=144, size=(28, 28)), "takes output channels in multiples of 64"),
+    (dict(in_channels=512, out_channels=512, size=(8, 8)), "needs 16 tiles to read its filters once for all, this "
+                                                            "map has 9"),
+])  # fmt: skip
+def test_large_filters_the_streamed_schedule_cannot_take_stay_with_onednn(arguments: dict[str, Any],
+                                                                           reason: str) -> None:  # fmt: skip
+    actual, expected, calls = compiled_calls(conv3x3_model(**arguments))
+    transformed = 16 * arguments["in_channels"] * arguments["out_channels"] * 4
+    assert [winograd_rejection(call) for call in calls] == [
+        f"its transformed filters ({transformed >> 10} KiB) outgrow the L2 every block of tiles reads them from, "
+        f"and the streamed schedule {reason}"]
+    assert_close(actual, expected)
+
+
+def _assert_same_non_finite(actual: np.ndarray, expected: np.ndarray) -> None:
+    """NaN exactly where onnxruntime has NaN, each infinity where it has that infinity, the rest close."""
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    infinite = np.isinf(expected)
+    np.testing.assert_array_equal(actual[infinite], expected[infinite])
+    finite = np.isfinite(expected)
+    assert np.isfinite(actual[finite]).all()
+    if finite.any():
+        np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(expected[finite]).max()))  # fmt: skip
+
+
+@pytest.mark.parametrize("out_channels", [48, 64])  # the blocked and the streamed schedule
+@pytest.mark.parametrize("weights", ["finite", "an infinite weight"])
+def test_pixels_and_weights_that_are_not_finite_give_onnxruntimes_direct_sum(
+        out_channels: int, weights: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the conv alone, its input a graph input: an infinity in one channel enters each output through one tap,
+    # so the direct sum keeps it infinite where Winograd's transforms would subtract it from itself (NaN)
+    monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
+    w = random_array((out_channels, 16, 3, 3), seed=1) * 0.1
+    if weights != "finite":  # a corner tap of output channel 5: NaN where it meets an infinity of the other sign's
+        w[5, 3, 0, 0] = np.inf  # ... product, finite where the tap lies in the padding (onnxruntime skips those)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], "winograd_non_finite",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 16, 11, 14))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(random_array((out_channels,), seed=2), "b")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                                ir_version=8))  # fmt: skip
+    x = random_array((2, 16, 11, 14), seed=3)
+    # at a tile's corner, on the border, inside (each tile-local row and column), in the second image
+    x[0, 0, 0, 0], x[0, 2, 5, 6], x[0, 7, 10, 13], x[1, 4, 4, 9] = np.nan, np.inf, -np.inf, np.inf
+    x[1, 9, 7, 2], x[1, 11, 2, 11] = -np.inf, np.inf
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b.name == "winograd_conv"]  # fmt: skip
+    assert len(calls) == 1 and _streamed(calls[0]) == (out_channels == 64)
+    actual, expected = compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    assert np.isinf(expected).sum() > 10  # the case the transforms get wrong is there
+    _assert_same_non_finite(actual, expected)
 
 
 def test_small_convs_stay_with_onednn() -> None:
