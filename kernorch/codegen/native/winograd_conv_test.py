@@ -170,10 +170,13 @@ def test_small_convs_stay_with_onednn() -> None:
     assert [winograd_rejection(call) for call in calls] == ["too small for the transforms to pay"]
 
 
+@pytest.mark.parametrize("case", ["padded, odd output, batch 2, a residual",
+                                  "streamed: padded, odd output, batch 2, a residual"])
 @pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
-def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path,
+def test_the_same_source_compiles_for_avx2_and_avx512(case: str, isa: tuple[str, ...], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
-    arguments, _ = CASES["padded, odd output, batch 2, a residual"]
+    arguments, _ = CASES[case]
     _, _, calls = compiled_calls(conv3x3_model(**arguments))
+    assert _streamed(calls[0]) == case.startswith("streamed")
     assert_compiles_for(isa, calls[0], tmp_path)
