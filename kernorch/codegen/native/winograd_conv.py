@@ -230,6 +230,16 @@ def _output_transform(call: LibraryCall, indent: str, row: str, rows: int) -> li
             f"{indent}}}"]  # fmt: skip
 
 
+def _tile_outputs(call: LibraryCall, indent: str, row: str, rows: int, flag: str) -> list[str]:
+    """C storing tile `tile`'s outputs: by the direct sum when `flag` (C) marks it or a weight is not finite, else
+    by the output transform from M[e][row][co]."""
+    return [f"{indent}if ({flag} || s->weights_bad) {{",
+            *_direct_tile(call, f"{indent}    "),
+            f"{indent}}} else {{",
+            *_output_transform(call, f"{indent}    ", row, rows),
+            f"{indent}}}"]  # fmt: skip
+
+
 def _filter_transform(call: LibraryCall, u_index: str = "") -> list[str]:
     """The opening of create after its allocations: the bias and U = G g Gᵀ for every (input, output) channel pair,
     stored [e][ci][co] (or at `u_index`, C of e, ci and co)."""
@@ -330,11 +340,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
              "        /* output transform: Y = A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias; the post-ops */",
              "        for (int t = 0; t < count; t++) {",
              "            const long tile = first + t;",
-             "            if (bad[t] || s->weights_bad) {",
-             *_direct_tile(call, "                "),
-             "                continue;",
-             "            }",
-             *_output_transform(call, "            ", "t", TILES),
+             *_tile_outputs(call, "            ", "t", TILES, "bad[t]"),
              "        }",
              "    }",
              "    }",
@@ -345,7 +351,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
 
 
 def _render_streamed(name: str, call: LibraryCall) -> str:
-    """C for a call whose transformed filters outgrow L2 (`_streamed`): the three phases over all tiles."""
+    """C for a call the streamed schedule takes (`_streamed`): the three phases over all tiles."""
     batch, in_channels = call.src.dims[:2]
     out_channels = call.weights.dims[0]
     tiles = batch * math.prod(_tiles(call))
@@ -415,11 +421,7 @@ def _render_streamed(name: str, call: LibraryCall) -> str:
              "    }",
              "    #pragma omp for schedule(static)",
              f"    for (long tile = 0; tile < {tiles}L; tile++) {{",
-             "        if (s->bad[tile] || s->weights_bad) {",
-             *_direct_tile(call, "            "),
-             "            continue;",
-             "        }",
-             *_output_transform(call, "        ", "tile", tiles),
+             *_tile_outputs(call, "        ", "tile", tiles, "s->bad[tile]"),
              "    }",
              "    }",
              "    return 0;",
