@@ -5,6 +5,8 @@ and batch items, bfloat16 operands, and edge values (a row masked with -inf ever
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -167,3 +169,46 @@ def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
     assert np.isnan(expected[1]).all() and np.isnan(actual[1]).all()
     assert np.isfinite(expected[0]).all()
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-5 * float(np.abs(expected[0]).max()))
+
+
+def keys_first_model(tokens: int, heads: int, head_dim: int) -> onnx.ModelProto:
+    """softmax(Q·Kᵀ·s)·V with Kᵀ a graph input laid out [heads, D, T]: the keys contiguous, as a plan that
+    transposed K in an earlier kernel leaves them (the QKV projection's split leaves the head dim contiguous)."""
+    shapes = {"q": (1, heads, tokens, head_dim), "kt": (1, heads, head_dim, tokens), "v": (1, heads, tokens, head_dim)}
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    scale = numpy_helper.from_array(np.array(head_dim**-0.5, np.float32), "scale")
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                                   for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [scale])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("tokens", [19, 40])
+def test_keys_already_contiguous_are_packed_row_by_row(tokens: int) -> None:
+    """Kᵀ is packed along its contiguous axis: the keys' rows copied when the keys are contiguous (this case), 16 x
+    16 tiles transposed when the head dim is (every case above)."""
+    model = keys_first_model(tokens=tokens, heads=3, head_dim=32)
+    feeds = feeds_of(model)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
+    (fused,) = fused_kernels(compiled)
+    assert fused.kt.col_stride == 1 and fused.kt.row_stride == tokens
+    expected = run_onnxruntime(model, feeds)["y"]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])
+@pytest.mark.parametrize("case", ["vit: Q scaled, 197 tokens, 3 heads", "torch's NaN guard after the softmax"])
+def test_the_same_source_compiles_for_avx2_and_avx512(case: str, isa: tuple[str, ...], tmp_path: Path) -> None:
+    """The register blocking follows the vector width (#if on KO_VC_LANES): both branches must compile, though
+    only this machine's runs in the tests above."""
+    from kernorch.codegen.c.prelude import PRELUDE
+    from kernorch.codegen.native.attention import render_attention
+
+    compiled = cpu_compile(attention_model(**CASES[case]), cost="analytic", device="cpu-nominal", rewrite=True)
+    (kernel,) = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
+    source = tmp_path / "attention.c"
+    source.write_text(PRELUDE + render_attention("k", kernel))
+    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", *isa, "-Werror=implicit-function-declaration",
+                    str(source)], check=True)  # fmt: skip
