@@ -34,6 +34,7 @@ from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
 from kernorch.options import RUNTIMES
 from kernorch.runtime.memory import (
+    aligned_buffer,
     aligned_copy,
     aligned_empty,
     allocate,
@@ -509,9 +510,9 @@ class PlanExecutor:
                     np.copyto(buffers[name], array)
             for name, slot in self._output_slots.items():
                 t = self.graph.types[name]
-                outputs[name] = aligned_empty(t.shape, t.dtype)
+                outputs[name], address = aligned_buffer(t.shape, t.dtype)
                 bound.append(slot)
-                table[slot] = outputs[name].ctypes.data  # type: ignore[index]  # slots exist only with a table
+                table[slot] = address  # type: ignore[index]  # slots exist only with a table
             rprogram = self._rprogram_of(workspace) if self.runtime == "rprogram" else None
             with thread_count(self.threads):
                 if rprogram is not None:
