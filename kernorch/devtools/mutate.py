@@ -490,7 +490,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'f"                    for (int kx = 0; kx < {kw}; kx++) {{",',
            'f"                    for (int kx = 1; kx < {kw}; kx++) {{",', (AMX_CONV,)),
     Mutant("buffers start where numpy puts them (16 bytes), not on a cache line", "kernorch/runtime/memory.py",
-           "shift = (-raw.ctypes.data) % ALIGNMENT\n    return", "shift = 0\n    return",
+           "shift = (-start) % ALIGNMENT\n    return", "shift = 0\n    return",
            ("kernorch/runtime/memory_test.py",)),
     Mutant("the per-region rProgram keeps the regions that ran slower than their kernels",
            "kernorch/schedule/regions.py", "if alone < region_seconds[s]:", "if alone > region_seconds[s]:",

@@ -13,7 +13,7 @@ from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.executor_test import random_graph, random_plan
-from kernorch.runtime.memory import ALIGNMENT, aligned_copy, aligned_empty, allocate, plan_memory
+from kernorch.runtime.memory import ALIGNMENT, aligned_buffer, aligned_copy, aligned_empty, allocate, plan_memory
 from kernorch.runtime.reference import run_reference
 
 
@@ -98,6 +98,8 @@ def test_aligned_arrays_start_on_a_cache_line(shape: tuple[int, ...], dtype: str
         array = aligned_empty(shape, dtype)
         assert array.shape == shape and array.dtype == np.dtype(dtype) and array.flags.c_contiguous
         assert array.ctypes.data % ALIGNMENT == 0 or array.size == 0
+        array, address = aligned_buffer(shape, dtype)  # the address the executor binds for an output
+        assert array.shape == shape and address == array.ctypes.data and address % ALIGNMENT == 0
     source = np.arange(int(np.prod(shape)), dtype=np.float64).astype(dtype).reshape(shape)
     np.testing.assert_array_equal(aligned_copy(source[()] if not shape else source), source)
 
