@@ -99,7 +99,8 @@ def test_aligned_arrays_start_on_a_cache_line(shape: tuple[int, ...], dtype: str
         assert array.shape == shape and array.dtype == np.dtype(dtype) and array.flags.c_contiguous
         assert array.ctypes.data % ALIGNMENT == 0 or array.size == 0
         array, address = aligned_buffer(shape, dtype)  # the address the executor binds for an output
-        assert array.shape == shape and address == array.ctypes.data and address % ALIGNMENT == 0
+        assert array.shape == shape and address % ALIGNMENT == 0
+        assert address == array.ctypes.data or array.size == 0  # numpy may place an empty view anywhere
     source = np.arange(int(np.prod(shape)), dtype=np.float64).astype(dtype).reshape(shape)
     np.testing.assert_array_equal(aligned_copy(source[()] if not shape else source), source)
 
