@@ -171,12 +171,16 @@ def test_edge_values_large_scores_and_a_fully_masked_row() -> None:
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-5 * float(np.abs(expected[0]).max()))
 
 
-def keys_first_model(tokens: int, heads: int, head_dim: int) -> onnx.ModelProto:
-    """softmax(Q·Kᵀ·s)·V with Kᵀ a graph input laid out [heads, D, T]: the keys contiguous, as a plan that
-    transposed K in an earlier kernel leaves them (the QKV projection's split leaves the head dim contiguous)."""
-    shapes = {"q": (1, heads, tokens, head_dim), "kt": (1, heads, head_dim, tokens), "v": (1, heads, tokens, head_dim)}
-    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"]),
-             helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+def separate_qkv_model(tokens: int, heads: int, head_dim: int, value_dim: int, keys_first: bool) -> onnx.ModelProto:
+    """softmax(Q·Kᵀ·s)·V on Q, K and V as graph inputs. keys_first: Kᵀ is the input, laid out [heads, D, T] (the
+    keys contiguous, as a plan that transposed K in an earlier kernel leaves them); else K [heads, T, D] transposed
+    in the graph (the head dim contiguous, as the QKV projection's split leaves it)."""
+    k_shape = (1, heads, head_dim, tokens) if keys_first else (1, heads, tokens, head_dim)
+    shapes = {"q": (1, heads, tokens, head_dim), "k": k_shape, "v": (1, heads, tokens, value_dim)}
+    nodes = [] if keys_first else [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    nodes += [helper.make_node("MatMul", ["q", "k" if keys_first else "kt"], ["s0"]),
+              helper.make_node("Mul", ["s0", "scale"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]  # fmt: skip
     scale = numpy_helper.from_array(np.array(head_dim**-0.5, np.float32), "scale")
     graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
                                                    for n, s in shapes.items()],
@@ -185,15 +189,18 @@ def keys_first_model(tokens: int, heads: int, head_dim: int) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
-@pytest.mark.parametrize("tokens", [19, 40])
-def test_keys_already_contiguous_are_packed_row_by_row(tokens: int) -> None:
-    """Kᵀ is packed along its contiguous axis: the keys' rows copied when the keys are contiguous (this case), 16 x
-    16 tiles transposed when the head dim is (every case above)."""
-    model = keys_first_model(tokens=tokens, heads=3, head_dim=32)
+@pytest.mark.parametrize(("tokens", "head_dim", "keys_first"), [(19, 32, True), (40, 32, True), (19, 24, False),
+                                                                (37, 40, False)])  # fmt: skip
+def test_kt_is_packed_along_its_contiguous_axis(tokens: int, head_dim: int, keys_first: bool) -> None:
+    """Kᵀ is packed along its contiguous axis: the keys' rows copied when the keys are contiguous, 16 x 16 tiles
+    transposed when the head dim is — here with a last tile of the head dim partly filled (24, 40) and of the keys
+    (19, 37)."""
+    model = separate_qkv_model(tokens=tokens, heads=3, head_dim=head_dim, value_dim=32, keys_first=keys_first)
     feeds = feeds_of(model)
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True)
     (fused,) = fused_kernels(compiled)
-    assert fused.kt.col_stride == 1 and fused.kt.row_stride == tokens
+    strides = (fused.kt.row_stride, fused.kt.col_stride)
+    assert strides == ((tokens, 1) if keys_first else (1, head_dim)), strides
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
 
