@@ -1,7 +1,7 @@
 """C for a phase whose output rows are computed by vector blocks permuted from input rows held in registers
 (`GirPhase.row_permuted`, codegen/gir/row_permute.py).
 
-Per output row: each input row it reads copied into an aligned array (16 floats per vector register). Per block
+Per output row: a pointer to each input row it reads (16 floats per vector register). Per block
 of 16 output positions: each read of such a row is one `__builtin_shufflevector` of two adjacent registers with
 constant lane indices (`vpermt2ps`; the clamps at the row's ends are in the indices), each table read a constant
 array, and the rest of the body a vector loop over the block's positions, reading and storing along the row.
@@ -66,9 +66,11 @@ def permuted_lines(renderer: PhaseRenderer, sharing: Sharing) -> list[str]:
         accesses[id(op)] = (buffer, access)
         start = f"&{buffer}[{renderer.index(access.base, op)}]"
         if not access.along and start not in rows:
+            # read in place, not copied into an aligned array first: GCC copies with 256-bit stores where it
+            # prefers 256-bit vectors, and each 512-bit read of the copy then spans two stores, which the core
+            # cannot forward (it waits for both to retire). ko_v16 reads unaligned; the row is in the buffer.
             rows[start] = _fresh(renderer, "ko_x")
-            loaded += [f"float {rows[start]}[{access.width}] __attribute__((aligned(64)));",
-                       f"memcpy({rows[start]}, {start}, sizeof {rows[start]});"]  # fmt: skip
+            loaded.append(f"const float *{rows[start]} = {start};")
     blocks: list[str] = []
     for first in range(0, row[2] * row[3], VECTOR):
         constants: list[str] = []
