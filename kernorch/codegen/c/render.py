@@ -378,10 +378,10 @@ class _Phase:
         unrolled = [f"#pragma GCC unroll {self.phase.row_block}"] if count != "ko_rows" and size < 128 else []
         lines += [*unrolled, *each_row(False), *(f"ko_v8 {part}_acc = {{0, 0, 0, 0, 0, 0, 0, 0}};" for part in parts)]
         if wide:
-            # the 16 values read back as two 8-float halves: GCC stores the simd loop's values a 256-bit vector at
-            # a time (-march=native prefers 256 bits), and a 512-bit load of two such stores cannot be forwarded
-            # from them: it waited for both to retire, 83 % of a [128, 256] row sum's time (9.2 -> 3.4 us; a whole
-            # layer norm of bert_mini 17.2 -> 3.5 us)
+            # the 16 values read back as two 8-float halves: GCC may store the simd loop's values a 256-bit
+            # vector at a time (a CPU it tunes for 256 bits), and a 512-bit load of two such stores cannot be
+            # forwarded from them: it waited for both to retire, 83 % of a [128, 256] row sum's time (9.2 -> 3.4
+            # us; a whole layer norm of bert_mini 17.2 -> 3.5 us)
             lines += [*(f"ko_v8 {part}_acc16a = {{0}}, {part}_acc16b = {{0}};" for part in parts),
                       *(f"float {part}_t16[16] __attribute__((aligned(64)));" for part in parts),
                       f"#pragma GCC unroll {min(wide // 16, SUM_UNROLL)}",

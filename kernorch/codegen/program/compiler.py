@@ -33,7 +33,13 @@ from kernorch.machine import isa_digest
 from kernorch.options import cache_root, writable_dir
 
 # -fno-math-errno and -fno-trapping-math let floor/sqrt vectorize; unlike -ffast-math they keep NaN/inf semantics.
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
+# -mprefer-vector-width=512: GCC 12 takes some AVX-512 CPUs for ones that prefer 256-bit vectors (an AMX Xeon is
+# "rocketlake" to it) and vectorizes loops at 256 bits there; the transcendental epilogues (erf, exp, tanh) are
+# compute-bound, and whole plans ran 0.96-0.99x the time with 512 (efficientnet_b0, efficientvit_b0, candy,
+# vit_tiny, efficientformer_l1; the rest within 1 %: bench/results/2026-11-28-session21.md). Without AVX-512 it
+# changes nothing.
+CFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+          "-fno-math-errno", "-fno-trapping-math",
           "-Werror=implicit-function-declaration")  # a call without a prototype is a codegen bug, never a guess
 
 
