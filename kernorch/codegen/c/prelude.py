@@ -214,23 +214,35 @@ static inline float ko_tanhf(float x) {
     big = x < 0 ? -big : big;
     return a < 0.625f ? small : big;
 }
+/* The clamps are integer minima of bit patterns (|x| and the quotient are non-negative, so their bits order as
+   they do): float ternaries against constants made GCC thread each constant through both polynomials and mask
+   every instruction (a GELU loop: 41 vector instructions a vector, 28 now; 0.348 -> 0.261 ns a value on one
+   core of the AMX Xeon at 512 bits). The integer clamp turns NaN into 3.9: restored at the end. The quotient
+   at 3.9 is 1 - 3.3e-8, which float32 rounding may leave just below 1: selected. The coefficients are those of
+   the fit in (x / 3.9)^2, rescaled to x^2 (absolute error < 3.3e-7). */
 static inline float ko_erff(float x) {
-    float a = x > 3.9f ? 3.9f : (x < -3.9f ? -3.9f : x); /* 1 - erf(3.9) = 3.5e-8 */
-    float z = a * a * 6.57462195924e-2f; /* (a / 3.9)^2 */
-    float p = -0.16378162816497838f;
-    p = p * z + 3.8239120566832336f;
-    p = p * z + 20.31739875564431f;
-    p = p * z + 13.476944686555358f;
-    p = p * z + 12.552894668150977f;
-    p = p * z + 2.809243560101041f;
+    union { float f; uint32_t i; } in = {x}, clamped, out;
+    uint32_t magnitude = in.i & 0x7fffffffu;
+    clamped.i = magnitude < 0x4079999Au ? magnitude : 0x4079999Au; /* min(|x|, 3.9f): 1 - erf(3.9) = 3.5e-8 */
+    float a = clamped.f, z = a * a;
+    float p = -1.322786944271193e-08f;
+    p = p * z + 4.6974463149290835e-06f;
+    p = p * z + 0.000379621890898058f;
+    p = p * z + 0.0038300443572912074f;
+    p = p * z + 0.05426070804555257f;
+    p = p * z + 0.1846971439909386f;
     p = p * z + 1.1283791803293113f;
-    float q = 51.470214631380045f;
-    q = q * z + 69.76654738663966f;
-    q = q * z + 54.271656480851924f;
-    q = q * z + 26.31742437104355f;
-    q = q * z + 7.5596301583925385f;
+    float q = 6.322806760846323e-05f;
+    q = q * z + 0.0013035580469171737f;
+    q = q * z + 0.015423588691634117f;
+    q = q * z + 0.11375878775842917f;
+    q = q * z + 0.49701710443100544f;
     q = q * z + 1.0f;
-    return __builtin_fabsf(x) > 3.919f ? (x > 0 ? 1.0f : -1.0f) : a * p / q; /* exactly ±1 where float32 erf is */
+    out.f = a * p / q;
+    out.i = out.i < 0x3f800000u ? out.i : 0x3f800000u;              /* at most 1 */
+    out.i = clamped.i == 0x4079999Au ? 0x3f800000u : out.i;           /* exactly 1 where float32 erf is */
+    out.i |= in.i & 0x80000000u;                                      /* erf is odd */
+    return x != x ? x : out.f;
 }
 """
 
