@@ -47,7 +47,7 @@ def pointwise_rejection(call: LibraryCall) -> str | None:
     if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
         return "not a 1x1 stride-1 convolution without padding"
     if not slow_in_onednn(call):
-        return "no transcendental post-op: oneDNN runs it at full speed"
+        return "no post-op oneDNN runs slowly: it runs the call at full speed"
     if in_channels > MAX_INPUT_CHANNELS:
         return f"{in_channels} input channels: oneDNN's blocking pays off"
     if out_channels % CHANNEL_MULTIPLE:
