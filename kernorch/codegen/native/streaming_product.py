@@ -33,6 +33,13 @@ from kernorch.codegen.library import (
 from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
 
 MAX_ROWS = 16  # output pixels (or matmul rows): beyond, a product reuses each weight enough to be compute-bound
+# ... unless its weights are too many to stay in a core's L2 between inferences: then they come from L3 in place,
+# where oneDNN's blocked product waits on them (efficientformer_l1's 49-token 448 -> 1792 products: 300-330 us in
+# place against 180 profiled hot) and the stream, prefetched ahead, still wins up to 64 rows (in-process A/B:
+# efficientformer_l1 0.95x the time with every product of <= 64 rows streamed; googlenet 1.04x, its 8x8 maps'
+# weights all below 1 MiB, so those stay with oneDNN)
+MAX_ROWS_COLD = 64
+COLD_WEIGHT_BYTES = 1 << 20
 MIN_WEIGHT_BYTES = 1 << 16  # below this the weights are no stream: oneDNN's blocking is as good
 # how far ahead of its reads a chunk prefetches its weight stream: the reads in flight that cover L3's latency
 # at its bandwidth. 8 KiB streamed 1.2-1.6x faster than 1-2 KiB (the former 8 rows) on 1-, 4- and 16-row
@@ -135,9 +142,10 @@ def streaming_rejection(call: LibraryCall) -> str | None:
     shape = geometry(call)
     if isinstance(shape, str):
         return shape
-    if len(shape.destinations) > MAX_ROWS:
-        return f"{len(shape.destinations)} output rows reuse each weight: oneDNN's blocking pays off"
     weight_bytes = 4 * shape.inputs * shape.outputs * len(shape.taps)
+    rows = len(shape.destinations)
+    if rows > (MAX_ROWS_COLD if weight_bytes >= COLD_WEIGHT_BYTES else MAX_ROWS):
+        return f"{rows} output rows reuse each of {weight_bytes} bytes of weights: oneDNN's blocking pays off"
     if weight_bytes < MIN_WEIGHT_BYTES:
         return f"{weight_bytes} bytes of weights are no stream"
     if call.bias is not None and call.bias.dims[-1] != shape.outputs:

@@ -1,7 +1,8 @@
 """The product over few rows that streams its weights once (native/streaming_product.py): chosen exactly where it
 applies, and equal to onnxruntime for convolutions with padded taps, taps wholly in the padding, strides,
-dilation, batch, both layouts, output channels that leave a short chunk, two register blocks, post-ops (relu, a
-residual); for a classifier's Gemm and a matmul over a few rows with a per-row operand; and on edge values."""
+dilation, batch, both layouts, output channels that leave a short chunk, two (and five) register blocks,
+post-ops (relu, a residual); for a classifier's Gemm and a matmul over a few rows with a per-row operand; and on
+edge values."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ CONVS: dict[str, dict[str, Any]] = {
         in_channels=64, out_channels=96, kernel=3, size=(2, 3), batch=2, dilations=(2, 2)),
     "5x5 on 3x3 with 2x3 taps out of the padding's reach": dict(
         in_channels=48, out_channels=64, kernel=5, size=(3, 3), pads=1),
+    "1x1 on 7x7: 49 rows in five register blocks, 1 MiB of weights (cold in place)": dict(
+        in_channels=256, out_channels=1024, kernel=1, size=(7, 7), epilogue="relu"),
 }  # fmt: skip
 
 
@@ -136,7 +139,9 @@ def test_edge_values_propagate_as_in_onnxruntime() -> None:
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
-    (dict(size=(5, 4)), "20 output rows reuse each weight: oneDNN's blocking pays off"),
+    (dict(size=(5, 4)), "20 output rows reuse each of 110592 bytes of weights: oneDNN's blocking pays off"),
+    (dict(in_channels=256, out_channels=512, kernel=1, size=(7, 7)),
+     "49 output rows reuse each of 524288 bytes of weights: oneDNN's blocking pays off"),
     (dict(in_channels=8, out_channels=16), "4608 bytes of weights are no stream"),
 ])  # fmt: skip
 def test_products_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
