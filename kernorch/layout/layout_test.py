@@ -290,3 +290,29 @@ def test_pooling_relabelled_for_every_stored_order_pools_the_same(reducer: str) 
         np.testing.assert_allclose(stored, expected.transpose(layout), rtol=1e-5, atol=1e-6, err_msg=str(layout))
         accepted.append(layout)
     assert (0, 1, 2, 3) in accepted and (0, 2, 3, 1) in accepted  # NCHW and channels-last
+
+
+def test_a_product_with_constant_weights_is_never_stored_swapped() -> None:
+    """x @ W whose consumer wants it transposed: stored swapped it would be Wᵀ @ xᵀ, the constant the library's
+    left operand (not packable) and x its right one (repacked every call); the product stays x @ W and a
+    transpose follows it, even when the transpose costs more than anything else."""
+    from kernorch.ir.builder import PrimitiveBuilder
+
+    rng = np.random.default_rng(0)
+    graph = Graph(inputs=["x"], outputs=[], name="tokens_into_nchw_conv")
+    graph.types["x"] = TensorType((1, 16, 8), "float32")
+    b = PrimitiveBuilder(graph)
+    (hidden,) = b.emit("matmul", ["x", b.constant(rng.standard_normal((8, 12)).astype(np.float32))])
+    (channels_first,) = b.emit("transpose", [hidden], {"perm": (0, 2, 1)})
+    (image,) = b.emit("reshape", [channels_first], {"shape": (1, 12, 4, 4)})
+    conv_attrs = {"dilations": (1, 1), "group": 12, "pads": (1, 1, 1, 1), "strides": (1, 1)}
+    (y,) = b.emit("conv", [image, b.constant(rng.standard_normal((12, 1, 3, 3)).astype(np.float32))], conv_attrs)
+    graph.outputs = [y]
+    assignment = assign_layouts(graph, lambda node, last: 5.0 if last else 1.0, lambda v, s, t: 100.0)
+    rewritten = materialize(graph, assignment)
+    (matmul,) = [n for n in rewritten.nodes if n.prim == "matmul"]
+    assert matmul.inputs[0] == "x" and matmul.inputs[1] in rewritten.constants
+    assert rewritten.types[matmul.outputs[0]].shape == (1, 16, 12)
+    feeds = graph_feeds(graph)
+    np.testing.assert_allclose(run_reference(rewritten, feeds)[y], run_reference(graph, feeds)[y], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
