@@ -140,7 +140,9 @@ def test_explain_names_the_depthwise_conv(tmp_path: Path) -> None:
                "--layout", "channels-last"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = [line for line in result.stdout.splitlines() if "library call:" in line]
-    expected = ["oneDNN", "direct C depthwise convolution", "direct C convolution (few output channels)"]
+    # the model's first conv (1x1 + relu) is kernorch's pointwise kernel's
+    expected = ["1x1 C convolution with its epilogue in cache", "direct C depthwise convolution",
+                "direct C convolution (few output channels)"]
     assert [line.split(", by ")[-1] for line in lines] == expected, lines
     assert "conv (channels-last) ← bias, swish" in lines[1]
 
