@@ -647,6 +647,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("the covers' walk goes past values available before the subgraph",
            "kernorch/orchestrate/blp.py", "if value in available or value not in producer or",
            "if value not in producer or", (BLP,)),
+    Mutant("ko_erff leaves NaN to its integer clamp (erf(NaN) = ±1)", "kernorch/codegen/c/prelude.py",
+           "return x != x ? x : out.f;", "return out.f;", ("kernorch/codegen/c/math_test.py",)),
+    Mutant("kernorch's own convolutions' relu turns NaN into 0", "kernorch/codegen/library/post_ops.py",
+           '"v = (v > 0.0f || v != v) ? v : 0.0f;"', '"v = v > 0.0f ? v : 0.0f;"', (POINTWISE,)),
+    Mutant("the streaming product stops at 16 rows whatever its weights",
+           "kernorch/codegen/native/streaming_product.py",
+           "if rows > (MAX_ROWS_COLD if weight_bytes >= COLD_WEIGHT_BYTES else MAX_ROWS):", "if rows > MAX_ROWS:",
+           (STREAMING,)),
+    Mutant("the layout stores a product with constant weights swapped (Bᵀ @ Aᵀ, weights unpacked)",
+           "kernorch/layout/modes.py", "and not (value == node.outputs[0] and constant_weights):", "and True:",
+           (LAYOUT,)),
 )  # fmt: skip
 
 
