@@ -157,18 +157,18 @@ def matmul_modes(graph: Graph, node: Node, candidates: Callable[[str], list[Perm
     shapes = [graph.types[v].shape for v in values]
     if any(len(shape) < 2 for shape in shapes):
         return [Mode(tuple(identity(len(s)) for s in shapes[:2]), (identity(len(shapes[2])),))]
-    # A product stored swapped is computed as Bᵀ @ Aᵀ: a constant B would become the library's left operand,
-    # which it cannot pack, and the activation its right one, repacked every call (efficientformer_l1's
-    # 49-token qkv product: 359 us so, 278 us as A @ B)
-    constant_weights = node.inputs[1] in graph.constants and node.inputs[0] not in graph.constants
     options: list[list[Perm]] = []
     for value, shape in zip(values, shapes, strict=True):
         layout = swapped(shape)
         choices = [identity(len(shape))]
-        if layout is not None and value not in graph.constants and layout in candidates(value) \
-                and not (value == node.outputs[0] and constant_weights):  # fmt: skip
+        if layout is not None and value not in graph.constants and layout in candidates(value):
             choices.append(layout)
         options.append(choices)
+    if node.inputs[1] in graph.constants and node.inputs[0] not in graph.constants:
+        # A product stored swapped is computed as Bᵀ @ Aᵀ: the constant B would become the library's left operand,
+        # which it cannot pack, and the activation its right one, repacked every call (efficientformer_l1's
+        # 49-token qkv product: 359 us so, 280 us as A @ B)
+        options[2] = options[2][:1]
     return [Mode((a, b), (out,)) for a in options[0] for b in options[1] for out in options[2]]
 
 

@@ -26,7 +26,7 @@ typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
 #endif"""
 
 
-# The post-ops oneDNN runs slowly inside a convolution; cheap ones (clip, linear, binary) stay there. Relu too is
+# The post-ops oneDNN runs slowly inside a convolution; cheap ones (linear, binary) stay there. Relu too is
 # slow: oneDNN's relu is a max that turns NaN into 0, so its calls run relu as elu(0) + linear (library/onednn.py),
 # an exp per value (mnasnet0_5's 16 -> 48 expansion: conv 4.8 us, conv + relu 13.4 us, profiled).
 SLOW_POST_OPS = frozenset({"swish", "logistic", "gelu_erf", "gelu_tanh", "tanh", "exp", "elu", "relu"})
