@@ -1,4 +1,5 @@
-"""A 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) in generated C: 2.25x fewer multiplications.
+"""A 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) in generated C: 2.25x fewer multiplications. Also a 3-d
+one whose kernel is 3x3 in space (any depth, stride 1 over frames), as 2-d convolutions over its frames (`Frames`).
 
 Without AVX-512, oneDNN 3.2 has no Winograd convolution; its AVX2 direct 3x3 convs run at ~145 GFLOP/s here
 (candy's ten 56x56x128 residual convs took 6.3-6.4 ms each in place, 2 threads, Zen 3), and candy spends 85 %
@@ -27,8 +28,10 @@ not finite (checked at create). The state keeps the weights for that, [tap][ci][
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
+from kernorch.codegen.library.call import Tensor
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
     operand_rejection,
@@ -61,10 +64,81 @@ MAX_TRANSFORMED_BYTES = 1 << 20
 MAX_THREADS = 64
 
 
+@dataclass(frozen=True)
+class Frames:
+    """A convolution over frames. A 3-d convolution ([N, C, D, H, W], a kernel `taps` frames deep, stride 1 over
+    frames) runs as 2-d ones over its N x D frames: every input frame's tiles are transformed once, and an output
+    frame's products sum its `taps` input frames' (frame d + t - pad of the image for output frame d): the taps
+    are more input channels. A 2-d convolution is one frame per image and one tap."""
+
+    images: int
+    depth: int  # input frames per image
+    out_depth: int  # output frames per image
+    taps: int  # the kernel's frames
+    pad: int  # zero frames before an image's first
+    tap_stride: int  # the weights' elements between two taps
+    # onnxruntime's 3-d conv multiplies the padding's zeros into its sums (an infinite weight there makes NaN); its
+    # 2-d conv skips those taps
+    pads_multiply: bool = False
+
+    @property
+    def padded_depth(self) -> int:
+        """Frames per image of the transformed input (V): the input's and the zero frames around them."""
+        return self.out_depth + self.taps - 1
+
+    @property
+    def identity(self) -> bool:
+        """V's tiles are the output's (a 2-d convolution, or frames one tap deep and unpadded)."""
+        return self.taps == 1 and self.depth == self.out_depth
+
+
+def _merged(tensor: Tensor, images: int) -> Tensor | None:
+    """A 5-d tensor [n, c, d, y, x] as 4-d with its frames (n, d) one axis, or None when they are not one axis in
+    memory (or it broadcasts over images but not over frames)."""
+    n, c, d, y, x = tensor.dims
+    sn, sc, sd, sy, sx = tensor.strides
+    if n == 1 and d == 1:
+        frames, stride = 1, 0
+    elif n == 1 and images == 1:
+        frames, stride = d, sd
+    elif d == 1:
+        frames, stride = n, sn
+    elif n == images and sn == d * sd:
+        frames, stride = n * d, sd
+    else:
+        return None
+    return replace(tensor, dims=(frames, c, y, x), strides=(stride, sc, sy, sx))
+
+
+def planar(call: LibraryCall) -> tuple[LibraryCall, Frames] | str:
+    """`call` as a 2-d convolution over frames and how its frames combine, or why it cannot be one."""
+    if call.op != "convolution" or len(call.src.dims) not in (4, 5) or len(call.weights.dims) != len(call.src.dims):
+        return "not a 2-d or 3-d convolution without groups"
+    if len(call.src.dims) == 4:
+        return call, Frames(call.src.dims[0], 1, 1, 1, 0, 0)
+    if call.strides[0] != 1 or call.dilates[0]:
+        return "strided or dilated over frames"
+    images = call.src.dims[0]
+    src, dst = _merged(call.src, images), _merged(call.dst, images)
+    operands = [None if t is None else _merged(t, images) for _, t in call.post_ops]
+    pairs = list(zip(call.post_ops, operands, strict=True))
+    if src is None or dst is None or any(m is None and t is not None for (_, t), m in pairs):
+        return "its frames are not one axis in memory"
+    w = call.weights
+    weights = replace(w, dims=(*w.dims[:2], *w.dims[3:]), strides=(*w.strides[:2], *w.strides[3:]))
+    flat = replace(call, src=src, dst=dst, weights=weights, strides=call.strides[1:], dilates=call.dilates[1:],
+                   pad_begin=call.pad_begin[1:], pad_end=call.pad_end[1:],
+                   post_ops=tuple((op, m) for (op, _), m in pairs))  # fmt: skip
+    frames = Frames(images, call.src.dims[2], call.dst.dims[2], w.dims[2], call.pad_begin[0], w.strides[2], True)
+    return flat, frames
+
+
 def winograd_rejection(call: LibraryCall) -> str | None:
     """Why the Winograd kernel does not run `call` (None when it does)."""
-    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
-        return "not a 2-d convolution without groups"
+    flat = planar(call)
+    if isinstance(flat, str):
+        return flat
+    call, frames = flat
     out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
     if (kernel_h, kernel_w) != (3, 3) or call.strides != (1, 1) or any(call.dilates):
         return "not 3x3, stride 1, undilated"
@@ -73,31 +147,37 @@ def winograd_rejection(call: LibraryCall) -> str | None:
     operands = operand_rejection(call)
     if operands is not None:
         return operands
-    batch, _, out_h, out_w = call.dst.dims
-    if batch * out_h * out_w * in_channels * out_channels * 9 < MIN_MACS:
+    frame_count, _, out_h, out_w = call.dst.dims
+    if frame_count * out_h * out_w * in_channels * out_channels * 9 * frames.taps < MIN_MACS:
         return "too small for the transforms to pay"
+    streamed = _streamed_rejection(call, frames)
+    if not frames.identity and streamed is not None:
+        return f"its frames need the streamed schedule, which {streamed}"
     transformed = 16 * in_channels * out_channels * 4
-    if not _streamed(call) and transformed > MAX_TRANSFORMED_BYTES:
+    if streamed is not None and transformed > MAX_TRANSFORMED_BYTES:
         return (f"its transformed filters ({transformed >> 10} KiB) outgrow the L2 every block of tiles reads them "
-                f"from, and the streamed schedule {_streamed_rejection(call)}")
+                f"from, and the streamed schedule {streamed}")
     return post_ops_rejection(call.post_ops)
 
 
-def _streamed_rejection(call: LibraryCall) -> str | None:
-    """Why the call does not run on the streamed schedule (None when it does)."""
+def _streamed_rejection(call: LibraryCall, frames: Frames) -> str | None:
+    """Why the (planar) call does not run on the streamed schedule (None when it does)."""
     out_channels, in_channels = call.weights.dims[:2]
     tiles = call.dst.dims[0] * math.prod(_tiles(call))
+    transformed_rows = frames.images * frames.padded_depth * math.prod(_tiles(call))
     if out_channels % STREAMED_CHANNELS:
         return f"takes output channels in multiples of {STREAMED_CHANNELS}"
     if tiles < STREAMED_MIN_TILES:
         return f"needs {STREAMED_MIN_TILES} tiles to read its filters once for all, this map has {tiles}"
-    if 16 * tiles * (in_channels + out_channels) * 4 > MAX_STREAMED_SCRATCH:
+    if 16 * (transformed_rows * in_channels + tiles * out_channels) * 4 > MAX_STREAMED_SCRATCH:
         return f"would hold every tile's transforms in more than {MAX_STREAMED_SCRATCH >> 20} MiB"
     return None
 
 
 def _streamed(call: LibraryCall) -> bool:
-    return _streamed_rejection(call) is None
+    """Whether the Winograd kernel runs `call` (accepted by `winograd_rejection`) on the streamed schedule."""
+    flat = planar(call)
+    return not isinstance(flat, str) and _streamed_rejection(*flat) is None
 
 
 def _tiles(call: LibraryCall) -> tuple[int, int]:
@@ -166,18 +246,20 @@ def _post(call: LibraryCall, indent: str) -> list[str]:
             f"{indent}}}"] if epilogue else []  # fmt: skip
 
 
-def _direct_tile(call: LibraryCall, indent: str) -> list[str]:
+def _direct_tile(call: LibraryCall, frames: Frames, indent: str) -> list[str]:
     """C computing tile `tile`'s outputs by the direct sum, as onnxruntime does, for a tile reading a pixel that is
     not finite (or every tile, when a weight is not): Winograd's transforms would spread an infinity or NaN over the
     whole tile, and inf - inf makes NaN where the direct sum is infinite. Taps in the padding are skipped, as
-    onnxruntime skips them (an infinite weight there leaves the output finite). Weights are the state's copy
-    [tap][ci][co]."""
+    onnxruntime's 2-d conv skips them (an infinite weight there leaves the output finite), or multiply zeros, as its
+    3-d conv does (`Frames.pads_multiply`). Weights are the state's copy
+    [frame tap][tap][ci][co]; `n` is the output frame, whose image's input frames the frame taps read."""
     _, in_channels, height, width = call.src.dims
     _, _, out_h, out_w = call.dst.dims
     out_channels = call.weights.dims[0]
     src_n, _, src_y, src_x = call.src.strides
     dst_n, _, dst_y, dst_x = call.dst.strides
     pad_y, pad_x = call.pad_begin
+    depth, out_depth = frames.depth, frames.out_depth
     return [_tile_position(call, indent),
             f"{indent}for (int i = 0; i < 4; i++) {{",
             f"{indent}    const long y = ty * 2 + i / 2, x = tx * 2 + i % 2;",
@@ -185,13 +267,25 @@ def _direct_tile(call: LibraryCall, indent: str) -> list[str]:
             f"{indent}    float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;",
             f"{indent}    for (int co = 0; co < {out_channels}; co += KO_VC_LANES) {{",
             f"{indent}        ko_vc acc = *(const ko_vcu *)(s->bias + co);",
-            f"{indent}        for (int tap = 0; tap < 9; tap++) {{",
-            f"{indent}            const long iy = y + tap / 3 - {pad_y}, ix = x + tap % 3 - {pad_x};",
-            f"{indent}            if (iy < 0 || iy >= {height} || ix < 0 || ix >= {width}) continue;",
-            f"{indent}            const float *in = src + n * {src_n}L + iy * {src_y}L + ix * {src_x}L;",
-            f"{indent}            const float *wt = s->wd + (long)tap * {in_channels * out_channels}L + co;",
-            f"{indent}            for (int ci = 0; ci < {in_channels}; ci++)",
-            f"{indent}                acc += in[ci] * *(const ko_vc *)(wt + (long)ci * {out_channels});",
+            f"{indent}        for (int ft = 0; ft < {frames.taps}; ft++) {{",
+            f"{indent}            const long d = n % {out_depth} + ft - {frames.pad};",
+            f"{indent}            const int frame_inside = d >= 0 && d < {depth};",
+            *([] if frames.pads_multiply else [f"{indent}            if (!frame_inside) continue;"]),
+            f"{indent}            const long frame = n / {out_depth} * {depth} + d;",
+            f"{indent}            for (int tap = 0; tap < 9; tap++) {{",
+            f"{indent}                const long iy = y + tap / 3 - {pad_y}, ix = x + tap % 3 - {pad_x};",
+            f"{indent}                const float *wt = s->wd + ((long)ft * 9 + tap) * "
+            f"{in_channels * out_channels}L + co;",
+            f"{indent}                if (!frame_inside || iy < 0 || iy >= {height} || ix < 0 || ix >= {width}) {{",
+            *([f"{indent}                    for (int ci = 0; ci < {in_channels}; ci++)  /* the padding's zeros */",
+               f"{indent}                        acc += 0.0f * *(const ko_vc *)(wt + (long)ci * {out_channels});"]
+              if frames.pads_multiply else []),
+            f"{indent}                    continue;",
+            f"{indent}                }}",
+            f"{indent}                const float *in = src + frame * {src_n}L + iy * {src_y}L + ix * {src_x}L;",
+            f"{indent}                for (int ci = 0; ci < {in_channels}; ci++)",
+            f"{indent}                    acc += in[ci] * *(const ko_vc *)(wt + (long)ci * {out_channels});",
+            f"{indent}            }}",
             f"{indent}        }}",
             f"{indent}        *(ko_vcu *)(o + co) = acc;",
             *_post(call, f"{indent}        "),
@@ -230,43 +324,48 @@ def _output_transform(call: LibraryCall, indent: str, row: str, rows: int) -> li
             f"{indent}}}"]  # fmt: skip
 
 
-def _tile_outputs(call: LibraryCall, indent: str, row: str, rows: int, flag: str) -> list[str]:
+def _tile_outputs(call: LibraryCall, frames: Frames, indent: str, row: str, rows: int, flag: str) -> list[str]:
     """C storing tile `tile`'s outputs: by the direct sum when `flag` (C) marks it or a weight is not finite, else
     by the output transform from M[e][row][co]."""
     return [f"{indent}if ({flag} || s->weights_bad) {{",
-            *_direct_tile(call, f"{indent}    "),
+            *_direct_tile(call, frames, f"{indent}    "),
             f"{indent}}} else {{",
             *_output_transform(call, f"{indent}    ", row, rows),
             f"{indent}}}"]  # fmt: skip
 
 
-def _filter_transform(call: LibraryCall, u_index: str = "") -> list[str]:
-    """The opening of create after its allocations: the bias and U = G g Gᵀ for every (input, output) channel pair,
-    stored [e][ci][co] (or at `u_index`, C of e, ci and co)."""
+def _filter_transform(call: LibraryCall, frames: Frames, u_index: str = "") -> list[str]:
+    """The opening of create after its allocations: the bias and U = G g Gᵀ for every (input, output) channel pair
+    and frame tap, stored [e][k][co] where k = tap * input channels + ci (or at `u_index`, C of e, k and co)."""
     in_channels, out_channels = call.weights.dims[1], call.weights.dims[0]
     w_o, w_i, w_y, w_x = call.weights.strides
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     return [f"    const float *w = {weights_pointer(call)};",
             f"    const float *bias = {bias};",
             f"    for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;",
-            "    /* the direct sum's copy [tap][ci][co]; a weight that is not finite sends every tile there */",
+            "    /* the direct sum's copy [frame tap][tap][ci][co]; a weight not finite sends every tile there */",
+            f"    for (int ft = 0; ft < {frames.taps}; ft++)",
             f"    for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++)",
             "        for (int tap = 0; tap < 9; tap++) {",
-            f"            const float g = w[(long)co * {w_o} + (long)ci * {w_i} + tap / 3 * {w_y} + tap % 3 * {w_x}];",
-            f"            s->wd[((long)tap * {in_channels} + ci) * {out_channels} + co] = g;",
+            f"            const float g = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
+            f"tap / 3 * {w_y} + tap % 3 * {w_x}];",
+            f"            s->wd[(((long)ft * 9 + tap) * {in_channels} + ci) * {out_channels} + co] = g;",
             "            const float z = g * 0.0f;",
             "            if (z != z) s->weights_bad = 1;",
             "        }",
             "    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};",
+            f"    for (int ft = 0; ft < {frames.taps}; ft++)",
             f"    for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++) {{",
+            f"        const long k = (long)ft * {in_channels} + ci;",
             "        double g[3][3], t[4][3];",
             "        for (int i = 0; i < 3; i++) for (int j = 0; j < 3; j++)",
-            f"            g[i][j] = w[(long)co * {w_o} + (long)ci * {w_i} + i * {w_y} + j * {w_x}];",
+            f"            g[i][j] = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
+            f"i * {w_y} + j * {w_x}];",
             "        for (int i = 0; i < 4; i++) for (int j = 0; j < 3; j++)",
             "            t[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];",
             "        for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) {",
             "            const int e = i * 4 + j;",
-            f"            s->u[{u_index or f'((long)e * {in_channels} + ci) * {out_channels} + co'}] = "
+            f"            s->u[{u_index or f'((long)e * {frames.taps * in_channels} + k) * {out_channels} + co'}] = "
             "(float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);",
             "        }",
             "    }",
@@ -276,8 +375,11 @@ def _filter_transform(call: LibraryCall, u_index: str = "") -> list[str]:
 
 def render_winograd_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `winograd_rejection` accepted): state, create, run, destroy."""
-    if _streamed(call):
-        return _render_streamed(name, call)
+    flat = planar(call)
+    assert not isinstance(flat, str), flat
+    call, frames = flat
+    if _streamed_rejection(call, frames) is None:
+        return _render_streamed(name, call, frames)
     batch, in_channels = call.src.dims[:2]
     out_channels = call.weights.dims[0]
     tiles = batch * math.prod(_tiles(call))
@@ -295,7 +397,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
                                f"s->wd = (float *)aligned_alloc(64, {9 * in_channels * out_channels * 4}L);",
                                f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
                                f"{(v_floats + m_floats) * 4}L);"]),
-             *_filter_transform(call),
+             *_filter_transform(call, frames),
              *run_prologue(name, call),
              *pointers,
              "    const int threads = omp_get_max_threads() < s->threads ? omp_get_max_threads() : s->threads;",
@@ -340,7 +442,7 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
              "        /* output transform: Y = A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias; the post-ops */",
              "        for (int t = 0; t < count; t++) {",
              "            const long tile = first + t;",
-             *_tile_outputs(call, "            ", "t", TILES, "bad[t]"),
+             *_tile_outputs(call, frames, "            ", "t", TILES, "bad[t]"),
              "        }",
              "    }",
              "    }",
@@ -350,39 +452,60 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
     return "\n".join(lines)
 
 
-def _render_streamed(name: str, call: LibraryCall) -> str:
-    """C for a call the streamed schedule takes (`_streamed`): the three phases over all tiles."""
-    batch, in_channels = call.src.dims[:2]
+def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
+    """C for a (planar) call the streamed schedule takes: the three phases over all tiles. V holds every input
+    frame's tiles, [e][image][padded frame][tile][ci], its padding frames zero; an output frame's products read the
+    `frames.taps` frames from its own on (one frame: V's tiles are the output's)."""
+    in_channels = call.src.dims[1]
     out_channels = call.weights.dims[0]
-    tiles = batch * math.prod(_tiles(call))
+    frame_tiles = math.prod(_tiles(call))
+    tiles = call.dst.dims[0] * frame_tiles  # the output's
+    in_tiles = call.src.dims[0] * frame_tiles
+    rows = frames.images * frames.padded_depth * frame_tiles  # V's tiles
+    taps_k = frames.taps * in_channels  # the products' depth: each frame tap's input channels
     blocks = out_channels // STREAMED_CHANNELS
+    # the products run per image (a run of its output frames' tiles), or over all tiles at once
+    groups, group_rows = (1, tiles) if frames.identity else (frames.images, frames.out_depth * frame_tiles)
+    v_group, m_group = frames.padded_depth * frame_tiles * in_channels, group_rows * out_channels
     pointers, _ = binary_operands(call.post_ops)
     block = f"{name}_block"
+    tap_rows = frame_tiles * in_channels  # V's floats between a tile and the same tile one frame on
+
+    def v_row(frame: str, per_image: int, shift: str) -> str:  # V's tile of tile `tile` of frame `frame`
+        if frames.identity:
+            return "tile"
+        return (f"((tile / {frame_tiles}) / {per_image} * {frames.padded_depth} + (tile / {frame_tiles}) % "
+                f"{per_image}{shift}) * {frame_tiles} + tile % {frame_tiles}")
+
+    zero = [f"memset(s->v, 0, {16 * rows * in_channels * 4}L);"] if not frames.identity else []
     lines = [VECTOR_TYPES,
              f"#define {name}_VECTORS (KO_VC_ACCUMULATORS / {MICRO_TILES})  /* per register block */",
              *state_lifecycle(name, "float *u; float *bias; float *wd; float *v; float *m; char *bad; "
                                     "char weights_bad;",
                               ["u", "bias", "wd", "v", "m", "bad"],
-                              [f"s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
+                              [f"s->u = (float *)aligned_alloc(64, {16 * taps_k * out_channels * 4}L);",
                                f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-                               f"s->wd = (float *)aligned_alloc(64, {9 * in_channels * out_channels * 4}L);",
-                               f"s->bad = (char *)malloc({tiles});",
-                               f"s->v = (float *)aligned_alloc(64, {16 * tiles * in_channels * 4}L);",
+                               f"s->wd = (float *)aligned_alloc(64, {9 * taps_k * out_channels * 4}L);",
+                               f"s->bad = (char *)calloc({rows}, 1);",
+                               f"s->v = (float *)aligned_alloc(64, {16 * rows * in_channels * 4}L);",
                                f"s->m = (float *)aligned_alloc(64, {16 * tiles * out_channels * 4}L);"]),
-             # each (e, block of output channels) contiguous, [ci][co of the block]: one stream per item
-             *_filter_transform(call, f"(((long)e * {blocks} + co / {STREAMED_CHANNELS}) * {in_channels} + ci) * "
+             *(f"    {line}  /* the padding frames' transforms: never written */" for line in zero),
+             # each (e, block of output channels) contiguous, [k][co of the block]: one stream per item
+             *_filter_transform(call, frames, f"(((long)e * {blocks} + co / {STREAMED_CHANNELS}) * {taps_k} + k) * "
                                 f"{STREAMED_CHANNELS} + co % {STREAMED_CHANNELS}"),
              # rows x vectors of one block; `rows` is a constant at every call (always inlined)
              f"static inline __attribute__((always_inline)) void {block}(const float *restrict v, "
              "const float *restrict u, float *restrict m, int rows) {",
              f"    ko_vc acc[{MICRO_TILES}][{name}_VECTORS];",
              f"    for (int r = 0; r < rows; r++) for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] = (ko_vc){{0}};",
+             f"    for (int ft = 0; ft < {frames.taps}; ft++)",
              f"    for (int ci = 0; ci < {in_channels}; ci++) {{",
              f"        ko_vc w[{name}_VECTORS];",
-             f"        for (int k = 0; k < {name}_VECTORS; k++) w[k] = *(const ko_vc *)(u + (long)ci * "
-             f"{STREAMED_CHANNELS} + k * KO_VC_LANES);",
+             f"        for (int k = 0; k < {name}_VECTORS; k++)",
+             f"            w[k] = *(const ko_vc *)(u + ((long)ft * {in_channels} + ci) * {STREAMED_CHANNELS} + "
+             "k * KO_VC_LANES);",
              "        for (int r = 0; r < rows; r++) {",
-             f"            const float x = v[(long)r * {in_channels} + ci];",
+             f"            const float x = v[(long)ft * {tap_rows} + (long)r * {in_channels} + ci];",
              f"            for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] += x * w[k];",
              "        }",
              "    }",
@@ -391,37 +514,42 @@ def _render_streamed(name: str, call: LibraryCall) -> str:
              "}",
              *run_prologue(name, call),
              *pointers,
-             "    float *V = s->v, *M = s->m;  /* [e][tile][ci], [e][tile][co] */",
+             "    float *V = s->v, *M = s->m;  /* [e][V's tile][ci], [e][tile][co] */",
              "    #pragma omp parallel",
              "    {",
              "    #pragma omp for schedule(static)",
-             f"    for (long tile = 0; tile < {tiles}L; tile++) {{",
-             *_input_transform(call, "        ", "tile", tiles, "s->bad[tile]"),
+             f"    for (long tile = 0; tile < {in_tiles}L; tile++) {{",
+             f"        const long row = {v_row('tile', frames.depth, f' + {frames.pad}')};",
+             *_input_transform(call, "        ", "row", rows, "s->bad[row]"),
              "    }",
              "    /* M[e] = V[e] U[e]: each (e, block of output channels) once, consecutive ones sharing V[e] */",
              "    #pragma omp for schedule(static)",
              f"    for (int item = 0; item < {16 * blocks}; item++) {{",
              f"        const int e = item / {blocks};",
+             f"        for (int g = 0; g < {groups}; g++)",
              f"        for (int c0 = item % {blocks} * {STREAMED_CHANNELS}; c0 < (item % {blocks} + 1) * "
              f"{STREAMED_CHANNELS}; c0 += {name}_VECTORS * KO_VC_LANES) {{",
-             f"            const float *ve = V + (long)e * {tiles * in_channels}L;",
-             f"            const float *ue = s->u + (long)item * {in_channels * STREAMED_CHANNELS}L + c0 % "
+             f"            const float *ve = V + (long)e * {rows * in_channels}L + (long)g * {v_group}L;",
+             f"            const float *ue = s->u + (long)item * {taps_k * STREAMED_CHANNELS}L + c0 % "
              f"{STREAMED_CHANNELS};",
-             f"            float *me = M + (long)e * {tiles * out_channels}L + c0;",
+             f"            float *me = M + (long)e * {tiles * out_channels}L + (long)g * {m_group}L + c0;",
              "            int t = 0;",
-             f"            for (; t + {MICRO_TILES} <= {tiles}; t += {MICRO_TILES})",
+             f"            for (; t + {MICRO_TILES} <= {group_rows}; t += {MICRO_TILES})",
              f"                {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
              f"{MICRO_TILES});",
-             f"            switch ({tiles} - t) {{",
-             *(f"                case {rows}: {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
-               f"{rows}); break;" for rows in range(1, MICRO_TILES)),
+             f"            switch ({group_rows} - t) {{",
+             *(f"                case {r}: {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
+               f"{r}); break;" for r in range(1, MICRO_TILES)),
              "                default: break;",
              "            }",
              "        }",
              "    }",
              "    #pragma omp for schedule(static)",
              f"    for (long tile = 0; tile < {tiles}L; tile++) {{",
-             *_tile_outputs(call, "        ", "tile", tiles, "s->bad[tile]"),
+             f"        const long row = {v_row('tile', frames.out_depth, '')};",
+             "        char bad = 0;  /* a tile any of its frame taps reads is not finite */",
+             f"        for (int ft = 0; ft < {frames.taps}; ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];",
+             *_tile_outputs(call, frames, "        ", "tile", tiles, "bad"),
              "    }",
              "    }",
              "    return 0;",

@@ -1,7 +1,8 @@
 """The Winograd F(2x2, 3x3) convolution (native/winograd_conv.py), both schedules: chosen exactly where it applies,
 and equal to onnxruntime with padding (symmetric or not), odd output sizes (partial tiles), batch, a short last
 block of tiles, bias, the epilogues it applies itself, and pixels or weights that are not finite (NaN and
-infinities where onnxruntime's direct sum has them, not spread over a tile)."""
+infinities where onnxruntime's direct sum has them, not spread over a tile); and 3-d convolutions run over frames
+(padded or not over frames, kernels one to three frames deep, batch, a residual, values that are not finite)."""
 
 from __future__ import annotations
 
@@ -180,3 +181,96 @@ def test_the_same_source_compiles_for_avx2_and_avx512(case: str, isa: tuple[str,
     _, _, calls = compiled_calls(conv3x3_model(**arguments))
     assert _streamed(calls[0]) == case.startswith("streamed")
     assert_compiles_for(isa, calls[0], tmp_path)
+
+
+def conv3x3x3_model(in_channels: int, out_channels: int, size: tuple[int, int, int], batch: int = 1,
+                    pads: tuple[int, ...] = (1, 1, 1, 1, 1, 1), epilogue: str = "none", depth: int = 3,
+                    strides: tuple[int, int, int] = (1, 1, 1)) -> onnx.ModelProto:  # fmt: skip
+    """x → 1x1x1 Conv → Relu → a (depth)x3x3 Conv with bias → epilogue → 1x1x1 Conv, as r3d_18's blocks."""
+    initializers = [
+        numpy_helper.from_array(random_array((out_channels, in_channels, depth, 3, 3), seed=1) * 0.1, "w"),
+        numpy_helper.from_array(random_array((in_channels, in_channels, 1, 1, 1), seed=4) * 0.3, "w0"),
+        numpy_helper.from_array(random_array((4, out_channels, 1, 1, 1), seed=5) * 0.3, "w1"),
+        numpy_helper.from_array(random_array((out_channels,), seed=2), "b"),
+    ]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "b"], ["c"], pads=list(pads), strides=list(strides)),
+             *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "winograd_frames",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, in_channels, *size))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _compiled_3d(model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """(kernorch's output, onnxruntime's, the library calls that are not the 1x1x1 convs around the tested one)."""
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b.stateful]  # fmt: skip
+    tested = [call for call in calls if call.op == "convolution" and call.weights.dims[2:] != (1, 1, 1)]
+    return compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], tested
+
+
+FRAME_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call applies
+    "r3d's 3x3x3: padded, batch 2, a residual": (
+        dict(in_channels=64, out_channels=64, size=(4, 9, 13), batch=2, epilogue="residual"), ("add",)),
+    "unpadded over frames, fewer input channels, hardswish": (
+        dict(in_channels=32, out_channels=64, size=(5, 8, 7), pads=(0, 1, 1, 0, 1, 1), epilogue="hardswish"),
+        ("hardswish",)),
+    "both frame pads before the first frame, asymmetric spatial pads": (
+        dict(in_channels=16, out_channels=64, size=(3, 7, 11), pads=(2, 1, 0, 0, 2, 1)), ()),
+    "a kernel two frames deep, batch 3": (
+        dict(in_channels=16, out_channels=128, size=(4, 6, 6), batch=3, pads=(1, 1, 1, 0, 1, 1), depth=2), ()),
+    "one frame deep (1x3x3): V's tiles are the output's, batch 2, a residual": (
+        dict(in_channels=64, out_channels=64, size=(3, 8, 9), batch=2, pads=(0, 1, 1, 0, 1, 1), depth=1,
+             epilogue="residual"), ("add",)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(FRAME_CASES))
+def test_3d_convolutions_run_over_frames_and_match_onnxruntime(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
+    arguments, post_ops = FRAME_CASES[case]
+    model = conv3x3x3_model(**arguments)
+    x = random_array((arguments.get("batch", 1), arguments["in_channels"], *arguments["size"]), seed=3)
+    actual, expected, calls = _compiled_3d(model, x)
+    assert [winograd_rejection(call) for call in calls] == [None]
+    assert _streamed(calls[0])
+    assert tuple(op.alg for op, _ in calls[0].post_ops) == post_ops
+    assert_close(actual, expected)
+
+
+def test_3d_convolutions_strided_over_frames_stay_with_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
+    model = conv3x3x3_model(in_channels=16, out_channels=64, size=(6, 8, 8), strides=(2, 1, 1))
+    actual, expected, calls = _compiled_3d(model, random_array((1, 16, 6, 8, 8), seed=3))
+    assert [winograd_rejection(call) for call in calls] == ["strided or dilated over frames"]
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("weights", ["finite", "an infinite weight"])
+def test_3d_pixels_and_weights_that_are_not_finite_give_onnxruntimes_direct_sum(
+        weights: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # an infinity enters an output through one tap of one frame: the direct sum over the frame taps keeps it
+    monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
+    w = random_array((64, 16, 3, 3, 3), seed=1) * 0.1
+    if weights != "finite":
+        w[5, 3, 2, 0, 0] = np.inf  # the last frame tap's corner: in the padding for the last frame
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1, 1, 1])], "winograd_frames_non_finite",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 16, 4, 7, 9))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(random_array((64,), seed=2), "b")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                                ir_version=8))  # fmt: skip
+    x = random_array((2, 16, 4, 7, 9), seed=3)
+    # the first and last frames, a tile's corner, the border, the second image
+    x[0, 0, 0, 0, 0], x[0, 2, 3, 5, 6], x[0, 7, 1, 6, 8], x[1, 4, 2, 4, 1] = np.nan, np.inf, -np.inf, np.inf
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", layout="channels-last", rewrite=True)
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b.name == "winograd_conv"]  # fmt: skip
+    assert len(calls) == 1 and _streamed(calls[0])
+    actual, expected = compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    assert np.isinf(expected).sum() > 10
+    _assert_same_non_finite(actual, expected)
