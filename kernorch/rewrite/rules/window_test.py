@@ -28,3 +28,20 @@ def test_a_pool_over_several_axes_becomes_one_per_axis(
         [[i] for i in windowed]  # fmt: skip
     assert_equivalent(graph, rewritten, rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("prim", ["window_max", "window_sum"])
+@pytest.mark.parametrize(("kernel", "strides", "fires"), [
+    ((3, 3), (1, 1), False),  # a token mixer's 3x3/1 pool: one pass
+    ((3, 2), (1, 1), False),
+    ((5, 5), (1, 1), True),  # wider: 10 of 25 taps per output
+    ((3, 3), (2, 1), True),  # strided along one axis
+])  # fmt: skip
+def test_a_small_unstrided_window_stays_one_pass(prim: str, kernel: tuple[int, int], strides: tuple[int, int],
+                                                 fires: bool) -> None:  # fmt: skip
+    graph = build({"x": (1, 4, 10, 9)}, lambda b: emit(b, prim, "x", kernel=kernel, strides=strides,
+                                                        pads=(1, 1, 1, 1), dilations=(1, 1), ceil_mode=False))
+    rewritten, fired = rewrite_with(graph, "separate-window-axes")
+    assert fired == (["separate-window-axes"] if fires else [])
+    assert prims(rewritten) == [prim] * (2 if fires else 1)
+    assert_equivalent(graph, rewritten, rtol=1e-5)
