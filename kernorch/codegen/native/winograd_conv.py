@@ -30,8 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.library.call import Tensor
+from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
     operand_rejection,
