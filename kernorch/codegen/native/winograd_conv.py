@@ -91,18 +91,19 @@ class Frames:
         return self.taps == 1 and self.depth == self.out_depth
 
 
-def _merged(tensor: Tensor, images: int) -> Tensor | None:
-    """A 5-d tensor [n, c, d, y, x] as 4-d with its frames (n, d) one axis, or None when they are not one axis in
-    memory (or it broadcasts over images but not over frames)."""
+def _merged(tensor: Tensor, images: int, depth: int) -> Tensor | None:
+    """A 5-d tensor [n, c, d, y, x] of `images` images of `depth` frames as 4-d with its frames one axis (image i's
+    frame f at i * depth + f), or None when they are not one axis in memory, or it broadcasts over its images but
+    not its frames or the other way round (the kernel indexes one frame axis)."""
     n, c, d, y, x = tensor.dims
     sn, sc, sd, sy, sx = tensor.strides
     if n == 1 and d == 1:
-        frames, stride = 1, 0
-    elif n == 1 and images == 1:
-        frames, stride = d, sd
+        frames, stride = 1, 0  # the same for every frame
+    elif n != images or d != depth:
+        return None
     elif d == 1:
         frames, stride = n, sn
-    elif n == images and sn == d * sd:
+    elif n == 1 or sn == d * sd:
         frames, stride = n * d, sd
     else:
         return None
@@ -118,8 +119,9 @@ def planar(call: LibraryCall) -> tuple[LibraryCall, Frames] | str:
     if call.strides[0] != 1 or call.dilates[0]:
         return "strided or dilated over frames"
     images = call.src.dims[0]
-    src, dst = _merged(call.src, images), _merged(call.dst, images)
-    operands = [None if t is None else _merged(t, images) for _, t in call.post_ops]
+    depth, out_depth = call.src.dims[2], call.dst.dims[2]
+    src, dst = _merged(call.src, images, depth), _merged(call.dst, images, out_depth)
+    operands = [None if t is None else _merged(t, images, out_depth) for _, t in call.post_ops]
     pairs = list(zip(call.post_ops, operands, strict=True))
     if src is None or dst is None or any(m is None and t is not None for (_, t), m in pairs):
         return "its frames are not one axis in memory"
@@ -128,7 +130,7 @@ def planar(call: LibraryCall) -> tuple[LibraryCall, Frames] | str:
     flat = replace(call, src=src, dst=dst, weights=weights, strides=call.strides[1:], dilates=call.dilates[1:],
                    pad_begin=call.pad_begin[1:], pad_end=call.pad_end[1:],
                    post_ops=tuple((op, m) for (op, _), m in pairs))  # fmt: skip
-    frames = Frames(images, call.src.dims[2], call.dst.dims[2], w.dims[2], call.pad_begin[0], w.strides[2], True)
+    frames = Frames(images, depth, out_depth, w.dims[2], call.pad_begin[0], w.strides[2], True)
     return flat, frames
 
 

@@ -14,11 +14,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.codegen.library import LibraryCall, Tensor
 from kernorch.codegen.library.call import describe_library_call
+from kernorch.codegen.library.epilogue import Binary
 from kernorch.codegen.native import winograd_conv as c_winograd_conv
 from kernorch.codegen.native.depthwise_conv_test import EPILOGUES, compiled_calls
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
-from kernorch.codegen.native.winograd_conv import _streamed, winograd_rejection
+from kernorch.codegen.native.winograd_conv import _streamed, planar, winograd_rejection
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -274,3 +276,35 @@ def test_3d_pixels_and_weights_that_are_not_finite_give_onnxruntimes_direct_sum(
     actual, expected = compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
     assert np.isinf(expected).sum() > 10
     _assert_same_non_finite(actual, expected)
+
+
+def _strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Channels-last element strides of [n, c, d, y, x] dims."""
+    n, c, d, y, x = dims
+    return (d * y * x * c, 1, y * x * c, x * c, c)
+
+
+@pytest.mark.parametrize(("operand", "merged"), [
+    ((2, 64, 4, 6, 6), ((8, 64, 6, 6), (6 * 6 * 64, 1, 6 * 64, 64))),  # per image and frame: one frame axis
+    ((1, 64, 1, 1, 1), ((1, 64, 1, 1), (0, 1, 64, 64))),  # per channel: the same for every frame
+    ((2, 64, 1, 6, 6), None),  # per image, the same for its frames: no one frame axis indexes it
+    ((1, 64, 4, 6, 6), None),  # per frame, the same for both images
+])  # fmt: skip
+def test_frames_merge_only_where_one_frame_axis_indexes_every_operand(
+        operand: tuple[int, ...], merged: tuple[tuple[int, ...], tuple[int, ...]] | None) -> None:  # fmt: skip
+    def tensor(slot: int, dims: tuple[int, ...]) -> Tensor:
+        return Tensor(slot, dims, _strides(dims) if dims[2] > 1 or dims[0] > 1 else (64, 1, 64, 64 * dims[4], 64))
+
+    call = LibraryCall("convolution", tensor(0, (2, 32, 4, 6, 6)), Tensor(1, (64, 32, 3, 3, 3), (864, 27, 9, 3, 1)),
+                       None, tensor(3, (2, 64, 4, 6, 6)), strides=(1, 1, 1), dilates=(0, 0, 0), pad_begin=(1, 1, 1),
+                       pad_end=(1, 1, 1), post_ops=((Binary("add", "t"), tensor(2, operand)),))  # fmt: skip
+    flat = planar(call)
+    if merged is None:
+        assert flat == "its frames are not one axis in memory"
+        return
+    assert not isinstance(flat, str)
+    planar_call, frames = flat
+    (_, merged_operand), = planar_call.post_ops
+    assert merged_operand is not None and (merged_operand.dims, merged_operand.strides) == merged
+    assert planar_call.src.dims == (8, 32, 6, 6) and planar_call.dst.dims == (8, 64, 6, 6)
+    assert (frames.images, frames.depth, frames.out_depth, frames.taps, frames.pad) == (2, 4, 4, 3, 1)
