@@ -575,7 +575,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "kernorch/codegen/native/winograd_conv.py", "ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];",
            "ft++) bad |= s->bad[row];", ("kernorch/codegen/native/winograd_conv_test.py",)),
     Mutant("the transformed input frames start at the image's first, not after its padding frames",
-           "kernorch/codegen/native/winograd_conv.py", "f' + {frames.pad}'", "''",
+           "kernorch/codegen/native/winograd_conv.py", "v_row(frames.depth, frames.pad)", "v_row(frames.depth, 0)",
            ("kernorch/codegen/native/winograd_conv_test.py",)),
     Mutant("an operand per image, the same for its frames, is indexed by the frame (Winograd over frames)",
            "kernorch/codegen/native/winograd_conv.py", "elif n != images or d != depth:", "elif False:",

@@ -472,11 +472,12 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
     block = f"{name}_block"
     tap_rows = frame_tiles * in_channels  # V's floats between a tile and the same tile one frame on
 
-    def v_row(frame: str, per_image: int, shift: str) -> str:  # V's tile of tile `tile` of frame `frame`
+    def v_row(per_image: int, shift: int) -> str:
+        """C of V's row for tile number `tile` over frames of `per_image` frames an image, `shift` frames on."""
         if frames.identity:
             return "tile"
         return (f"((tile / {frame_tiles}) / {per_image} * {frames.padded_depth} + (tile / {frame_tiles}) % "
-                f"{per_image}{shift}) * {frame_tiles} + tile % {frame_tiles}")
+                f"{per_image} + {shift}) * {frame_tiles} + tile % {frame_tiles}")
 
     zero = [f"memset(s->v, 0, {16 * rows * in_channels * 4}L);"] if not frames.identity else []
     lines = [VECTOR_TYPES,
@@ -520,7 +521,7 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
              "    {",
              "    #pragma omp for schedule(static)",
              f"    for (long tile = 0; tile < {in_tiles}L; tile++) {{",
-             f"        const long row = {v_row('tile', frames.depth, f' + {frames.pad}')};",
+             f"        const long row = {v_row(frames.depth, frames.pad)};",
              *_input_transform(call, "        ", "row", rows, "s->bad[row]"),
              "    }",
              "    /* M[e] = V[e] U[e]: each (e, block of output channels) once, consecutive ones sharing V[e] */",
@@ -547,7 +548,7 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
              "    }",
              "    #pragma omp for schedule(static)",
              f"    for (long tile = 0; tile < {tiles}L; tile++) {{",
-             f"        const long row = {v_row('tile', frames.out_depth, '')};",
+             f"        const long row = {v_row(frames.out_depth, 0)};",
              "        char bad = 0;  /* a tile any of its frame taps reads is not finite */",
              f"        for (int ft = 0; ft < {frames.taps}; ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];",
              *_tile_outputs(call, frames, "        ", "tile", tiles, "bad"),

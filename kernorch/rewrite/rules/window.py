@@ -23,7 +23,8 @@ SMALL_WINDOW = 3  # widest axis of an unstrided window kept in one pass
 @rewrite_rule("separate-window-axes", roots=["window_max", "window_sum"], cost_guided=True)
 def separate_window_axes(ctx: RewriteContext) -> Replacement | None:
     """window(x) over spatial axes a < b (kernel > 1 on both) is window_b(window_a(x)): the outermost axis
-    first, so the first pass reads whole rows and the second works on fewer of them."""
+    first, so the first pass reads whole rows and the second works on fewer of them. Not for a small unstrided
+    window (the module's docstring says why)."""
     attrs = ctx.node.attr_dict
     kernel, strides, pads, dilations = attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
     spatial = len(kernel)
