@@ -49,6 +49,7 @@ RTASK_UNITS = "tests/test_rtask_units.py"
 DYNAMIC = "kernorch/shapes/dynamic_test.py"
 PADDING = "kernorch/shapes/padding_test.py"
 SIGNATURE = "kernorch/frontend/signature_test.py"
+REDUCE_SEMANTICS = "tests/test_reduce_semantics.py"
 TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
@@ -675,6 +676,14 @@ MUTANTS: tuple[Mutant, ...] = (
            (STREAMING,)),
     Mutant("the layout stores a product with constant weights swapped (Bᵀ @ Aᵀ, weights unpacked)",
            "kernorch/layout/modes.py", "        options[2] = options[2][:1]\n", "", (LAYOUT,)),
+    Mutant("noop_with_empty_axes skips the elementwise part too (ReduceSumSquare returns x)",
+           "kernorch/fission/rules/reduce.py", "if skip_reduction and ctx.op == \"ReduceLogSumExp\":",
+           "if skip_reduction:", (REDUCE_SEMANTICS,)),
+    Mutant("ReduceLogSumExp shifts by an infinite peak (inf - inf is NaN)", "kernorch/fission/rules/reduce.py",
+           'peak = ctx.emit("where", infinite, ctx.scalar(0, dtype), peak)', "pass", (REDUCE_SEMANTICS,)),
+    Mutant("MaxPool skips NaN as onnxruntime's does", "kernorch/ir/reference_kernels.py",
+           "result = windows.max(axis=axes) if reducer", "result = np.nanmax(windows, axis=axes) if reducer",
+           (REDUCE_SEMANTICS,)),
 )  # fmt: skip
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kernorch.fission.registry import RuleContext, rule
@@ -28,14 +30,23 @@ def reduce(ctx: RuleContext) -> list[str]:
         attr_axes = ctx.attr("axes", None)
         axes_list, noop = (list(attr_axes) if attr_axes else None), 0
     keepdims = ctx.allow("keepdims", 0, 1, default=1)
-    if axes_list is None and noop:
+    # noop_with_empty_axes without axes skips the reduction, not the elementwise part around it: ReduceSumSquare
+    # squares, ReduceL1 takes |x|, ReduceL2 sqrt(x*x) (overflowing as onnxruntime does), ReduceLogSum the log.
+    # ReduceLogSumExp is log(exp(x)) = x: onnxruntime returns x itself, ±inf included (onnx.reference gives NaN
+    # there: x - max(x) is inf - inf), and so does kernorch.
+    skip_reduction = axes_list is None and bool(noop)
+    if skip_reduction and ctx.op == "ReduceLogSumExp":
         return [ctx.emit("identity", x)]
-    axes = reduce_axes(ctx, x_type.rank, axes_list)
+    axes = () if skip_reduction else reduce_axes(ctx, x_type.rank, axes_list)
     if ctx.op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp") and any(x_type.shape[a] == 0 for a in axes):
         ctx.refuse("max/min over an empty axis")
     dtype = x_type.dtype
     if ctx.op == "ReduceLogSumExp":
+        # shifted by the peak so exp does not overflow; an infinite peak shifts by 0 instead (x - peak would be
+        # inf - inf), so a slice holding +inf gives inf and one of -inf alone gives -inf, as onnxruntime does
         peak = ctx.emit("reduce_max", x, axes=axes)
+        infinite = ctx.emit("equal", ctx.emit("abs", peak), ctx.scalar(math.inf, dtype))
+        peak = ctx.emit("where", infinite, ctx.scalar(0, dtype), peak)
         total = ctx.emit("reduce_sum", ctx.emit("exp", ctx.emit("sub", x, peak)), axes=axes)
         result = ctx.emit("add", ctx.emit("log", total), peak)
     else:
@@ -47,14 +58,16 @@ def reduce(ctx: RuleContext) -> list[str]:
         primitive = {"ReduceMax": "reduce_max", "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}.get(
             ctx.op, "reduce_sum"
         )
-        result = ctx.emit(primitive, operand, axes=axes)
-        if ctx.op == "ReduceMean":
+        result = operand if skip_reduction else ctx.emit(primitive, operand, axes=axes)
+        if ctx.op == "ReduceMean" and not skip_reduction:
             count = int(np.prod([x_type.shape[a] for a in axes], dtype=np.int64))
             result = ctx.emit("div", result, ctx.scalar(count, dtype))
         elif ctx.op == "ReduceL2":
             result = ctx.emit("sqrt", result)
         elif ctx.op == "ReduceLogSum":
             result = ctx.emit("log", result)
+    if result == x:  # a skipped reduction with nothing around it: the output is a value of its own
+        result = ctx.emit("identity", x)
     if not keepdims:
         result = reshape(ctx, result, [d for i, d in enumerate(x_type.shape) if i not in axes])
     return [result]
