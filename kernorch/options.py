@@ -6,8 +6,9 @@ needs. This module imports nothing from the stages, so every stage may import it
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,31 @@ class Options:
         if unknown:
             raise KernorchError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         return replace(self, **changes)
+
+
+# Options that decide nothing about one plan's content: how shapes are dispatched, where caches live, how a plan is
+# run. Left out of what a plan records as its options (runtime/origin.py) and of the specialisation cache's key.
+SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "new_shapes", "background_tuning")
+NOT_PLAN_SHAPING = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime", "interpret")
+
+
+def options_to_json(options: Options) -> dict[str, Any]:
+    """Every field but the cache directory and the workers (where, not what), as JSON values."""
+    values = {f.name: getattr(options, f.name) for f in fields(options) if f.name not in ("cache_dir", "workers")}
+    values["limits"] = asdict(options.limits)
+    result: dict[str, Any] = json.loads(json.dumps(values))  # tuples become lists: the form it is read back from
+    return result
+
+
+def options_from_json(values: Any, cache_dir: Path | None) -> Options:
+    if not isinstance(values, dict):
+        raise ValueError("options must be an object")
+    known = {f.name for f in fields(Options)} - {"cache_dir", "workers", "limits"}
+    given = {name: values[name] for name in known if name in values}
+    limits = OrchestrationLimits(**values.get("limits", {}))
+    return Options(limits=limits, cache_dir=cache_dir, **given)
+
+
+def plan_shaping(options: Options) -> dict[str, Any]:
+    """The options that shape a plan, as JSON values: what a plan records of how it was made."""
+    return {k: v for k, v in options_to_json(options).items() if k not in NOT_PLAN_SHAPING}

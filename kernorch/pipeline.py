@@ -23,11 +23,13 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.plan import Plan
 from kernorch.layout import choose_layouts
 from kernorch.machine import check_bf16_supported
-from kernorch.options import Options
+from kernorch.options import Options, plan_shaping
 from kernorch.orchestrate import OrchestrationResult, orchestrate
 from kernorch.precision import choose_precision
 from kernorch.rewrite import rewrite
 from kernorch.runtime.compiled import CompiledModel
+from kernorch.runtime.memory import check_values_fit
+from kernorch.runtime.origin import ORIGIN_KEY, PlanOrigin, model_digest
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
@@ -50,6 +52,7 @@ def import_graph(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] |
     onnxruntime (with a FallbackWarning naming them) unless `strict`, which refuses them."""
     shapes = {name: tuple(shape) for name, shape in (input_shapes or {}).items()}
     graph = fission(import_model(model, shapes), strict=strict)
+    check_values_fit(graph, "the model at these input shapes")
     warn_about_fallbacks(graph)
     return graph
 
@@ -195,5 +198,12 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
 
 def compile_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   options: Options | None = None, progress: Progress = SILENT) -> Any:  # fmt: skip
+    """Plan and compile; the plan records its origin (runtime/origin.py): the model's bytes, the input shapes
+    and the plan-shaping options, which a loader that knows what it wants the plan for checks."""
     options = options or Options()
-    return compile_plan(plan_model(model, input_shapes, options, progress), options)
+    result = plan_model(model, input_shapes, options, progress)
+    compiled = compile_plan(result, options)
+    graph = result.plan.graph
+    inputs = tuple(sorted((name, graph.types[name].shape) for name in graph.inputs))
+    compiled.metadata[ORIGIN_KEY] = PlanOrigin(model_digest(model), inputs, plan_shaping(options)).to_json()
+    return compiled

@@ -195,7 +195,11 @@ def import_model(
                         "kernorch.compile, give several shapes or --dim sizes: a plan per shape)"
                     )
             shape = tuple(int(d.dim_value) for d in declared_dims)
-        input_types[value.name] = TensorType(tuple(shape), dtype)
+        try:
+            input_types[value.name] = TensorType(tuple(shape), dtype)
+        except ValueError as error:  # beyond 2^40 elements: no size computed from it may wrap around
+            raise ShapeError(f"input '{value.name}' of shape {'x'.join(map(str, shape))} is too large: "
+                             f"{error}") from None  # fmt: skip
 
     return ImportedModel(
         proto=proto,

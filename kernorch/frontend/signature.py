@@ -129,6 +129,9 @@ def parse_shape_sets(specs: Sequence[str] | None) -> list[dict[str, tuple[int, .
     return [{name: v[k if len(v) > 1 else 0] for name, v in per_input.items()} for k in range(count)]
 
 
+MAX_DIM_SIZES = 64  # sizes one --dim may name: each is a plan to prepare (options.MAX_BUCKETED_SHAPES bounds all)
+
+
 def parse_dim_buckets(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
     """`--dim NAME=SIZES`: `batch=1,2,4,8`, `batch=pow2:1..16` (powers of two) or `sequence=x64:64..512`
     (multiples of 64)."""
@@ -146,7 +149,10 @@ def parse_dim_buckets(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]
                     values = [1 << k for k in range(64) if first <= 1 << k <= last]
                 elif rule.startswith("x") and int(rule[1:]) > 0:
                     step = int(rule[1:])
-                    values = list(range(-(-first // step) * step, last + 1, step))
+                    start = -(-first // step) * step
+                    if (last - start) // step >= MAX_DIM_SIZES:  # counted before a list of them is made
+                        raise ShapeError(f"--dim '{spec[:60]}' names more than {MAX_DIM_SIZES} sizes; give fewer")
+                    values = list(range(start, last + 1, step))
                 else:
                     raise ValueError
             else:
@@ -154,7 +160,7 @@ def parse_dim_buckets(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]
             if not values or min(values) < 1:
                 raise ValueError
         except ValueError:
-            raise ShapeError(f"bad --dim '{spec}': expected NAME=1,2,4 or NAME=pow2:1..16 or NAME=x64:64..512 "
+            raise ShapeError(f"bad --dim '{spec[:60]}': expected NAME=1,2,4 or NAME=pow2:1..16 or NAME=x64:64..512 "
                              "(positive sizes)") from None
         buckets[name] = tuple(sorted(set(values)))
     return buckets

@@ -35,6 +35,7 @@ from kernorch.machine import cpu_model, isa_digest, isa_flags
 from kernorch.options import check_threads
 from kernorch.runtime.executor import generate_source
 from kernorch.runtime.memory import check_fits
+from kernorch.runtime.origin import ORIGIN_KEY, PlanOrigin
 
 FORMAT = "kernorch-plan"
 FORMAT_VERSION = 4  # 3: lstm_recurrence takes its recurrent weights packed; 4: kernels.c holds rTask variants
@@ -151,6 +152,24 @@ def read_json_manifest(path: Path, format_name: str, version: int, kind: str, re
     return plan
 
 
+def check_origin(source: Path, plan: dict[str, Any], expected: PlanOrigin) -> None:
+    """The plan (its verified manifest) was made for what `expected` names, else one ArtifactError line."""
+    metadata = plan.get("metadata")
+    try:
+        recorded = PlanOrigin.from_json(metadata.get(ORIGIN_KEY) if isinstance(metadata, dict) else None)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ArtifactError(f"{source} {str(error).splitlines()[0][:120]}: it cannot be checked against its "
+                            "model; refusing it") from None  # fmt: skip
+    problem = expected.mismatch(recorded)
+    if problem is not None:
+        raise ArtifactError(f"{source} holds a plan {problem}; refusing it")
+
+
+def manifest_hash(directory: Path) -> str:
+    """The manifest hash of a plan directory's plan.json (verified): what binds a family entry to its plan."""
+    return str(read_manifest(directory)[MANIFEST_HASH_KEY])
+
+
 def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
     digests = plan.get("sha256")
     if not isinstance(digests, dict) or not isinstance(digests.get(name), str):
@@ -164,12 +183,16 @@ def _verified_bytes(source: Path, plan: dict[str, Any], name: str) -> bytes:
     return data
 
 
-def read_plan(directory: str | os.PathLike[str], threads: int | None = None) -> SavedPlan:
-    """A saved plan, read without re-tuning; refuses anything corrupted, tampered with or inconsistent."""
+def read_plan(directory: str | os.PathLike[str], threads: int | None = None,
+              expected: PlanOrigin | None = None) -> SavedPlan:  # fmt: skip
+    """A saved plan, read without re-tuning; refuses anything corrupted, tampered with or inconsistent, and, given
+    `expected`, a plan made for another model, other input shapes or other options (runtime/origin.py)."""
     if threads is not None:
         check_threads(threads)
     source = Path(directory)
     plan = read_manifest(source)
+    if expected is not None:  # before a byte of weights is read: another model's plan is refused cheaply
+        check_origin(source, plan, expected)
     device = plan.get("device", "cpu")
     from kernorch.codegen.target import GPU_TARGETS
 

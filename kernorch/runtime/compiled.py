@@ -16,6 +16,7 @@ from kernorch.machine import check_bf16_supported
 from kernorch.runtime.artifact import read_plan, save_plan
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import ArrayModel
+from kernorch.runtime.origin import PlanOrigin
 
 
 @dataclass
@@ -42,12 +43,14 @@ class CompiledModel(ArrayModel):
 
 
 def load_model(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-               runtime: str = "kernels", interpret: bool = False) -> Any:  # fmt: skip
+               runtime: str = "kernels", interpret: bool = False,
+               expected: PlanOrigin | None = None) -> Any:  # fmt: skip
     """Load a saved plan without re-tuning (runtime/artifact.py refuses anything corrupted, tampered with or
     inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA).
     A GPU plan loads as a GpuModel (runtime/gpu.py): it runs on a CUDA device, or with `interpret` in Triton's
-    interpreter; without either, its first call is refused in one line."""
-    saved = read_plan(directory, threads)
+    interpreter; without either, its first call is refused in one line. `expected`: what the plan must have been
+    made for (runtime/origin.py), else refused."""
+    saved = read_plan(directory, threads, expected)
     if saved.device != "cpu":
         from kernorch.runtime.gpu import GpuModel
 

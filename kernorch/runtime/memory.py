@@ -156,6 +156,16 @@ def check_fits(parts: dict[str, int], what: str) -> None:
         raise OutOfMemory(f"{what} needs {_gib(needed)} ({detail}); this machine has {_gib(available)} available")
 
 
+def check_values_fit(graph: Graph, what: str) -> None:
+    """Refuse in one line, before planning, a graph one of whose values alone exceeds the available memory (an
+    input shape too large for this machine): planning it would take minutes and running it could never fit."""
+    values = [*graph.inputs, *(v for node in graph.nodes for v in node.outputs)]
+    if values:
+        largest = max(values, key=lambda v: graph.types[v].nbytes)
+        check_fits({f"its value '{largest}' {'x'.join(map(str, graph.types[largest].shape))}":
+                    graph.types[largest].nbytes}, what)  # fmt: skip
+
+
 def workspace_bytes(graph: Graph, plan: MemoryPlan | None, views: Iterable[str]) -> int:
     """What one workspace allocates: the arena, and a buffer per graph input and per value outside it."""
     placed = set(plan.placements) if plan is not None else set()

@@ -15,10 +15,14 @@ Policy (the `Options` fields):
   measured plan is tuned in a daemon thread and swapped in when ready.
 
 Every specialisation is cached in memory and on disk (the cache directory's `specialisations/`, keyed by the
-model's bytes, the plan-shaping options and the shape set; each read back through the same verification as a
-saved plan, and rebuilt when it fails it). Kernels shared between specialisations are profiled once: the
-profile database is keyed by kernel, not by model. `DynamicModel.save` writes every specialisation plus the
-model itself (new shapes after `kernorch.load`); `load_dynamic` verifies them all.
+model's bytes, the plan-shaping options and the shape set). That cache is untrusted as the compiled-library
+cache is: the directory must be private to the user (0700), each entry carries a MAC under the user's key over
+its slot and its plan's manifest hash, and the plan must record this model, shape set and options as its origin
+(runtime/origin.py); an entry that fails any check is logged, planned again and replaced. Kernels shared between
+specialisations are profiled once: the profile database is keyed by kernel, not by model. `DynamicModel.save`
+writes every specialisation plus the model itself (new shapes after `kernorch.load`), family.json listing each
+plan's manifest hash; `load_dynamic` verifies them all, each plan against the model, the shape set it is filed
+under and the family's options.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from kernorch.codegen.program.compiler import private_dir, sign, signed
 from kernorch.errors import InputMismatch, KernorchError
 from kernorch.frontend import (
     ShapeSet,
@@ -52,22 +56,29 @@ from kernorch.frontend import (
 from kernorch.frontend.onnx_import import load_proto
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
-from kernorch.options import Options, OrchestrationLimits
+from kernorch.options import SHAPE_POLICY_FIELDS, Options, options_from_json, options_to_json, plan_shaping
 from kernorch.pipeline import SILENT, Progress, compile_model
-from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, read_json_manifest
+from kernorch.runtime.artifact import (
+    MANIFEST_HASH_KEY,
+    ArtifactError,
+    manifest_digest,
+    manifest_hash,
+    read_json_manifest,
+)
 from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
+from kernorch.runtime.origin import PlanOrigin
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 
 LOGGER = logging.getLogger("kernorch.shapes")
 FAMILY_FORMAT = "kernorch-dynamic-plan"
-FAMILY_VERSION = 1
+FAMILY_VERSION = 2  # 2: each specialisation's manifest hash, each plan's origin checked
 FAMILY_FILE = "family.json"
+CACHE_DIR = "specialisations"  # under the cache root: private to the user (0700), each slot signed
+SLOT_MAC_FILE = "slot.mac"
+SLOT_MAC_PURPOSE = "kernorch-cached-plan"
 MODEL_FILE = "model.onnx"
-# Options that decide nothing about one specialisation's plan: left out of its cache key and of its compile
-SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "new_shapes", "background_tuning")
-NOT_IN_CACHE_KEY = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime")
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -107,21 +118,6 @@ def plan_options(options: Options) -> Options:
     return options.with_(**{name: getattr(Options(), name) for name in SHAPE_POLICY_FIELDS})
 
 
-def options_to_json(options: Options) -> dict[str, Any]:
-    values = {f.name: getattr(options, f.name) for f in fields(options) if f.name not in ("cache_dir", "workers")}
-    values["limits"] = asdict(options.limits)
-    return json.loads(json.dumps(values))  # tuples become lists: the form it is read back from
-
-
-def options_from_json(values: Any, cache_dir: Path | None) -> Options:
-    if not isinstance(values, dict):
-        raise ValueError("options must be an object")
-    known = {f.name for f in fields(Options)} - {"cache_dir", "workers", "limits"}
-    given = {name: values[name] for name in known if name in values}
-    limits = OrchestrationLimits(**values.get("limits", {}))
-    return Options(limits=limits, cache_dir=cache_dir, **given)
-
-
 def _digest(*parts: bytes) -> str:
     digest = hashlib.sha256()
     for part in parts:
@@ -144,8 +140,8 @@ class DynamicModel:
             self._plans.put(shapes, plan)
         self._tuning: dict[ShapeSet, threading.Thread] = {}
         self._proofs: Memo[tuple[ShapeSet, ShapeSet], PaddingProof] = Memo()
-        planning = {k: v for k, v in options_to_json(options).items() if k not in NOT_IN_CACHE_KEY}
-        self._model_key = _digest(model, json.dumps(planning, sort_keys=True).encode())
+        self.model_sha256 = hashlib.sha256(model).hexdigest()
+        self._model_key = _digest(model, json.dumps(plan_shaping(options), sort_keys=True).encode())
         self.specialised_here = 0  # shape sets planned and compiled by this object (not read from a cache)
 
     # -- what it is ---------------------------------------------------------------------------------------------
@@ -232,25 +228,42 @@ class DynamicModel:
         return self._plans.get(key, lambda: self._specialise(key))
 
     def _cache_path(self, shapes: ShapeSet) -> Path:
-        return self.options.cache / "specialisations" / self._model_key[:32] / _digest(repr(shapes).encode())[:32]
+        return self.options.cache / CACHE_DIR / self._model_key[:32] / _digest(repr(shapes).encode())[:32]
+
+    def expected_origin(self, shapes: ShapeSet) -> PlanOrigin:
+        """What a plan for `shapes` must have been made for: this model, these shapes, these options."""
+        return PlanOrigin(self.model_sha256, shapes, plan_shaping(self.options))
 
     def _specialise(self, shapes: ShapeSet) -> CompiledModel:
-        cached = self._cache_path(shapes)
         options = plan_options(self.options)
-        if (cached / "plan.json").is_file():
-            try:
-                loaded = load_model(cached, options.threads, options.cache, options.runtime)
-                loaded.metadata["specialised_seconds"] = None  # read from the cache, not planned here
-                return loaded
-            except KernorchError as error:  # a cache is rebuilt, never trusted: log and plan again
-                LOGGER.warning("kernorch: the cached plan for [%s] is refused (%s); planning it again",
-                               describe_shapes(shapes), error)  # fmt: skip
+        cached = self._from_cache(shapes, options)
+        if cached is not None:
+            return cached
         if self.options.background_tuning and options.cost == "profile":
             quick = compile_model(self.model_bytes, dict(shapes), options.with_(cost="analytic"), self._progress)
             self._tune_in_background(shapes, options)
             return quick
         return self._compile_and_cache(shapes, options)
 
+    def _from_cache(self, shapes: ShapeSet, options: Options) -> CompiledModel | None:
+        """The cached plan, if this user's kernorch stored it there (its MAC, under the user's key, binds the
+        plan's manifest to this slot) and it was made for this model, shapes and options; else None, and a
+        cached plan refused is logged (and replaced when the new plan is stored)."""
+        cached = self._cache_path(shapes)
+        if not (cached / "plan.json").is_file():
+            return None
+        try:
+            private_dir(cached.parents[1], "cached plans")
+            if not _signed_slot(cached):
+                raise ArtifactError(f"{cached} was not stored by this user's kernorch (no valid MAC)")
+            loaded = load_model(cached, options.threads, options.cache, options.runtime,
+                                expected=self.expected_origin(shapes))  # fmt: skip
+        except KernorchError as error:  # a cache is rebuilt, never trusted: log and plan again
+            LOGGER.warning("kernorch: the cached plan for [%s] is refused (%s); planning it again",
+                           describe_shapes(shapes), error)  # fmt: skip
+            return None
+        loaded.metadata["specialised_seconds"] = None  # read from the cache, not planned here
+        return loaded
     def _compile_and_cache(self, shapes: ShapeSet, options: Options) -> CompiledModel:
         LOGGER.info("kernorch: specialising for [%s]: planning and compiling (%s cost)", describe_shapes(shapes),
                     options.cost)  # fmt: skip
@@ -268,16 +281,21 @@ class DynamicModel:
         written costs the next process a re-plan, nothing more."""
         target = self._cache_path(shapes)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(target.parents[1], "cached plans")
+            target.parent.mkdir(exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
             compiled.save(staging)
+            _sign_slot(staging, target)
+            if target.exists():  # a refused entry (another model's plan, no MAC): the new plan replaces it
+                shutil.rmtree(target, ignore_errors=True)
             try:
                 os.rename(staging, target)
             except OSError:  # another process stored it first: theirs is as good
                 shutil.rmtree(staging, ignore_errors=True)
-        except OSError as error:
+        except (OSError, KernorchError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
             LOGGER.warning("kernorch: cannot cache the plan for [%s] in %s: %s", describe_shapes(shapes), target,
-                           error.strerror or error)  # fmt: skip
+                           reason)  # fmt: skip
 
     def _tune_in_background(self, shapes: ShapeSet, options: Options) -> None:
         def tune() -> None:
@@ -358,17 +376,53 @@ class DynamicModel:
         for index, (shapes, plan) in enumerate(self.specialisations.items()):
             folder = f"shape-{index}"
             plan.save(target / folder)
-            entries.append({"shapes": [[name, list(shape)] for name, shape in shapes], "dir": folder})
+            entries.append({"shapes": [[name, list(shape)] for name, shape in shapes], "dir": folder,
+                            "manifest_sha256": manifest_hash(target / folder)})  # fmt: skip
         family: dict[str, Any] = {
             "format": FAMILY_FORMAT, "version": FAMILY_VERSION,
             "inputs": [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in self.signature],
             "options": options_to_json(self.options),
-            "model_sha256": hashlib.sha256(self.model_bytes).hexdigest(),
+            "model_sha256": self.model_sha256,
             "specialisations": entries,
         }  # fmt: skip
         family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
         return target
+
+
+def _slot_place(slot: Path) -> bytes:
+    """A cache slot's place (model key / shape key): in its MAC, so an entry moved to another model's or shape's
+    slot is not vouched for. The MAC's other part is the plan's manifest hash, which covers every file."""
+    return f"{slot.parent.name}/{slot.name}".encode()
+
+
+def _sign_slot(staging: Path, slot: Path) -> None:
+    mac = sign(SLOT_MAC_PURPOSE, _slot_place(slot), manifest_hash(staging).encode())
+    (staging / SLOT_MAC_FILE).write_text(mac)
+
+
+def _signed_slot(slot: Path) -> bool:
+    try:
+        recorded = (slot / SLOT_MAC_FILE).read_text().strip()
+        return signed(recorded, SLOT_MAC_PURPOSE, _slot_place(slot), manifest_hash(slot).encode())
+    except (OSError, UnicodeDecodeError, KernorchError):
+        return False
+
+
+def _load_family_plan(folder: Path, shapes: ShapeSet, family: dict[str, Any], threads: int | None,
+                      cache_dir: Path | None, runtime: str) -> Any:  # fmt: skip
+    """One of a family's plans, checked against what the family files it under: its model, its shape set and its
+    options (an analytic plan where the family tuned in the background: the one served first, saved if the
+    measured one was not ready)."""
+    options = plan_shaping(options_from_json(family["options"], cache_dir))
+    expected = PlanOrigin(str(family["model_sha256"]), shapes, options)
+    try:
+        return load_model(folder, threads, cache_dir, runtime, expected=expected)
+    except ArtifactError:
+        if not family["options"].get("background_tuning"):
+            raise
+    quick = PlanOrigin(expected.model_sha256, shapes, {**options, "cost": "analytic"})
+    return load_model(folder, threads, cache_dir, runtime, expected=quick)
 
 
 def is_family(directory: str | os.PathLike[str]) -> bool:
@@ -399,7 +453,10 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
             folder = str(entry["dir"])
             if "/" in folder or "\\" in folder or folder.startswith("."):
                 raise ValueError(f"specialisation folder '{folder[:40]}' is not a plain name")
-            plan = load_model(source / folder, threads, cache_dir, runtime)
+            if manifest_hash(source / folder) != entry["manifest_sha256"]:
+                raise ArtifactError(f"{source / folder} is not the plan {FAMILY_FILE} lists there (its manifest hash "
+                                    "differs: replaced or edited)")  # fmt: skip
+            plan = _load_family_plan(source / folder, shapes, family, threads, cache_dir, runtime)
             actual = shape_set({name: plan.graph.types[name].shape for name in plan.graph.inputs})
             if actual != shapes:
                 raise ValueError(f"{folder} holds the plan of [{describe_shapes(actual)}], filed under "

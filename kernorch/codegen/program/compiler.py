@@ -140,9 +140,18 @@ def signing_key() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
+def sign(purpose: str, *parts: bytes) -> str:
+    """HMAC-SHA256 under this user's key of `parts` for `purpose` (a library, a cached plan): what proves that
+    this user's kernorch wrote a cache entry. The purpose keeps one kind's MAC from vouching for another."""
+    return hmac.new(signing_key(), b"\0".join([purpose.encode(), *parts]), hashlib.sha256).hexdigest()
+
+
+def signed(recorded: str, purpose: str, *parts: bytes) -> bool:
+    return hmac.compare_digest(recorded, sign(purpose, *parts))
+
+
 def _mac(library: Path, data: bytes) -> str:
-    return hmac.new(signing_key(), b"kernorch-library\0" + library.name.encode() + b"\0" + data,
-                    hashlib.sha256).hexdigest()  # fmt: skip
+    return sign("kernorch-library", library.name.encode(), data)
 
 
 def _mac_path(library: Path) -> Path:
@@ -153,19 +162,19 @@ class UntrustedCache(KernorchError):
     """The compile cache's directory can be changed by other users: nothing is loaded from it."""
 
 
-def private_dir(directory: Path) -> Path:
+def private_dir(directory: Path, purpose: str = "compiled kernels") -> Path:
     """`directory`, created 0700 if missing; refused when someone other than this user owns it or may write it."""
-    writable_dir(directory.parent, "compiled kernels")
+    writable_dir(directory.parent, purpose)
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
         info = directory.lstat()
     except OSError as error:
-        raise KernorchError(f"cannot create the cache directory {directory} for compiled kernels: "
+        raise KernorchError(f"cannot create the cache directory {directory} for {purpose}: "
                             f"{error.strerror or error} (set KERNORCH_CACHE to a writable directory)") from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise UntrustedCache(f"the compile cache {directory} can be changed by other users (owner uid "
-                             f"{info.st_uid}, mode {stat.filemode(info.st_mode)}): kernorch loads compiled kernels "
-                             f"only from a directory private to you (chmod 700 it, or set KERNORCH_CACHE)")
+        raise UntrustedCache(f"the cache {directory} can be changed by other users (owner uid {info.st_uid}, "
+                             f"mode {stat.filemode(info.st_mode)}): kernorch loads {purpose} only from a directory "
+                             "private to you (chmod 700 it, or set KERNORCH_CACHE)")
     return directory
 
 
@@ -190,7 +199,7 @@ def is_trusted(library: Path) -> bool:
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
             return False
         recorded = _mac_path(library).read_text().strip()
-        trusted = hmac.compare_digest(recorded, _mac(library, library.read_bytes()))
+        trusted = signed(recorded, "kernorch-library", library.name.encode(), library.read_bytes())
     except (OSError, UnicodeDecodeError):
         return False
     if trusted:
