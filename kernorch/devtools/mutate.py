@@ -50,6 +50,8 @@ DYNAMIC = "kernorch/shapes/dynamic_test.py"
 PADDING = "kernorch/shapes/padding_test.py"
 SIGNATURE = "kernorch/frontend/signature_test.py"
 REDUCE_SEMANTICS = "tests/test_reduce_semantics.py"
+SHAPE_FUZZ = "tests/test_shape_fuzz.py"
+TRUST = "kernorch/shapes/trust_test.py"
 TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
@@ -684,6 +686,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("MaxPool skips NaN as onnxruntime's does", "kernorch/ir/reference_kernels.py",
            "result = windows.max(axis=axes) if reducer", "result = np.nanmax(windows, axis=axes) if reducer",
            (REDUCE_SEMANTICS,)),
+    Mutant("an input too large to index raises ValueError (a traceback)", "kernorch/frontend/onnx_import.py",
+           "        except ValueError as error:  # beyond 2^40",
+           "        except ZeroDivisionError as error:  # beyond 2^40",
+           (SHAPE_FUZZ,)),
+    Mutant("check draws feeds larger than memory", "kernorch/tools/check.py",
+           '    check_values_fit(fissioned_graph, "the model at these input shapes")', "", (SHAPE_FUZZ,)),
+    Mutant("a --dim range is listed before its sizes are counted", "kernorch/frontend/signature.py",
+           "if (last - start) // step >= MAX_DIM_SIZES:", "if False:", (SHAPE_FUZZ,)),
+    Mutant("a cached plan is served without its MAC", "kernorch/shapes/dynamic.py",
+           "            if not _signed_slot(cached):", "            if False:", (TRUST,)),
+    Mutant("a plan's origin is not checked against what it is loaded for", "kernorch/runtime/artifact.py",
+           "    if expected is not None:  # before a byte", "    if False:  # before a byte", (TRUST,)),
+    Mutant("family.json's manifest hashes are not checked", "kernorch/shapes/dynamic.py",
+           'if manifest_hash(source / folder) != entry["manifest_sha256"]:', "if False:", (TRUST,)),
+    Mutant("a cache slot's MAC does not cover its place", "kernorch/shapes/dynamic.py",
+           'return f"{slot.parent.name}/{slot.name}".encode()', 'return b""', (TRUST,)),
 )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from kernorch.precision import choose_precision
 from kernorch.rewrite import rewrite as rewrite_graph
 from kernorch.runtime import run_reference
 from kernorch.runtime.feeds import graph_feeds
+from kernorch.runtime.memory import check_values_fit
 from kernorch.runtime.timing import time_call
 
 DEFAULT_RTOL = 1e-4
@@ -138,6 +139,7 @@ def check_model(
     started = time.perf_counter()
     model = import_model(source, input_shapes)
     fissioned_graph = fission(model, strict=options.strict)
+    check_values_fit(fissioned_graph, "the model at these input shapes")  # before feeds of that size are drawn
     warn_about_fallbacks(fissioned_graph)
     feeds = graph_feeds(fissioned_graph, seed)
     if compiled and options.gpu and not options.interpret:
