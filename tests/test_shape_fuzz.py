@@ -32,8 +32,9 @@ def symbolic_batch_model() -> onnx.ModelProto:
     """relu(x + b), x [batch, 3, 4]: every input size is a valid shape, and big ones are big."""
     b = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "b")
     nodes = [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
-    graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 4])], [b])  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 4])
+    graph = helper.make_graph(nodes, "fuzz", [x], [y], [b])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

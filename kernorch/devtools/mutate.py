@@ -52,6 +52,7 @@ SIGNATURE = "kernorch/frontend/signature_test.py"
 REDUCE_SEMANTICS = "tests/test_reduce_semantics.py"
 SHAPE_FUZZ = "tests/test_shape_fuzz.py"
 TRUST = "kernorch/shapes/trust_test.py"
+PADDING_PROPERTY = "kernorch/shapes/padding_property_test.py"
 TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
@@ -702,6 +703,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'if manifest_hash(source / folder) != entry["manifest_sha256"]:', "if False:", (TRUST,)),
     Mutant("a cache slot's MAC does not cover its place", "kernorch/shapes/dynamic.py",
            'return f"{slot.parent.name}/{slot.name}".encode()', 'return b""', (TRUST,)),
+    Mutant("a slice's step may follow the padded size (3 or 4 over 6 columns keeps 2)", "kernorch/shapes/padding.py",
+           "a[0] == b[0] and a[2] == b[2] and", "a[0] == b[0] and", (PADDING_PROPERTY,)),
+    Mutant("a size in any attribute counts as a shape", "kernorch/shapes/padding.py",
+           "            if key not in SIZE_ATTRIBUTES.get(a.prim, ()):", "            if False:",
+           (PADDING_PROPERTY, PADDING)),
 )  # fmt: skip
 
 

@@ -5,8 +5,10 @@ last real row, so the padding holds only values the call itself holds) and have 
 — exactly when two things hold:
 
 1. **The graph reads the dim only as a shape.** The model imported at P and at n fissions into the same
-   primitives with the same constants, their attributes differing only where one holds k·P and the other k·n.
-   (A model that divides by its batch size folds P into a constant, and is refused here.)
+   primitives with the same constants (or constants whose rows at n are the first rows at P: a position table),
+   their attributes differing only in shape attributes (SIZE_ATTRIBUTES), where one holds k·P and the other k·n.
+   A size that reaches a value — a divisor or an added constant (folded into a constant), a slice's start or
+   step, a pad amount or value, a clip bound — is refused, naming the primitive.
 2. **Rows stay apart.** Walking the primitive graph at P, every value either does not depend on a padded input
    ("clean") or has one axis of size P along which row i depends on row i of the padded inputs alone. Each
    primitive has a rule (elementwise with broadcasting, reductions and windows over other axes, transposes,
@@ -30,6 +32,12 @@ from kernorch.frontend import InputSignature, import_model, shapes_for
 from kernorch.ir.graph import Graph, Node
 
 CLEAN = None  # a value no padded input reaches
+# The attributes where a size may stand as a shape (k·P at the bucket, k·n at the call): a target shape, a
+# slice's stop, a split's sizes — the shape checks of _row_axes then follow it. In any other attribute (a slice's
+# start or step, pad amounts, a pad value, a clip bound folded in) a size is a value the computation reads, and
+# padding would change it: refused.
+SIZE_ATTRIBUTES: dict[str, tuple[str, ...]] = {"reshape": ("shape",), "expand": ("shape",), "slice": ("ranges",),
+                                               "split": ("sizes",)}  # fmt: skip
 
 
 class NotProven(Exception):
@@ -100,7 +108,14 @@ def _same_program(padded: Graph, actual: Graph, sizes: Mapping[str, tuple[int, i
         if a.prim != b.prim or a.inputs != b.inputs or a.outputs != b.outputs or len(a.attrs) != len(b.attrs):
             raise NotProven(f"{a.prim} ({a.origin}) differs between sizes")
         for (key, x), (other_key, y) in zip(a.attrs, b.attrs, strict=True):
-            if key != other_key or not _same_modulo_size(x, y, sizes.values()):
+            if key != other_key:
+                raise NotProven(f"{a.prim} ({a.origin}) differs between sizes")
+            if _same_modulo_size(x, y, ()):
+                continue
+            if key not in SIZE_ATTRIBUTES.get(a.prim, ()):
+                raise NotProven(f"{a.prim} ({a.origin}) reads the size as a value (its attribute {key})")
+            same = _same_stops(x, y, sizes.values()) if a.prim == "slice" else _same_modulo_size(x, y, sizes.values())
+            if not same:
                 raise NotProven(f"{a.prim} ({a.origin}) attribute {key} depends on the size other than as a shape")
     prefixes: dict[str, int] = {}
     for name, value in padded.constants.items():
@@ -125,6 +140,15 @@ def _prefix_axis(value: np.ndarray, other: np.ndarray | None) -> int | None:
     axis = differing[0]
     leading = np.take(value, np.arange(other.shape[axis]), axis=axis)
     return axis if np.array_equal(leading, other, equal_nan=True) else None
+
+
+def _same_stops(x: Any, y: Any, sizes: Any) -> bool:
+    """A slice's ranges at two sizes: the same starts and steps, stops equal or following the size. A start or a
+    step that follows the size picks other elements (a step of 3 or 4 over 6 columns keeps 2 either way)."""
+    if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y)):
+        return False
+    return all(len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[2] and _same_modulo_size(a[1], b[1], sizes)
+               for a, b in zip(x, y, strict=True))  # fmt: skip
 
 
 def _same_modulo_size(x: Any, y: Any, sizes: Any) -> bool:
