@@ -81,18 +81,20 @@ def compile(  # noqa: A001 - the public name the docs promise
 
 def load(directory: str | os.PathLike[str], threads: int | None = None,
          cache_dir: str | os.PathLike[str] | None = None, runtime: str = "kernels",
-         model: ModelSource | None = None) -> CompiledModel | DynamicModel | GpuModel:  # fmt: skip
+         model: ModelSource | None = None,
+         max_workspaces: int | None = None) -> CompiledModel | DynamicModel | GpuModel:  # fmt: skip
     """Load a saved plan without re-tuning; refuses a corrupted, tampered or mismatched artifact. `runtime`:
     "kernels" (kernel by kernel) or "rprogram" (scheduled rTasks, calibrated in place when loaded). A directory
     a `DynamicModel` saved loads as one, every specialisation verified against its model, shapes and options; a
     GPU plan as a `GpuModel`. `model` (an ONNX path, bytes or proto): the plan must have been made from it, else
-    it is refused (runtime/origin.py)."""
+    it is refused (runtime/origin.py). `max_workspaces`: at most that many concurrent calls run at once on a
+    plan; the others wait (None: as many as call at once, while memory lasts)."""
     cache = Path(cache_dir) if cache_dir is not None else None
     expected = PlanOrigin(model_digest(model)) if model is not None else None
     if is_family(directory):
-        loaded = load_dynamic(directory, threads, cache, runtime)
+        loaded = load_dynamic(directory, threads, cache, runtime, max_workspaces)
         if expected is not None and loaded.model_sha256 != expected.model_sha256:
             raise ArtifactError(f"{directory} holds the plans of another model (sha256 {loaded.model_sha256[:12]}…, "
                                 f"not {expected.model_sha256[:12]}…); refusing it")  # fmt: skip
         return loaded
-    return load_model(directory, threads, cache, runtime, expected=expected)
+    return load_model(directory, threads, cache, runtime, expected=expected, max_workspaces=max_workspaces)

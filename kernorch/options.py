@@ -144,6 +144,9 @@ class Options:
     # rounds of planning on costs measured in place (kernorch/validate/in_place.py): 0 = isolated profiles only;
     # r = the plan compiled, its kernels timed inside whole inferences, re-planned on those times, up to r times
     in_place: int = 0
+    # workspaces one plan may hold for concurrent calls (None: one per caller running at once, while memory
+    # lasts); callers beyond it wait for an idle one (runtime/executor.py)
+    max_workspaces: int | None = None
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
@@ -198,6 +201,9 @@ class Options:
         if self.in_place and (self.cost != "profile" or self.device != "cpu"):
             raise KernorchError("in_place corrects measured profiles with times measured on this CPU: it needs "
                                 "cost 'profile' and device 'cpu'")  # fmt: skip
+        if self.max_workspaces is not None and (isinstance(self.max_workspaces, bool) or
+                                                not isinstance(self.max_workspaces, int) or self.max_workspaces < 1):
+            raise KernorchError(f"max_workspaces must be a positive integer or None, got {self.max_workspaces!r}")
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 
@@ -227,7 +233,7 @@ class Options:
 # Options that decide nothing about one plan's content: how shapes are dispatched, where caches live, how a plan is
 # run. Left out of what a plan records as its options (runtime/origin.py) and of the specialisation cache's key.
 SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "new_shapes", "background_tuning")
-NOT_PLAN_SHAPING = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime", "interpret")
+NOT_PLAN_SHAPING = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime", "interpret", "max_workspaces")
 
 
 def options_to_json(options: Options) -> dict[str, Any]:

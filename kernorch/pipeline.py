@@ -193,7 +193,8 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
         return GpuModel(chosen.graph, chosen.kernels, chosen.costs, preset, metadata, options.cache, options.tf32,
                         interpret=options.interpret)  # fmt: skip
     return CompiledModel(chosen.graph, chosen.kernels, chosen.costs, options.threads, metadata,
-                         cache_dir=options.cache, runtime=options.runtime)  # fmt: skip
+                         cache_dir=options.cache, runtime=options.runtime,
+                         max_workspaces=options.max_workspaces)  # fmt: skip
 
 
 def compile_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,

@@ -708,6 +708,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a size in any attribute counts as a shape", "kernorch/shapes/padding.py",
            "            if key not in SIZE_ATTRIBUTES.get(a.prim, ()):", "            if False:",
            (PADDING_PROPERTY, PADDING)),
+    Mutant("a call leaves its OpenMP thread count in the calling thread", "kernorch/runtime/threads.py",
+           "            self._openmp.omp_set_num_threads(self._previous)", "            pass", (CONCURRENCY,)),
+    Mutant("the workspace pool grows past max_workspaces", "kernorch/runtime/executor.py",
+           "(self.max_workspaces is None or count < self.max_workspaces)", "True", (CONCURRENCY,)),
 )  # fmt: skip
 
 

@@ -28,11 +28,13 @@ class CompiledModel(ArrayModel):
     metadata: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None  # compile cache; None: kernorch.options.cache_root()
     runtime: str = "kernels"  # "kernels" or "rprogram" (kernorch.options.Options.runtime)
+    max_workspaces: int | None = None  # concurrent calls' workspaces at most (kernorch.options.Options)
 
     def __post_init__(self) -> None:
         if any(node.attr("precision") == "bf16" for node in self.graph.nodes):  # a bf16 plan, made or loaded here
             check_bf16_supported()
-        self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir, runtime=self.runtime)
+        self.executor = PlanExecutor(self.graph, self.kernels, self.threads, self.cache_dir, runtime=self.runtime,
+                                     max_workspaces=self.max_workspaces)  # fmt: skip
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.executor(feeds)
@@ -44,7 +46,7 @@ class CompiledModel(ArrayModel):
 
 def load_model(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
                runtime: str = "kernels", interpret: bool = False,
-               expected: PlanOrigin | None = None) -> Any:  # fmt: skip
+               expected: PlanOrigin | None = None, max_workspaces: int | None = None) -> Any:  # fmt: skip
     """Load a saved plan without re-tuning (runtime/artifact.py refuses anything corrupted, tampered with or
     inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA).
     A GPU plan loads as a GpuModel (runtime/gpu.py): it runs on a CUDA device, or with `interpret` in Triton's
@@ -56,4 +58,5 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None, ca
 
         return GpuModel(saved.graph, saved.kernels, saved.costs, saved.device, saved.metadata, cache_dir, saved.tf32,
                         interpret, saved.threads)  # fmt: skip
-    return CompiledModel(saved.graph, saved.kernels, saved.costs, saved.threads, saved.metadata, cache_dir, runtime)
+    return CompiledModel(saved.graph, saved.kernels, saved.costs, saved.threads, saved.metadata, cache_dir, runtime,
+                         max_workspaces)  # fmt: skip

@@ -94,6 +94,25 @@ def test_concurrent_calls_equal_serial_calls(compiled: CompiledModel) -> None:
     assert compiled.executor.workspaces > 1  # the callers really overlapped
 
 
+def test_max_workspaces_bounds_the_pool_and_callers_wait(tmp_path: Path) -> None:
+    """Eight callers on a plan allowed two workspaces: never more than two exist, every call completes and equals
+    the same call alone (callers beyond the bound wait for an idle workspace; none fails)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        bounded = kernorch.compile(_mixed_model(), cost="analytic", max_workspaces=2)
+    assert isinstance(bounded, CompiledModel)
+    _hammer(_outputs(bounded), _inputs())
+    assert bounded.executor.peak_workspaces == 2 and bounded.executor.workspaces == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        loaded = kernorch.load(bounded.save(tmp_path / "plan"), max_workspaces=1)
+    assert isinstance(loaded, CompiledModel)
+    _hammer(_outputs(loaded), _inputs()[:16])
+    assert loaded.executor.peak_workspaces == 1
+    with pytest.raises(kernorch.errors.KernorchError, match="max_workspaces must be a positive integer"):
+        kernorch.compile(_mixed_model(), cost="analytic", max_workspaces=0)
+
+
 def test_concurrent_calls_of_a_loaded_plan_as_rprogram(compiled: CompiledModel, tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
@@ -125,6 +144,34 @@ def test_a_rebuilt_rprogram_reaches_every_workspace(compiled: CompiledModel) -> 
 def _omp_threads() -> int:
     library = ctypes.CDLL("libgomp.so.1")
     return int(library.omp_get_max_threads())
+
+
+def _set_omp_threads(count: int) -> None:
+    ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(count))
+
+
+def test_the_calling_threads_openmp_count_is_restored_after_a_call(compiled: CompiledModel) -> None:
+    """OpenMP's count is the calling thread's: a model with 2 threads called from a thread set to 5 (or 3, 4)
+    leaves it at 5, in the main thread and in every worker, one call at a time and overlapping."""
+    inputs = _inputs()[:8]
+    assert compiled.threads == 2
+    _set_omp_threads(5)
+    try:
+        compiled.run({"x": inputs[0]})
+        assert _omp_threads() == 5
+
+        def call(i: int) -> bool:
+            own = 3 + i % 3  # never the model's 2
+            _set_omp_threads(own)
+            compiled.run({"x": inputs[i % len(inputs)]})
+            return _omp_threads() == own
+
+        with ThreadPoolExecutor(CALLERS) as pool:
+            restored = list(pool.map(call, range(120)))
+        assert all(restored), f"{restored.count(False)} of {len(restored)} calls left their count behind"
+        assert _omp_threads() == 5
+    finally:
+        _set_omp_threads(2)
 
 
 def test_thread_counts_never_leak_from_overlapping_calls() -> None:

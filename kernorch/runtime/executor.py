@@ -10,7 +10,8 @@ intermediates' buffers (the arena), the library's created state (scratch buffers
 memory handles, packed weights) and the steps bound to them — is a `Workspace`. A call takes an idle
 workspace for itself and returns it afterwards; when every workspace is busy a new one is created, so the
 pool grows to the number of callers that ever ran at once (each costs one arena and one copy of the packed
-weights). Constants are shared and never written.
+weights) — up to `max_workspaces` when one is given, and while memory lasts; callers beyond that wait for an
+idle workspace (they never fail). Constants are shared and never written.
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ class NativeLibrary:
             self._destroy(state)
 
 
+def check_max_workspaces(value: object) -> int | None:
+    """None (as many as the callers that ever ran at once, while memory lasts) or a positive integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise KernorchError(f"max_workspaces must be a positive integer or None, got {value!r}")
+    return value
+
+
 class Workspace:
     """What one call writes, held by one call at a time: a buffer per value (constants shared with every other
     workspace, read only), the arena the intermediates share, the library's created state with its own buffer
@@ -177,9 +185,11 @@ class PlanExecutor:
     inspect a plan; they are not meant to run beside calls."""
 
     def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2, cache_dir: Path | None = None,
-                 share_memory: bool = True, runtime: str = "kernels") -> None:  # fmt: skip
+                 share_memory: bool = True, runtime: str = "kernels",
+                 max_workspaces: int | None = None) -> None:  # fmt: skip
         if runtime not in RUNTIMES:
             raise KernorchError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
+        self.max_workspaces = check_max_workspaces(max_workspaces)
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
@@ -207,6 +217,10 @@ class PlanExecutor:
         self.cache_dir = cache_dir
         self.runtime = runtime
         self._pool_lock = threading.Lock()
+        self._released = threading.Condition(self._pool_lock)  # a workspace became idle: for callers waiting
+        self._waiting = 0  # callers waiting for one (read without the lock by a releasing call: see _release)
+        self._creating = 0  # workspaces being created (counted against max_workspaces before they exist)
+        self.peak_workspaces = 0  # the most workspaces this executor has held at once
         self._workspaces: list[Workspace] = []
         # Kernel by kernel, the plan is compiled without its rTask variants (half the code: a compile takes half
         # the time); they are compiled when an rProgram is first built. A single-primitive kernel a library
@@ -263,6 +277,7 @@ class PlanExecutor:
         with self._pool_lock:
             self._primary = primary
             self._workspaces = [primary]
+            self.peak_workspaces = max(self.peak_workspaces, 1)
 
     def _new_workspace(self) -> Workspace:
         workspace = Workspace(self)
@@ -271,24 +286,46 @@ class PlanExecutor:
 
     @contextmanager
     def _workspace(self) -> Iterator[Workspace]:
-        """An idle workspace (the first one when it is free, so a lone caller always finds its caches warm),
-        held for the body; a new one when every workspace is busy."""
+        """An idle workspace, held for the body; a new one when every workspace is busy and the pool may grow
+        (fewer than max_workspaces, and memory for one more); else the caller waits for one to become idle —
+        it waits, it never fails."""
+        workspace: Workspace | None = None
         with self._pool_lock:
-            pool = list(self._workspaces)
-        workspace = next((w for w in pool if w.lock.acquire(blocking=False)), None)
-        if workspace is None and not self._room_for_another():  # wait for the first one instead
-            workspace = pool[0]
-            workspace.lock.acquire()
+            self._waiting += 1  # before the scan: a call releasing after it sees this and wakes us (_release)
+            try:
+                while workspace is None:
+                    workspace = next((w for w in self._workspaces if w.lock.acquire(blocking=False)), None)
+                    if workspace is None:
+                        count = len(self._workspaces) + self._creating
+                        if (self.max_workspaces is None or count < self.max_workspaces) and \
+                                self._room_for_another():  # fmt: skip
+                            self._creating += 1
+                            break
+                        self._released.wait(0.1)  # notified on release; the timeout guards a release elsewhere
+            finally:
+                self._waiting -= 1
+            generation = self._primary
         if workspace is None:
-            workspace = self._new_workspace()  # outside the pool's lock: creating packs weights
-            workspace.lock.acquire()
-            with self._pool_lock:
-                if pool and pool[0] is self._primary:  # not if the plan was recompiled meanwhile
-                    self._workspaces.append(workspace)
+            try:
+                workspace = self._new_workspace()  # outside the pool's lock: creating packs weights
+                workspace.lock.acquire()
+            finally:
+                with self._pool_lock:
+                    self._creating -= 1
+                    if workspace is not None and generation is self._primary:  # not if the plan was recompiled
+                        self._workspaces.append(workspace)
+                        self.peak_workspaces = max(self.peak_workspaces, len(self._workspaces))
+                    self._released.notify()
         try:
             yield workspace
         finally:
-            workspace.lock.release()
+            self._release(workspace)
+
+    def _release(self, workspace: Workspace) -> None:
+        workspace.lock.release()
+        if self._waiting:  # read after the release: a waiter counted itself before it scanned (see _workspace)
+            with self._pool_lock:
+                self._released.notify()
 
     def _room_for_another(self) -> bool:
         """Whether one more workspace (its buffers and a copy of the packed weights) leaves half the available
@@ -490,7 +527,7 @@ class PlanExecutor:
             try:
                 return self._run(primary, checked)
             finally:
-                primary.lock.release()
+                self._release(primary)
         with self._workspace() as workspace:
             return self._run(workspace, checked)
 

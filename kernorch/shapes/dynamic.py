@@ -257,7 +257,8 @@ class DynamicModel:
             if not _signed_slot(cached):
                 raise ArtifactError(f"{cached} was not stored by this user's kernorch (no valid MAC)")
             loaded = load_model(cached, options.threads, options.cache, options.runtime,
-                                expected=self.expected_origin(shapes))  # fmt: skip
+                                expected=self.expected_origin(shapes),
+                                max_workspaces=options.max_workspaces)  # fmt: skip
         except KernorchError as error:  # a cache is rebuilt, never trusted: log and plan again
             LOGGER.warning("kernorch: the cached plan for [%s] is refused (%s); planning it again",
                            describe_shapes(shapes), error)  # fmt: skip
@@ -410,19 +411,19 @@ def _signed_slot(slot: Path) -> bool:
 
 
 def _load_family_plan(folder: Path, shapes: ShapeSet, family: dict[str, Any], threads: int | None,
-                      cache_dir: Path | None, runtime: str) -> Any:  # fmt: skip
+                      cache_dir: Path | None, runtime: str, max_workspaces: int | None) -> Any:  # fmt: skip
     """One of a family's plans, checked against what the family files it under: its model, its shape set and its
     options (an analytic plan where the family tuned in the background: the one served first, saved if the
     measured one was not ready)."""
     options = plan_shaping(options_from_json(family["options"], cache_dir))
     expected = PlanOrigin(str(family["model_sha256"]), shapes, options)
     try:
-        return load_model(folder, threads, cache_dir, runtime, expected=expected)
+        return load_model(folder, threads, cache_dir, runtime, expected=expected, max_workspaces=max_workspaces)
     except ArtifactError:
         if not family["options"].get("background_tuning"):
             raise
     quick = PlanOrigin(expected.model_sha256, shapes, {**options, "cost": "analytic"})
-    return load_model(folder, threads, cache_dir, runtime, expected=quick)
+    return load_model(folder, threads, cache_dir, runtime, expected=quick, max_workspaces=max_workspaces)
 
 
 def is_family(directory: str | os.PathLike[str]) -> bool:
@@ -430,7 +431,7 @@ def is_family(directory: str | os.PathLike[str]) -> bool:
 
 
 def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-                 runtime: str = "kernels") -> DynamicModel:  # fmt: skip
+                 runtime: str = "kernels", max_workspaces: int | None = None) -> DynamicModel:  # fmt: skip
     """A saved `DynamicModel`: the manifest's own hash, the model's hash and each specialisation (verified as a
     saved plan, and its input shapes equal to the shape set it is filed under) checked before any is used."""
     source = Path(directory)
@@ -446,7 +447,7 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
         options = options_from_json(family["options"], cache_dir)
         if threads is not None:
             options = options.with_(threads=threads)
-        options = options.with_(runtime=runtime)
+        options = options.with_(runtime=runtime, max_workspaces=max_workspaces)
         plans: dict[ShapeSet, CompiledModel] = {}
         for entry in family["specialisations"]:
             shapes = shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry["shapes"]})
@@ -456,7 +457,7 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
             if manifest_hash(source / folder) != entry["manifest_sha256"]:
                 raise ArtifactError(f"{source / folder} is not the plan {FAMILY_FILE} lists there (its manifest hash "
                                     "differs: replaced or edited)")  # fmt: skip
-            plan = _load_family_plan(source / folder, shapes, family, threads, cache_dir, runtime)
+            plan = _load_family_plan(source / folder, shapes, family, threads, cache_dir, runtime, max_workspaces)
             actual = shape_set({name: plan.graph.types[name].shape for name in plan.graph.inputs})
             if actual != shapes:
                 raise ValueError(f"{folder} holds the plan of [{describe_shapes(actual)}], filed under "
