@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null || \
 	{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends $(1) >/dev/null; }
 
-.PHONY: demo test test-slow bench lint typecheck clean mutate fuzz compile-check sanitize zoo torch-next gpu-verify gpu-carry
+.PHONY: demo test test-slow bench lint typecheck clean mutate fuzz soak compile-check sanitize zoo torch-next gpu-verify gpu-carry
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -130,3 +130,9 @@ test-slow: $(STAMP_DEV)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# On demand: a day of serving in a minute — 8 threads, 100 000 calls of a model with symbolic dims at random
+# shapes (padded, saved-and-reloaded and bf16 copies beside it), every output against onnxruntime; reports
+# errors, the resident-memory slope, peak workspaces, file descriptors and threads (kernorch/devtools/soak.py)
+soak: $(STAMP_DEV)
+	$(BIN)/python -m kernorch.devtools.soak --calls 100000 --threads 8

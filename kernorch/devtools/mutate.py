@@ -53,6 +53,7 @@ REDUCE_SEMANTICS = "tests/test_reduce_semantics.py"
 SHAPE_FUZZ = "tests/test_shape_fuzz.py"
 TRUST = "kernorch/shapes/trust_test.py"
 PADDING_PROPERTY = "kernorch/shapes/padding_property_test.py"
+TRANSCENDENTAL_EDGES = "tests/test_transcendental_edges.py"
 TRITON = "kernorch/codegen/triton/render_test.py"
 GPU_COST = "kernorch/cost/gpu_test.py"
 GPU_PLANS = "tests/test_gpu_plans.py"
@@ -712,6 +713,31 @@ MUTANTS: tuple[Mutant, ...] = (
            "            self._openmp.omp_set_num_threads(self._previous)", "            pass", (CONCURRENCY,)),
     Mutant("the workspace pool grows past max_workspaces", "kernorch/runtime/executor.py",
            "(self.max_workspaces is None or count < self.max_workspaces)", "True", (CONCURRENCY,)),
+    # each threshold of the fast float32 functions shifted by one unit (1.0) each way; the shifts that change no
+    # output (the polynomial overflows, flushes or rounds to the same end there) are left out: equivalent mutants,
+    # listed in tests/test_transcendental_edges.py
+    Mutant("threshold: exp overflows to inf one unit early", "kernorch/codegen/c/prelude.py",
+           "y = x > 88.72284f ? INFINITY : y;", "y = x > 87.72284f ? INFINITY : y;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: exp flushes to 0 one unit early", "kernorch/codegen/c/prelude.py",
+           "return x < -87.33f ? 0.0f : y;", "return x < -86.33f ? 0.0f : y;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: exp flushes to 0 one unit late", "kernorch/codegen/c/prelude.py",
+           "return x < -87.33f ? 0.0f : y;", "return x < -88.33f ? 0.0f : y;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: sigmoid's 0 end selected one unit early", "kernorch/codegen/c/prelude.py",
+           "y = x < -88.0f ? 0.0f : y;", "y = x < -87.0f ? 0.0f : y;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: sigmoid's 1 end selected one unit late", "kernorch/codegen/c/prelude.py",
+           "return x > 88.0f ? 1.0f : y;", "return x > 89.0f ? 1.0f : y;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: tanh's series reaches one unit further", "kernorch/codegen/c/prelude.py",
+           "return a < 0.625f ? small : big;", "return a < 1.625f ? small : big;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: erf's argument clamped one unit early", "kernorch/codegen/c/prelude.py",
+           "clamped.i = magnitude < 0x4079999Au ? magnitude : 0x4079999Au;",
+           "clamped.i = magnitude < 0x4039999Au ? magnitude : 0x4039999Au;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: erf's argument clamped one unit late", "kernorch/codegen/c/prelude.py",
+           "clamped.i = magnitude < 0x4079999Au ? magnitude : 0x4079999Au;",
+           "clamped.i = magnitude < 0x409CCCCDu ? magnitude : 0x409CCCCDu;", (TRANSCENDENTAL_EDGES,)),
+    Mutant("threshold: Triton's tanh series reaches one unit further", "kernorch/codegen/triton/expr.py",
+           "tl.where(ax < 0.04, near,", "tl.where(ax < 1.04, near,", (TRANSCENDENTAL_EDGES,)),
+    Mutant("a call leaves torch's thread count behind", "kernorch/runtime/threads.py",
+           "                torch.set_num_threads(self._saved)", "                pass", (CONCURRENCY,)),
 )  # fmt: skip
 
 
