@@ -73,7 +73,9 @@ def test_a_library_signed_with_another_key_is_rebuilt(tmp_path: Path, monkeypatc
     source = "int ko_probe(void) { return 7; }\n"
     built = compile_source(source, tmp_path)
     first = built.read_bytes()
-    monkeypatch.setattr(compiler, "signing_key", lambda: b"\x01" * 32)  # the other machine's key
+    import kernorch.signing as signing
+
+    monkeypatch.setattr(signing, "signing_key", lambda: b"\x01" * 32)  # the other machine's key
     compiler._verified.clear()
     assert not compiler.is_trusted(built)
     with pytest.raises(UntrustedCache, match="not built by this user's kernorch"):
@@ -270,9 +272,13 @@ def test_window_attributes_edited_in_a_plan_are_refused(tmp_path: Path, edit: di
 
 
 def test_workspace_memory_is_checked_before_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernorch.pipeline as pipeline
     import kernorch.runtime.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 1024)
+    with pytest.raises(memory.OutOfMemory, match="the model at these input shapes needs .*value 'x'.*available"):
+        kernorch.compile(conv_norm_act_block(channels=8, size=16), cost="analytic")  # before planning
+    monkeypatch.setattr(pipeline, "check_values_fit", lambda graph, what: None)  # the executor's own check
     with pytest.raises(memory.OutOfMemory, match="the plan needs .*available"):
         kernorch.compile(conv_norm_act_block(channels=8, size=16), cost="analytic")
 

@@ -15,7 +15,7 @@ import kernorch
 
 PACKAGE = Path(kernorch.__file__).parent
 # Leaf modules anything may use: they import no stage.
-BASE = {"errors", "options", "machine"}
+BASE = {"errors", "options", "machine", "signing"}
 # stage -> the stages it may import (besides itself and BASE)
 ALLOWED = {
     "ir": set(),

@@ -44,6 +44,8 @@ PYTEST_STEPS = {
     "bf16 library calls, bfloat16 values between kernels, activations on NaN": [
         "kernorch/precision/precision_test.py", "kernorch/precision/storage_test.py",
         "kernorch/codegen/library/epilogue_test.py"],
+    "Reduce semantics, the fast math's thresholds, a short soak": [
+        "tests/test_reduce_semantics.py", "tests/test_transcendental_edges.py", "tests/test_soak.py"],
     "compiled ONNX node tests (subset)":
         ["tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes"],
 }  # fmt: skip

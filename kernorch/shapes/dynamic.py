@@ -42,7 +42,6 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from kernorch.codegen.program.compiler import private_dir, sign, signed
 from kernorch.errors import InputMismatch, KernorchError
 from kernorch.frontend import (
     ShapeSet,
@@ -70,6 +69,7 @@ from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
 from kernorch.shapes.padding import PaddingProof, prove_paddable
+from kernorch.signing import private_dir, sign, signed
 
 LOGGER = logging.getLogger("kernorch.shapes")
 FAMILY_FORMAT = "kernorch-dynamic-plan"

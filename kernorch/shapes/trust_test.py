@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 import kernorch
-from kernorch.codegen.program.compiler import sign
 from kernorch.options import Options
 from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, manifest_hash
 from kernorch.shapes import DynamicModel
 from kernorch.shapes.dynamic import CACHE_DIR, SLOT_MAC_FILE, SLOT_MAC_PURPOSE, _slot_place
 from kernorch.shapes.dynamic_test import FAST, RNG, _assert_matches, cnn_with_symbolic_batch
+from kernorch.signing import sign
 
 SHAPES = [{"x": (2, 3, 8, 8)}]
 
