@@ -28,6 +28,15 @@ def check_threads(threads: object) -> int:
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
         raise KernorchError(f"threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
     return threads
+
+
+def check_max_workspaces(value: object) -> int | None:
+    """None (as many workspaces as callers ran at once, while memory lasts) or a positive integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise KernorchError(f"max_workspaces must be a positive integer or None, got {value!r}")
+    return value
+
+
 DEFAULT_REWRITE_BUDGET_SECONDS = 60.0
 
 
@@ -201,9 +210,7 @@ class Options:
         if self.in_place and (self.cost != "profile" or self.device != "cpu"):
             raise KernorchError("in_place corrects measured profiles with times measured on this CPU: it needs "
                                 "cost 'profile' and device 'cpu'")  # fmt: skip
-        if self.max_workspaces is not None and (isinstance(self.max_workspaces, bool) or
-                                                not isinstance(self.max_workspaces, int) or self.max_workspaces < 1):
-            raise KernorchError(f"max_workspaces must be a positive integer or None, got {self.max_workspaces!r}")
+        check_max_workspaces(self.max_workspaces)
         if not isinstance(self.limits, OrchestrationLimits):
             raise KernorchError(f"limits must be an OrchestrationLimits, got {type(self.limits).__name__}")
 

@@ -8,7 +8,7 @@ of every candidate of the shared models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -42,7 +42,7 @@ def output_mismatch(kernel: CandidateKernel, buffers: Mapping[str, np.ndarray]) 
             if np.array_equal(got, want):
                 continue
             return f"output {name} differs from the reference ({int(np.count_nonzero(got != want))} elements)"
-        scale = max(_magnitude(want), *(_magnitude(buffers[v]) for v in kernel.graph.inputs))
+        scale = _scale(want, feeds.values())
         want64 = want.astype(np.float64)  # float32 |want| + scale overflows near float32's max (masks of -3.4e38)
         with np.errstate(invalid="ignore"):  # inf - inf: compared as exact below
             error = np.abs(got.astype(np.float64) - want64)
@@ -65,8 +65,7 @@ def _bfloat16_mismatch(name: str, got: np.ndarray, want: np.ndarray, feeds: Mapp
     """Why a bfloat16 output is wrong: beyond one bfloat16 step of the reference's value plus RTOL of the scale
     (NaN where it has NaN, infinities equal)."""
     got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    scale = max(_magnitude(want64), *(_magnitude(np.asarray(v, np.float64)) for v in feeds.values()
-                                      if np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"))
+    scale = _scale(want64, feeds.values())
     with np.errstate(invalid="ignore"):
         error = np.abs(got64 - want64)
         exact = (np.isnan(got64) & np.isnan(want64)) | (got64 == want64)
@@ -86,10 +85,19 @@ def _nudged(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             if np.issubdtype(values.dtype, np.floating) else values for name, values in feeds.items()}  # fmt: skip
 
 
+def _scale(output: np.ndarray, operands: Iterable[np.ndarray]) -> float:
+    """The largest magnitude among the output and the float or bfloat16 operands. A kernel may have none of the
+    latter — only integer or boolean inputs, only constants (no inputs at all), empty tensors — and then its
+    output alone sets the scale (found by a bf16 plan of a transformer whose kernel had no float feed)."""
+    return max([_magnitude(output), *(_magnitude(values) for values in operands)])
+
+
 def _magnitude(values: np.ndarray) -> float:
     """The largest finite magnitude below SENTINEL (0 for none): a float kernel's rounding scales with its
     operands, and a sum of normalized values (a layer norm's Σ (x - mean)/std, near 0 by construction) is exact
     only to theirs. A mask's -3.4e38 is no operand's scale: counted, it let every other element be off by 3e34."""
+    if values.dtype.name == "bfloat16":  # not a numpy floating type: its values as float64
+        values = values.astype(np.float64)
     if not np.issubdtype(values.dtype, np.floating):
         return 0.0
     magnitudes = np.abs(values.astype(np.float64, copy=False))

@@ -85,3 +85,41 @@ def test_float32_outputs_near_float32s_extremes_are_judged_without_overflow(chan
     with np.errstate(all="raise"):
         problem = output_mismatch(kernel, {"x": x, "y": got})
     assert (problem is None) == passes, problem
+
+
+def _cast_kernel(x_type: TensorType | None, out_dtype: str) -> tuple[CandidateKernel, dict[str, np.ndarray]]:
+    """y = cast(x) · 1 or, without x, y = cast(c) · 1: the kernels whose float operands can be none."""
+    graph = Graph(inputs=["x"] if x_type else [], outputs=["y"], name="cast")
+    source = "x" if x_type else "c"
+    graph.types = {"c": TensorType((3,), "int32"), "one": TensorType((), "float32"),
+                   "f": TensorType(x_type.shape if x_type else (3,), "float32"),
+                   "g": TensorType(x_type.shape if x_type else (3,), "float32"),
+                   "y": TensorType(x_type.shape if x_type else (3,), out_dtype)}  # fmt: skip
+    if x_type:
+        graph.types["x"] = x_type
+    graph.constants = {"c": np.array([1, -7, 300], np.int32), "one": np.array(1.0, np.float32)}
+    graph.nodes = [Node("cast", (source,), ("f",), (("to", "float32"),)), Node("mul", ("f", "one"), ("g",)),
+                   Node("cast", ("g",), ("y",), (("to", out_dtype),))]  # fmt: skip
+    feeds = {}
+    if x_type:
+        size = int(np.prod(x_type.shape))
+        feeds["x"] = (np.arange(size) * 37 % 101 - 50).astype(x_type.dtype).reshape(x_type.shape)
+    return make_kernel(graph, (0, 1, 2), ("y",)), feeds
+
+
+@pytest.mark.parametrize("case", ["integer input", "constants only", "empty float input", "empty integer input"])
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32", "int64"])
+def test_kernels_without_float_operands_are_verified_not_crashed(case: str, out_dtype: str) -> None:
+    """A kernel whose feeds hold no float value — integer inputs, only constants, empty tensors — is checked like
+    any other: right outputs pass, a wrong element is named (max() over no operands raised TypeError here, and a
+    bf16 profile of a transformer died of it)."""
+    x_type = {"integer input": TensorType((5,), "int32"), "constants only": None,
+              "empty float input": TensorType((0, 4), "float32"),
+              "empty integer input": TensorType((0,), "int64")}[case]  # fmt: skip
+    kernel, feeds = _cast_kernel(x_type, out_dtype)
+    right = run_reference(kernel.graph, feeds)["y"]
+    assert output_mismatch(kernel, {**feeds, "y": right.copy()}) is None
+    if right.size:
+        wrong = right.copy()
+        wrong[0] = wrong[0] + (wrong.dtype.type(64) if out_dtype != "bfloat16" else ml_dtypes.bfloat16(64))
+        assert "differs from the reference" in str(output_mismatch(kernel, {**feeds, "y": wrong}))

@@ -694,6 +694,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (SHAPE_FUZZ,)),
     Mutant("check draws feeds larger than memory", "kernorch/tools/check.py",
            '    check_values_fit(fissioned_graph, "the model at these input shapes")', "", (SHAPE_FUZZ,)),
+    Mutant("planning starts on a model whose value alone exceeds memory", "kernorch/pipeline.py",
+           '    check_values_fit(graph, "the model at these input shapes")\n', "", ("tests/test_hostile_inputs.py",)),
     Mutant("a --dim range is listed before its sizes are counted", "kernorch/frontend/signature.py",
            "if (last - start) // step >= MAX_DIM_SIZES:", "if False:", (SHAPE_FUZZ,)),
     Mutant("a cached plan is served without its MAC", "kernorch/shapes/dynamic.py",
@@ -738,6 +740,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "tl.where(ax < 0.04, near,", "tl.where(ax < 1.04, near,", (TRANSCENDENTAL_EDGES,)),
     Mutant("a call leaves torch's thread count behind", "kernorch/runtime/threads.py",
            "                torch.set_num_threads(self._saved)", "                pass", (CONCURRENCY,)),
+    Mutant("the profiler's check takes max() over operands that may be none", "kernorch/cost/verify.py",
+           "return max([_magnitude(output), *(_magnitude(values) for values in operands)])",
+           "return max(_magnitude(output), *(_magnitude(values) for values in operands))",
+           ("kernorch/cost/verify_test.py",)),
 )  # fmt: skip
 
 

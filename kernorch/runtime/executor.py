@@ -33,7 +33,7 @@ from kernorch.ir import foreign
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import run_primitive
-from kernorch.options import RUNTIMES
+from kernorch.options import RUNTIMES, check_max_workspaces
 from kernorch.runtime.memory import (
     aligned_buffer,
     aligned_copy,
@@ -119,13 +119,6 @@ class NativeLibrary:
         state, self.state = getattr(self, "state", None), None
         if state:
             self._destroy(state)
-
-
-def check_max_workspaces(value: object) -> int | None:
-    """None (as many as the callers that ever ran at once, while memory lasts) or a positive integer."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise KernorchError(f"max_workspaces must be a positive integer or None, got {value!r}")
-    return value
 
 
 class Workspace:

@@ -265,6 +265,7 @@ class DynamicModel:
             return None
         loaded.metadata["specialised_seconds"] = None  # read from the cache, not planned here
         return loaded
+
     def _compile_and_cache(self, shapes: ShapeSet, options: Options) -> CompiledModel:
         LOGGER.info("kernorch: specialising for [%s]: planning and compiling (%s cost)", describe_shapes(shapes),
                     options.cost)  # fmt: skip
@@ -419,8 +420,8 @@ def _load_family_plan(folder: Path, shapes: ShapeSet, family: dict[str, Any], th
     expected = PlanOrigin(str(family["model_sha256"]), shapes, options)
     try:
         return load_model(folder, threads, cache_dir, runtime, expected=expected, max_workspaces=max_workspaces)
-    except ArtifactError:
-        if not family["options"].get("background_tuning"):
+    except ArtifactError as refusal:
+        if not family["options"].get("background_tuning") or "planned with other options" not in str(refusal):
             raise
     quick = PlanOrigin(expected.model_sha256, shapes, {**options, "cost": "analytic"})
     return load_model(folder, threads, cache_dir, runtime, expected=quick, max_workspaces=max_workspaces)
