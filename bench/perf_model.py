@@ -27,12 +27,13 @@ from kernorch.codegen.backends import GENERATED_C, choose_backend
 from kernorch.cost.analytic import AnalyticCostModel, calibrate_this_machine
 from kernorch.cost.bandwidth import measure_levels
 from kernorch.cost.gir_model import GirScreen, estimate, kernel_gir, spearman
+from kernorch.cost.interface import CostModelBase
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.options import Options
 from kernorch.pipeline import import_graph, make_cost_model, plan_graph
 
 
-class Recording:
+class Recording(CostModelBase):
     """The profiling cost model, noting (measured, GIR estimate, roofline) for every generated candidate."""
 
     def __init__(self, base: Any, levels: Any, roofline: AnalyticCostModel, threads: int) -> None:
@@ -82,7 +83,7 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for path in args.models:
         recording = Recording(make_cost_model(options), levels, roofline, args.threads)
-        result = plan_graph(import_graph(path, None, False), options, cost_model=recording)  # type: ignore[arg-type]
+        result = plan_graph(import_graph(path, None, False), options, cost_model=recording)
         left_out = [k for k in recording.kernels.values() if screen(k) is not None]
         chosen = sum(screen(k) is not None for k in result.plan.kernels)
         wrong = 0

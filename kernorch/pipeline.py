@@ -15,7 +15,8 @@ from typing import Any
 
 import onnx
 
-from kernorch.cost.model import CostModel, GeneratableCost
+from kernorch.cost.interface import CostModel
+from kernorch.cost.model import GeneratableCost
 from kernorch.errors import FallbackWarning, KernorchError
 from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
@@ -127,9 +128,9 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
         from kernorch.runtime.feeds import graph_feeds
         from kernorch.validate.in_place import refine_in_place
 
-        if not hasattr(cost_model, "signature_of"):  # a caller's own cost model: nothing to correct by signature
+        if not cost_model.has_signatures:  # an analytic or a caller's own model: nothing to correct by signature
             raise KernorchError(f"in_place needs a profiled cost model (kernel signatures); {cost_model.name} has none")
-        result = refine_in_place(result, cost_model, options.limits, options.in_place,  # type: ignore[arg-type]
+        result = refine_in_place(result, cost_model, options.limits, options.in_place,
                                  graph_feeds(result.plan.graph), options.threads, options.cache_dir,
                                  options.runtime)  # fmt: skip
     if options.validate > 1:  # next-best plans of the layout kept only (the other's are never timed)
@@ -145,11 +146,9 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
         from kernorch.validate import validate_plans
 
         result = validate_plans(result, options.threads, options.cache_dir, options.runtime)
-    contended_in = getattr(cost_model, "contended_in", None)
-    if contended_in is not None:
-        result.contended_kernels = contended_in(result.plan.kernels)
-        counters = ("measured", "measured_remotely", "foreign", "from_database")
-        result.tuning = {name: int(getattr(cost_model, name, 0)) for name in counters}
+    if cost_model.measures:
+        result.contended_kernels = cost_model.contended_in(result.plan.kernels)
+        result.tuning = cost_model.tuning_counts()
     return result
 
 

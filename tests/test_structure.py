@@ -255,3 +255,26 @@ if __name__ == "__main__":  # print the graphs: python tests/test_structure.py
     print()
     for part, targets in sorted(parts.items()):
         print(f"codegen/{part:<9} → {', '.join(sorted(targets))}")
+
+
+def _module_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("kernorch.")}
+    return found
+
+
+def test_stages_that_price_kernels_import_the_cost_interface_only() -> None:
+    """orchestrate, layout and precision ask a cost model through cost/interface.py, which imports no codegen;
+    no module of them imports a cost model or cost/model.py (which loads codegen's backends)."""
+    for stage in ("orchestrate", "layout", "precision"):
+        for path in (PACKAGE / stage).rglob("*.py"):
+            if path.name.endswith("_test.py"):
+                continue
+            cost = {m for m in _module_imports(path) if m == "kernorch.cost" or m.startswith("kernorch.cost.")}
+            assert cost <= {"kernorch.cost.interface"}, f"{path.relative_to(PACKAGE)} imports {sorted(cost)}"
+    interface = _module_imports(PACKAGE / "cost" / "interface.py")
+    assert not {m for m in interface if m.split(".")[1] not in ("ir",)}, interface

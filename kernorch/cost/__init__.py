@@ -1,6 +1,22 @@
-"""Cost models: `cost(candidate) -> seconds` (inf when the kernel cannot be generated)."""
+"""Cost models: `cost(candidate) -> seconds` (inf when the kernel cannot be generated).
 
-from kernorch.cost.analytic import DEVICE_PRESETS, AnalyticCostModel, DeviceSpec, calibrate_this_machine
-from kernorch.cost.model import CostModel
+The interface every stage prices against is `cost/interface.py` (it imports no codegen); the cost models
+(analytic.py, profile.py, gpu.py, in_place.py) are imported where they are made (pipeline.make_cost_model), and the
+names below load on first use.
+"""
 
-__all__ = ["DEVICE_PRESETS", "AnalyticCostModel", "CostModel", "DeviceSpec", "calibrate_this_machine"]
+from __future__ import annotations
+
+from typing import Any
+
+from kernorch.cost.interface import CostModel, CostModelBase
+
+__all__ = ["DEVICE_PRESETS", "AnalyticCostModel", "CostModel", "CostModelBase", "DeviceSpec", "calibrate_this_machine"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DEVICE_PRESETS", "AnalyticCostModel", "DeviceSpec", "calibrate_this_machine"):
+        from kernorch.cost import analytic
+
+        return getattr(analytic, name)
+    raise AttributeError(f"module 'kernorch.cost' has no attribute {name!r}")

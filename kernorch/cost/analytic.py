@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kernorch.cost.interface import CostModelBase
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -113,7 +114,7 @@ BF16_RATE = 2.0
 
 
 @dataclass
-class AnalyticCostModel:
+class AnalyticCostModel(CostModelBase):
     device: DeviceSpec
     name: str = "analytic"
 

@@ -24,7 +24,7 @@ from kernorch.codegen.gir import rewritten
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.codegen.target import Target
 from kernorch.cost.analytic import kernel_bytes, primitive_flops
-from kernorch.cost.model import CostModel
+from kernorch.cost.interface import CostModel, CostModelBase
 from kernorch.ir.kernel import CandidateKernel
 
 HOST_LINK = 25e9  # bytes / s between host and device (PCIe 4 x16, one direction)
@@ -49,7 +49,7 @@ def gpu_cost_model(options: Any) -> CostModel:
 
 
 @dataclass
-class GpuCostModel:
+class GpuCostModel(CostModelBase):
     target: Target
     tf32: bool = False
     name: str = "analytic"

@@ -21,6 +21,7 @@ import numpy as np
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.target import Target
+from kernorch.cost.interface import CostModelBase
 from kernorch.cost.profile import isolate
 from kernorch.cost.profile_db import Measurement, ProfileDatabase
 from kernorch.ir.kernel import CandidateKernel
@@ -38,7 +39,7 @@ def device_fingerprint() -> str:
 
 
 @dataclass
-class GpuProfiledCost:
+class GpuProfiledCost(CostModelBase):
     target: Target
     tf32: bool
     cache_dir: Path | None

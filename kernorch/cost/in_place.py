@@ -12,28 +12,20 @@ subgraphs stay one BLP instance.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from kernorch.codegen.gir import remembering
+from kernorch.cost.interface import CostModel, CostModelBase, Screen
 from kernorch.ir.kernel import CandidateKernel
 
 
-class SignedCostModel(Protocol):
-    """A cost model whose kernels have profile signatures (`ProfiledCostModel`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def cost(self, candidate: CandidateKernel) -> float: ...
-
-    def signature_of(self, candidate: CandidateKernel) -> str | None: ...
-
-
 @dataclass
-class InPlaceCost:
-    base: SignedCostModel
+class InPlaceCost(CostModelBase):
+    """A measuring cost model (`has_signatures`) whose costs are the in-place times where a plan measured one;
+    every other hook is its base's."""
+
+    base: CostModel
     samples: dict[str, list[float]] = field(default_factory=dict)  # signature -> seconds measured in place
 
     @property
@@ -47,20 +39,41 @@ class InPlaceCost:
             if signature is not None and self.base.cost(kernel) > 0:
                 self.samples.setdefault(signature, []).append(taken)
 
-    def measured(self, candidate: CandidateKernel) -> float | None:
+    def measured_in_place(self, candidate: CandidateKernel) -> float | None:
         signature = self.base.signature_of(candidate)
         taken = self.samples.get(signature) if signature is not None else None
         return statistics.median(taken) if taken else None
 
     def cost(self, candidate: CandidateKernel) -> float:
-        taken = self.measured(candidate)
+        taken = self.measured_in_place(candidate)
         return taken if taken is not None else self.base.cost(candidate)
 
     def pricing(self) -> AbstractContextManager[None]:
-        inner = getattr(self.base, "pricing", None)
-        return inner() if inner is not None else remembering()
+        return self.base.pricing()
 
-    def __getattr__(self, name: str) -> Any:  # prepare, screen, rejection, contended_in: the profile's own
-        if name.startswith("__") or name in ("base", "samples"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
+    def prepare(self, candidates: list[CandidateKernel]) -> None:
+        self.base.prepare(candidates)
+
+    @property
+    def screen(self) -> Screen | None:  # type: ignore[override]
+        return self.base.screen
+
+    def rejection(self, candidate: CandidateKernel) -> str | None:
+        return self.base.rejection(candidate)
+
+    @property
+    def measures(self) -> bool:  # type: ignore[override]
+        return self.base.measures
+
+    def contended_in(self, kernels: Iterable[CandidateKernel]) -> int:
+        return self.base.contended_in(kernels)
+
+    def tuning_counts(self) -> dict[str, int]:
+        return self.base.tuning_counts()
+
+    @property
+    def has_signatures(self) -> bool:  # type: ignore[override]
+        return self.base.has_signatures
+
+    def signature_of(self, candidate: CandidateKernel) -> str | None:
+        return self.base.signature_of(candidate)

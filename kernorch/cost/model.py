@@ -1,29 +1,23 @@
-"""The cost-model interface the orchestrator optimizes against, and the wrapper that keeps kernels no
-backend can generate out of the BLP."""
+"""The wrapper that keeps kernels no backend can generate out of the BLP (the interface itself: cost/interface.py,
+re-exported here)."""
 
 from __future__ import annotations
 
 import math
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
 
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.gir import remembering
+from kernorch.cost.interface import CostModel, CostModelBase
 from kernorch.ir.kernel import CandidateKernel
 
-
-class CostModel(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def cost(self, candidate: CandidateKernel) -> float:
-        """Seconds to run `candidate` once; `math.inf` if it cannot be generated."""
-        ...
+__all__ = ["CostModel", "CostModelBase", "GeneratableCost", "rejection"]
 
 
 @dataclass
-class GeneratableCost:
+class GeneratableCost(CostModelBase):
     """Wrap a cost model: kernels no backend can run cost infinity and never enter the BLP."""
 
     base: CostModel
@@ -42,10 +36,12 @@ class GeneratableCost:
     def rejection(self, candidate: CandidateKernel) -> str | None:
         return rejection(candidate, self.device)
 
-    def pricing(self) -> AbstractContextManager[None]:
-        """A block pricing one subgraph's candidates: each candidate described (and rendered) once in it."""
-        inner = getattr(self.base, "pricing", None)
-        return inner() if inner is not None else remembering()
+    @contextmanager
+    def pricing(self) -> Iterator[None]:
+        """A block pricing one subgraph's candidates: each candidate described (and rendered) once in it, inside
+        the base's own block."""
+        with remembering(), self.base.pricing():
+            yield
 
 
 def rejection(candidate: CandidateKernel, device: str = "cpu") -> str | None:

@@ -36,6 +36,7 @@ from kernorch.codegen.backends import Backend, choose_backend, refuse_native, re
 from kernorch.codegen.gir import remembering
 from kernorch.codegen.program import CFLAGS, NativePlan, compile_source, render_plan, translation_unit
 from kernorch.cost.contention import LoadWindow, wait_for_quiet
+from kernorch.cost.interface import CostModelBase
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
 from kernorch.cost.remote import decode_kernel, measure_on_ray
@@ -105,8 +106,11 @@ class _Pending:
 
 
 @dataclass
-class ProfiledCostModel:
+class ProfiledCostModel(CostModelBase):
     """`cost(candidate)` = measured median seconds on this machine (inf if no backend can run it)."""
+
+    measures = True
+    has_signatures = True
 
     database: ProfileDatabase
     threads: int = 2

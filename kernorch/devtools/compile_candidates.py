@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kernorch.codegen.backends import Backend, choose_backend
 from kernorch.codegen.program import CompileError, NativePlan, compile_source, render_plan, translation_unit
+from kernorch.cost.interface import CostModelBase
 from kernorch.cost.model import CostModel
 from kernorch.cost.profile import BATCH, COMPILE_JOBS, isolate, native_launcher, signature
 from kernorch.cost.verify import output_mismatch
@@ -52,7 +53,7 @@ class _Item:
 
 
 @dataclass
-class CompilingCost:
+class CompilingCost(CostModelBase):
     """A cost model that prices like `base` and, on the way, compiles every native candidate it is asked to
     prepare (once per signature: repeated blocks compile once)."""
 

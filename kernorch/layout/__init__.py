@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernorch.cost.model import CostModel
+from kernorch.cost.interface import CostModel
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES
@@ -99,9 +99,7 @@ def choose_layouts(graph: Graph, cost_model: CostModel, policy: str = "auto") ->
     if policy != "nchw" and any(n.prim in CONV_PRIMS for n in graph.nodes):
         run_assignment(graph, lambda n, last: (conv_kernel(n, last), 0.0)[1],
                        lambda v, s, t: (transpose_kernel(v, s, t), 0.0)[1], policy)  # fmt: skip
-        prepare = getattr(cost_model, "prepare", None)
-        if prepare is not None:
-            prepare(list(kernels.values()))
+        cost_model.prepare(list(kernels.values()))
     assignment = run_assignment(graph, lambda n, last: cost_model.cost(conv_kernel(n, last)),
                                 lambda v, s, t: cost_model.cost(transpose_kernel(v, s, t)), policy)  # fmt: skip
     convs = [i for i, n in enumerate(graph.nodes) if n.prim in CONV_PRIMS]

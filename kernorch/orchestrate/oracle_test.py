@@ -24,6 +24,7 @@ import random
 import numpy as np
 import pytest
 
+from kernorch.cost.interface import CostModelBase
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
@@ -216,7 +217,7 @@ def kernel_cost(nodes: frozenset[int] | tuple[int, ...], outputs: tuple[str, ...
     return (1.0 + 9.0 * fraction) * (0.45 ** (len(nodes) - 1)) * len(nodes)
 
 
-class HashCost:
+class HashCost(CostModelBase):
     name = "oracle-hash"
 
     def cost(self, candidate: CandidateKernel) -> float:

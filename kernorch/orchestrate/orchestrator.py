@@ -7,11 +7,10 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernorch.cost.model import CostModel
+from kernorch.cost.interface import CostModel
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.plan import Plan, executable_order, validate_plan
@@ -141,8 +140,7 @@ def orchestrate(
     keep_instances = keep_instances or alternatives > 0
     for sub, state_count in (progress(subgraphs) if progress else subgraphs):
         enumerate_started = time.perf_counter()
-        pricing = getattr(cost_model, "pricing", None)  # a block in which each candidate is described once
-        with pricing() if pricing is not None else nullcontext():
+        with cost_model.pricing():  # a block in which each candidate is described once
             candidates, kernels, greedy, greedy_ids, costs = _priced(sub, limits, epilogues, cost_model, rejected)
         enumerate_seconds = time.perf_counter() - enumerate_started
         key = instance_key(kernels, costs, sub.required_outputs, available)
@@ -260,20 +258,16 @@ def _priced(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogu
             index[kernel.key] = len(kernels)
             kernels.append(kernel)
         greedy_ids.append(index[kernel.key])
-    screen = getattr(cost_model, "screen", None)
+    screen = cost_model.screen
     if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
         kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
-    prepare = getattr(cost_model, "prepare", None)
-    if prepare is not None:  # a measuring cost model times the whole batch at once
-        prepare(kernels)
+    cost_model.prepare(kernels)  # a measuring cost model times the whole batch at once
     costs = [cost_model.cost(k) for k in kernels]
-    why_not = getattr(cost_model, "rejection", None)  # a backend's reason for an infinite cost
-    if why_not is not None:
-        for kernel, cost in zip(kernels, costs, strict=True):
-            if cost == math.inf and (reason := why_not(kernel)) is not None:
-                candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
-                if candidates.rejected_counts["backend"] <= 200:
-                    rejected.append(Rejection(kernel.nodes, "backend", reason))
+    for kernel, cost in zip(kernels, costs, strict=True):
+        if cost == math.inf and (reason := cost_model.rejection(kernel)) is not None:  # a backend's reason
+            candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
+            if candidates.rejected_counts["backend"] <= 200:
+                rejected.append(Rejection(kernel.nodes, "backend", reason))
     return candidates, kernels, greedy, greedy_ids, costs
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kernorch.cost.model import CostModel
+from kernorch.cost.interface import CostModel
 from kernorch.ir.graph import Graph, Node, eliminate_dead_nodes
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.patterns import attention_spans
@@ -228,9 +228,7 @@ def choose_precision(graph: Graph, cost_model: CostModel | None,
         count += 1
     sites = [i for i in sites if chosen.nodes[i] is graph.nodes[i]]
     pairs = {i: (_alone(graph, graph.nodes[i]), _alone(graph, with_precision(graph.nodes[i], "bf16"))) for i in sites}
-    prepare = getattr(cost_model, "prepare", None)
-    if prepare is not None:  # a measuring cost model times them in one batch
-        prepare([k for pair in pairs.values() for k in pair])
+    cost_model.prepare([k for pair in pairs.values() for k in pair])  # a measuring model times them in one batch
     cost_fp32 = cost_chosen = 0.0
     for i, (fp32, bf16) in pairs.items():
         fp32_cost, bf16_cost = cost_model.cost(fp32), cost_model.cost(bf16)

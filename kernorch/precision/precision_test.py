@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.backends import AMX_MATMUL, ONEDNN, Backend, choose_backend, withheld
 from kernorch.codegen.library import absorbed_summary
 from kernorch.codegen.native import amx_supported
+from kernorch.cost.interface import CostModelBase
 from kernorch.cost.profile import signature
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, Node
@@ -173,7 +174,7 @@ def test_nan_and_infinities_pass_through_a_bf16_call_where_the_reference_has_the
     np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-5, atol=1e-4)
 
 
-class _Priced:
+class _Priced(CostModelBase):
     """A cost model pricing a kernel by what its linear primitives multiply in."""
 
     name = "priced"

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.cost.in_place import InPlaceCost, SignedCostModel
+from kernorch.cost.in_place import InPlaceCost
+from kernorch.cost.interface import CostModel
 from kernorch.ir.plan import Plan
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate import OrchestrationResult, orchestrate
@@ -68,7 +69,7 @@ class InPlaceReport:
         return f"costs in place: {len(self.rounds)} plan(s) measured in {self.seconds:.1f} s; {rows}"
 
 
-def refine_in_place(result: OrchestrationResult, cost_model: SignedCostModel, limits: OrchestrationLimits,
+def refine_in_place(result: OrchestrationResult, cost_model: CostModel, limits: OrchestrationLimits,
                     rounds: int, feeds: Mapping[str, np.ndarray], threads: int, cache_dir: Any = None,
                     runtime: str = "kernels") -> OrchestrationResult:  # fmt: skip
     """Measure `result.plan` in place, re-plan on the corrected costs up to `rounds` times (see the module
