@@ -175,6 +175,10 @@ def _make_binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], boolean: bo
 for _name, (_bfn, _boolean, _doc) in _BINARY.items():
     _register(_name, Kind.ELEMENTWISE, _make_binary_infer(_boolean), _make_binary(_bfn, _boolean), _doc)
 
+# The primitives whose result is boolean whatever their operands (the comparisons and the connectives; `not` takes
+# and gives bool): one fact for every renderer, which stores such a result as a byte (C) or a bool (Triton)
+BOOLEAN_RESULTS = frozenset([name for name, (_, boolean, _) in _BINARY.items() if boolean] + ["not"])
+
 
 def _where_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     condition, a, b = types

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from kernorch.codegen.loops import C_TYPES, Tree
+from kernorch.ir.primitives import BOOLEAN_RESULTS
 
-BOOLEAN_PRIMS = ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
 FLOAT_SUFFIX = {"float32": "f", "float64": ""}
 
 
@@ -106,7 +106,7 @@ def c_literal(value: Any, dtype: str) -> str:
 
 def c_value_type(prim: str, dtype: str) -> str:
     """The C type an elementwise primitive of `dtype` operands produces (comparisons and logic: uint8_t)."""
-    return "uint8_t" if prim in BOOLEAN_PRIMS else C_TYPES[dtype]
+    return "uint8_t" if prim in BOOLEAN_RESULTS else C_TYPES[dtype]
 
 
 def c_index(tree: Tree, value: Callable[[Tree], str], prefix: str) -> str:

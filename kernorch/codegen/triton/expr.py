@@ -15,11 +15,11 @@ import struct
 import numpy as np
 
 from kernorch.codegen.loops import NotGeneratable
+from kernorch.ir.primitives import BOOLEAN_RESULTS
 
 TL_TYPES = {"float32": "tl.float32", "float64": "tl.float64", "int32": "tl.int32", "int64": "tl.int64",
             "bool": "tl.int1"}  # fmt: skip
 FLOATS = ("float32", "float64")
-BOOLEAN_PRIMS = ("equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor", "not")
 INT_LIMITS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 # Helpers every kernel module starts with: what neither the GPU nor the interpreter has as one exact call.
@@ -130,7 +130,7 @@ def literal(value: object, dtype: str) -> str:
 
 def value_dtype(prim: str, dtype: str) -> str:
     """The dtype an elementwise primitive of `dtype` operands produces."""
-    return "bool" if prim in BOOLEAN_PRIMS else dtype
+    return "bool" if prim in BOOLEAN_RESULTS else dtype
 
 
 def unary(prim: str, dtype: str, a: str) -> str:
