@@ -42,7 +42,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     machine, cached in SQLite) or "analytic" (roofline of `device`: "cpu" = this machine calibrated, or a
     preset); limits=OrchestrationLimits(); rewrite=True; rewrite_budget=60 (seconds of cost-guided rewrite
     search); screen=True (profiling skips fusions the GIR performance model predicts more than 2x slower than
-    their primitives apart); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch).
+    their primitives apart); cache_dir=None ($KERNORCH_CACHE or ~/.cache/kernorch); max_workspaces=None (at
+    most that many calls of one plan run at once; the others wait). The plan records the model, input shapes and
+    these options it was made for (`kernorch.load(dir, model=...)` checks them).
 
     device="v100"/"a100"/"h100" (analytic cost) or "cuda" (the GPU present) plans for a GPU and returns a
     `GpuModel` (runtime/gpu.py): Triton kernels and cuBLAS/cuDNN through torch, replayed as a CUDA graph; tf32=True

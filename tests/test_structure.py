@@ -53,22 +53,27 @@ def stage_of(path: Path) -> str:
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
 
 
+def _module_imports(path: Path) -> set[str]:
+    """The kernorch modules `path` imports (anywhere in it: inside functions and TYPE_CHECKING blocks too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("kernorch.")}
+    return found
+
+
 def import_edges() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for path in PACKAGE.rglob("*.py"):
         if path.name.endswith("_test.py"):
             continue
         source = stage_of(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch."):
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names if alias.name.startswith("kernorch.")]
-            for name in names:
-                target = name.split(".")[1]
-                if target != source:
-                    edges.setdefault(source, set()).add(target)
+        for name in _module_imports(path):
+            target = name.split(".")[1]
+            if target != source:
+                edges.setdefault(source, set()).add(target)
     return edges
 
 
@@ -255,16 +260,6 @@ if __name__ == "__main__":  # print the graphs: python tests/test_structure.py
     print()
     for part, targets in sorted(parts.items()):
         print(f"codegen/{part:<9} → {', '.join(sorted(targets))}")
-
-
-def _module_imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernorch."):
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("kernorch.")}
-    return found
 
 
 def test_stages_that_price_kernels_import_the_cost_interface_only() -> None:
