@@ -94,9 +94,6 @@ def load(directory: str | os.PathLike[str], threads: int | None = None,
     cache = Path(cache_dir) if cache_dir is not None else None
     expected = PlanOrigin(model_digest(model)) if model is not None else None
     if is_family(directory):
-        loaded = load_dynamic(directory, threads, cache, runtime, max_workspaces)
-        if expected is not None and loaded.model_sha256 != expected.model_sha256:
-            raise ArtifactError(f"{directory} holds the plans of another model (sha256 {loaded.model_sha256[:12]}…, "
-                                f"not {expected.model_sha256[:12]}…); refusing it")  # fmt: skip
-        return loaded
+        return load_dynamic(directory, threads, cache, runtime, max_workspaces,
+                            expected.model_sha256 if expected is not None else None)  # fmt: skip
     return load_model(directory, threads, cache, runtime, expected=expected, max_workspaces=max_workspaces)

@@ -42,9 +42,9 @@ def _private_file(path: Path) -> bool:
 
 @cache
 def signing_key() -> bytes:
-    """This user's secret for library MACs: read from key_path(), created there (atomically, 0600) on first use.
-    Where it cannot be kept (no writable home, a key file others can read or write), a key for this process
-    alone: libraries built by other processes are then rebuilt instead of loaded."""
+    """This user's secret for cache MACs (compiled libraries, cached plans): read from key_path(), created there
+    (atomically, 0600) on first use. Where it cannot be kept (no writable home, a key file others can read or
+    write), a key for this process alone: entries written by other processes are then rebuilt instead of read."""
     path = key_path()
     if not path.exists():
         try:

@@ -432,9 +432,11 @@ def is_family(directory: str | os.PathLike[str]) -> bool:
 
 
 def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-                 runtime: str = "kernels", max_workspaces: int | None = None) -> DynamicModel:  # fmt: skip
+                 runtime: str = "kernels", max_workspaces: int | None = None,
+                 model_sha256: str | None = None) -> DynamicModel:  # fmt: skip
     """A saved `DynamicModel`: the manifest's own hash, the model's hash and each specialisation (verified as a
-    saved plan, and its input shapes equal to the shape set it is filed under) checked before any is used."""
+    saved plan, and its input shapes equal to the shape set it is filed under) checked before any is used.
+    `model_sha256`: the model the family must hold, checked before any plan is read (or compiled)."""
     source = Path(directory)
     manifest = source / FAMILY_FILE
     family = read_json_manifest(manifest, FAMILY_FORMAT, FAMILY_VERSION, "kernorch dynamic-shape plan")
@@ -444,6 +446,9 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
         raise ArtifactError(f"{source / MODEL_FILE} cannot be read: {error.strerror or error}") from None
     if hashlib.sha256(model).hexdigest() != family.get("model_sha256"):
         raise ArtifactError(f"{source / MODEL_FILE} does not match its checksum (corrupted or modified)")
+    if model_sha256 is not None and model_sha256 != family["model_sha256"]:
+        raise ArtifactError(f"{source} holds the plans of another model (sha256 {family['model_sha256'][:12]}…, "
+                            f"not {model_sha256[:12]}…); refusing it")  # fmt: skip
     try:
         options = options_from_json(family["options"], cache_dir)
         if threads is not None:
