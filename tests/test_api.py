@@ -14,6 +14,7 @@ import kernorch
 from kernorch.api import ArtifactError
 from kernorch.cli import main
 from kernorch.codegen.backends import GENERATED_C, ONEDNN
+from kernorch.devtools.mutate import here
 from kernorch.errors import InputMismatch
 from kernorch.runtime.artifact import MANIFEST_HASH_KEY, manifest_digest
 from kernorch.tools.check import run_onnxruntime
@@ -250,3 +251,27 @@ def test_a_loaded_plan_runs_without_torch(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     expected = run_onnxruntime(proto, {"x": x})["y"]
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-4)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("transposed matmul operand read untransposed",
+         "tuple(shape[p] for p in perm), tuple(strides[p] for p in perm)",
+         "tuple(shape[p] for p in perm), tuple(strides)",
+         file="kernorch/ir/strided.py",
+         tests=("tests/test_api.py", "kernorch/runtime/executor_test.py")),
+    # saved plans
+    here("shipped C not compared with the plan",
+         "if regenerated.encode() != shipped_source:",
+         "if False:",
+         file="kernorch/runtime/artifact.py"),
+    here("manifest hash not checked",
+         "if plan.get(MANIFEST_HASH_KEY) != manifest_digest(plan):",
+         "if False:",
+         file="kernorch/runtime/artifact.py"),
+    here("compile cache ignores the CPU",
+         'version, isa_digest()])',
+         'version])',
+         file="kernorch/codegen/program/compiler.py"),
+]  # fmt: skip

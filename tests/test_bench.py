@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernorch.cli import main
+from kernorch.devtools.mutate import here
 from kernorch.precision import bf16_supported
 from kernorch.tools.bench import format_report, openvino_available, unfused_plan
 from kernorch.tools.demo_models import conv_norm_act_block
@@ -111,3 +112,13 @@ def test_each_slice_is_timed_after_its_warm_up_runs() -> None:
     assert len(samples) == 3 and all(0.001 <= s < 0.05 for s in samples)
     warm = calls[:-3]
     assert warm and calls[-3] - calls[0] >= WARM_UP_SECONDS
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the bench times a slice right after the cool-down pause, without its warm-up runs",
+         "        while time.perf_counter() < warm_until:\n            run()\n",
+         "",
+         file="kernorch/tools/bench.py"),
+]  # fmt: skip

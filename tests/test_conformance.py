@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernorch.cli import main
+from kernorch.devtools.mutate import here
 from kernorch.fission import FISSION_RULES
 from kernorch.tools.conformance import default_cache_dir, run_conformance, summarize
 
@@ -62,3 +63,14 @@ def test_compiled_path_passes_what_the_reference_passes(pattern: str, results: l
     assert not failed, "\n".join(failed)
     reference_passed = {r.name for r in results if r.status == "passed" and pattern in r.name}
     assert reference_passed and {r.name for r in compiled if r.status == "passed"} == reference_passed
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("deconv weights not transposed",
+         "w_strides = (strides[2], strides[1], *strides[3:])",
+         "w_strides = (strides[1], strides[2], *strides[3:])",
+         file="kernorch/codegen/library/call.py",
+         tests=("tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes",)),
+]  # fmt: skip

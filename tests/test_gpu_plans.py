@@ -15,6 +15,7 @@ import pytest
 import kernorch
 from kernorch.cli import main
 from kernorch.codegen.triton import nvidia_device_present
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.runtime.artifact import ArtifactError
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
@@ -175,3 +176,13 @@ def test_kernels_captured_on_one_stream_depth_never_read_each_other(seed: int) -
                 assert levels[latest[value]] < levels[k]
         latest.update((value, k) for value in kernel.outputs)
     assert max(levels) < len(plan)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("gpu plans: a saved plan's Triton is not compared with the plan's",
+         "    if regenerated.encode() != shipped_source:",
+         "    if False:",
+         file="kernorch/runtime/artifact.py"),
+]  # fmt: skip

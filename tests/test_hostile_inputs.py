@@ -26,6 +26,7 @@ from kernorch.cli import main
 from kernorch.codegen.program.compiler import UntrustedCache, compile_source, library_path
 from kernorch.cost.profile_db import Measurement, ProfileDatabase
 from kernorch.cost.remote import validated
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.tools.demo_models import conv_norm_act_block
 
@@ -291,3 +292,13 @@ def test_a_malformed_list_of_refused_kernels_is_refused(model: kernorch.Compiled
     resign(directory, lambda plan: plan.update(refused_native=refused))
     with pytest.raises(ArtifactError, match="malformed"):
         kernorch.load(directory)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("planning starts on a model whose value alone exceeds memory",
+         '    check_values_fit(graph, "the model at these input shapes")\n',
+         "",
+         file="kernorch/pipeline.py"),
+]  # fmt: skip

@@ -21,6 +21,7 @@ from onnx import helper
 
 import kernorch
 from kernorch.codegen.backends import GENERATED_C
+from kernorch.devtools.mutate import here
 from kernorch.errors import FallbackWarning
 from kernorch.fission import fallback_nodes
 from kernorch.pipeline import import_graph
@@ -298,3 +299,29 @@ def test_integer_division_edges_never_signal(dtype: str) -> None:
     if dtype != "int8":  # int8 has no C type: its kernels are the reference's
         assert "<backend c>" in lines[0]
     assert "integer division or modulo by zero" in lines[1] or "integer division by zero" in lines[1], lines
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a cast to bool keeps the low byte",
+         'return f"((uint8_t)(({value}) != 0))"',
+         'return f"((uint8_t)({value}))"',
+         file="kernorch/codegen/c/expr.py",
+         tests=("tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime",)),
+    here("Sign of NaN is 0 in C",
+         '"sign": f"(({a}) != ({a}) ? ({a}) :',
+         '"sign": f"(0 ? ({a}) :',
+         file="kernorch/codegen/c/expr.py",
+         tests=("tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime",)),
+    here("a float cast to a narrow integer keeps out-of-range values",
+         "valid = (whole >= low) & (whole < high)",
+         "valid = whole == whole",
+         file="kernorch/ir/numeric.py",
+         tests=("tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime",)),
+    here("INT_MIN / -1 divides (a trap)",
+         "return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;",
+         "return a / b;",
+         file="kernorch/codegen/c/prelude.py",
+         tests=("tests/test_onnx_semantics.py::test_integer_division_edges_never_signal",)),
+]  # fmt: skip

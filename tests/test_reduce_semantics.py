@@ -28,6 +28,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kernorch
+from kernorch.devtools.mutate import here
 from kernorch.errors import FallbackWarning
 from kernorch.fission import fallback_nodes
 from kernorch.pipeline import import_graph
@@ -274,3 +275,21 @@ def test_max_pooling_propagates_nan(op: str) -> None:
         assert np.isnan(theirs).all()
     np.testing.assert_array_equal(reference, expected)
     np.testing.assert_array_equal(compiled, expected)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("noop_with_empty_axes skips the elementwise part too (ReduceSumSquare returns x)",
+         "if skip_reduction and ctx.op == \"ReduceLogSumExp\":",
+         "if skip_reduction:",
+         file="kernorch/fission/rules/reduce.py"),
+    here("ReduceLogSumExp shifts by an infinite peak (inf - inf is NaN)",
+         'peak = ctx.emit("where", infinite, ctx.scalar(0, dtype), peak)',
+         "pass",
+         file="kernorch/fission/rules/reduce.py"),
+    here("MaxPool skips NaN as onnxruntime's does",
+         "result = windows.max(axis=axes) if reducer",
+         "result = np.nanmax(windows, axis=axes) if reducer",
+         file="kernorch/ir/reference_kernels.py"),
+]  # fmt: skip

@@ -14,6 +14,7 @@ from kernorch.codegen.backends import GENERATED_C, choose_backend
 from kernorch.codegen.c import render
 from kernorch.codegen.gir import GirPhase, rewritten
 from kernorch.codegen.target import CPU
+from kernorch.devtools.mutate import here
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.pipeline import import_graph
 
@@ -45,3 +46,18 @@ def test_every_generated_kernels_rtask_units_are_its_girs() -> None:
             layouts.update(_layout(phase) for phase in gir.phases)
     assert {"rows+row blocks/outer", "rows+row blocks/serial", "blocks tiles/outer", "strips tiles/outer",
             "unrolled/outer", "/outer", "/innermost", "/serial"} <= set(layouts), layouts  # fmt: skip
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # the rTask units recorded in the GIR
+    here("a transpose's strips are counted as tiles",
+         "return around * -(-size_b // STRIP_ROWS)",
+         "return around * -(-size_b // tile)",
+         file="kernorch/codegen/gir/graph.py"),
+    here("an unrolled short loop counts as the vector loop",
+         "inner = -2 if self.unrolled or self.row_permuted else -1",
+         "inner = -1",
+         file="kernorch/codegen/gir/graph.py"),
+]  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.devtools.sanitize import ROOT, runtimes
 
 
@@ -23,3 +24,13 @@ def test_generated_c_has_no_undefined_behaviour_on_edge_values(tmp_path: Path) -
                           cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "sanitizer reports: 0; steps failed: 0" in done.stdout
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("integer add overflows as C's signed add",
+         'if dtype not in _UNSIGNED:\n        return f"({a} {operator} {b})"',
+         'if True:\n        return f"({a} {operator} {b})"',
+         file="kernorch/codegen/c/expr.py"),
+]  # fmt: skip

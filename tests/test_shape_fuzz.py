@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
 from kernorch.cli import main
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 
 NUMBERS = ["0", "1", "2", "3", "7", "-1", "-0", "+2", "01", "2147483648", "4294967296", "1099511627776",
@@ -129,3 +130,21 @@ def test_api_shapes_raise_kernorch_errors_only(tmp_path: Path) -> None:
             outcomes["KernorchError"] += 1
     print(f"\nAPI shapes: {dict(outcomes)}")
     assert outcomes["compiled"] >= 5 and outcomes["KernorchError"] >= 50
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("an input too large to index raises ValueError (a traceback)",
+         "        except ValueError as error:  # beyond 2^40",
+         "        except ZeroDivisionError as error:  # beyond 2^40",
+         file="kernorch/frontend/onnx_import.py"),
+    here("check draws feeds larger than memory",
+         '    check_values_fit(fissioned_graph, "the model at these input shapes")',
+         "",
+         file="kernorch/tools/check.py"),
+    here("a --dim range is listed before its sizes are counted",
+         "if (last - start) // step >= MAX_DIM_SIZES:",
+         "if False:",
+         file="kernorch/frontend/signature.py"),
+]  # fmt: skip

@@ -9,9 +9,11 @@ codegen/ between its subpackages, and no module imports another module's private
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import kernorch
+from kernorch.devtools.mutate import here
 
 PACKAGE = Path(kernorch.__file__).parent
 # Leaf modules anything may use: they import no stage.
@@ -190,14 +192,22 @@ CODEGEN_ALLOWED = {
     "native": {"loops", "library", "c", "backend"},  # hand-written kernels (oneDNN-shaped calls, templates)
     "views": set(),
     "target": set(),
-    "backend": {"target"},  # the Backend interface
+    # the Backend interface and the kinds of backend a kernel family instantiates (BACKEND_KINDS): what native/
+    # imports of backends/, never the registry, which imports every native family
+    "backend": {"loops", "gir", "c", "library"},
     "triton": {"loops", "gir", "target"},  # Triton from the loop description; gir: which phases read transposed
     "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target", "triton"},  # the registry
     "program": {"backends", "backend", "c", "library", "target", "triton"},  # the whole-plan program, compiler
 }
 
 
+REGISTRY = f"{CODEGEN}.backends.registry"
+BACKEND_KINDS = {f"{CODEGEN}.backends.{name}" for name in ("base", "library_calls", "templates")}
+
+
 def codegen_part(module: str) -> str | None:
+    if module in BACKEND_KINDS:
+        return "backend"
     parts = module.split(".")
     return parts[2] if module.startswith(CODEGEN + ".") and len(parts) > 2 else None
 
@@ -216,17 +226,46 @@ def test_codegen_subpackages_import_only_their_layer() -> None:
 
 
 def test_outsiders_import_a_codegen_subpackage_only_through_its_init() -> None:
-    """A subpackage's `__init__` exports the few names others use; its modules are its own business."""
+    """A subpackage's `__init__` exports the few names others use; its modules are its own business. The one
+    exception is the registry, which lists every native kernel family by its module (each declares its BACKEND)."""
     reached = []
     for module, edges in module_imports().items():
         for target, _ in edges:
             part = codegen_part(target)
             if part is None or len(target.split(".")) < 4 or codegen_part(module) == part:
                 continue
+            if module == REGISTRY and part == "native":
+                continue
             if (MODULES.get(f"{CODEGEN}.{part}", Path()).name == "__init__.py"
                     and MODULES[f"{CODEGEN}.{part}"].parent.name == part):  # a subpackage, not a module
                 reached.append(f"{module} → {target}")
     assert not reached, reached
+
+
+def test_every_native_kernel_family_is_registered() -> None:
+    """A module of codegen/native/ that declares a BACKEND is a kernel family: the registry asks it (one line in
+    its order), and nothing else lists it."""
+    from kernorch.codegen.backends import registered
+
+    native = Path(__file__).resolve().parents[1] / "kernorch" / "codegen" / "native"
+    declared = sorted(p.stem for p in native.glob("*.py") if "\nBACKEND = " in p.read_text())
+    assert len(declared) >= 10, declared
+    asked = [name for name in declared if importlib.import_module(f"{CODEGEN}.native.{name}").BACKEND in registered()]
+    assert asked == declared
+
+
+def test_every_native_kernel_family_has_its_test_its_sanitizer_marker_and_its_mutants() -> None:
+    """One room: a family's test sits beside it, is marked for `make sanitize`, and declares mutants of the family's
+    own code that `make mutate` collects."""
+    from kernorch.devtools.mutate import collected
+
+    native = Path(__file__).resolve().parents[1] / "kernorch" / "codegen" / "native"
+    mutated = {mutant.file for mutant in collected()}
+    for family in (p for p in native.glob("*.py") if "\nBACKEND = " in p.read_text()):
+        test = family.with_name(f"{family.stem}_test.py")
+        assert test.exists(), f"{family.name} has no test beside it"
+        assert "pytest.mark.sanitize" in test.read_text(), f"{test.name} is not marked for the sanitizers"
+        assert f"kernorch/codegen/native/{family.name}" in mutated, f"no mutant of {family.name}"
 
 
 def test_no_backend_name_is_compared_as_a_string_outside_the_registry() -> None:
@@ -273,3 +312,14 @@ def test_stages_that_price_kernels_import_the_cost_interface_only() -> None:
             assert cost <= {"kernorch.cost.interface"}, f"{path.relative_to(PACKAGE)} imports {sorted(cost)}"
     interface = _module_imports(PACKAGE / "cost" / "interface.py")
     assert not {m for m in interface if m.split(".")[1] not in ("ir",)}, interface
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # the backend registry
+    here("a caller matches a backend's name instead of reading its attributes",
+         "if backend is not None and not backend.runs_code:",
+         'if backend is not None and backend.name == "view":',
+         file="kernorch/cost/model.py"),
+]  # fmt: skip

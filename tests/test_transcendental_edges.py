@@ -30,6 +30,7 @@ from onnx import TensorProto, helper
 
 import kernorch
 from kernorch.codegen.backends import GENERATED_C
+from kernorch.devtools.mutate import here
 from kernorch.errors import FallbackWarning
 
 F32 = np.float32
@@ -143,3 +144,48 @@ def test_transcendental_functions_at_their_thresholds_match_onnxruntime(device: 
         assert set(THRESHOLDS) <= in_c, set(THRESHOLDS) - in_c
     problems = [p for op in THRESHOLDS for p in mismatches(op, feeds[f"x_{op}"], np.asarray(outputs[op]), expected[op])]
     assert not problems, "\n".join(problems[:20])
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # each threshold of the fast float32 functions shifted by one unit (1.0) each way; the shifts that change no
+    # output (the polynomial overflows, flushes or rounds to the same end there) are left out: equivalent mutants,
+    # listed in tests/test_transcendental_edges.py
+    here("threshold: exp overflows to inf one unit early",
+         "y = x > 88.72284f ? INFINITY : y;",
+         "y = x > 87.72284f ? INFINITY : y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: exp flushes to 0 one unit early",
+         "return x < -87.33f ? 0.0f : y;",
+         "return x < -86.33f ? 0.0f : y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: exp flushes to 0 one unit late",
+         "return x < -87.33f ? 0.0f : y;",
+         "return x < -88.33f ? 0.0f : y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: sigmoid's 0 end selected one unit early",
+         "y = x < -88.0f ? 0.0f : y;",
+         "y = x < -87.0f ? 0.0f : y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: sigmoid's 1 end selected one unit late",
+         "return x > 88.0f ? 1.0f : y;",
+         "return x > 89.0f ? 1.0f : y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: tanh's series reaches one unit further",
+         "return a < 0.625f ? small : big;",
+         "return a < 1.625f ? small : big;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: erf's argument clamped one unit early",
+         "clamped.i = magnitude < 0x4079999Au ? magnitude : 0x4079999Au;",
+         "clamped.i = magnitude < 0x4039999Au ? magnitude : 0x4039999Au;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: erf's argument clamped one unit late",
+         "clamped.i = magnitude < 0x4079999Au ? magnitude : 0x4079999Au;",
+         "clamped.i = magnitude < 0x409CCCCDu ? magnitude : 0x409CCCCDu;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("threshold: Triton's tanh series reaches one unit further",
+         "tl.where(ax < 0.04, near,",
+         "tl.where(ax < 1.04, near,",
+         file="kernorch/codegen/triton/expr.py"),
+]  # fmt: skip

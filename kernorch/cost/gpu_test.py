@@ -11,6 +11,7 @@ from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.target import GPU_TARGETS
 from kernorch.cost.analytic import kernel_bytes
 from kernorch.cost.gpu import GpuCostModel
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
@@ -94,3 +95,12 @@ def test_a_depthwise_window_pays_its_taps_at_l2_not_at_global_memory() -> None:
     memory = GpuCostModel(A100).cost(kernel) - A100.launch_overhead
     assert memory > 1.5 * kernel_bytes(kernel) / A100.global_bandwidth  # the taps' lines count...
     assert memory < lines / A100.global_bandwidth  # ...at L2's bandwidth (the input fits in it), not HBM's
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("gpu cost: occupancy ignored",
+         "occupancy = min(1.0, launch.programs / max(self.target.units, 1))",
+         "occupancy = 1.0"),
+]  # fmt: skip

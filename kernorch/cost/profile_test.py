@@ -14,6 +14,7 @@ import pytest
 from kernorch.codegen.backends import GENERATED_C, ONEDNN, VIEW, choose_backend
 from kernorch.cost.profile import ProfileDatabase, ProfileDatabaseError, ProfiledCostModel, isolate, signature
 from kernorch.cost.profile_db import Measurement
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -457,3 +458,22 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) >= convs.count(REFERENCE)
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a lone primitive a library refuses is dropped, not run by its reference",
+         "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
+         "    if True:\n        return False\n    _REFUSED",
+         file="kernorch/codegen/backends/registry.py",
+         tests=("kernorch/cost/profile_test.py::test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference",)),
+    here("orchestration prices candidates outside the description memo",
+         "with cost_model.pricing():",
+         'with __import__("contextlib").nullcontext():',
+         file="kernorch/orchestrate/orchestrator.py"),
+    # profiling
+    here("every input of an isolated kernel reads the same pool values",
+         "offset = position * _POOL_STRIDE",
+         "offset = 0"),
+]  # fmt: skip

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernorch.cost.verify import output_mismatch
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
@@ -123,3 +124,18 @@ def test_kernels_without_float_operands_are_verified_not_crashed(case: str, out_
         wrong = right.copy()
         wrong[0] = wrong[0] + (wrong.dtype.type(64) if out_dtype != "bfloat16" else ml_dtypes.bfloat16(64))
         assert "differs from the reference" in str(output_mismatch(kernel, {**feeds, "y": wrong}))
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the profiler's check lets a bfloat16 output sit four steps from the reference",
+         "BF16_BITS = 8",
+         "BF16_BITS = 6"),
+    here("the profiler's check scales every element's error by a mask's -3.4e38",
+         "magnitudes[magnitudes < SENTINEL]",
+         "magnitudes[np.isfinite(magnitudes)]"),
+    here("the profiler's check takes max() over operands that may be none",
+         "return max([_magnitude(output), *(_magnitude(values) for values in operands)])",
+         "return max(_magnitude(output), *(_magnitude(values) for values in operands))"),
+]  # fmt: skip

@@ -1,6 +1,7 @@
 """`make sanitize`: the generated C and the native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer
 (float-to-integer overflow included), then run on the random-plan tests, the ONNX semantics property test, the
-native kernels' own tests, the concurrency tests, the compiled ONNX node tests and every shared model.
+native kernels' own tests (those marked `sanitize`), the concurrency tests, the compiled ONNX node tests and
+every shared model.
 
 Each step runs in a child process with the sanitizers' runtimes preloaded and KERNORCH_SANITIZE=1 (the compile
 cache keys sanitized libraries apart, in a cache directory of their own). A report stops its process
@@ -31,16 +32,8 @@ PYTEST_STEPS = {
     "rProgram runtime": ["kernorch/runtime/rprogram_test.py"],
     "one model, many callers": ["kernorch/runtime/concurrency_test.py"],
     "ONNX semantics, every dtype": ["tests/test_onnx_semantics.py"],
-    "native kernels": ["kernorch/codegen/native/direct_conv_test.py", "kernorch/codegen/native/depthwise_conv_test.py",
-                       "kernorch/codegen/native/winograd_conv_test.py", "kernorch/codegen/native/lstm_stack_test.py",
-                       "kernorch/codegen/loops/resize_taps_test.py", "kernorch/codegen/loops/splitting_test.py",
-                       "kernorch/codegen/gir/reductions_test.py", "kernorch/codegen/loops/reshape_test.py",
-                       "kernorch/codegen/native/attention_test.py",
-                       "kernorch/codegen/native/attention_amx_test.py",
-                       "kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py",
-                       "kernorch/codegen/native/pointwise_conv_test.py",
-                       "kernorch/codegen/native/streaming_product_test.py",
-                       "kernorch/codegen/native/few_channel_conv_test.py"],
+    # every test module marked `pytestmark = pytest.mark.sanitize`: each native kernel family's, the loop kernels'
+    "native kernels (the sanitize marker)": ["-m", "sanitize and not slow", "kernorch"],
     "bf16 library calls, bfloat16 values between kernels, activations on NaN": [
         "kernorch/precision/precision_test.py", "kernorch/precision/storage_test.py",
         "kernorch/codegen/library/epilogue_test.py"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from onnx import TensorProto, helper
 
+from kernorch.devtools.mutate import here
 from kernorch.errors import InputMismatch, ShapeError
 from kernorch.frontend import bind, input_signature, parse_dim_buckets, parse_shape_sets, shapes_for
 
@@ -42,3 +43,13 @@ def test_shape_sets_and_buckets_from_the_command_line() -> None:
     for bad in ("batch", "batch=pow3:1..4", "batch=0,1", "batch=x0:1..4", "batch=1,,2"):
         with pytest.raises(ShapeError, match="bad --dim"):
             parse_dim_buckets([bad])
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # dynamic shapes: binding, saved specialisations, the padding proof and its use
+    here("shapes: one symbol may take two sizes",
+         "elif values.setdefault(dim, size) != size:",
+         "elif False:"),
+]  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.types import TensorType
 from kernorch.layout import choose_layouts
@@ -316,3 +317,50 @@ def test_a_product_with_constant_weights_is_never_stored_swapped() -> None:
     feeds = graph_feeds(graph)
     np.testing.assert_allclose(run_reference(rewritten, feeds)[y], run_reference(graph, feeds)[y], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # layout
+    here("reshape mixes separated axes",
+         "if places != list(range(places[0], places[0] + len(places))):",
+         "if False:",
+         file="kernorch/layout/layouts.py"),
+    here("pooling in a layout that reorders its axes",
+         "if positions != sorted(positions):",
+         "if False:",
+         file="kernorch/layout/modes.py"),
+    here("layout change transposes the wrong way",
+         '{"perm": between(source, memory)}',
+         '{"perm": between(memory, source)}',
+         file="kernorch/layout/materialize.py"),
+    here("layout change ignores where a frame put size-1 axes",
+         "canonical_view = self.reshaped(self.stored[value, source], permute(shape, source), origin)",
+         "canonical_view = self.stored[value, source]",
+         file="kernorch/layout/materialize.py"),
+    here("reduction axes not relabelled",
+         '"axes": tuple(sorted(position[a] for a in attrs["axes"]))',
+         '"axes": tuple(sorted(attrs["axes"]))',
+         file="kernorch/layout/modes.py"),
+    here("a swapped matmul product keeps its operands' order",
+         "inputs = [operand(b, lb, True), operand(a, la, True)]",
+         "inputs = [operand(a, la, True), operand(b, lb, True)]",
+         file="kernorch/layout/materialize.py"),
+    here("a matmul operand read as stored whichever way the product needs it",
+         "if (layout != identity(rank)) == transposed:",
+         "if True:",
+         file="kernorch/layout/materialize.py"),
+    here("a 1x1 conv as a matmul reads its input as stored whatever the output's layout",
+         "if x_last != out_last:",
+         "if False:",
+         file="kernorch/layout/materialize.py"),
+    here("a 1x1 conv as a matmul writing channels-last keeps its weight untransposed",
+         "np.ascontiguousarray(matrix.T if out_last else matrix)",
+         "np.ascontiguousarray(matrix)",
+         file="kernorch/layout/materialize.py"),
+    here("the layout stores a product with constant weights swapped (Bᵀ @ Aᵀ, weights unpacked)",
+         "        options[2] = options[2][:1]\n",
+         "",
+         file="kernorch/layout/modes.py"),
+]  # fmt: skip

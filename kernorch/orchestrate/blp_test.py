@@ -15,6 +15,7 @@ import highspy
 import numpy as np
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.plan import PlanError, executable_order, validate_plan
@@ -376,3 +377,33 @@ def test_every_primitive_a_required_value_needs_is_covered(monkeypatch: pytest.M
     assert optimum.optimal
     assert _relaxation(kernels, costs, required, {"x"}, monkeypatch) == pytest.approx(optimum.cost * 1e6, rel=1e-6)
     assert optimum.cost == pytest.approx(oracle(kernels, costs, required, {"x"}), rel=1e-9)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # orchestration
+    here("BLP dependency rows deleted",
+         "            add_row(0.0, infinity, entries)",
+         "            pass"),
+    here("BLP output rows deleted",
+         "add_row(1.0, infinity, {column[j]: 1.0 for j in producers[value]})",
+         "pass"),
+    here("every set is convex",
+         "return (ancestors & descendants & ~mask) == 0",
+         "return True",
+         file="kernorch/orchestrate/subgraph.py"),
+    # whole plans measured: next-best plans, validation, costs in place, 2-D matmul calls
+    here("a next-best selection may be an excluded plan again",
+         "add_row(-infinity, len(costly) - 1.0, {column[k]: 1.0 for k in costly})",
+         "add_row(-infinity, float(len(costly)), {column[k]: 1.0 for k in costly})"),
+    here("the BLP leaves out the primitive covers (a weak relaxation: same optima, slow proofs)",
+         "        add_row(1.0, infinity, entries)\n    # A chosen kernel's",
+         "        pass\n    # A chosen kernel's"),
+    here("a primitive cover asks for two kernels computing it (cuts off optimal plans)",
+         "        add_row(1.0, infinity, entries)\n    # A chosen kernel's",
+         "        add_row(2.0, infinity, entries)\n    # A chosen kernel's"),
+    here("the covers' walk goes past values available before the subgraph",
+         "if value in available or value not in producer or",
+         "if value not in producer or"),
+]  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.ir.types import TensorType
@@ -31,3 +32,15 @@ def test_a_library_call_writes_only_its_final_value() -> None:
     assert with_linear, "the matmul must be coverable"
     assert all(len(k.outputs) == 1 for k in with_linear), [(k.nodes, k.outputs) for k in with_linear]
     assert any("exists only inside the library call" in r.reason for r in found.rejected)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("library calls may write intermediate values",
+         "if linear and (len(mandatory) > 1 or optional):",
+         "if False:",
+         tests=("kernorch/orchestrate/candidates_test.py",
+                "kernorch/runtime/executor_test.py",
+                "kernorch/orchestrate/blp_test.py")),
+]  # fmt: skip

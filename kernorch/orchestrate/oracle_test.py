@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from kernorch.cost.interface import CostModelBase
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.types import TensorType
@@ -279,3 +280,18 @@ def test_kernels_writing_some_of_their_optional_outputs_are_candidates(seed: int
     expected = dijkstra(kernels, graph, set(graph.outputs), start)
     assert dijkstra(_without_strict_subsets(kernels), graph, set(graph.outputs), start) > expected + 1e-6
     assert result.plan.cost == pytest.approx(expected, rel=1e-9)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("optional-output subsets collapse to none/all",
+         "extra = [c for r in range(len(optional) + 1) for c in combinations(optional, r)]",
+         "extra = [(), tuple(optional)]",
+         file="kernorch/orchestrate/candidates.py",
+         tests=("kernorch/orchestrate/oracle_test.py", "kernorch/orchestrate/blp_test.py")),
+    here("no kernel recomputes an elementwise input",
+         "        found.append((extended, p))",
+         "        continue",
+         file="kernorch/orchestrate/candidates.py"),
+]  # fmt: skip

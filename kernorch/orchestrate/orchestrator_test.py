@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernorch.codegen.backends import FUSED_ATTENTION, ONEDNN, choose_backend
+from kernorch.codegen.backends import ONEDNN, choose_backend
+from kernorch.codegen.native.attention import BACKEND as FUSED_ATTENTION
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.interface import CostModelBase
 from kernorch.cost.model import GeneratableCost

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernorch.devtools.mutate import here
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph, Node
@@ -104,3 +105,15 @@ def test_an_attention_that_divides_after_its_product_is_not_cut_before_the_divis
     assert all(costs[p] == widths[p] + ATTENTION_CUT for p in range(first + 1, division + 1))
     for size in range(division - first + 1, len(graph.nodes)):
         assert not [s for s, _ in partition(graph, size)[1:] if first < s <= division], size
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the partition cuts attentions as freely as anything",
+         "ATTENTION_CUT = 8.0",
+         "ATTENTION_CUT = 0.0"),
+    here("the partition may cut an attention between its product and the division by the row sum",
+         "return divisions[0] if len(divisions) == 1 else second",
+         "return second"),
+]  # fmt: skip

@@ -14,11 +14,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.backends import AMX_MATMUL, ONEDNN, Backend, choose_backend, withheld
+from kernorch.codegen.backends import ONEDNN, Backend, choose_backend, withheld
 from kernorch.codegen.library import absorbed_summary
-from kernorch.codegen.native import amx_supported
+from kernorch.codegen.native.amx_matmul import BACKEND as AMX_MATMUL
+from kernorch.codegen.native.amx_product import amx_supported
 from kernorch.cost.interface import CostModelBase
 from kernorch.cost.profile import signature
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -309,3 +311,34 @@ def test_the_cli_plans_explains_and_checks_in_bf16(tmp_path: Path, capsys: pytes
     with pytest.raises(SystemExit) as exit_:  # argparse's one line
         main(["optimize", str(path), "--precision", "fp16"])
     assert exit_.value.code == 2 and "invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # bf16 mode: the reference's rounding, the library call's conversion, the stage's choice
+    here("bf16 rounding truncates instead of rounding to nearest even",
+         "rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)",
+         "rounded = bits & np.uint32(0xFFFF0000)",
+         file="kernorch/ir/reference_kernels.py"),
+    here("a bf16 library call multiplies in float32",
+         'if tensor.dtype == "float32" and not (i == 1 and tensor.constant))',
+         "if False)",
+         file="kernorch/codegen/library/onednn.py"),
+    here("a bf16 call's weights stay float32 when packed",
+         'element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"',
+         'element = "dnnl_f32"',
+         file="kernorch/codegen/library/onednn.py"),
+    here("the precision stage gives bf16 where it is slower",
+         "if bf16_cost < fp32_cost:",
+         "if bf16_cost != fp32_cost:",
+         file="kernorch/precision/__init__.py"),
+    here("kernorch's float32 depthwise kernel takes a bf16 conv",
+         "if call.precision not in self.precisions:",
+         "if False:",
+         file="kernorch/codegen/backends/library_calls.py"),
+    here("the precision stage prices an attention's products alone on AMX too",
+         'if "amx_bf16" not in isa_flags():',
+         "if True:",
+         file="kernorch/precision/__init__.py"),
+]  # fmt: skip

@@ -9,6 +9,7 @@ import pytest
 
 from kernorch.codegen.backends import GENERATED_C, ONEDNN, Backend, choose_backend
 from kernorch.codegen.library import converted_operands, describe_library_call
+from kernorch.devtools.mutate import here
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -231,12 +232,12 @@ def test_kernorchs_own_convolutions_never_write_a_bfloat16_destination() -> None
     kernel writes float32, so it declines the kernel ending in the cast (it once wrote 4-byte floats into the
     2-byte buffer), and so does oneDNN (no float32 conv writes bfloat16): the kernel costs infinity and the
     cast runs elsewhere. Generated C's NCHW depthwise conv does run it, storing what the reference stores."""
-    from kernorch.codegen.backends import DEPTHWISE_CONV, DIRECT_CONV, WINOGRAD_CONV
+    from kernorch.codegen.native import depthwise_conv, direct_conv, winograd_conv
 
     graph = _depthwise_then_cast(channels_last=True)
     alone, with_cast = _kernels(graph, [["conv"], ["cast"]])[0], _kernels(graph, [["conv", "cast"]])[0]
-    assert DEPTHWISE_CONV.applies(alone).runs
-    for native in (DEPTHWISE_CONV, DIRECT_CONV, WINOGRAD_CONV, ONEDNN):
+    assert depthwise_conv.BACKEND.applies(alone).runs
+    for native in (depthwise_conv.BACKEND, direct_conv.BACKEND, winograd_conv.BACKEND, ONEDNN):
         verdict = native.applies(with_cast)
         assert not verdict.runs and "writes float32" in verdict.reason, (native.name, verdict)
     assert choose_backend(with_cast)[0] is None
@@ -283,3 +284,35 @@ def test_a_view_of_constant_weights_is_not_converted_on_every_run() -> None:
     (kernel,) = _kernels(converted, [["transpose", "cast", "cast", "matmul"]])
     call = describe_library_call(kernel)
     assert call.weights.constant and converted_operands(call) == (0,)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # bf16 values between kernels: generated C's bfloat16 stores and loads, the calls' bfloat16 operands and
+    # destinations, the stage's casts
+    here("generated C truncates to bfloat16",
+         "const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;",
+         "const uint32_t rounded = u >> 16;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("generated C's bfloat16 NaN may carry into inf",
+         "return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) & 0x8000u) | 0x7FC0u : rounded);",
+         "return (uint16_t)rounded;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("a bfloat16 load reads the low half",
+         "const uint32_t u = (uint32_t)bits << 16;",
+         "const uint32_t u = (uint32_t)bits;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("a call reads a bfloat16 operand as float32",
+         'if tensor.dtype == "bfloat16":  # stored so by its producer: read as it is',
+         "if False:",
+         file="kernorch/codegen/library/onednn.py"),
+    here("a call's bfloat16 destination is written as float32",
+         'slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "bfloat16"',
+         'slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "float32"',
+         file="kernorch/codegen/library/call.py"),
+    here("a view chain with a float32 reader is converted before its views",
+         "out not in outputs and readers.get(out, set()) <= members for i in chain",
+         "True for i in chain",
+         file="kernorch/precision/__init__.py"),
+]  # fmt: skip

@@ -8,6 +8,7 @@ import numpy as np
 
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate import orchestrate
 from kernorch.rewrite.engine import REWRITE_RULES
@@ -97,3 +98,12 @@ def test_with_a_real_cost_model_the_result_is_equivalent_and_verified() -> None:
     rewritten, report = rewrite(graph, lambda g: orchestrate(g, cost).plan.cost)
     assert report.trials and report.nodes_after == len(rewritten.nodes)
     assert_equivalent(graph, rewritten)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the rewrite search tries a promising rule again before judging every rule once",
+         "key=lambda s: (s.rule.name in outcomes, -_promise(",
+         "key=lambda s: (-_promise("),
+]  # fmt: skip

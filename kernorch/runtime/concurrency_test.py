@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
 from kernorch.codegen.backends import GENERATED_C, ONEDNN, ONNXRUNTIME
+from kernorch.devtools.mutate import here
 from kernorch.errors import FallbackWarning
 from kernorch.runtime.compiled import CompiledModel
 
@@ -244,3 +245,30 @@ def test_torch_backend_called_from_many_threads() -> None:
                 return [fast(torch.from_numpy(x)).numpy()]
 
         _hammer(call, [x.numpy() for x in inputs])
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # one model, many callers
+    here("a busy workspace is shared",
+         "if w.lock.acquire(blocking=False)), None)",
+         "if w.lock.acquire(blocking=False) or True), None)",
+         file="kernorch/runtime/executor.py"),
+    here("each overlapping scope saves torch's count",
+         "if self._active == 0:\n                self._saved",
+         "if True:\n                self._saved",
+         file="kernorch/runtime/threads.py"),
+    here("a call leaves its OpenMP thread count in the calling thread",
+         "            self._openmp.omp_set_num_threads(self._previous)",
+         "            pass",
+         file="kernorch/runtime/threads.py"),
+    here("the workspace pool grows past max_workspaces",
+         "(self.max_workspaces is None or count < self.max_workspaces)",
+         "True",
+         file="kernorch/runtime/executor.py"),
+    here("a call leaves torch's thread count behind",
+         "                torch.set_num_threads(self._saved)",
+         "                pass",
+         file="kernorch/runtime/threads.py"),
+]  # fmt: skip

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernorch.codegen.backends import GENERATED_C, LSTM_SCAN, ONEDNN, VIEW, NotGeneratable, choose_backend
+from kernorch.codegen.backends import GENERATED_C, ONEDNN, VIEW, NotGeneratable, choose_backend
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.plan import executable_order, validate_plan
@@ -305,33 +306,6 @@ def test_gather_and_concat_and_out_of_range_index() -> None:
     np.testing.assert_array_equal(out["y"], np.concatenate([feeds["a"], feeds["b"]], axis=1))
 
 
-@pytest.mark.parametrize(("direction", "batch", "hidden", "threads"), [
-    ("forward", 2, 4, 2), ("reverse", 2, 4, 2), ("bidirectional", 2, 4, 2),
-    # several unit blocks: split evenly over two threads, unevenly (3 blocks of 8), and on one thread
-    ("forward", 1, 64, 2), ("bidirectional", 3, 24, 2), ("reverse", 2, 48, 1),
-])  # fmt: skip
-def test_lstm_scan_template_matches_onnxruntime(direction: str, batch: int, hidden: int, threads: int) -> None:
-    from kernorch.testing import random_array, single_op_model
-    from kernorch.tools.check import run_onnxruntime
-
-    seq, features = 7, 3
-    dirs = 2 if direction == "bidirectional" else 1
-    x = random_array((seq, batch, features))
-    constants = {"w": random_array((dirs, 4 * hidden, features), seed=1),
-                 "r": random_array((dirs, 4 * hidden, hidden), seed=2), "b": random_array((dirs, 8 * hidden), seed=3),
-                 "h0": random_array((dirs, batch, hidden), seed=4), "c0": random_array((dirs, batch, hidden), seed=5),
-                 "p": random_array((dirs, 3 * hidden), seed=6)}  # fmt: skip
-    model = single_op_model("LSTM", {"x": x}, {"hidden_size": hidden, "direction": direction}, constants,
-                            input_order=["x", "w", "r", "b", "", "h0", "c0", "p"], outputs=3)  # fmt: skip
-    compiled = cpu_compile(model, cost="analytic", threads=threads)
-    scan = [b for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-            if k.primitives[0].prim == "lstm_recurrence"]  # fmt: skip
-    assert scan == [LSTM_SCAN]
-    got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
-    for name, value in expected.items():
-        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
-
-
 def test_one_openmp_runtime_per_process() -> None:
     """The generated library, oneDNN and torch share one libgomp, whichever is loaded first."""
     import subprocess
@@ -574,3 +548,58 @@ def test_inputs_and_outputs_are_bound_without_copies_and_never_kept() -> None:
     assert executor.library is not None
     own = {executor.plan.slots[v]: executor.buffers[v].ctypes.data for v in ("x", "y")}
     assert all(executor.library.table[slot] == pointer for slot, pointer in own.items())
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # generated C: templates and index arithmetic
+    here("C div becomes mul",
+         '"div": f"({a} / {b})" if is_float',
+         '"div": f"({a} * {b})" if is_float',
+         file="kernorch/codegen/c/expr.py",
+         tests=("kernorch/runtime/executor_test.py::test_random_plans_match_reference",)),
+    here("C < becomes <=",
+         '"less": f"({a} < {b})"',
+         '"less": f"({a} <= {b})"',
+         file="kernorch/codegen/c/expr.py",
+         tests=("kernorch/runtime/executor_test.py::test_comparisons_at_ties",
+                "kernorch/runtime/executor_test.py::test_random_plans_match_reference")),
+    here("C max picks the smaller",
+         "ko_m_ = ko_a_ > ko_b_ ? ko_a_ : ko_b_",
+         "ko_m_ = ko_a_ < ko_b_ ? ko_a_ : ko_b_",
+         file="kernorch/codegen/c/prelude.py",
+         tests=("kernorch/runtime/executor_test.py::test_random_plans_match_reference",)),
+    here("integer division floors",
+         "return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;",
+         "return b == -1 ? (int64_t)(0 - (uint64_t)a) : (a - (((a % b) + b) % b)) / b;",
+         file="kernorch/codegen/c/prelude.py",
+         tests=("kernorch/runtime/executor_test.py::test_random_plans_match_reference",
+                "tests/test_onnx_semantics.py::test_every_case_matches_onnxruntime")),
+    here("pow becomes mul",
+         """"pow": f"{c_math('pow', dtype)}({a}, {b})\"""",
+         """"pow": f"({a} * {b})\"""",
+         file="kernorch/codegen/c/expr.py",
+         tests=("kernorch/runtime/executor_test.py::test_random_plans_match_reference",)),
+    here("pooling border check dropped too often",
+         "(kernel[j] - 1) * dilations[j] < in_shape[lead + j]:",
+         "(kernel[j] - 1) * dilations[j] <= in_shape[lead + j]:",
+         file="kernorch/codegen/loops/description.py"),
+    here("running max starts at 0",
+         'init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
+           '        return init, "KO_MAX_INTO({acc}, {x});"',
+         'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
+           '        return init, "KO_MAX_INTO({acc}, {x});"',
+         file="kernorch/codegen/c/loops.py",
+         tests=("kernorch/runtime/executor_test.py",
+                "tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes")),
+    here("depthwise taps shifted",
+         'lit(-attrs["pads"][j])),',
+         'lit(1 - attrs["pads"][j])),',
+         file="kernorch/codegen/loops/description.py"),
+    here("bias bound to the wrong argument",
+         'memories.append(("DNNL_ARG_BIAS", call.bias, False))',
+         'memories.append(("DNNL_ARG_SRC_1", call.bias, False))',
+         file="kernorch/codegen/library/onednn.py",
+         tests=("kernorch/runtime/executor_test.py", "kernorch/codegen/library/epilogue_test.py")),
+]  # fmt: skip

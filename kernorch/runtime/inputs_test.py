@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.errors import InputMismatch
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -73,3 +74,13 @@ def test_seeded_masks_are_zeros_and_ones() -> None:
     feeds = seeded_feeds({"attention_mask": TensorType((4, 64), "int64"), "ids": TensorType((4, 64), "int64")})
     assert set(np.unique(feeds["attention_mask"]).tolist()) == {0, 1}
     assert feeds["ids"].max() > 1
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a call's input check takes any array whose dtype has the expected name (a big-endian >f4 too)",
+         "array.dtype == _native_dtype(expected.dtype)",
+         "array.dtype.name == expected.dtype",
+         file="kernorch/runtime/reference.py"),
+]  # fmt: skip

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kernorch.codegen.backends import VIEW
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -120,3 +121,12 @@ def test_every_buffer_the_kernels_read_or_write_starts_on_a_cache_line() -> None
     assert executor._output_slots  # noqa: SLF001 - the outputs written in the caller's arrays
     for name in executor._output_slots:  # noqa: SLF001 - (the others are copies of the workspace's buffers)
         assert outputs[name].ctypes.data % ALIGNMENT == 0, name
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("buffers start where numpy puts them (16 bytes), not on a cache line",
+         "shift = (-start) % ALIGNMENT\n    return",
+         "shift = 0\n    return"),
+]  # fmt: skip

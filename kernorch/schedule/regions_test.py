@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.schedule.program import Call, Region, RProgram, RTask, Unit, Wait, check_program
 from kernorch.schedule.program_test import _interpret, _random_dag, _random_placement
 from kernorch.schedule.regions import kernel_by_kernel, per_region, region_units, slower_regions
@@ -75,3 +76,15 @@ def test_kernel_by_kernel_of_a_subset_runs_it_in_plan_order() -> None:
     segments = kernel_by_kernel(units, 2, {2, 0})
     assert segments == [Region(((RTask(0, 0, 2, 0), Wait(1, 1), RTask(2, 0, 3, 2)),
                                 (RTask(0, 2, 4, 1), Wait(0, 1), RTask(2, 3, 6, 3))))]  # fmt: skip
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the per-region rProgram keeps the regions that ran slower than their kernels",
+         "if alone < region_seconds[s]:",
+         "if alone > region_seconds[s]:"),
+    here("the per-region rProgram leaves a replaced region's rTask numbers as they were",
+         "return RProgram(program.veus, program.units, _renumbered(segments))",
+         "return RProgram(program.veus, program.units, tuple(segments))"),
+]  # fmt: skip

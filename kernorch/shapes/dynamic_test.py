@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
+from kernorch.devtools.mutate import here
 from kernorch.errors import InputMismatch, KernorchError
 from kernorch.options import OrchestrationLimits
 from kernorch.runtime.artifact import ArtifactError
@@ -264,3 +265,20 @@ def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> Non
     tuned = next(iter(compiled.specialisations.values()))
     assert tuned.metadata["cost_model"].startswith("profile")
     _assert_matches(model, compiled, {"x": x})
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("shapes: a specialisation filed under other shapes loads",
+         "if actual != shapes:",
+         "if False:"),
+    here("shapes: padding proof ignores a size-dependent constant",
+         "        if axis is None:\n            raise NotProven(f\"constant",
+         "        if False:\n            raise NotProven(f\"constant",
+         file="kernorch/shapes/padding.py"),
+    here("shapes: padded outputs cut one row late",
+         "index[output_axis] = slice(0, self.sizes[dim])",
+         "index[output_axis] = slice(1, self.sizes[dim] + 1)",
+         file="kernorch/shapes/padding.py"),
+]  # fmt: skip

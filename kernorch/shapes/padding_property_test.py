@@ -22,6 +22,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model, input_signature
@@ -273,3 +274,18 @@ def test_a_size_in_an_attribute_that_is_no_shape_is_refused() -> None:
                        if n.prim == "pad" else n for n in graph.nodes]  # fmt: skip
     with pytest.raises(NotProven, match=r"pad \(.*\) reads the size as a value \(its attribute value\)"):
         _same_program(at_bucket, at_call, {"batch": (8, 3)})
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a slice's step may follow the padded size (3 or 4 over 6 columns keeps 2)",
+         "a[0] == b[0] and a[2] == b[2] and",
+         "a[0] == b[0] and",
+         file="kernorch/shapes/padding.py"),
+    here("a size in any attribute counts as a shape",
+         "            if key not in SIZE_ATTRIBUTES.get(a.prim, ()):",
+         "            if False:",
+         file="kernorch/shapes/padding.py",
+         tests=("kernorch/shapes/padding_property_test.py", "kernorch/shapes/padding_test.py")),
+]  # fmt: skip

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.devtools.mutate import here
 from kernorch.frontend import input_signature
 from kernorch.shapes import prove_paddable
 from kernorch.tools.check import run_onnxruntime
@@ -116,3 +117,12 @@ class _Reference:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run_onnxruntime(self.model, feeds)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("shapes: padding proof ignores a reduction over the padded axis",
+         'if first in attr("axes"):',
+         'if first in attr("axes") and False:'),
+]  # fmt: skip

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import kernorch
+from kernorch.devtools.mutate import here
 from kernorch.options import Options
 from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, manifest_hash
 from kernorch.shapes import DynamicModel
@@ -179,3 +180,25 @@ def test_a_gpu_plan_of_another_model_planted_in_a_family_is_refused(tmp_path: Pa
     _rewrite_family(my_family, "shape-0")
     with pytest.raises(ArtifactError, match="planned for another model"):
         kernorch.load(my_family, cache_dir=tmp_path / "cache")
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a cached plan is served without its MAC",
+         "            if not _signed_slot(cached):",
+         "            if False:",
+         file="kernorch/shapes/dynamic.py"),
+    here("a plan's origin is not checked against what it is loaded for",
+         "    if expected is not None:  # before a byte",
+         "    if False:  # before a byte",
+         file="kernorch/runtime/artifact.py"),
+    here("family.json's manifest hashes are not checked",
+         'if manifest_hash(source / folder) != entry["manifest_sha256"]:',
+         "if False:",
+         file="kernorch/shapes/dynamic.py"),
+    here("a cache slot's MAC does not cover its place",
+         'return f"{slot.parent.name}/{slot.name}".encode()',
+         'return b""',
+         file="kernorch/shapes/dynamic.py"),
+]  # fmt: skip

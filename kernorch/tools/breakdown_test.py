@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.tools.breakdown import roofline
 
 
@@ -22,3 +23,12 @@ def test_a_product_over_many_rows_is_bound_by_the_peak() -> None:
 
 def test_an_unmeasured_stream_leaves_the_peak() -> None:
     assert roofline(1e6, 1e9, 1e-3, peak=1e12, stream=0.0) == {"bound": "compute", "of_roofline": pytest.approx(1e-3)}
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the breakdown reads a linear kernel against the lower of its two roofs",
+         "max(compute, memory) / seconds",
+         "min(compute, memory) / seconds"),
+]  # fmt: skip

@@ -16,6 +16,7 @@ import pytest
 from kernorch import validate
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
+from kernorch.devtools.mutate import here
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.plan import validate_plan
@@ -123,3 +124,13 @@ def test_bf16_plans_agree_within_their_rounding_and_no_further() -> None:
     wrong = {"y": want["y"] + np.float32(1.5)}
     assert not validate._same_outputs(want, close) and validate._same_outputs(want, close, bf16=True)
     assert not validate._same_outputs(want, wrong) and not validate._same_outputs(want, wrong, bf16=True)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("validation holds bf16 plans to float32 agreement",
+         "BF16_AGREEMENT = 4e-2",
+         "BF16_AGREEMENT = 1e-4",
+         file="kernorch/validate/__init__.py"),
+]  # fmt: skip

@@ -1,18 +1,25 @@
 """Backends: one object per way of running a kernel (base.py's interface), and the registry that picks one.
 
 - generated C (`GENERATED_C`): fused memory-intensive kernels, described as loops, lowered to GIR, rendered as C;
-- C templates (`LSTM_SCAN`, `LSTM_STACK`, `FUSED_ATTENTION`): hand-written C for opaque primitives and for
+- library calls (`LibraryCallBackend`): a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or by one
+  of kernorch's own kernels for the shapes oneDNN handles worst, with the same create/run/destroy shape;
+- C templates (`CTemplate`): hand-written C for opaque primitives (the LSTM scan, stacked LSTM layers) and for
   attention (two matmuls around a softmax);
-- library calls: a linear primitive with what it absorbs, run by oneDNN (`ONEDNN`) or kernorch's own
-  convolutions (`DIRECT_CONV`, `DEPTHWISE_CONV`, `POINTWISE_CONV`, `WINOGRAD_CONV`, `FEW_CHANNEL_CONV`) and products
-  over few rows (`STREAMING_PRODUCT`), with the same create/run/destroy shape;
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
 - `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs;
 - for GPU plans (gpu.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its epilogue),
   `TORCH_LIBRARY` (cuBLAS/cuDNN through torch), `GPU_VIEW`.
 
+kernorch's own kernels are families of codegen/native/, each declaring its backend in its module (`BACKEND`); the
+registry (registry.py) lists them in the order they are asked. It loads on first use: a native module imports its
+backend's class from here, and the registry imports every native module.
+
 Orchestration never needs to know C or oneDNN: it asks `choose_backend`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from kernorch.codegen.backends.base import Backend, PythonKernel, Verdict, declines, runs
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
@@ -26,60 +33,53 @@ from kernorch.codegen.backends.gpu import (
     TorchLibrary,
     torch_linear,
 )
-from kernorch.codegen.backends.library_calls import (
-    AMX_MATMUL,
-    DEPTHWISE_CONV,
-    DIRECT_CONV,
-    FEW_CHANNEL_CONV,
-    ONEDNN,
-    POINTWISE_CONV,
-    STREAMING_PRODUCT,
-    WINOGRAD_CONV,
-    LibraryCallBackend,
-    library_call,
-)
-from kernorch.codegen.backends.registry import (
-    DEVICE_KINDS,
-    choose_backend,
-    plan_views,
-    refuse_native,
-    refused_native,
-    register,
-    registered,
-    unregister,
-    withheld,
-)
-from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
+from kernorch.codegen.backends.library_calls import ONEDNN, LibraryCallBackend, library_call
+from kernorch.codegen.backends.templates import CTemplate
 from kernorch.codegen.loops import NotGeneratable
 
+if TYPE_CHECKING:
+    from kernorch.codegen.backends.registry import (
+        DEVICE_KINDS,
+        choose_backend,
+        plan_views,
+        refuse_native,
+        refused_native,
+        register,
+        registered,
+        unregister,
+        withheld,
+    )
+
+_REGISTRY_NAMES = ("DEVICE_KINDS", "choose_backend", "plan_views", "refuse_native", "refused_native", "register",
+                   "registered", "unregister", "withheld")  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REGISTRY_NAMES:
+        from kernorch.codegen.backends import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'kernorch.codegen.backends' has no attribute {name!r}")
+
+
 __all__ = [
-    "AMX_MATMUL",
     "DEVICE_KINDS",
+    "GENERATED_C",
     "GPU_VIEW",
+    "ONEDNN",
+    "ONNXRUNTIME",
+    "REFERENCE",
     "TORCH_LIBRARY",
     "TRITON",
     "TRITON_MATMUL",
-    "GpuBackend",
-    "TorchLibrary",
-    "torch_linear",
-    "DEPTHWISE_CONV",
-    "DIRECT_CONV",
-    "FEW_CHANNEL_CONV",
-    "FUSED_ATTENTION",
-    "GENERATED_C",
-    "LSTM_SCAN",
-    "LSTM_STACK",
-    "ONEDNN",
-    "POINTWISE_CONV",
-    "STREAMING_PRODUCT",
-    "ONNXRUNTIME",
-    "REFERENCE",
     "VIEW",
-    "WINOGRAD_CONV",
     "Backend",
+    "CTemplate",
+    "GpuBackend",
     "LibraryCallBackend",
     "NotGeneratable",
     "PythonKernel",
+    "TorchLibrary",
     "Verdict",
     "choose_backend",
     "declines",
@@ -90,6 +90,7 @@ __all__ = [
     "register",
     "registered",
     "runs",
+    "torch_linear",
     "unregister",
     "withheld",
 ]

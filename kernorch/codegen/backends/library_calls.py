@@ -1,8 +1,9 @@
 """Library calls: a linear primitive with what it absorbs (strided operand views, bias, post-ops) as one call
 described by `LibraryCall` (codegen/library/call.py), with the life cycle oneDNN intends: created once when
 the plan is loaded (weights packed), run per call, destroyed. oneDNN runs it, or one of kernorch's own
-convolutions for the shapes oneDNN handles worst (codegen/native/); the choice between them is made here only,
-by the order of the registry."""
+convolutions for the shapes oneDNN handles worst (codegen/native/); the choice between them is made by the order
+of the registry (backends/registry.py) only. Each native convolution or product declares its `LibraryCallBackend`
+in its own module (codegen/native/<family>.py, as `BACKEND`); oneDNN's is here."""
 
 from __future__ import annotations
 
@@ -18,22 +19,6 @@ from kernorch.codegen.library import (
     render_onednn_call,
 )
 from kernorch.codegen.loops import NotGeneratable
-from kernorch.codegen.native import (
-    amx_matmul_rejection,
-    depthwise_rejection,
-    direct_conv_rejection,
-    few_channel_rejection,
-    pointwise_rejection,
-    render_amx_matmul,
-    render_depthwise_conv,
-    render_direct_conv,
-    render_few_channel_conv,
-    render_pointwise_conv,
-    render_streaming_product,
-    render_winograd_conv,
-    streaming_rejection,
-    winograd_rejection,
-)
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 
@@ -95,26 +80,5 @@ def _tensors(call: LibraryCall) -> list[Tensor]:
     return [call.src, call.weights, call.dst, *([call.bias] if call.bias is not None else []), *post_op_operands]
 
 
-# few output channels: oneDNN's vectors would sit mostly idle
-DIRECT_CONV = LibraryCallBackend("direct_conv", "native C", "direct C convolution (few output channels)",
-                                 direct_conv_rejection, render_direct_conv)  # fmt: skip
-# oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
-DEPTHWISE_CONV = LibraryCallBackend("depthwise_conv", "native C", "direct C depthwise convolution",
-                                    depthwise_rejection, render_depthwise_conv)  # fmt: skip
-# oneDNN runs a swish (or another transcendental) post-op at a fraction of its 1x1 convolution's speed
-POINTWISE_CONV = LibraryCallBackend("pointwise_conv", "native C", "1x1 C convolution with its epilogue in cache",
-                                    pointwise_rejection, render_pointwise_conv)  # fmt: skip
-# oneDNN reads the weights of a product over a few output rows below the cache's bandwidth
-STREAMING_PRODUCT = LibraryCallBackend("streaming_product", "native C", "C product over few rows, weights read once",
-                                       streaming_rejection, render_streaming_product)  # fmt: skip
-# oneDNN blocks over input channels: with an image's three, mostly padding
-FEW_CHANNEL_CONV = LibraryCallBackend("few_channel_conv", "native C", "C convolution over few input channels",
-                                      few_channel_rejection, render_few_channel_conv)  # fmt: skip
-# oneDNN has no Winograd convolution without AVX-512
-WINOGRAD_CONV = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
-                                   winograd_rejection, render_winograd_conv)  # fmt: skip
-# oneDNN 3.2's bf16 matmul reaches half of what a plain loop over AMX tiles does on these shapes
-AMX_MATMUL = LibraryCallBackend("amx_matmul", "native C", "AMX bf16 matmul", amx_matmul_rejection,
-                                render_amx_matmul, precisions=("bf16",))  # fmt: skip
 ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
                             precisions=("f32", "bf16"), runtime_weights=True)  # fmt: skip

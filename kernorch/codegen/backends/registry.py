@@ -1,5 +1,6 @@
 """The registry: which backend runs a kernel, asked in one order, and the per-process record of native code a
-library refused. A new backend (a GPU renderer, a test's toy) registers itself here; nothing else changes."""
+library refused. A new backend (a GPU renderer, a test's toy) registers itself here; nothing else changes. A native
+kernel family is one module of codegen/native/ that declares its `BACKEND`, and one line in the order below."""
 
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ from kernorch.codegen.backends.base import Backend
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
 from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
-from kernorch.codegen.backends.library_calls import (
-    AMX_MATMUL,
-    DEPTHWISE_CONV,
-    DIRECT_CONV,
-    FEW_CHANNEL_CONV,
-    ONEDNN,
-    POINTWISE_CONV,
-    STREAMING_PRODUCT,
-    WINOGRAD_CONV,
+from kernorch.codegen.backends.library_calls import ONEDNN
+from kernorch.codegen.native import (
+    amx_matmul,
+    attention,
+    depthwise_conv,
+    direct_conv,
+    few_channel_conv,
+    lstm,
+    lstm_stack,
+    pointwise_conv,
+    streaming_product,
+    winograd_conv,
 )
-from kernorch.codegen.backends.templates import FUSED_ATTENTION, LSTM_SCAN, LSTM_STACK
 from kernorch.codegen.views import concat_pieces, view_outputs
 from kernorch.ir.kernel import CandidateKernel
 
@@ -29,8 +32,24 @@ from kernorch.ir.kernel import CandidateKernel
 # Per device kind: a CPU plan's program (C, oneDNN) or a GPU plan's launches (Triton, torch's cuBLAS/cuDNN); the
 # onnxruntime fallback and the reference run on the host for either.
 _ORDERS: dict[str, list[Backend]] = {
-    "cpu": [VIEW, ONNXRUNTIME, LSTM_SCAN, LSTM_STACK, FUSED_ATTENTION, GENERATED_C, DIRECT_CONV, DEPTHWISE_CONV,
-            STREAMING_PRODUCT, FEW_CHANNEL_CONV, POINTWISE_CONV, WINOGRAD_CONV, AMX_MATMUL, ONEDNN],
+    "cpu": [
+        VIEW,
+        ONNXRUNTIME,
+        # whole patterns first: a template takes its kernel before generated C or a library call could
+        lstm.BACKEND,
+        lstm_stack.BACKEND,
+        attention.BACKEND,
+        GENERATED_C,
+        # kernorch's own library calls, each for the shapes oneDNN handles worst, before oneDNN (which takes the rest)
+        direct_conv.BACKEND,
+        depthwise_conv.BACKEND,
+        streaming_product.BACKEND,
+        few_channel_conv.BACKEND,
+        pointwise_conv.BACKEND,
+        winograd_conv.BACKEND,
+        amx_matmul.BACKEND,
+        ONEDNN,
+    ],
     "gpu": [GPU_VIEW, ONNXRUNTIME, TRITON, TRITON_MATMUL, TORCH_LIBRARY],
 }
 DEVICE_KINDS = tuple(_ORDERS)

@@ -27,6 +27,7 @@ from kernorch.codegen.backends import (
     withheld,
 )
 from kernorch.codegen.gir import CONSTANT, ELEMENTWISE, MOVE, Gir, rewritten
+from kernorch.devtools.mutate import here
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.pipeline import import_graph
 from kernorch.testing import cpu_compile
@@ -172,3 +173,19 @@ def test_a_withheld_backend_returns_to_its_place_even_when_the_block_fails() -> 
         assert GENERATED_C not in registered()
         raise RuntimeError("the block fails")
     assert registered() == before
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the executor ignores a Python backend's function",
+         "function = self.backends[k].python_kernel(kernel)",
+         "function = None",
+         file="kernorch/runtime/executor.py"),
+    here("a registered backend is asked after the built-in ones",
+         "order.insert(order.index(before) if before is not None else len(order), backend)",
+         "order.append(backend)"),
+    here("a kernel no backend runs gets the last backend's reason",
+         "if verdict.claims and claimed is None:",
+         "if True:"),
+]  # fmt: skip

@@ -1,7 +1,8 @@
 """Hand-written C templates (codegen/native/): for opaque primitives, the LSTM scan and stacked LSTM layers run
 as waves; for a pattern of primitives, fused attention. Each runs whole: it synchronises its own threads (the
 scan with a barrier per step, the stack with a step counter per layer, attention splits its heads' row blocks
-in one parallel region), so it has no rTask variants."""
+in one parallel region), so it has no rTask variants. Each template declares its `CTemplate` in its own module
+(codegen/native/lstm.py, lstm_stack.py, attention.py, as `BACKEND`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,6 @@ from collections.abc import Callable
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.c import prelude_used_by
-from kernorch.codegen.native import (
-    attention_scratch_bytes,
-    attention_supported,
-    describe_attention,
-    describe_lstm,
-    describe_lstm_stack,
-    lstm_scratch_bytes,
-    lstm_stack_scratch_bytes,
-    lstm_stack_supported,
-    lstm_supported,
-    render_attention,
-    render_lstm,
-    render_lstm_stack,
-)
 from kernorch.ir.kernel import CandidateKernel
 
 
@@ -51,11 +38,3 @@ class CTemplate(Backend):
 
     def summary(self, kernel: CandidateKernel) -> str:
         return f"{self.what}: {self._structure(kernel)}"
-
-
-LSTM_SCAN = CTemplate("lstm_scan", "LSTM scan C template", lstm_supported, lstm_scratch_bytes, render_lstm,
-                      describe_lstm)  # fmt: skip
-LSTM_STACK = CTemplate("lstm_stack", "stacked LSTM layers as waves, C template", lstm_stack_supported,
-                       lstm_stack_scratch_bytes, render_lstm_stack, describe_lstm_stack)  # fmt: skip
-FUSED_ATTENTION = CTemplate("fused_attention", "fused attention C template", attention_supported,
-                            attention_scratch_bytes, render_attention, describe_attention)  # fmt: skip

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kernorch.codegen.backends import GENERATED_C
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -197,3 +198,22 @@ def test_a_pool_along_one_axis_reads_whole_rows_of_the_others(prim: str) -> None
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     np.testing.assert_allclose(PlanExecutor(graph, [kernel])({"x": x})["y"], run_reference(graph, {"x": x})["y"],
                                rtol=1e-6, atol=1e-6)  # fmt: skip
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a pool's axis of one tap keeps a tap loop",
+         "pads[j], pads[spatial + j]) == (1, 1, 1, 0, 0):",
+         "pads[j], pads[spatial + j]) == (0, 0, 0, 0, 0):",
+         file="kernorch/codegen/loops/description.py"),
+    here("a collapsed nest keeps its one-iteration loops",
+         "kept = [(var, bound, step) for var, bound, step in loops if bound > step] or loops[-1:]",
+         "kept = list(loops)",
+         file="kernorch/codegen/c/loops.py"),
+    here("simd max forgets a NaN",
+         'f"{nan} |= {x} != {x};"',
+         'f"{nan} |= 0;"',
+         file="kernorch/codegen/c/render.py",
+         tests=("kernorch/codegen/c/kernel_test.py::test_float_max_and_min_are_simd_reductions_that_propagate_nan",)),
+]  # fmt: skip

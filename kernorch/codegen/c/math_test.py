@@ -9,6 +9,7 @@ import torch
 
 from kernorch.codegen.c.prelude import PRELUDE
 from kernorch.codegen.program.compiler import compile_source, load_library
+from kernorch.devtools.mutate import here
 
 SOURCE = PRELUDE + """
 void apply(const float *x, float *e, float *t, float *r, float *s, long n) {
@@ -47,3 +48,25 @@ def test_float32_math_accuracy_and_special_values() -> None:
     ends = ~np.isnan(x) & (np.abs(wide) > 88)
     np.testing.assert_array_equal(sigmoid[ends], (x[ends] > 0).astype(np.float32))
     assert ((sigmoid[~np.isnan(x)] >= 0) & (sigmoid[~np.isnan(x)] <= 1)).all()
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the sigmoid's low end wraps (no select below -88)",
+         "    y = x < -88.0f ? 0.0f : y;\n",
+         "\n",
+         file="kernorch/codegen/c/prelude.py"),
+    here("the sigmoid's high end wraps (no select above 88)",
+         "return x > 88.0f ? 1.0f : y;",
+         "return y;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("the sigmoid's exp drops ln2's low part",
+         "r = n * 2.12194440e-4f + r;",
+         "r = r + 0.0f;",
+         file="kernorch/codegen/c/prelude.py"),
+    here("ko_erff leaves NaN to its integer clamp (erf(NaN) = ±1)",
+         "return x != x ? x : out.f;",
+         "return out.f;",
+         file="kernorch/codegen/c/prelude.py"),
+]  # fmt: skip

@@ -8,6 +8,7 @@ import pytest
 import kernorch.codegen.gir.memo as memo
 from kernorch.codegen.backends import GENERATED_C, choose_backend
 from kernorch.codegen.loops.description import NotGeneratable, describe
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
@@ -59,3 +60,12 @@ def test_a_refusal_is_remembered_and_raised_again(monkeypatch: pytest.MonkeyPatc
             with pytest.raises(NotGeneratable):
                 memo.described(kernel)
     assert len(calls) == 1
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the description memo outlives its block",
+         "        _active.pop()",
+         "        pass"),
+]  # fmt: skip

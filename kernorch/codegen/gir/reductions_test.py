@@ -13,11 +13,14 @@ from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.gir import tap_ranges
 from kernorch.codegen.loops import Tree, lit
 from kernorch.codegen.loops.indexing_test import evaluate
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def _centred_graph(shape: tuple[int, ...], prim: str) -> Graph:
@@ -194,3 +197,28 @@ def test_an_nchw_window_runs_each_tap_over_the_columns_it_reaches(prim: str, ker
     expected = run_reference(graph, {"x": x})["y"]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("running max drops a new NaN",
+         "(acc) = ((ko_x_ > (acc)) | (ko_x_ != ko_x_)) ? ko_x_ : (acc); })",
+         "(acc) = (ko_x_ > (acc)) ? ko_x_ : (acc); })",
+         file="kernorch/codegen/c/prelude.py"),
+    here("a tap block skips its last tap",
+         "{tap} < ko_{tap} + {block}; {tap}++",
+         "{tap} < ko_{tap} + {block} - 1; {tap}++",
+         file="kernorch/codegen/c/loops.py"),
+    here("a tap's range along a reversed axis ends one column short",
+         "to_tree((terms, constant + 1), ranges), -c))",
+         "to_tree((terms, constant), ranges), -c))"),
+    here("an NCHW window's taps start at column 0 whatever their lower bound",
+         "if (ko_b {keep} {end}) {end} = ko_b;",
+         "if (ko_b {keep} {end} && {int(not bound.lower)}) {end} = ko_b;",
+         file="kernorch/codegen/c/loops.py"),
+    here("the ceiling division rounds a positive quotient down",
+         "return a > 0 ? (a + b - 1) / b : -((-a) / b); }",
+         "return a > 0 ? a / b : -((-a) / b); }",
+         file="kernorch/codegen/c/prelude.py"),
+]  # fmt: skip

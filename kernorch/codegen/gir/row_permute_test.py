@@ -18,6 +18,7 @@ from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops.description import describe
 from kernorch.codegen.loops.resize_taps_test import _upsampling, two_factor_upsampling
 from kernorch.codegen.program.compiler import compile_source, load_library
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
 from kernorch.runtime.executor import PlanExecutor
@@ -119,3 +120,13 @@ def test_permuted_rows_shared_among_threads(runtime: str) -> None:
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
     got = PlanExecutor(graph, [kernel], runtime=runtime)(feeds)["y"]
     np.testing.assert_allclose(got, run_reference(graph, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a permuted row's lane indices ignore which two registers they select from",
+         'lanes = ", ".join(str(lane - at) for lane in block)',
+         'lanes = ", ".join(str(lane % 32) for lane in block)',
+         file="kernorch/codegen/c/render_permuted.py"),
+]  # fmt: skip

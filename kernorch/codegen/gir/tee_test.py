@@ -16,6 +16,7 @@ from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
 from kernorch.codegen.loops.description import describe
+from kernorch.devtools.mutate import here
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -101,3 +102,16 @@ def test_a_map_over_part_of_the_domain_is_not_teed() -> None:
 
     loops = describe(_instance_norm_parts(outputs))
     assert tee_maps_into_reductions(loops).phases == loops.phases
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a map over part of a reduction's domain is teed into it",
+         "        if not _one_to_one(mapped, binding, sizes):\n            continue",
+         "        if False:\n            continue"),
+    here("a teed value is not stored",
+         "            self.store_at(tree[1], tree[2], result, ctx)\n",
+         "",
+         file="kernorch/codegen/gir/lowering.py"),
+]  # fmt: skip

@@ -19,6 +19,7 @@ from kernorch.codegen.gir.reductions import joined_taps
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.gir.variance import one_pass_columns
 from kernorch.codegen.loops.description import describe
+from kernorch.devtools.mutate import here
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -171,3 +172,17 @@ def test_sums_over_different_taps_are_not_joined() -> None:
     reading = replace(squares, expr=(*squares.expr[:4], ("op", "add", "float32", squares.expr[4],
                                                           ("load", shifted.target, ("var", "l3")))))  # fmt: skip
     assert joined_taps(shifted, reading, "float32") is None
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a column one-pass mean adds the shift n - 1 times",
+         '("op", "mul", _F32, shift, ("const", float(n), _F32))',
+         '("op", "mul", _F32, shift, ("const", n - 1.0, _F32))',
+         file="kernorch/codegen/gir/variance.py"),
+    here("sums joined though one reads what the other stores",
+         "if first.target in buffers_used(second.expr) or",
+         "if False or",
+         file="kernorch/codegen/gir/reductions.py"),
+]  # fmt: skip

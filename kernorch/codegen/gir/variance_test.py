@@ -17,6 +17,7 @@ from kernorch.codegen.gir.lowering import ROW_BLOCK, SHORT_ROW_ELEMENTS, lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.gir.variance import one_pass_variance
 from kernorch.codegen.loops.description import describe
+from kernorch.devtools.mutate import here
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -136,3 +137,16 @@ def test_not_rewritten_when_the_row_is_read_through_a_merged_variables_part() ->
     changed = replace(loops, phases=phases)
     assert "'part'" in repr(changed.phases[0].expr)
     assert one_pass_variance(changed, ROW_BLOCK, SHORT_ROW_ELEMENTS) == (changed, False)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a one-pass variance without its shift",
+         '_scalar(shift, substituted(value, {var: ("lit", 0)})),',
+         '_scalar(shift, ("const", 0.0, _F32)),'),
+    here("the sum of squares in a loop of its own",
+         "marked[k] = replace(first, joined=True)",
+         "marked[k] = first",
+         file="kernorch/codegen/gir/lowering.py"),
+]  # fmt: skip

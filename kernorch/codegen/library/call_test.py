@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.backends import ONEDNN
 from kernorch.codegen.library import describe_library_call
 from kernorch.codegen.library.onednn import reference_rejection
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -92,3 +93,20 @@ def test_a_linear_layer_on_a_map_is_one_2d_matmul_where_its_rows_are_one_axis(ro
              "s": random_array((1, 7, 7, 1) if per_row else (96,), seed=5)}  # fmt: skip
     expected = run_onnxruntime(model, feeds)["y"]
     np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("dilation passed as is",
+         'tuple(int(d) - 1 for d in attrs["dilations"])',
+         'tuple(int(d) for d in attrs["dilations"])',
+         tests=("kernorch/codegen/library/call_test.py",
+                "tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes")),
+    here("a linear layer on a map stays a 4-D oneDNN matmul",
+         'return rows_merged(described) if described.op == "matmul" else described',
+         "return described"),
+    here("a per-row post-op merges a matmul's rows into oneDNN's reference path",
+         "per_row = columns > 1 and any(",
+         "per_row = columns < 0 and any("),
+]  # fmt: skip

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.library.call import absorbed_summary
 from kernorch.codegen.library.epilogue import Eltwise, channel_bias, fit_scalar_function
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
@@ -248,3 +249,28 @@ def test_matmul_activations_keep_nan_like_onnxruntime(name: str) -> None:
     assert np.isnan(expected).any()
     np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(expected[got == 0]))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # NaN through oneDNN's post-ops: relu as elu(0) + 0, clip/hardsigmoid/logistic declined
+    here("oneDNN's relu post-op turns NaN into 0",
+         'if isinstance(op, Eltwise) and op.alg == "relu" and op.alpha == 0.0:',
+         "if False:",
+         file="kernorch/codegen/library/onednn.py"),
+    here("oneDNN takes a clip post-op",
+         'NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")',
+         'NAN_TO_BOUND = ("logistic",)',
+         file="kernorch/codegen/library/onednn.py"),
+    # library calls and their epilogues
+    here("T - x loses its negation",
+         'post_ops.extend([Binary("sub", other), Eltwise("linear", -1.0, 0.0)])',
+         'post_ops.extend([Binary("sub", other)])'),
+    here("a later per-channel add becomes the bias",
+         'if bias is None and not post_ops and head.prim == "add"',
+         'if bias is None and head.prim == "add"'),
+    here("activation fit accepts anything close-ish",
+         "_FIT_TOLERANCE = 2e-6",
+         "_FIT_TOLERANCE = 2e-1"),
+]  # fmt: skip

@@ -21,6 +21,7 @@ from kernorch.codegen.library.onednn import (
     reference_rejection,
     repacked_weights,
 )
+from kernorch.devtools.mutate import here
 from kernorch.ir.strided import row_major
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL, compare, run_onnxruntime
@@ -174,3 +175,18 @@ def test_weights_known_only_at_run_time_are_repacked_on_every_run(layout: str, p
         expected = run_onnxruntime(model, feeds)
         (error,) = compare(compiled.run(feeds), expected)  # the worst error over the largest |value|
         assert error.relative <= tolerance, (seed, error)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("oneDNN calls its reference matmul would run are kept",
+         'if implementation is None or not implementation.startswith("ref"):',
+         "if True:"),
+    here("oneDNN repacks run-time convolution weights once, at create, not on every run",
+         "    for i, (_, tensor, packed) in enumerate(memories):\n        if i in per_run:",
+         "    for i, (_, tensor, packed) in enumerate(memories):\n        if i in per_run and i != 1:"),
+    here("the oneDNN probe asks about matmuls only (a plain-layout conv with a residual goes to ref:any)",
+         'if call.op not in ("matmul", "convolution") or not any(operand is not None',
+         'if call.op not in ("matmul",) or not any(operand is not None'),
+]  # fmt: skip

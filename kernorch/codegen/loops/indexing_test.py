@@ -9,6 +9,7 @@ import random
 import pytest
 
 from kernorch.codegen.loops.indexing import Tree, simplify, simplify_indices
+from kernorch.devtools.mutate import here
 
 
 def _c_divide(a: int, b: int) -> int:
@@ -145,3 +146,30 @@ def test_selects_on_a_loop_variable_simplify_each_branch_exactly(seed: int) -> N
     for values in itertools.product(*(range(extent) for extent in ranges.values())):
         point = dict(zip(ranges, values, strict=True))
         assert _taken_load(simplified, point) == _taken_load(tree, point), (tree, simplified, point)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("index remainder bound off by one",
+         "if bounds is not None and bounds[0] >= 0 and bounds[1] < n:",
+         "if bounds is not None and bounds[0] >= 0 and bounds[1] <= n:",
+         tests=("kernorch/codegen/loops/indexing_test.py",
+                "kernorch/runtime/executor_test.py::test_random_plans_match_reference",
+                "kernorch/runtime/executor_test.py")),
+    here("digits merge without checking strides",
+         "if terms[high] != terms[low] * low.radix:",
+         "if False:",
+         tests=("kernorch/codegen/loops/indexing_test.py",
+                "kernorch/runtime/executor_test.py::test_random_plans_match_reference",
+                "kernorch/runtime/executor_test.py")),
+    here("a select's lower branch is simplified as if its variable stopped one short of the threshold",
+         "{**ranges, var: threshold})",
+         "{**ranges, var: threshold - 1})"),
+    here("a select's upper branch renames its variable back off by one",
+         '("lit", -threshold)))',
+         '("lit", 1 - threshold)))'),
+    here("a factor split lets the low part reach the factor",
+         "bounds[1] >= factor:",
+         "bounds[1] > factor:"),
+]  # fmt: skip

@@ -14,11 +14,14 @@ from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.loops import Tree, count_kinds
 from kernorch.codegen.loops.description import reshaped_index
 from kernorch.codegen.loops.indexing_test import evaluate
+from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def _random_shapes(rng: random.Random) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -79,3 +82,13 @@ def test_a_bilinear_upsampling_behind_a_split_reads_by_a_division_free_address()
     feeds["x"][0, 3, 0] = 1e30  # a corner (NaN and inf in a resize: resize_taps_test.py)
     got = PlanExecutor(graph, [kernel], threads=2)(feeds)["y"]
     np.testing.assert_allclose(got, run_reference(graph, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a reshape group's later coordinates lose their remainder",
+         "div(flat, stride) if k == 0 else mod(div(flat, stride), size)",
+         "div(flat, stride)",
+         file="kernorch/codegen/loops/description.py"),
+]  # fmt: skip

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import kernorch
 from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.loops.resize_taps import periodic_taps, resize_taps
+from kernorch.devtools.mutate import here
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -18,6 +19,8 @@ from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def _rules(size_in: int, factor: int, mode: str = "linear", coordinates: str = "half_pixel") -> tuple:
@@ -236,3 +239,28 @@ def test_nan_and_inf_in_a_resize_spread_as_in_onnxruntime(shape: tuple[int, ...]
         np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
         finite = np.isfinite(expected)
         np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("an upsampling's border at the axis end starts one input late",
+         'lit(size_in - high)), tail, head)',
+         'lit(size_in - high + 1)), tail, head)',
+         file="kernorch/codegen/loops/description.py"),
+    here("an upsampling's periodic taps are not checked against the reference map",
+         "    if not matches:\n        return None",
+         "    if False:\n        return None"),
+    here("a clamped linear pair weighs its position 1 and 0 (an inf there becomes NaN)",
+         "weights[taps[:, 0] == taps[:, 1]] = 0.5",
+         "weights[taps[:, 0] == taps[:, 1]] = weights[taps[:, 0] == taps[:, 1]]",
+         file="kernorch/ir/reference_kernels.py"),
+    here("align_corners divides by a length off the output size by float32 rounding (grid points move a tap)",
+         "            length = out_size\n",
+         "            length = length\n",
+         file="kernorch/ir/reference_kernels.py"),
+    here("an upsampling's borders read the pattern's weights",
+         'position = ("sel", border, add(in_border, lit(weights.size)), position)',
+         "pass",
+         file="kernorch/codegen/loops/description.py"),
+]  # fmt: skip

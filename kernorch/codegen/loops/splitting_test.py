@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kernorch.codegen.backends import GENERATED_C
+from kernorch.devtools.mutate import here
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.reference import run_reference
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def _run(graph: Graph, feeds: dict[str, np.ndarray]) -> tuple[str, np.ndarray, np.ndarray]:
@@ -177,3 +181,17 @@ def test_shifted_windows_read_the_channels_unit_stride() -> None:
     loads = [line for line in source.splitlines() if "inp0[" in line]
     assert len(loads) == 4 and not any("l3) /" in line or "l3) %" in line for line in loads), source
     np.testing.assert_array_equal(got, want)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a split range decides a select one element off",
+         'return (c * v + k < t) == (op == "<")',
+         'return (c * v + k <= t) == (op == "<")',
+         tests=("kernorch/codegen/loops/splitting_test.py",
+                "kernorch/runtime/executor_test.py::test_random_plans_match_reference")),
+    here("index-set splitting gives up on a concat of more than eight maps",
+         "MAX_PIECES = 64",
+         "MAX_PIECES = 8"),
+]  # fmt: skip

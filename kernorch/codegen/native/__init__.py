@@ -1,57 +1,14 @@
-"""Hand-written kernels: a bf16 matmul on AMX tiles and convolutions for the shapes oneDNN handles worst (direct,
-depthwise, Winograd, 1x1 with a transcendental epilogue, over few input
-channels, a product over few rows that streams its weights once), with a library call's create/run/destroy shape; C
-templates for opaque primitives (the LSTM scan, stacked LSTM layers as waves) and for fused attention (QKᵀ,
-softmax, ·V per block of query rows). Their backends are codegen/backends/library_calls.py and templates.py."""
+"""Hand-written kernels, one family per module, each declaring the backend that runs it (`BACKEND`, listed in the
+order of codegen/backends/registry.py), its test beside it (`<family>_test.py`, with its mutants and the marker
+that puts it under the sanitizers):
 
-from kernorch.codegen.native.amx_matmul import amx_matmul_rejection, render_amx_matmul
-from kernorch.codegen.native.amx_product import amx_supported
-from kernorch.codegen.native.attention import (
-    attention_scratch_bytes,
-    attention_supported,
-    describe_attention,
-    render_attention,
-)
-from kernorch.codegen.native.depthwise_conv import depthwise_rejection, render_depthwise_conv
-from kernorch.codegen.native.direct_conv import direct_conv_rejection, render_direct_conv
-from kernorch.codegen.native.few_channel_conv import few_channel_rejection, render_few_channel_conv
-from kernorch.codegen.native.lstm import describe_lstm, lstm_scratch_bytes, lstm_supported, render_lstm
-from kernorch.codegen.native.lstm_stack import (
-    describe_lstm_stack,
-    lstm_stack_scratch_bytes,
-    lstm_stack_supported,
-    render_lstm_stack,
-)
-from kernorch.codegen.native.pointwise_conv import pointwise_rejection, render_pointwise_conv
-from kernorch.codegen.native.streaming_product import render_streaming_product, streaming_rejection
-from kernorch.codegen.native.winograd_conv import render_winograd_conv, winograd_rejection
+- library calls (`LibraryCallBackend`: created once with the weights packed, run per call, destroyed, like oneDNN's)
+  for the shapes oneDNN handles worst: `direct_conv` (few output channels), `depthwise_conv`, `pointwise_conv` (1x1
+  with a transcendental epilogue in cache), `few_channel_conv` (an image's three channels), `winograd_conv`
+  (F(2x2, 3x3)), `streaming_product` (few rows, weights read once), `amx_matmul` (bf16 on AMX tiles, and
+  convolutions folded into it, amx_conv.py);
+- C templates (`CTemplate`) for opaque primitives and patterns: `lstm` (the scan), `lstm_stack` (stacked layers as
+  waves), `attention` (QKᵀ, softmax, ·V per block of query rows; its AMX variant in attention_amx.py).
 
-__all__ = [
-    "amx_matmul_rejection",
-    "amx_supported",
-    "render_amx_matmul",
-    "attention_scratch_bytes",
-    "attention_supported",
-    "describe_attention",
-    "render_attention",
-    "depthwise_rejection",
-    "describe_lstm",
-    "describe_lstm_stack",
-    "direct_conv_rejection",
-    "few_channel_rejection",
-    "lstm_scratch_bytes",
-    "lstm_stack_scratch_bytes",
-    "lstm_stack_supported",
-    "lstm_supported",
-    "render_depthwise_conv",
-    "render_direct_conv",
-    "render_few_channel_conv",
-    "render_lstm",
-    "render_lstm_stack",
-    "pointwise_rejection",
-    "render_pointwise_conv",
-    "render_streaming_product",
-    "streaming_rejection",
-    "render_winograd_conv",
-    "winograd_rejection",
-]
+skeleton.py and amx_product.py hold what several families share (the create/run/destroy frame, AMX tile set-up).
+"""

@@ -21,10 +21,12 @@ from kernorch.codegen.native.amx_conv import folds
 from kernorch.codegen.native.amx_matmul_test import bf16, bf16_plan, matmul_backends, window_model
 from kernorch.codegen.native.amx_product import product_operands
 from kernorch.codegen.native.direct_conv_test import assert_compiles_for
+from kernorch.devtools.mutate import here
 from kernorch.testing import random_array
 from kernorch.tools.check import run_onnxruntime
 
-pytestmark = pytest.mark.skipif(not amx_product.amx_supported(), reason="needs AMX-BF16 tiles")
+pytestmark = [pytest.mark.sanitize,  # under the sanitizers in `make sanitize`
+              pytest.mark.skipif(not amx_product.amx_supported(), reason="needs AMX-BF16 tiles")]
 
 FOLDED: dict[str, dict[str, Any]] = {
     "candy's last conv, smaller (32 to 3, 9x9)": dict(channels=32, out_channels=3, kernel=9, size=(14, 41)),
@@ -138,3 +140,16 @@ def test_the_sources_compile_without_amx(case: str, tmp_path: Path, monkeypatch:
                          layout="channels-last", rewrite=True)  # fmt: skip
     calls = [describe_library_call(k) for k in compiled.kernels if any(n.prim == "conv" for n in k.primitives)]
     assert_compiles_for(("-mavx2", "-mfma"), calls[-1], tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("AMX convolution loads a strided block's second row tile one stride short",
+         "_tile_loadd(5, x + {16 * sx * c}",
+         "_tile_loadd(5, x + {16 * c}",
+         file="kernorch/codegen/native/amx_matmul.py"),
+    here("folded AMX convolution sums one kernel column short",
+         'f"                    for (int kx = 0; kx < {kw}; kx++) {{",',
+         'f"                    for (int kx = 1; kx < {kw}; kx++) {{",'),
+]  # fmt: skip

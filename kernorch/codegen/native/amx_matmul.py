@@ -25,6 +25,7 @@ run uses no more.
 
 from __future__ import annotations
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import LibraryCall, post_ops_rejection
 from kernorch.codegen.native.amx_conv import folds, render_folded_conv
 from kernorch.codegen.native.amx_product import (
@@ -244,3 +245,8 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
              "        }",
              *RUN_CLOSING]  # fmt: skip
     return "\n".join(lines)
+
+
+# oneDNN 3.2's bf16 matmul reaches half of what a plain loop over AMX tiles does on these shapes
+BACKEND = LibraryCallBackend("amx_matmul", "native C", "AMX bf16 matmul", amx_matmul_rejection, render_amx_matmul,
+                             precisions=("bf16",))  # fmt: skip

@@ -19,15 +19,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kernorch.codegen.native.amx_product as amx_product
 import kernorch.pipeline
-from kernorch.codegen.backends import AMX_MATMUL, ONEDNN
+from kernorch.codegen.backends import ONEDNN
 from kernorch.codegen.library.call import describe_library_call
+from kernorch.codegen.native.amx_matmul import BACKEND
 from kernorch.codegen.native.direct_conv_test import assert_compiles_for
+from kernorch.devtools.mutate import here
 from kernorch.precision import choose_precision
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
-pytestmark = pytest.mark.skipif(not amx_product.amx_supported(), reason="needs AMX-BF16 tiles")
+pytestmark = [pytest.mark.sanitize,  # under the sanitizers in `make sanitize`
+              pytest.mark.skipif(not amx_product.amx_supported(), reason="needs AMX-BF16 tiles")]
 
 EPILOGUES = {  # ONNX nodes after "m" = x·w + b, ending in "y"; "r" is a [M, N] input, "s" a [M, 1] input
     "gelu": [helper.make_node("Gelu", ["m"], ["y"])],
@@ -237,7 +240,7 @@ def test_float32_plans_and_products_of_two_inputs_stay_with_onednn(monkeypatch: 
     product = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
     compiled = bf16_plan(product, monkeypatch)
     (kernel,) = [k for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
-    assert "weights are not constant" in AMX_MATMUL.applies(kernel).reason
+    assert "weights are not constant" in BACKEND.applies(kernel).reason
     assert ONEDNN.applies(kernel).runs
 
 
@@ -245,7 +248,7 @@ def test_without_amx_the_matmul_stays_with_onednn(monkeypatch: pytest.MonkeyPatc
     compiled = bf16_plan(linear_model(rows=33, k=100, n=70), monkeypatch)
     (kernel,) = [k for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
     monkeypatch.setattr(amx_product, "isa_flags", lambda: ("avx512f", "avx512_bf16"))
-    assert AMX_MATMUL.applies(kernel).reason == "no AMX-BF16 on this CPU"
+    assert BACKEND.applies(kernel).reason == "no AMX-BF16 on this CPU"
 
 
 @pytest.mark.parametrize(("model", "reason"), [
@@ -256,7 +259,7 @@ def test_shapes_onednn_runs_faster_stay_with_it(model: Callable[[], onnx.ModelPr
                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     compiled = bf16_plan(model(), monkeypatch, layout="channels-last", rewrite=True)
     (kernel,) = [k for k in compiled.kernels if any(n.prim in ("matmul", "conv") for n in k.primitives)]
-    assert reason in AMX_MATMUL.applies(kernel).reason
+    assert reason in BACKEND.applies(kernel).reason
     assert ONEDNN.applies(kernel).runs
 
 
@@ -265,3 +268,43 @@ def test_the_source_compiles_without_amx(tmp_path: Path, monkeypatch: pytest.Mon
     compiled = bf16_plan(linear_model(rows=33, k=100, n=70, epilogue="residual"), monkeypatch)
     (kernel,) = [k for k in compiled.kernels if any(n.prim == "matmul" for n in k.primitives)]
     assert_compiles_for(("-mavx2", "-mfma"), describe_library_call(kernel), tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("AMX matmul drops the last of its four tile products",
+         '"    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",',
+         '"    _tile_dpbf16ps(2, 5, 6);",',
+         file="kernorch/codegen/native/amx_product.py",
+         tests=("kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py")),
+    here("AMX matmul converts only its first block of rows",
+         """f"            if ({'!tiles && ' if ring is not None else ''}mb != loaded) {{",""",
+         """f"            if ({'!tiles && ' if ring is not None else ''}loaded < 0) {{",""",
+         tests=("kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py")),
+    here("AMX matmul leaves the bias out",
+         'biased = " + bias[n]" if',
+         'biased = "" if',
+         file="kernorch/codegen/native/amx_product.py"),
+    here("AMX matmul's path without tiles stops one k short",
+         'f"        for (int k = 0; k < {k_total}; k++)",',
+         'f"        for (int k = 0; k < {k_total} - 1; k++)",',
+         file="kernorch/codegen/native/amx_product.py",
+         tests=("kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py")),
+    here("AMX matmul takes convolutions over few channels, where oneDNN is faster",
+         "FEW_CHANNELS, SHORT_RUN = 16, 32",
+         "FEW_CHANNELS, SHORT_RUN = 0, 32"),
+    here("AMX matmul reads taps in a convolution's padding",
+         'f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",',
+         'f"                if (iy < 0 || ix < 0) {{",'),
+    here("AMX convolution's ring keeps a slot's row when another row wants the slot",
+         '"    if (tags[slot] != tag) {",',
+         '"    if (tags[slot] < 0) {",',
+         file="kernorch/codegen/native/amx_product.py",
+         tests=("kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py")),
+    here("AMX convolution's ring leaves out the left padding",
+         "to=f'row + {px * c}'",
+         "to='row'",
+         file="kernorch/codegen/native/amx_product.py",
+         tests=("kernorch/codegen/native/amx_matmul_test.py", "kernorch/codegen/native/amx_conv_test.py")),
+]  # fmt: skip

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernorch.codegen.backends.templates import CTemplate
 from kernorch.codegen.c import c_binary, c_literal, c_unary
 from kernorch.codegen.native.attention_amx import (
     AMX_EXP_PASS,
@@ -642,3 +643,8 @@ int {name}(void **args) {{
 #undef JV
 #undef CV
 """
+
+
+# QKᵀ, softmax and ·V per block of query rows: the heads' row blocks in one parallel region
+BACKEND = CTemplate("fused_attention", "fused attention C template", attention_supported, attention_scratch_bytes,
+                    render_attention, describe_attention)  # fmt: skip

@@ -15,13 +15,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kernorch.pipeline
 from kernorch.codegen.native.attention_test import fused_kernels
+from kernorch.devtools.mutate import here
 from kernorch.machine import isa_flags
 from kernorch.precision import choose_precision
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
 
-pytestmark = pytest.mark.skipif("amx_bf16" not in isa_flags(), reason="the AMX path needs AMX-BF16 tiles")
+pytestmark = [pytest.mark.sanitize,  # under the sanitizers in `make sanitize`
+              pytest.mark.skipif("amx_bf16" not in isa_flags(), reason="the AMX path needs AMX-BF16 tiles")]
 
 
 def bf16_plan(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch) -> CompiledModel:
@@ -172,3 +174,19 @@ def test_keys_masked_with_minus_infinity_weigh_nothing(monkeypatch: pytest.Monke
     expected = tile_arithmetic(feeds, "input", False, fused_kernels(compiled)[0].divide_after)
     assert np.isfinite(actual).all()
     np.testing.assert_allclose(actual, expected, rtol=0, atol=2e-4 * float(np.abs(expected).max()))
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("AMX attention skips the last block of keys or values",
+         "for (; n < blocks; n++) {",
+         "for (; n < blocks - 1; n++) {"),
+    here("AMX attention leaves divided weights out of the tiles",
+         "if ({separately} && r < rows) {{",
+         "if (0 && r < rows) {{"),
+    here("fused attention rounds the operands of a float32 plan",
+         "weights_rounded and q.rounded and kt.rounded and v.rounded",
+         "True",
+         file="kernorch/codegen/native/attention.py"),
+]  # fmt: skip

@@ -14,12 +14,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.backends import FUSED_ATTENTION, withheld
-from kernorch.codegen.native.attention import Attention, match_attention
+from kernorch.codegen.backends import withheld
+from kernorch.codegen.native.attention import BACKEND, Attention, match_attention
+from kernorch.devtools.mutate import here
 from kernorch.machine import bf16_supported
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def attention_model(tokens: int, heads: int, head_dim: int, batch: int = 1, mask: str = "none",
@@ -88,7 +91,7 @@ def feeds_of(model: onnx.ModelProto, seed: int = 3) -> dict[str, np.ndarray]:
 def fused_kernels(compiled: CompiledModel) -> list[Attention]:
     """What each fused-attention kernel of the plan computes."""
     found = [match_attention(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-             if b is FUSED_ATTENTION]  # fmt: skip
+             if b is BACKEND]  # fmt: skip
     assert all(isinstance(f, Attention) for f in found), found
     return [f for f in found if isinstance(f, Attention)]
 
@@ -128,10 +131,10 @@ def test_a_bf16_plans_attention_fuses_its_operand_casts() -> None:
     compiled = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
     (fused,) = fused_kernels(compiled)
     assert fused.q.prologue == (("mul", float(np.float32(64**-0.5))),) and fused.bf16_products
-    kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
+    kernels = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is BACKEND]
     assert sum(n.prim == "cast" for n in kernels[0].primitives) == 4  # Q, Kᵀ, V and the softmax
     error = np.abs(compiled.run(feeds)["y"] - expected).max()
-    with withheld(FUSED_ATTENTION):
+    with withheld(BACKEND):
         unfused = cpu_compile(model, cost="analytic", device="cpu-nominal", rewrite=True, precision="bf16")
     assert not fused_kernels(unfused)
     bf16_error = np.abs(unfused.run(feeds)["y"] - expected).max()
@@ -214,8 +217,39 @@ def test_the_same_source_compiles_for_avx2_and_avx512(case: str, isa: tuple[str,
     from kernorch.codegen.native.attention import render_attention
 
     compiled = cpu_compile(attention_model(**CASES[case]), cost="analytic", device="cpu-nominal", rewrite=True)
-    (kernel,) = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is FUSED_ATTENTION]
+    (kernel,) = [k for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True) if b is BACKEND]
     source = tmp_path / "attention.c"
     source.write_text(PRELUDE + render_attention("k", kernel))
     subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", *isa, "-Werror=implicit-function-declaration",
                     str(source)], check=True)  # fmt: skip
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("an attention's mask added first is taken for its scores",
+         "scores = a if from_matmul(a) else b",
+         "scores = a",
+         file="kernorch/orchestrate/attention.py"),
+    here("fused attention drops torch's NaN guard on the weights",
+         "const float w = sr[j] / l; sr[j] = {a.weight_expr};",
+         "const float w = sr[j] / l; sr[j] = w;"),
+    here("fused attention's softmax skips the row max",
+         "m = v > m ? v : m;",
+         "m = 0.0f;"),
+    here("fused attention reads Q without its scaling",
+         "for op, scalar in operand.prologue:",
+         "for op, scalar in ():"),
+    here("fused attention drops the keys of the last partial block",
+         "for (; j < LKP; j += KO_VC_LANES * (",
+         "for (; j < LKP - KO_VC_LANES; j += KO_VC_LANES * ("),
+    here("fused attention packs Kᵀ's contiguous keys short of the last",
+         "for (int64_t j = 0; j < LK; j++) kt[d * LKP + j] = {load_k};",
+         "for (int64_t j = 0; j < LK - 1; j++) kt[d * LKP + j] = {load_k};"),
+    here("fused attention's last Kᵀ tile drops a column of the head dim",
+         "const int64_t dn = HD - d0 < 16 ? HD - d0 : 16;",
+         "const int64_t dn = HD - d0 < 16 ? HD - d0 - 1 : 16;"),
+    here("fused attention's Kᵀ tiles are copied without their transpose",
+         "kt[(d0 + dd) * LKP + j0 + jj] = tile[jj][dd];",
+         "kt[(d0 + dd) * LKP + j0 + jj] = tile[dd][jj];"),
+]  # fmt: skip

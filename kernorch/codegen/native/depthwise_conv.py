@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import (
     LibraryCall,
     binary_operands,
@@ -238,3 +239,8 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
                   "        }"]  # fmt: skip
     lines += ["    }", "    return 0;", "}", ""]
     return "\n".join(lines)
+
+
+# oneDNN's AVX2 depthwise conv, slower still with an eltwise post-op
+BACKEND = LibraryCallBackend("depthwise_conv", "native C", "direct C depthwise convolution", depthwise_rejection,
+                             render_depthwise_conv)  # fmt: skip

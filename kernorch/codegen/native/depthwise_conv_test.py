@@ -18,8 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 # ONNX nodes after the depthwise conv's output "c", ending in "e". The residual is "x0", the 1x1 conv's output: the
 # tested conv's own input "r" would join its kernel (the identity-into-conv rewrite), leaving no residual post-op
@@ -152,3 +155,18 @@ def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_
     arguments, _ = CASES["efficientnet's 5x5 with bias and swish"]
     _, _, calls = compiled_calls(depthwise_model(**arguments))
     assert_compiles_for(isa, calls[0], tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the depthwise conv's padded edge reads the pixel past the row's end",
+         'f"    if (ix < 0 || ix >= {width}) continue;",',
+         'f"    if (ix < 0 || ix > {width}) continue;",'),
+    here("the depthwise conv's padded edge forgets the bias",
+         '*accumulate("ko_vc acc = *(const ko_vcu *)(s->bias + c);",',
+         '*accumulate("ko_vc acc = (ko_vc){0};",'),
+    here("the depthwise conv adds the top padding instead of subtracting it",
+         'return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"',
+         'return f"(y * {stride_y} + {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"'),
+]  # fmt: skip

@@ -11,6 +11,7 @@ copied; a run allocates nothing.
 
 from __future__ import annotations
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import LibraryCall
 from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
 
@@ -110,3 +111,8 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
              "}",
              ""]  # fmt: skip
     return "\n".join(lines)
+
+
+# few output channels: oneDNN's vectors would sit mostly idle
+BACKEND = LibraryCallBackend("direct_conv", "native C", "direct C convolution (few output channels)",
+                             direct_conv_rejection, render_direct_conv)  # fmt: skip

@@ -17,8 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.native.direct_conv import direct_conv_rejection
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def conv_model(in_channels: int, out_channels: int, kernel: int, size: tuple[int, int], batch: int = 1,
@@ -151,3 +154,19 @@ def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path
 def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
     _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
     assert_compiles_for(isa, calls[0], tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("kernorch's own kernels take weights computed at run time (packed once, at create)",
+         "if not call.weights.constant and not self.runtime_weights:",
+         "if False:",
+         file="kernorch/codegen/backends/library_calls.py"),
+    here("the direct conv's tail loop stops one pixel short of the row's end",
+         'f"        for (; x0 < {out_w}; x0++) {{",',
+         'f"        for (; x0 < {out_w} - 1; x0++) {{",'),
+    here("the direct conv's reduction drops a vector lane",
+         '"                for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",',
+         '"                for (int l = 1; l < KO_VC_LANES; l++) sum += acc[i][o][l];",'),
+]  # fmt: skip

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.skeleton import run_prologue, slow_in_onednn
 from kernorch.codegen.native.streaming_product import (
@@ -162,3 +163,8 @@ def render_few_channel_conv(name: str, call: LibraryCall) -> str:
              "}",
              ""]  # fmt: skip
     return "\n".join(lines)
+
+
+# oneDNN blocks over input channels: with an image's three, mostly padding
+BACKEND = LibraryCallBackend("few_channel_conv", "native C", "C convolution over few input channels",
+                             few_channel_rejection, render_few_channel_conv)  # fmt: skip

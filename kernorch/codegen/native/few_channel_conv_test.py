@@ -18,8 +18,11 @@ from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.few_channel_conv import MAX_OUTPUT_WIDTH, few_channel_rejection, kernel_rows_merged
 from kernorch.codegen.native.streaming_product_test import compiled_call, conv_model
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 CASES: dict[str, tuple[dict[str, Any], bool]] = {  # conv_model's arguments, whether kernel rows are merged
     "squeezenet's stem: 3 → 64 3x3 stride 2, unpadded, relu": (
@@ -103,3 +106,21 @@ def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason
 def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
     _, _, call, _ = compiled_call(conv_model(**CASES["resnet's stem: 7x7 stride 2 pad 3, batch 2, no bias"][0]))
     assert_compiles_for(isa, call, tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the few-channel conv refuses wide rows even with a transcendental post-op",
+         "if call.dst.dims[3] > MAX_OUTPUT_WIDTH and not slow_in_onednn(call):",
+         "if call.dst.dims[3] > MAX_OUTPUT_WIDTH:"),
+    here("the few-channel conv takes a run that crosses the right border as if inside",
+         "else if (at_x >= 0 && at_x + {kernel_w} <= {width}) ",
+         "else if (at_x >= 0 && at_x + {kernel_w} <= {width} + 1) "),
+    here("the few-channel conv's border copy shifts its pixels by one",
+         "(at_x + kx) * {src_x}L + c] : 0.0f;",
+         "(at_x + kx - 1) * {src_x}L + c] : 0.0f;"),
+    here("the few-channel conv's tap-by-tap rows ignore the dilation along x",
+         "+ {name}_kx[t] * {dilate_x};",
+         "+ {name}_kx[t];"),
+]  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernorch.codegen.backends.templates import CTemplate
 from kernorch.ir.kernel import CandidateKernel
 
 
@@ -151,3 +152,8 @@ int {name}(void **args) {{
     return 0;
 }}
 """
+
+
+# the recurrence as one template: a barrier per step, no rTask variants
+BACKEND = CTemplate("lstm_scan", "LSTM scan C template", lstm_supported, lstm_scratch_bytes, render_lstm,
+                    describe_lstm)  # fmt: skip

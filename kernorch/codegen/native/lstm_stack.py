@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernorch.codegen.backends.templates import CTemplate
 from kernorch.codegen.native.lstm import float32_alone, gate_block
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.kernel import CandidateKernel
@@ -213,3 +214,8 @@ int {name}(void **args) {{
 {copies}    return 0;
 }}
 """
+
+
+# stacked layers as waves: a step counter per layer, no rTask variants
+BACKEND = CTemplate("lstm_stack", "stacked LSTM layers as waves, C template", lstm_stack_supported,
+                    lstm_stack_scratch_bytes, render_lstm_stack, describe_lstm_stack)  # fmt: skip

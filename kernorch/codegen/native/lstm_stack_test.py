@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from kernorch import compile
-from kernorch.codegen.backends import LSTM_STACK
-from kernorch.codegen.native.lstm_stack import CHUNK_STEPS
+from kernorch.codegen.native.lstm_stack import BACKEND, CHUNK_STEPS
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import stacked_lstm
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 @pytest.mark.parametrize(("layers", "hidden", "seq", "batch", "state", "threads"), [
@@ -30,7 +32,7 @@ def test_stack_matches_onnxruntime(layers: int, hidden: int, seq: int, batch: in
     compiled = cpu_compile(model, cost="analytic", threads=threads)  # the roofline always takes the stack
     stacks = [(k, b) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
               if k.primitives[0].prim == "lstm_stack"]  # fmt: skip
-    assert [b for _, b in stacks] == [LSTM_STACK]
+    assert [b for _, b in stacks] == [BACKEND]
     assert len(stacks[0][0].primitives[0].attr("unit_blocks")) == layers
     got, expected = compiled.run({"x": x}), run_onnxruntime(model, {"x": x})
     for name, value in expected.items():
@@ -74,3 +76,16 @@ def test_saved_plan_with_a_stack_loads(tmp_path: Path) -> None:
     assert [k.primitives[0].prim for k in loaded.kernels].count("lstm_stack") == 1
     for name, value in loaded.run({"x": x}).items():
         np.testing.assert_array_equal(value, expected[name], err_msg=name)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # stacked LSTM waves
+    here("stack rTask does not wait for the layer below",
+         "< chunk + 1) {{",
+         "< chunk) {{"),
+    here("stack projection drops the bias",
+         "acc[i][j] = bp[j];",
+         "acc[i][j] = 0;"),
+]  # fmt: skip

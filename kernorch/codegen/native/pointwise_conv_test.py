@@ -16,8 +16,11 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.pointwise_conv import pointwise_rejection
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
     "none": [helper.make_node("Identity", ["c"], ["e"])],
@@ -130,3 +133,25 @@ def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_
     arguments, _ = CASES["swish, then a per-channel scale (a binary post-op)"]
     _, _, calls = compiled_calls(pointwise_model(**arguments))
     assert_compiles_for(isa, calls[0], tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the 1x1 convolution sums one input channel short",
+         'f"    for (int k = 0; k < {in_channels}; k++) {{",',
+         'f"    for (int k = 1; k < {in_channels}; k++) {{",'),
+    here("the 1x1 convolution's epilogue skips the last pixel of a run",
+         '"        for (p = p0; p < p1; p++) {",',
+         '"        for (p = p0; p < p1 - 1; p++) {",'),
+    here("the 1x1 convolution's last register block of a run takes ROWS pixels past the run",
+         'blocks(f"p + {name}_ROWS <= p1", f"{name}_ROWS")',
+         'blocks("p < p1", f"{name}_ROWS")'),
+    here("the 1x1 convolution's epilogue reads a residual at the transposed pixel",
+         'f"            const long y = p / {width}, x = p % {width};",',
+         'f"            const long x = p / {width}, y = p % {width};",'),
+    here("kernorch's own convolutions' relu turns NaN into 0",
+         '"v = (v > 0.0f || v != v) ? v : 0.0f;"',
+         '"v = v > 0.0f ? v : 0.0f;"',
+         file="kernorch/codegen/library/post_ops.py"),
+]  # fmt: skip

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import (
     LibraryCall,
     Tensor,
@@ -320,3 +321,8 @@ def render_streaming_product(name: str, call: LibraryCall) -> str:
              "}",
              ""]  # fmt: skip
     return "\n".join(lines)
+
+
+# oneDNN reads the weights of a product over a few output rows below the cache's bandwidth
+BACKEND = LibraryCallBackend("streaming_product", "native C", "C product over few rows, weights read once",
+                             streaming_rejection, render_streaming_product)  # fmt: skip

@@ -17,8 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.streaming_product import chunk_vectors, geometry, streaming_rejection
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def conv_model(in_channels: int, out_channels: int, kernel: int, size: tuple[int, int], batch: int = 1,
@@ -161,3 +164,26 @@ def test_chunks_shrink_to_give_both_threads_items() -> None:
 def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_path: Path) -> None:
     _, _, call, _ = compiled_call(conv_model(**CONVS["1x1 on 4x4: 16 rows, two register blocks, a residual then relu"]))
     assert_compiles_for(isa, call, tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the streaming product packs only the taps every row reads (not those any row reads)",
+         "if any(offset >= 0 for offset in offsets):",
+         "if all(offset >= 0 for offset in offsets):"),
+    here("the streaming product's register block starts every block at the first row",
+         "const long at = {name}_src[t][first + r];",
+         "const long at = {name}_src[t][r];"),
+    here("the streaming product's short last chunk writes a whole chunk of channels",
+         "c1 = c0 + {name}_CHUNK < {outputs} ? c0 + {name}_CHUNK : {outputs};",
+         "c1 = c0 + {name}_CHUNK;",
+         tests=("kernorch/codegen/native/streaming_product_test.py",
+                "kernorch/codegen/native/few_channel_conv_test.py")),
+    here("the streaming product's padded taps read the source's first row, not zeros",
+         "+ r] = at < 0 ? {name}_zeros : src + at;",
+         "+ r] = at < 0 ? src : src + at;"),
+    here("the streaming product stops at 16 rows whatever its weights",
+         "if rows > (MAX_ROWS_COLD if weight_bytes >= COLD_WEIGHT_BYTES else MAX_ROWS):",
+         "if rows > MAX_ROWS:"),
+]  # fmt: skip

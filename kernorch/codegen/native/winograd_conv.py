@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
@@ -558,3 +559,8 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
              "}",
              ""]  # fmt: skip
     return "\n".join(lines)
+
+
+# oneDNN has no Winograd convolution without AVX-512
+BACKEND = LibraryCallBackend("winograd_conv", "native C", "Winograd F(2x2, 3x3) convolution in C",
+                             winograd_rejection, render_winograd_conv)  # fmt: skip

@@ -21,8 +21,11 @@ from kernorch.codegen.native import winograd_conv as c_winograd_conv
 from kernorch.codegen.native.depthwise_conv_test import EPILOGUES, compiled_calls
 from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.winograd_conv import _streamed, planar, winograd_rejection
+from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 
 def conv3x3_model(in_channels: int, out_channels: int, size: tuple[int, int], batch: int = 1,
@@ -308,3 +311,39 @@ def test_frames_merge_only_where_one_frame_axis_indexes_every_operand(
     assert merged_operand is not None and (merged_operand.dims, merged_operand.strides) == merged
     assert planar_call.src.dims == (8, 32, 6, 6) and planar_call.dst.dims == (8, 64, 6, 6)
     assert (frames.images, frames.depth, frames.out_depth, frames.taps, frames.pad) == (2, 4, 4, 3, 1)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the blocked Winograd schedule takes transformed filters past a core's L2 (5x slower on 7x7 maps)",
+         "MAX_TRANSFORMED_BYTES = 1 << 20",
+         "MAX_TRANSFORMED_BYTES = 1 << 30"),
+    here("the streamed Winograd schedule takes any number of output channels",
+         "if out_channels % STREAMED_CHANNELS:",
+         "if False:"),
+    here("a streamed Winograd tile reading NaN or an infinity keeps its transforms",
+         '_tile_outputs(call, frames, "        ", "tile", tiles, "bad")',
+         '_tile_outputs(call, frames, "        ", "tile", tiles, "0")'),
+    here("a Winograd tile over frames flags only what its first frame tap reads",
+         "ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];",
+         "ft++) bad |= s->bad[row];"),
+    here("the transformed input frames start at the image's first, not after its padding frames",
+         "v_row(frames.depth, frames.pad)",
+         "v_row(frames.depth, 0)"),
+    here("an operand per image, the same for its frames, is indexed by the frame (Winograd over frames)",
+         "elif n != images or d != depth:",
+         "elif False:"),
+    here("the direct sum over frames skips the padding's zeros (onnxruntime's 3-d conv multiplies them)",
+         "w.strides[2], True)",
+         "w.strides[2], False)"),
+    here("a blocked Winograd tile reading NaN or an infinity keeps its transforms",
+         '_tile_outputs(call, frames, "            ", "t", TILES, "bad[t]")',
+         '_tile_outputs(call, frames, "            ", "t", TILES, "0")'),
+    here("Winograd ignores an infinite weight",
+         '"            if (z != z) s->weights_bad = 1;",',
+         '"            (void)z;",'),
+    here("the streamed Winograd products read the panel of the wrong block",
+         "const float *ue = s->u + (long)item * ",
+         "const float *ue = s->u + (long)e * "),
+]  # fmt: skip

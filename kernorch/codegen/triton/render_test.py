@@ -14,6 +14,7 @@ import pytest
 
 from kernorch.codegen.backends import TORCH_LIBRARY, TRITON, TRITON_MATMUL, choose_backend
 from kernorch.codegen.target import GPU_TARGETS
+from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
@@ -304,3 +305,31 @@ def test_library_calls_through_torch(case: str) -> None:
     prim = "conv_transpose" if case == "conv_transpose" else "conv"
     graph = _graph({"x": TensorType(x.shape, "float32")}, [(prim, ["x", "w"], attrs)], {"w": w})
     _check(graph, {"x": x}, TORCH_LIBRARY, rtol=1e-5, atol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    # GPU plans: the Triton renderer, the GPU runtime, the GPU cost model, saved GPU plans
+    here("triton: a negative gather index is not counted from the end",
+         'wrapped, _ = self.temp(f"tl.where({raw} < 0, {raw} + {size}, {raw})", "int64")',
+         'wrapped, _ = self.temp(f"{raw}", "int64")'),
+    here("triton: round half to even rounds ties up",
+         "r = tl.where(((r - x) == 0.5) & odd, r - 1.0, r)",
+         "r = r",
+         file="kernorch/codegen/triton/expr.py"),
+    here("triton: a pad's border reads the input unmasked and keeps it",
+         'ctx.rows))\n            return self.temp(f"tl.where({chosen}, {a}, {b})", dtype, key)',
+         'ctx.rows))\n            return self.temp(a, dtype, key)'),
+    here("triton: a row's reduction forgets its taps beyond the first block",
+         'self.open(f"for {start} in range(0, {taps}, {lanes}):")',
+         'self.open(f"for {start} in range(0, 1, 1):")'),
+    here("triton: the matmul template's epilogue is dropped",
+         "result, _ = writer.value(expr, context)",
+         'result = "ko_acc"',
+         file="kernorch/codegen/triton/matmul.py"),
+    here("gpu runtime: the error flag is never cleared",
+         "        self.error.zero_()\n",
+         "",
+         file="kernorch/runtime/gpu.py"),
+]  # fmt: skip

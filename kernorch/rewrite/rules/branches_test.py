@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
 
 
@@ -189,3 +190,24 @@ def test_the_identity_of_a_conv_that_is_itself_a_conv_output() -> None:
     rewritten, fired = rewrite_with(graph, "identity-into-conv")
     assert fired == ["identity-into-conv"] and prims(rewritten) == ["conv", "conv"]
     assert_equivalent(graph, rewritten)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("sum-of-convs puts every kernel at the merged window's corner, not where its taps read",
+         "*(slice(o, o + k) for o, k in",
+         "*(slice(0, k) for o, k in"),
+    here("sum-of-convs merges windows that neither kernel spans (zero-weight taps)",
+         "    if all(k != window for k in kernels):",
+         "    if False:"),
+    here("identity-into-conv adds the identity at the window's first tap, not the centre one",
+         "taps = tuple(pads[a] for a in range(spatial))",
+         "taps = tuple(0 for a in range(spatial))"),
+    here("identity-into-conv ignores the identity's shift t",
+         "            value, shift = found[0]",
+         "            value = found[0][0]"),
+    here("sum-of-convs merges convs of different inputs",
+         "if first.inputs[0] != second.inputs[0] or any(",
+         "if any("),
+]  # fmt: skip

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernorch.devtools.mutate import here
 from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
@@ -393,3 +394,15 @@ def test_a_gated_map_read_elsewhere_stays() -> None:
 
     graph = build({"x": (1, 6, 30, 20), "g": (1, 6, 1, 1)}, body)
     assert rewrite_with(graph, "channel-scale-into-conv")[1] == []
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("channel-scale-into-conv moves a gate onto a padded conv's kernel",
+         'node.attr("group") != 1 or any(node.attr("pads")) or',
+         'node.attr("group") != 1 or'),
+    here("channel-scale-into-conv puts the gate on the kernel's output-channel axis",
+         "per_channel = (1, channels, *(1,) * (weight.ndim - 2))",
+         "per_channel = (channels, 1, *(1,) * (weight.ndim - 2))"),
+]  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.rewrite.testing import assert_equivalent, build, emit, prims, rewrite_with
 
 
@@ -45,3 +46,15 @@ def test_a_small_unstrided_window_stays_one_pass(prim: str, kernel: tuple[int, i
     assert fired == (["separate-window-axes"] if fires else [])
     assert prims(rewritten) == [prim] * (2 if fires else 1)
     assert_equivalent(graph, rewritten, rtol=1e-5)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("a pool separated per axis swaps its begin and end pads",
+         '"pads": _along(pads[:spatial], axis, 0) + _along(pads[spatial:], axis, 0)}',
+         '"pads": _along(pads[spatial:], axis, 0) + _along(pads[:spatial], axis, 0)}'),
+    here("a small unstrided window is separated into one pass per axis (its intermediate cold in place)",
+         "SMALL_WINDOW = 3",
+         "SMALL_WINDOW = 0"),
+]  # fmt: skip
