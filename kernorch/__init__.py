@@ -1,6 +1,17 @@
 """kernorch: optimal kernel orchestration for DNN inference graphs.
 
-Pipeline (one package per stage): frontend → fission → rewrite → orchestrate → cost → codegen → runtime.
+Pipeline (one package per stage, run in this order by pipeline.py):
+
+    frontend → fission → rewrite → layout → precision → orchestrate (priced by cost) → codegen → runtime
+                                                         └ validate: the cheapest plans timed end to end
+
+frontend/ reads ONNX (and torch modules through torch.export); fission/ turns each node into primitives (ir/);
+rewrite/ applies algebraic and fusion-enabling rules; layout/ and precision/ decide channels-last and bf16 per
+value and primitive; orchestrate/ picks kernels with an optimal binary linear program over cost/'s prices;
+codegen/ renders the kernels (generated C, oneDNN calls, native kernels, Triton) and the whole-plan program;
+runtime/ loads and runs a plan (schedule/: rPrograms). shapes/ serves models with symbolic dims (a plan per
+shape, padded buckets, saved families); api.py is `compile`/`load`; cli/ the `kernorch` command; tools/ what the
+commands do (check, bench, explain, conformance); devtools/ the developers' tools (mutate, sanitize, soak).
 """
 
 import sys

@@ -140,7 +140,7 @@ class Options:
     # or "rprogram" (rTasks on one persistent region's threads, scheduled from in-place times; schedule/)
     strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
-    # Models with symbolic dims (kernorch/specialise.py): one plan per concrete shape, made ahead or on first use.
+    # Models with symbolic dims (kernorch/shapes/dynamic.py): one plan per concrete shape, made ahead or on first use.
     shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()  # shape sets to prepare ahead of time
     buckets: tuple[tuple[str, tuple[int, ...]], ...] = ()  # symbolic dim -> sizes prepared (every combination)
     pad: tuple[str, ...] = ()  # symbolic dims a call may be padded along, to the next bucket, where that is exact

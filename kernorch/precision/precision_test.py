@@ -220,7 +220,7 @@ def test_an_attentions_two_products_are_bf16_together_where_amx_multiplies_them(
         amx: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Priced alone, bf16 is dearer for every matmul here; on an AMX CPU the attention's Q·Kᵀ and P·V are bf16
     anyway (the fused kernel's tile path needs both), the projections stay float32; without AMX all are priced."""
-    import kernorch.precision as stage
+    import kernorch.precision.stage as stage
 
     monkeypatch.setattr(stage, "isa_flags", lambda: ("avx512_bf16", "amx_bf16") if amx else ("avx512_bf16",))
     graph = import_graph(self_attention_block())
@@ -332,7 +332,7 @@ MUTANTS = [
     here("the precision stage gives bf16 where it is slower",
          "if bf16_cost < fp32_cost:",
          "if bf16_cost != fp32_cost:",
-         file="kernorch/precision/__init__.py"),
+         file="kernorch/precision/stage.py"),
     here("kernorch's float32 depthwise kernel takes a bf16 conv",
          "if call.precision not in self.precisions:",
          "if False:",
@@ -340,5 +340,5 @@ MUTANTS = [
     here("the precision stage prices an attention's products alone on AMX too",
          'if "amx_bf16" not in isa_flags():',
          "if True:",
-         file="kernorch/precision/__init__.py"),
+         file="kernorch/precision/stage.py"),
 ]  # fmt: skip

@@ -314,5 +314,5 @@ MUTANTS = [
     here("a view chain with a float32 reader is converted before its views",
          "out not in outputs and readers.get(out, set()) <= members for i in chain",
          "True for i in chain",
-         file="kernorch/precision/__init__.py"),
+         file="kernorch/precision/stage.py"),
 ]  # fmt: skip

@@ -15,7 +15,7 @@ from kernorch.rewrite.engine import (
     apply_rules,
     topological_order,
 )
-from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, const, emit, prims, rewrite_with
 
 
 def test_the_input_graph_is_not_modified() -> None:

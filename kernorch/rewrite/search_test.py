@@ -13,7 +13,7 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate import orchestrate
 from kernorch.rewrite.engine import REWRITE_RULES
 from kernorch.rewrite.search import Site, neighbourhood, next_site, rewrite, window_signature
-from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims
+from kernorch.testing.rewrite import assert_equivalent, build, const, emit, prims
 
 
 def two_layer_softmax_attention(b):  # type: ignore[no-untyped-def]

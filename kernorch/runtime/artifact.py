@@ -110,7 +110,8 @@ def save_plan(model: SavablePlan, target: Path) -> Path:
         "graph": graph_to_json(graph),
         "kernels": [{"nodes": list(k.nodes), "outputs": list(k.outputs)} for k in model.kernels],
         "costs": model.costs, "threads": model.threads, "metadata": model.metadata,
-        # kernels whose native code a library refused here: run by their reference implementation (backends.py)
+        # kernels whose native code a library refused here: run by their reference implementation
+        # (codegen/backends/registry.py)
         "refused_native": {str(k): reason for k, kernel in enumerate(model.kernels)
                            if (reason := refused_native(kernel)) is not None},
         "built_on": {"cpu": cpu_model(), "isa_digest": isa_digest(), "isa_flags": list(isa_flags()),

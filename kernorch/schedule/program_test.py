@@ -12,7 +12,7 @@ from kernorch.schedule.simulate import UnitTimes, simulate
 from kernorch.schedule.wavefront import DEVICE, SINGLE, SPLIT, _Builder, _even, schedule, variants, waves
 
 
-def _random_dag(rng: random.Random, count: int) -> tuple[list[Unit], list[set[int]]]:
+def random_dag(rng: random.Random, count: int) -> tuple[list[Unit], list[set[int]]]:
     units: list[Unit] = []
     preds: list[set[int]] = []
     for u in range(count):
@@ -40,7 +40,7 @@ def _random_times(rng: random.Random, units: list[Unit]) -> list[UnitTimes]:
     return times
 
 
-def _random_placement(rng: random.Random, units: list[Unit], preds: list[set[int]], veus: int) -> RProgram:
+def random_placement(rng: random.Random, units: list[Unit], preds: list[set[int]], veus: int) -> RProgram:
     """Any topological order, any variant, any vEU: what the scheduler could ever emit."""
     builder = _Builder(tuple(units), veus, _random_times(rng, units))
     order = list(range(len(units)))
@@ -62,7 +62,7 @@ def _random_placement(rng: random.Random, units: list[Unit], preds: list[set[int
     return RProgram(veus, tuple(units), tuple(builder.segments))
 
 
-def _interpret(program: RProgram, preds: list[set[int]], rng: random.Random) -> None:
+def interpret(program: RProgram, preds: list[set[int]], rng: random.Random) -> None:
     """Run the program with the vEUs interleaved at random; fail on a deadlock or a task that starts before a
     predecessor's last rTask has finished."""
     finished: dict[int, int] = {}  # unit -> rTasks finished
@@ -104,22 +104,22 @@ def _interpret(program: RProgram, preds: list[set[int]], rng: random.Random) -> 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_placements_never_deadlock_or_race(seed: int) -> None:
     rng = random.Random(seed)
-    units, preds = _random_dag(rng, rng.randrange(2, 40))
+    units, preds = random_dag(rng, rng.randrange(2, 40))
     veus = rng.choice([1, 2, 3, 4])
-    program = _random_placement(rng, units, preds, veus)
+    program = random_placement(rng, units, preds, veus)
     check_program(program, preds)
     for _ in range(5):
-        _interpret(program, preds, rng)
+        interpret(program, preds, rng)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_wavefront_programs_are_valid_and_not_slower_than_kernel_by_kernel(seed: int) -> None:
     rng = random.Random(100 + seed)
-    units, preds = _random_dag(rng, rng.randrange(2, 60))
+    units, preds = random_dag(rng, rng.randrange(2, 60))
     times = _random_times(rng, units)
     program = schedule(units, preds, times, 2)
     check_program(program, preds)
-    _interpret(program, preds, rng)
+    interpret(program, preds, rng)
     # the first choice of every wave is each unit's fastest variant alone, kept unless a trial is faster
     seconds = {SPLIT: lambda t: t.split, SINGLE: lambda t: t.single, DEVICE: lambda t: t.device}
     serial = sum(min(seconds[v](t) for v in variants(unit, 2)) for unit, t in zip(units, times, strict=True))
@@ -152,7 +152,7 @@ def test_a_wait_for_a_later_rtask_is_refused() -> None:
     with pytest.raises(ScheduleError, match="later one"):
         check_program(program, [set(), {0}])
     with pytest.raises(AssertionError, match="deadlock"):
-        _interpret(program, [set(), {0}], random.Random(0))
+        interpret(program, [set(), {0}], random.Random(0))
 
 
 def test_a_missing_wait_is_refused() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from kernorch.devtools.mutate import here
 from kernorch.schedule.program import Call, Region, RProgram, RTask, Unit, Wait, check_program
-from kernorch.schedule.program_test import _interpret, _random_dag, _random_placement
+from kernorch.schedule.program_test import interpret, random_dag, random_placement
 from kernorch.schedule.regions import kernel_by_kernel, per_region, region_units, slower_regions
 
 
@@ -21,15 +21,15 @@ def _region_indices(program: RProgram) -> list[int]:
 @pytest.mark.parametrize("seed", range(40))
 def test_any_regions_replaced_kernel_by_kernel_stay_valid(seed: int) -> None:
     rng = random.Random(300 + seed)
-    units, preds = _random_dag(rng, rng.randrange(2, 40))
+    units, preds = random_dag(rng, rng.randrange(2, 40))
     veus = rng.choice([1, 2, 3, 4])
-    program = _random_placement(rng, units, preds, veus)
+    program = random_placement(rng, units, preds, veus)
     regions = _region_indices(program)
     replaced = set(rng.sample(regions, k=rng.randrange(len(regions) + 1)))
     mixed = per_region(program, replaced)
     check_program(mixed, preds)
     for _ in range(3):
-        _interpret(mixed, preds, rng)
+        interpret(mixed, preds, rng)
     orders = sorted(t.order for s in mixed.segments for t in ([s.task] if isinstance(s, Call) else
                                                               [t for _, t in s.tasks()]))  # fmt: skip
     assert orders == list(range(mixed.task_count))
@@ -40,8 +40,8 @@ def test_any_regions_replaced_kernel_by_kernel_stay_valid(seed: int) -> None:
 
 def test_no_region_replaced_is_the_program_and_every_region_replaced_runs_each_unit_on_all_vevus() -> None:
     rng = random.Random(7)
-    units, preds = _random_dag(rng, 30)
-    program = _random_placement(rng, units, preds, 2)
+    units, preds = random_dag(rng, 30)
+    program = random_placement(rng, units, preds, 2)
     assert per_region(program, set()).segments == program.segments  # the builder numbers densely already
     everything = per_region(program, set(_region_indices(program)))
     check_program(everything, preds)

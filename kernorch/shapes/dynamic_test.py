@@ -93,7 +93,7 @@ def attention_with_symbolic_sequence() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _assert_matches(model: onnx.ModelProto, compiled: object, feeds: dict[str, np.ndarray]) -> None:
+def assert_matches(model: onnx.ModelProto, compiled: object, feeds: dict[str, np.ndarray]) -> None:
     expected = run_onnxruntime(model, feeds)
     actual = compiled.run(feeds)  # type: ignore[attr-defined]
     for name, value in expected.items():
@@ -107,7 +107,7 @@ def test_a_symbolic_batch_compiles_once_and_runs_five_batches(tmp_path: Path) ->
     assert isinstance(compiled, DynamicModel)
     assert compiled.specialisations == {}  # nothing named ahead: each batch is specialised on first use
     for batch in (1, 2, 3, 8, 16):
-        _assert_matches(model, compiled, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
+        assert_matches(model, compiled, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
     assert len(compiled.specialisations) == 5
     x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(compiled(x), compiled.run({"x": x})["y"])  # positional call, same plan
@@ -118,7 +118,7 @@ def test_a_symbolic_sequence_compiles_once_and_runs_five_lengths(tmp_path: Path)
     compiled = kernorch.compile(model, cache_dir=tmp_path, shapes=[{"ids": (1, 7)}], **FAST)
     assert isinstance(compiled, DynamicModel) and len(compiled.specialisations) == 1  # prepared ahead of time
     for length in (1, 7, 16, 33, 100):
-        _assert_matches(model, compiled, {"ids": RNG.integers(0, 50, (1, length)).astype(np.int64)})
+        assert_matches(model, compiled, {"ids": RNG.integers(0, 50, (1, length)).astype(np.int64)})
     with pytest.raises(InputMismatch, match="size 2 on axis 0"):
         compiled(RNG.integers(0, 50, (2, 4)))
 
@@ -132,9 +132,9 @@ def test_the_saved_plan_holds_every_specialisation_each_verified(tmp_path: Path)
     loaded = kernorch.load(saved, cache_dir=tmp_path / "other-cache")
     assert isinstance(loaded, DynamicModel) and len(loaded.specialisations) == 2
     for batch in (1, 4):
-        _assert_matches(model, loaded, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
+        assert_matches(model, loaded, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
     assert loaded.specialised_here == 0  # both came from the directory
-    _assert_matches(model, loaded, {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)})  # a new one
+    assert_matches(model, loaded, {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)})  # a new one
     assert loaded.specialised_here == 1
 
     # every part is verified: a specialisation's C, the manifest, the model, a specialisation filed wrongly
@@ -174,7 +174,7 @@ def test_specialisations_are_cached_on_disk_and_a_corrupt_one_is_rebuilt(tmp_pat
         plan_json.write_text("{ truncated")
     rebuilt = kernorch.compile(model, cache_dir=tmp_path, shapes=[{"x": (2, 3, 8, 8)}], **FAST)
     assert isinstance(rebuilt, DynamicModel) and rebuilt.specialised_here == 1
-    _assert_matches(model, rebuilt, {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)})
+    assert_matches(model, rebuilt, {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)})
 
 
 def test_concurrent_first_calls_of_one_shape_specialise_it_once(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_batch_padding_is_exact_where_proven_and_logged_where_not(
     compiled = kernorch.compile(model, cache_dir=tmp_path, buckets={"batch": (4, 8)}, pad=("batch",), **FAST)
     assert isinstance(compiled, DynamicModel)
     for batch in (1, 3, 5):
-        _assert_matches(model, compiled, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
+        assert_matches(model, compiled, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
     assert compiled.specialised_here == 2  # the buckets only: 1, 3 ran padded to 4, 5 to 8
 
     # attention mixes the padding into every row (QKᵀ is padded on rows and columns, the softmax reduces over
@@ -225,7 +225,7 @@ def test_batch_padding_is_exact_where_proven_and_logged_where_not(
     sequence = attention_with_symbolic_sequence()
     padded = kernorch.compile(sequence, cache_dir=tmp_path, buckets={"sequence": (8,)}, pad=("sequence",), **FAST)
     with caplog.at_level(logging.INFO, logger="kernorch.shapes"):
-        _assert_matches(sequence, padded, {"ids": RNG.integers(0, 50, (1, 5)).astype(np.int64)})
+        assert_matches(sequence, padded, {"ids": RNG.integers(0, 50, (1, 5)).astype(np.int64)})
     assert "not padding sequence to [ids=1x8]: matmul" in caplog.text and "both operands padded" in caplog.text
     assert isinstance(padded, DynamicModel) and padded.specialised_here == 2
 
@@ -258,13 +258,13 @@ def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> Non
     compiled = kernorch.compile(model, cache_dir=tmp_path, cost="profile", background_tuning=True, rewrite=False)
     assert isinstance(compiled, DynamicModel)
     x = RNG.standard_normal((2, 16)).astype(np.float32)
-    _assert_matches(model, compiled, {"x": x})
+    assert_matches(model, compiled, {"x": x})
     first = next(iter(compiled.specialisations.values()))
     assert first.metadata["cost_model"].startswith("analytic")
     assert compiled.wait_for_tuning(timeout=300)
     tuned = next(iter(compiled.specialisations.values()))
     assert tuned.metadata["cost_model"].startswith("profile")
-    _assert_matches(model, compiled, {"x": x})
+    assert_matches(model, compiled, {"x": x})
 
 
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must

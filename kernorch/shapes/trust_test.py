@@ -20,7 +20,7 @@ from kernorch.options import Options
 from kernorch.runtime.artifact import MANIFEST_HASH_KEY, ArtifactError, manifest_digest, manifest_hash
 from kernorch.shapes import DynamicModel
 from kernorch.shapes.dynamic import CACHE_DIR, SLOT_MAC_FILE, SLOT_MAC_PURPOSE, _slot_place
-from kernorch.shapes.dynamic_test import FAST, RNG, _assert_matches, cnn_with_symbolic_batch
+from kernorch.shapes.dynamic_test import FAST, RNG, assert_matches, cnn_with_symbolic_batch
 from kernorch.signing import sign
 
 SHAPES = [{"x": (2, 3, 8, 8)}]
@@ -56,10 +56,10 @@ def test_another_models_plan_in_a_cache_slot_is_rebuilt(tmp_path: Path, forged: 
     assert isinstance(again, DynamicModel) and again.specialised_here == 1  # rebuilt, not served
     reason = "planned for another model" if forged else "no valid MAC"
     assert any("refused" in r.message and reason in r.message for r in caplog.records), caplog.text
-    _assert_matches(mine, again, _feeds())
+    assert_matches(mine, again, _feeds())
     third = kernorch.compile(mine, cache_dir=tmp_path, shapes=SHAPES, **FAST)  # the slot now holds my plan
     assert isinstance(third, DynamicModel) and third.specialised_here == 0
-    _assert_matches(mine, third, _feeds())
+    assert_matches(mine, third, _feeds())
 
 
 def test_a_plan_moved_between_shape_slots_of_one_model_is_rebuilt(
@@ -79,7 +79,7 @@ def test_a_plan_moved_between_shape_slots_of_one_model_is_rebuilt(
     assert isinstance(again, DynamicModel) and again.specialised_here == 2
     assert sum("planned for the input shapes" in r.message for r in caplog.records) == 2, caplog.text
     for batch in (2, 4):
-        _assert_matches(model, again, _feeds(batch))
+        assert_matches(model, again, _feeds(batch))
 
 
 def test_a_cache_others_can_write_is_not_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -91,7 +91,7 @@ def test_a_cache_others_can_write_is_not_read(tmp_path: Path, caplog: pytest.Log
         again = kernorch.compile(model, cache_dir=tmp_path, shapes=SHAPES, **FAST)
     assert isinstance(again, DynamicModel) and again.specialised_here == 1
     assert "can be changed by other users" in caplog.text
-    _assert_matches(model, again, _feeds())
+    assert_matches(model, again, _feeds())
 
 
 def _family_pair(tmp_path: Path) -> tuple[object, Path, Path]:
@@ -133,7 +133,7 @@ def test_another_models_plan_in_a_saved_family_is_refused(tmp_path: Path, listed
     DynamicModel(model_bytes, options).prepare().save(tmp_path / "mine")
     restored = kernorch.load(tmp_path / "mine", cache_dir=tmp_path / "cache", model=model_bytes)
     for batch in (1, 4):
-        _assert_matches(mine, restored, _feeds(batch))  # type: ignore[arg-type]
+        assert_matches(mine, restored, _feeds(batch))  # type: ignore[arg-type]
 
 
 def test_plans_swapped_between_shape_sets_of_a_family_are_refused(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_plans_swapped_between_shape_sets_of_a_family_are_refused(tmp_path: Path
     _rewrite_family(my_family, "shape-1")
     loaded = kernorch.load(my_family, cache_dir=tmp_path / "cache")
     for batch in (1, 4):
-        _assert_matches(mine, loaded, _feeds(batch))  # type: ignore[arg-type]
+        assert_matches(mine, loaded, _feeds(batch))  # type: ignore[arg-type]
 
 
 def test_a_plan_loaded_for_a_model_must_come_from_it_gpu_and_cpu(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_a_plan_loaded_for_a_model_must_come_from_it_gpu_and_cpu(tmp_path: Path)
         loaded = kernorch.load(mine_plan, model=mine.SerializeToString())
         if device == "h100":
             loaded.interpret = True  # type: ignore[union-attr]
-        _assert_matches(mine, loaded, _feeds())
+        assert_matches(mine, loaded, _feeds())
 
 
 def test_a_gpu_plan_of_another_model_planted_in_a_family_is_refused(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernorch import validate
 from kernorch.cost import DEVICE_PRESETS, AnalyticCostModel
 from kernorch.cost.model import GeneratableCost
 from kernorch.devtools.mutate import here
@@ -26,6 +25,7 @@ from kernorch.pipeline import compile_plan, plan_graph
 from kernorch.runtime.feeds import seeded_feeds
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import conv_norm_act_block, self_attention_block
+from kernorch.validate import plans as validate
 
 COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["cpu-nominal"]))
 
@@ -132,5 +132,5 @@ MUTANTS = [
     here("validation holds bf16 plans to float32 agreement",
          "BF16_AGREEMENT = 4e-2",
          "BF16_AGREEMENT = 1e-4",
-         file="kernorch/validate/__init__.py"),
+         file="kernorch/validate/plans.py"),
 ]  # fmt: skip

@@ -16,7 +16,7 @@ from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.row_permute import row_access
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops.description import describe
-from kernorch.codegen.loops.resize_taps_test import _upsampling, two_factor_upsampling
+from kernorch.codegen.loops.resize_taps_test import two_factor_upsampling, upsampling
 from kernorch.codegen.program.compiler import compile_source, load_library
 from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph
@@ -62,7 +62,7 @@ def _kernel_source(graph: Graph) -> tuple[str, str]:
 @pytest.mark.parametrize(("mode", "then_add"), [("linear", False), ("linear", True), ("cubic", False),
                                                 ("nearest", False)])  # fmt: skip
 def test_permuted_rows_compute_the_reference(width: int, factor: int, mode: str, then_add: bool) -> None:
-    graph = _upsampling((2, 3, 5, width), factor, mode, then_add)
+    graph = upsampling((2, 3, 5, width), factor, mode, then_add)
     source, gir = _kernel_source(graph)
     assert "input rows permuted in registers" in gir and "__builtin_shufflevector" in source, gir
     # what the performance model sees: each tap moves the input row once per output row, contiguous
@@ -105,14 +105,14 @@ def test_two_factors_on_one_axis_permute_two_rows() -> None:
     (32, 16, "an output row of 512: too many blocks to unroll"),
 ])  # fmt: skip
 def test_rows_that_keep_their_residue_loop(width: int, factor: int, why: str) -> None:
-    source, gir = _kernel_source(_upsampling((1, 2, 3, width), factor, "linear", False))
+    source, gir = _kernel_source(upsampling((1, 2, 3, width), factor, "linear", False))
     assert "permuted" not in gir and "__builtin_shufflevector" not in source, why
 
 
 @pytest.mark.parametrize("runtime", ["kernels", "rprogram"])
 def test_permuted_rows_shared_among_threads(runtime: str) -> None:
     """A map large enough to share its rows out (collapsed parallel loops, or rTasks over ranges of them)."""
-    graph = _upsampling((1, 16, 32, 32), 4, "linear", True)
+    graph = upsampling((1, 16, 32, 32), 4, "linear", True)
     source, gir = _kernel_source(graph)
     assert "input rows permuted in registers" in gir and "outer" in gir.split(";")[0], gir.split("\n")[0]
     feeds = {name: np.random.default_rng(4).standard_normal(graph.types[name].shape).astype(np.float32)

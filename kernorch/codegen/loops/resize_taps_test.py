@@ -58,7 +58,7 @@ def test_align_corners_and_downsampling_have_no_periodic_taps() -> None:
     assert resize_taps(*_rules(11, 2)) is not None
 
 
-def _upsampling(shape: tuple[int, ...], factor: int, mode: str, then_add: bool) -> Graph:
+def upsampling(shape: tuple[int, ...], factor: int, mode: str, then_add: bool) -> Graph:
     """x [.., W] resized to [.., factor·W] along its innermost axis (and optionally + z)."""
     out = (*shape[:-1], shape[-1] * factor)
     graph = Graph(inputs=["x", "z"] if then_add else ["x"], outputs=["y"])
@@ -79,7 +79,7 @@ def _upsampling(shape: tuple[int, ...], factor: int, mode: str, then_add: bool) 
 def test_an_innermost_upsampling_runs_residue_by_residue(factor: int, mode: str, then_add: bool) -> None:
     """Rows of 24 inputs: too long for one register, too short for two (rows of 16 and 32 are permuted in
     registers instead: row_permute_test.py)."""
-    graph = _upsampling((2, 3, 5, 24), factor, mode, then_add)
+    graph = upsampling((2, 3, 5, 24), factor, mode, then_add)
     kernel = make_kernel(graph, tuple(range(len(graph.nodes))), ("y",))
     source = GENERATED_C.source("k", kernel)
     assert f"#pragma GCC unroll {factor}" in source, source  # the residues, around a loop over 24 inputs
@@ -93,7 +93,7 @@ def test_an_innermost_upsampling_runs_residue_by_residue(factor: int, mode: str,
 
 def test_a_short_axis_keeps_its_table() -> None:
     """Three inputs along the axis leave too short a loop to vectorize: the taps stay a lookup table."""
-    graph = _upsampling((2, 3, 5, 3), 2, "linear", False)
+    graph = upsampling((2, 3, 5, 3), 2, "linear", False)
     kernel = make_kernel(graph, (0,), ("y",))
     source = GENERATED_C.source("k", kernel)
     assert "#pragma GCC unroll" not in source and "[12]" in source, source

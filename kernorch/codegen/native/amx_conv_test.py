@@ -20,9 +20,9 @@ from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native.amx_conv import folds
 from kernorch.codegen.native.amx_matmul_test import bf16, bf16_plan, matmul_backends, window_model
 from kernorch.codegen.native.amx_product import product_operands
-from kernorch.codegen.native.direct_conv_test import assert_compiles_for
 from kernorch.devtools.mutate import here
 from kernorch.testing import random_array
+from kernorch.testing.native import assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = [pytest.mark.sanitize,  # under the sanitizers in `make sanitize`

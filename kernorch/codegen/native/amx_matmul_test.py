@@ -22,11 +22,11 @@ import kernorch.pipeline
 from kernorch.codegen.backends import ONEDNN
 from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.native.amx_matmul import BACKEND
-from kernorch.codegen.native.direct_conv_test import assert_compiles_for
 from kernorch.devtools.mutate import here
 from kernorch.precision import choose_precision
 from kernorch.runtime.compiled import CompiledModel
 from kernorch.testing import cpu_compile, random_array
+from kernorch.testing.native import assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = [pytest.mark.sanitize,  # under the sanitizers in `make sanitize`

@@ -17,9 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection
-from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
+from kernorch.testing.native import assert_close, assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`

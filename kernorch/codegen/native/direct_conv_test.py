@@ -14,11 +14,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.library.call import LibraryCall, describe_library_call
+from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.native.direct_conv import direct_conv_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
+from kernorch.testing.native import assert_close, assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -51,11 +52,6 @@ def compiled_library_calls(model: onnx.ModelProto, layout: str) -> tuple[np.ndar
              if b.stateful]  # fmt: skip
     assert calls[0].weights.dims[2:] == (1, 1), calls  # the producer conv
     return compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], calls[1:]
-
-
-def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
-    """Sums of a few hundred products cancel: the absolute tolerance follows the outputs' scale."""
-    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
 
 
 CASES: dict[str, dict[str, Any]] = {
@@ -130,24 +126,6 @@ def test_post_ops_stay_with_onednn() -> None:
     _, _, calls = compiled_library_calls(conv_model(**CASES["candy's last conv, small"]), "channels-last")
     relu = (Eltwise("relu", 0.0, 0.0), None)
     assert direct_conv_rejection(dataclasses.replace(calls[0], post_ops=(relu,))) == "post-ops run in oneDNN"
-
-
-def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path) -> None:
-    """The call's C compiles with the given ISA flags: the direct kernels' vector width and blocking are the
-    compiler's (#ifdef __AVX512F__), so the source does not depend on the machine and both branches must
-    compile, though only this machine's one runs in the other tests."""
-    from kernorch.codegen.backends import LibraryCallBackend, registered
-    from kernorch.codegen.c.prelude import PRELUDE
-    from kernorch.codegen.library.onednn import ONEDNN_PRELUDE
-    from kernorch.codegen.program.compiler import onednn_paths
-    from kernorch.codegen.program.plan import ERROR_BUFFER
-
-    source = directory / "conv.c"
-    backend = next(b for b in registered() if isinstance(b, LibraryCallBackend) and b.rejection(call) is None)
-    source.write_text(ERROR_BUFFER + ONEDNN_PRELUDE + PRELUDE + backend.render_call("k", call))
-    include, _ = onednn_paths()
-    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
-                    "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
 
 
 @pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",)])

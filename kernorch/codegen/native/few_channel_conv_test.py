@@ -15,11 +15,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.library.call import describe_library_call
-from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.few_channel_conv import MAX_OUTPUT_WIDTH, few_channel_rejection, kernel_rows_merged
 from kernorch.codegen.native.streaming_product_test import compiled_call, conv_model
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
+from kernorch.testing.native import assert_close, assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`

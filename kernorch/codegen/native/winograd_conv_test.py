@@ -19,10 +19,10 @@ from kernorch.codegen.library.call import describe_library_call
 from kernorch.codegen.library.epilogue import Binary
 from kernorch.codegen.native import winograd_conv as c_winograd_conv
 from kernorch.codegen.native.depthwise_conv_test import EPILOGUES, compiled_calls
-from kernorch.codegen.native.direct_conv_test import assert_close, assert_compiles_for
 from kernorch.codegen.native.winograd_conv import _streamed, planar, winograd_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
+from kernorch.testing.native import assert_close, assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`

@@ -2,15 +2,23 @@
 runner (plan.py, rprogram.py), and its compiler with the private, digest-checked cache (compiler.py); a GPU
 plan's Triton module (gpu.py)."""
 
-from kernorch.codegen.program.compiler import CFLAGS, CompileError, compile_source, compiler_identity, load_library
+from kernorch.codegen.program.compiler import (
+    CFLAGS,
+    CompileError,
+    compile_source,
+    compiler_identity,
+    load_library,
+    onednn_paths,
+)
 from kernorch.codegen.program.gpu import gpu_sources
-from kernorch.codegen.program.plan import NativePlan, render_plan, translation_unit
+from kernorch.codegen.program.plan import ERROR_BUFFER, NativePlan, render_plan, translation_unit
 from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, MAX_VEUS, REGION, SEGMENT_FIELDS, TASK, WAIT
 
 __all__ = [
     "CALL",
     "CFLAGS",
     "CompileError",
+    "ERROR_BUFFER",
     "ENTRY_FIELDS",
     "MAX_VEUS",
     "NativePlan",
@@ -22,6 +30,7 @@ __all__ = [
     "compiler_identity",
     "gpu_sources",
     "load_library",
+    "onednn_paths",
     "render_plan",
     "translation_unit",
 ]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kernorch.devtools.mutate import here
-from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, const, emit, prims, rewrite_with
 
 
 def conv(b: Any, x: str, weight: np.ndarray, pads: tuple[int, ...], strides: tuple[int, int] = (1, 1),

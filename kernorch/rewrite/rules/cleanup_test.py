@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernorch.ir.graph import Node
-from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, const, emit, prims, rewrite_with
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)

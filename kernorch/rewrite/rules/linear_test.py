@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernorch.devtools.mutate import here
-from kernorch.rewrite.testing import assert_equivalent, build, const, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, const, emit, prims, rewrite_with
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 dims = st.integers(1, 6)

@@ -11,7 +11,7 @@ import pytest
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.rewrite import REWRITE_RULES
-from kernorch.rewrite.testing import build, const, emit, rewrite_with
+from kernorch.testing.rewrite import build, const, emit, rewrite_with
 
 Case = Callable[[], Graph]
 

@@ -10,7 +10,7 @@ from kernorch.pipeline import import_graph
 from kernorch.rewrite import rewrite
 from kernorch.rewrite.engine import REWRITE_RULES, GraphIndex, try_rule
 from kernorch.rewrite.search import find_sites, neighbourhood
-from kernorch.rewrite.testing import assert_equivalent, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, prims, rewrite_with
 from kernorch.tools.demo_models import stacked_lstm
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernorch.rewrite.testing import assert_equivalent, build, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, emit, prims, rewrite_with
 
 
 @pytest.mark.parametrize(("mode", "coordinate_mode", "source", "sizes", "exclude_outside"), [

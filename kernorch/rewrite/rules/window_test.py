@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernorch.devtools.mutate import here
-from kernorch.rewrite.testing import assert_equivalent, build, emit, prims, rewrite_with
+from kernorch.testing.rewrite import assert_equivalent, build, emit, prims, rewrite_with
 
 
 @pytest.mark.parametrize("prim", ["window_max", "window_sum"])

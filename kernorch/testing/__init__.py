@@ -1,0 +1,15 @@
+"""Helpers for tests, kernorch's and a user's: models.py builds one-operator and branchy ONNX models, draws inputs,
+compiles for this CPU and compares with onnxruntime (re-exported here); rewrite.py builds primitive graphs for the
+rewrite rules' tests; native.py checks the native kernels' tolerances and their C for every ISA."""
+
+from kernorch.testing.models import (
+    branchy_model,
+    cpu_compile,
+    fission_and_compare,
+    primitive_names,
+    random_array,
+    single_op_model,
+)
+
+__all__ = ["branchy_model", "cpu_compile", "fission_and_compare", "primitive_names", "random_array",
+           "single_op_model"]  # fmt: skip

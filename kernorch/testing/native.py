@@ -1,0 +1,31 @@
+"""Helpers for the native kernels' tests (codegen/native/*_test.py): tolerances for long sums, and the check that a
+kernel's C compiles for every ISA it is written for."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from kernorch.codegen.backends import LibraryCallBackend, registered
+from kernorch.codegen.c import PRELUDE
+from kernorch.codegen.library import ONEDNN_PRELUDE, LibraryCall
+from kernorch.codegen.program import ERROR_BUFFER, onednn_paths
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Sums of a few hundred products cancel: the absolute tolerance follows the outputs' scale."""
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
+def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path) -> None:
+    """The call's C compiles with the given ISA flags: the direct kernels' vector width and blocking are the
+    compiler's (#ifdef __AVX512F__), so the source does not depend on the machine and both branches must
+    compile, though only this machine's one runs in the other tests."""
+    source = directory / "conv.c"
+    backend = next(b for b in registered() if isinstance(b, LibraryCallBackend) and b.rejection(call) is None)
+    source.write_text(ERROR_BUFFER + ONEDNN_PRELUDE + PRELUDE + backend.render_call("k", call))
+    include, _ = onednn_paths()
+    subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
+                    "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
