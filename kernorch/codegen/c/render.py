@@ -49,6 +49,7 @@ from kernorch.codegen.c.loops import (
     tiled_loops,
 )
 from kernorch.codegen.c.render_permuted import permuted_lines
+from kernorch.codegen.c.writer import CWriter
 from kernorch.codegen.gir import (
     CONSTANT,
     ELEMENTWISE,
@@ -76,30 +77,34 @@ def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
     ko_phase, int64_t ko_begin, int64_t ko_end)`, running iterations [ko_begin, ko_end) of phase ko_phase's
     parallel loop on the calling thread (an rTask; the GIR says how many there are: `Gir.task_units`)."""
     sharing = Sharing(tasks=tasks)
-    out: list[str] = []
+    w = CWriter()
     for table, values in gir.tables.items():
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
         body = ", ".join(str(int(v)) if ctype == "int64_t" else repr(float(v)) + "f" for v in values)
-        out.append(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
+        w.line(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
     arguments = "void **args, int ko_phase, int64_t ko_begin, int64_t ko_end" if sharing.tasks else "void **args"
-    out += [f"int {name}({arguments}) {{", "    int err = 0;"]
-    # arguments: inputs, outputs, then scratch (allocated once when the plan is created: none per call)
-    ordered = [b for role in ("input", "output", "scratch") for b in gir.buffers if b.role == role]
-    for position, buffer in enumerate(ordered):
-        ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
-        out.append(f"    {qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
-    counter = [0]  # temporaries are numbered across the kernel
-    phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target).lines(sharing)) for phase in gir.phases]
-    if tasks:  # one case per phase, running the task's share of its loop
-        if tuple(sharing.iterations) != gir.task_units(target.tile):  # the loops opened are the GIR's units
-            raise AssertionError(f"{name}: the rTask loops opened run {sharing.iterations} iterations, the GIR's "
-                                 f"phases {gir.task_units(target.tile)}")  # fmt: skip
-        cases = [f"case {p}: {{\n{_indent(lines)}\n    break; }}" for p, lines in enumerate(phases)]
-        out.append("    switch (ko_phase) {\n" + "\n".join(cases) + "\n    default: return 1;\n    }")
-    else:
-        out.extend(_indent(lines) for lines in phases)
-    out.append("    return err;\n}\n")
-    return "\n".join(out)
+    with w.function(f"int {name}({arguments})", returns="err"):
+        w.line("int err = 0;")
+        # arguments: inputs, outputs, then scratch (allocated once when the plan is created: none per call)
+        ordered = [b for role in ("input", "output", "scratch") for b in gir.buffers if b.role == role]
+        for position, buffer in enumerate(ordered):
+            ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
+            w.line(f"{qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
+        counter = [0]  # temporaries are numbered across the kernel
+        phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target).lines(sharing)) for phase in gir.phases]
+        if not tasks:
+            for lines in phases:
+                w.line(*lines)
+        else:  # one case per phase, running the task's share of its loop
+            if tuple(sharing.iterations) != gir.task_units(target.tile):  # the loops opened are the GIR's units
+                raise AssertionError(f"{name}: the rTask loops opened run {sharing.iterations} iterations, the GIR's "
+                                     f"phases {gir.task_units(target.tile)}")  # fmt: skip
+            with w.flat_block("switch (ko_phase)"):
+                for p, lines in enumerate(phases):
+                    w.verbatim(f"case {p}: {{")  # a case at column 0, its phase at the function's depth
+                    w.line(*lines, "break; }")
+                w.line("default: return 1;")
+    return w.text(end="\n")
 
 
 _ERR_CLAUSE = " reduction(|:err)"
@@ -124,10 +129,6 @@ def _err_only_where_set(lines: list[str]) -> list[str]:
                 out[i] = line.replace(_ERR_CLAUSE, "")
                 break
     return out
-
-
-def _indent(lines: list[str]) -> str:
-    return "\n".join("    " + line for line in lines)
 
 
 class _Phase:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from kernorch.codegen.c import c_literal
+from kernorch.codegen.c import CWriter, c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
 from kernorch.ir.strided import row_major
@@ -87,7 +87,7 @@ def _pointer(tensor: Tensor) -> str:
 
 
 def _array(name: str, values: tuple[int, ...]) -> str:
-    return f"    const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
+    return f"const dnnl_dim_t {name}[] = {{{', '.join(str(v) for v in values) or '0'}}};"
 
 
 def padded_pitch(rows: int, columns: int) -> int | None:
@@ -100,23 +100,19 @@ def padded_pitch(rows: int, columns: int) -> int | None:
     return columns + 16 if rows >= 32 and columns >= 128 and columns % 16 == 0 else None
 
 
-def _padded_weights(call: LibraryCall, pitch: int, bias_md: str) -> list[str]:
+def _padded_weights(w: CWriter, call: LibraryCall, pitch: int, bias_md: str) -> None:
     """C that re-creates the matmul primitive with weights rows `pitch` elements apart when oneDNN chose the
     dense plain layout for them (it packs them itself otherwise, e.g. blocked for brgemm on AVX-512); the
     reorder below then packs the weights into that padded layout once."""
     dims = call.weights.dims
     padded = row_major((*dims[:-1], pitch))  # rows `pitch` apart; a batch of K rows K * pitch apart
-    return [_array("s_dense", row_major(dims)), _array("s_padded", padded),
-            f"    KO_CHECK(ko_md(&md_dense, {len(dims)}, d1, s_dense));",
-            "    if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), md_dense)) {",
-            "        dnnl_primitive_desc_t padded_pd = NULL;",
-            f"        KO_CHECK(ko_md(&md_padded, {len(dims)}, d1, s_padded));",
-            f"        if (dnnl_matmul_primitive_desc_create(&padded_pd, engine, md[0], md_padded, {bias_md}, md[2], "
-            "attr) == dnnl_success) {",
-            "            dnnl_primitive_desc_destroy(pd);",
-            "            pd = padded_pd;",
-            "        }",
-            "    }"]  # fmt: skip
+    w.line(_array("s_dense", row_major(dims)), _array("s_padded", padded),
+           f"KO_CHECK(ko_md(&md_dense, {len(dims)}, d1, s_dense));")
+    with w.block("if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), md_dense))"):
+        w.line("dnnl_primitive_desc_t padded_pd = NULL;", f"KO_CHECK(ko_md(&md_padded, {len(dims)}, d1, s_padded));")
+        with w.block(f"if (dnnl_matmul_primitive_desc_create(&padded_pd, engine, md[0], md_padded, {bias_md}, md[2], "
+                     "attr) == dnnl_success)"):  # fmt: skip
+            w.line("dnnl_primitive_desc_destroy(pd);", "pd = padded_pd;")
 
 
 def _dense_like(tensor: Tensor) -> tuple[int, ...]:
@@ -170,155 +166,150 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     per_run = tuple(sorted({*converted, *([1] if repacked else [])}))
     element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"  # what the primitive multiplies
     # an operand reordered per run: cvt[j] reorders the plan's buffer (cvt_from[j]) into mem[i], owned
-    lines = [f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
-             "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
-             f"}} {name}_state;",
-             f"static void {name}_destroy(void *state) {{",
-             f"    {name}_state *s = ({name}_state *)state;",
-             "    if (!s) return;",
-             f"    for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);",
-             "    for (int j = 0; j < 2; j++) {",
-             "        if (s->cvt[j]) dnnl_primitive_destroy(s->cvt[j]);",
-             "        if (s->cvt_from[j]) dnnl_memory_destroy(s->cvt_from[j]);",
-             "    }",
-             "    if (s->prim) dnnl_primitive_destroy(s->prim);",
-             "    free(s);",
-             "}",
-             f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a) {{",
-             f'    static const char ko_where[] = "{name}";',
-             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
-             "    dnnl_memory_desc_t md[16] = {0}, md_bf[2] = {0};",
-             "    dnnl_memory_desc_t md_any = NULL, md_dense = NULL, md_padded = NULL;",
-             "    dnnl_primitive_attr_t attr = NULL;",
-             "    dnnl_post_ops_t ops = NULL;",
-             "    dnnl_primitive_desc_t pd = NULL, reorder_pd = NULL;",
-             "    dnnl_primitive_t reorder = NULL;",
-             "    dnnl_memory_t user = NULL;",
-             "    int ok = 0;",
-             "    if (!s) { snprintf(ko_error, sizeof ko_error, \"%s: out of memory\", ko_where); "
-             "return NULL; }"]  # fmt: skip
+    w = CWriter()
+    w.line(f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
+           "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
+           f"}} {name}_state;")  # fmt: skip
+    with w.function(f"static void {name}_destroy(void *state)", returns=None):
+        w.line(f"{name}_state *s = ({name}_state *)state;", "if (!s) return;",
+               f"for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);")
+        with w.block("for (int j = 0; j < 2; j++)"):
+            w.line("if (s->cvt[j]) dnnl_primitive_destroy(s->cvt[j]);",
+                   "if (s->cvt_from[j]) dnnl_memory_destroy(s->cvt_from[j]);")
+        w.line("if (s->prim) dnnl_primitive_destroy(s->prim);", "free(s);")
+    with w.function(f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)", returns="s"):
+        _create_body(w, name, call, memories, converted, repacked, per_run, element)
+    with w.function(f"static int {name}_run(void *state, dnnl_stream_t stream, void **a)", returns=None):
+        w.line(f"{name}_state *s = ({name}_state *)state;")
+        for i, (_, tensor, packed) in enumerate(memories):
+            if i in per_run:
+                j = per_run.index(i)
+                w.line(f"if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
+                       "return 1;",
+                       f"if (dnnl_primitive_execute(s->cvt[{j}], stream, 2, s->cvt_args[{j}]) != dnnl_success) "
+                       "return 1;")  # fmt: skip
+            elif not packed:
+                w.line(f"if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) return 1;")
+        w.line(f"return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;")
+    return w.text(end="\n")
+
+
+def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[str, Tensor, bool]],
+                 converted: tuple[int, ...], repacked: bool, per_run: tuple[int, ...], element: str) -> None:
+    """`<name>_create`'s body up to `return s;`: the memory descriptors, the primitive with its post-ops, the weights
+    packed once, the per-run conversions, the memories and arguments, and on any failure everything released."""
+    w.line(f'static const char ko_where[] = "{name}";',
+           f"{name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));",
+           "dnnl_memory_desc_t md[16] = {0}, md_bf[2] = {0};",
+           "dnnl_memory_desc_t md_any = NULL, md_dense = NULL, md_padded = NULL;",
+           "dnnl_primitive_attr_t attr = NULL;",
+           "dnnl_post_ops_t ops = NULL;",
+           "dnnl_primitive_desc_t pd = NULL, reorder_pd = NULL;",
+           "dnnl_primitive_t reorder = NULL;",
+           "dnnl_memory_t user = NULL;",
+           "int ok = 0;",
+           'if (!s) { snprintf(ko_error, sizeof ko_error, "%s: out of memory", ko_where); return NULL; }')  # fmt: skip
     for i, (_, tensor, _) in enumerate(memories):
-        lines += [_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides)]
+        w.line(_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides))
         if tensor.dtype == "bfloat16":  # stored so by its producer: read as it is
-            lines.append(f"    KO_CHECK(dnnl_memory_desc_create_with_strides(&md[{i}], {len(tensor.dims)}, d{i}, "
-                         f"dnnl_bf16, s{i}));")  # fmt: skip
+            w.line(f"KO_CHECK(dnnl_memory_desc_create_with_strides(&md[{i}], {len(tensor.dims)}, d{i}, "
+                   f"dnnl_bf16, s{i}));")  # fmt: skip
         else:
-            lines.append(f"    KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));")
+            w.line(f"KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));")
     for i in converted:
         if i == 1 and repacked:  # converted by the repacking reorder
             continue
         tensor = memories[i][1]
-        lines += [_array(f"sb{i}", _dense_like(tensor)),
-                  f"    KO_CHECK(dnnl_memory_desc_create_with_strides(&md_bf[{i}], {len(tensor.dims)}, d{i}, "
-                  f"dnnl_bf16, sb{i}));"]  # fmt: skip
+        w.line(_array(f"sb{i}", _dense_like(tensor)),
+               f"KO_CHECK(dnnl_memory_desc_create_with_strides(&md_bf[{i}], {len(tensor.dims)}, d{i}, "
+               f"dnnl_bf16, sb{i}));")  # fmt: skip
     src_md = "md_bf[0]" if 0 in converted else "md[0]"
     weights_md = "md_bf[1]" if 1 in converted else "md[1]"
     if call.weights.constant or repacked:  # oneDNN chooses the packed layout (and type), packed below
-        lines += [f"    KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, {element}, "
-                  "dnnl_format_tag_any));"]
+        w.line(f"KO_CHECK(dnnl_memory_desc_create_with_tag(&md_any, {len(call.weights.dims)}, d1, {element}, "
+               "dnnl_format_tag_any));")
         weights_md = "md_any"
-    lines += ["    KO_CHECK(dnnl_primitive_attr_create(&attr));",
-              "    KO_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));",
-              "    KO_CHECK(dnnl_post_ops_create(&ops));"]  # fmt: skip
+    w.line("KO_CHECK(dnnl_primitive_attr_create(&attr));",
+           "KO_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));",
+           "KO_CHECK(dnnl_post_ops_create(&ops));")  # fmt: skip
     binary_index = 3 + (call.bias is not None)
     for op in (expanded for given, _ in call.post_ops for expanded in _as_onednn(given)):
         if isinstance(op, Eltwise):
             alpha = c_literal(op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
             beta = c_literal(op.beta, "float32")
-            lines.append(f"    KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
+            w.line(f"KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
         else:
-            lines.append(f"    KO_CHECK(dnnl_post_ops_append_binary(ops, dnnl_binary_{op.alg}, md[{binary_index}]));")
+            w.line(f"KO_CHECK(dnnl_post_ops_append_binary(ops, dnnl_binary_{op.alg}, md[{binary_index}]));")
             binary_index += 1
-    lines.append("    KO_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));")
+    w.line("KO_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));")
     bias_md = "md[3]" if call.bias is not None else "NULL"
     if call.op == "matmul":
-        lines.append(f"    KO_CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, {src_md}, {weights_md}, {bias_md}, "
-                     "md[2], attr));")  # fmt: skip
+        w.line(f"KO_CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, {src_md}, {weights_md}, {bias_md}, "
+               "md[2], attr));")  # fmt: skip
     else:
-        lines += [_array("strides", call.strides), _array("dilates", call.dilates),
-                  _array("pad_l", call.pad_begin), _array("pad_r", call.pad_end)]  # fmt: skip
+        w.line(_array("strides", call.strides), _array("dilates", call.dilates),
+               _array("pad_l", call.pad_begin), _array("pad_r", call.pad_end))  # fmt: skip
         function = "dnnl_convolution_forward_primitive_desc_create" if call.op == "convolution" else \
             "dnnl_deconvolution_forward_primitive_desc_create"  # fmt: skip
         algorithm = "dnnl_convolution_direct" if call.op == "convolution" else "dnnl_deconvolution_direct"
-        lines.append(f"    KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, {src_md}, "
-                     f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
+        w.line(f"KO_CHECK({function}(&pd, engine, dnnl_forward_inference, {algorithm}, {src_md}, "
+               f"{weights_md}, {bias_md}, md[2], strides, dilates, pad_l, pad_r, attr));")  # fmt: skip
     # the padded pitch is for float32 weights oneDNN keeps plain (no AVX-512); bf16 weights are always packed
     pitch = padded_pitch(call.src.dims[-2], call.weights.dims[-1]) \
         if call.op == "matmul" and call.precision == "f32" else None  # fmt: skip
     if call.weights.constant and pitch is not None:
-        lines += _padded_weights(call, pitch, bias_md)
-    lines.append("    KO_CHECK(dnnl_primitive_create(&s->prim, pd));")
+        _padded_weights(w, call, pitch, bias_md)
+    w.line("KO_CHECK(dnnl_primitive_create(&s->prim, pd));")
     # weights: constant ones are reordered once into the layout the primitive chose
     if call.weights.constant:
-        lines += ["    {",
-                  "        const_dnnl_memory_desc_t chosen = "
-                  "dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);",
-                  f"        KO_CHECK(dnnl_memory_create(&user, md[1], engine, {_pointer(call.weights)}));",
-                  "        if (dnnl_memory_desc_equal(chosen, md[1])) {",
-                  "            s->mem[1] = user; user = NULL;",
-                  "        } else {",
-                  "            KO_CHECK(dnnl_memory_create(&s->mem[1], chosen, engine, DNNL_MEMORY_ALLOCATE));",
-                  "            KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[1], engine, chosen, engine, "
-                  "NULL));",
-                  "            KO_CHECK(dnnl_primitive_create(&reorder, reorder_pd));",
-                  "            dnnl_exec_arg_t pack[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, s->mem[1]}};",
-                  "            KO_CHECK(dnnl_primitive_execute(reorder, stream, 2, pack));",
-                  "            KO_CHECK(dnnl_stream_wait(stream));",
-                  "        }",
-                  "    }"]  # fmt: skip
+        with w.block(""):
+            w.line("const_dnnl_memory_desc_t chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);",
+                   f"KO_CHECK(dnnl_memory_create(&user, md[1], engine, {_pointer(call.weights)}));")
+            with w.block("if (dnnl_memory_desc_equal(chosen, md[1]))", end="} else {"):
+                w.line("s->mem[1] = user; user = NULL;")
+            with w.indented():
+                w.line("KO_CHECK(dnnl_memory_create(&s->mem[1], chosen, engine, DNNL_MEMORY_ALLOCATE));",
+                       "KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[1], engine, chosen, engine, "
+                       "NULL));",
+                       "KO_CHECK(dnnl_primitive_create(&reorder, reorder_pd));",
+                       "dnnl_exec_arg_t pack[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, s->mem[1]}};",
+                       "KO_CHECK(dnnl_primitive_execute(reorder, stream, 2, pack));",
+                       "KO_CHECK(dnnl_stream_wait(stream));")  # fmt: skip
+            w.line("}")
     for i, (_, _, packed) in enumerate(memories):
         if i in per_run:  # its copy, owned; the plan's buffer is read by the reorder on every run
             j = per_run.index(i)
             target = "dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)" if i == 1 and repacked \
                 else f"md_bf[{i}]"  # fmt: skip
-            lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], {target}, engine, DNNL_MEMORY_ALLOCATE));",
-                      f"    KO_CHECK(dnnl_memory_create(&s->cvt_from[{j}], md[{i}], engine, DNNL_MEMORY_NONE));",
-                      f"    KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[{i}], engine, {target}, "
-                      "engine, NULL));",
-                      f"    KO_CHECK(dnnl_primitive_create(&s->cvt[{j}], reorder_pd));",
-                      "    dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
-                      f"    s->cvt_args[{j}][0].arg = DNNL_ARG_FROM; s->cvt_args[{j}][0].memory = s->cvt_from[{j}];",
-                      f"    s->cvt_args[{j}][1].arg = DNNL_ARG_TO; s->cvt_args[{j}][1].memory = s->mem[{i}];",
-                      ]  # fmt: skip
+            w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], {target}, engine, DNNL_MEMORY_ALLOCATE));",
+                   f"KO_CHECK(dnnl_memory_create(&s->cvt_from[{j}], md[{i}], engine, DNNL_MEMORY_NONE));",
+                   f"KO_CHECK(dnnl_reorder_primitive_desc_create(&reorder_pd, md[{i}], engine, {target}, "
+                   "engine, NULL));",
+                   f"KO_CHECK(dnnl_primitive_create(&s->cvt[{j}], reorder_pd));",
+                   "dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
+                   f"s->cvt_args[{j}][0].arg = DNNL_ARG_FROM; s->cvt_args[{j}][0].memory = s->cvt_from[{j}];",
+                   f"s->cvt_args[{j}][1].arg = DNNL_ARG_TO; s->cvt_args[{j}][1].memory = s->mem[{i}];")  # fmt: skip
         elif not packed:  # pointed at the plan's buffer on every run
-            lines.append(f"    KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
+            w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
     scratch = len(memories)
-    lines += [f"    KO_CHECK(dnnl_memory_create(&s->mem[{scratch}], "
-              "dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), engine, DNNL_MEMORY_ALLOCATE));"]
+    w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{scratch}], "
+           "dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), engine, DNNL_MEMORY_ALLOCATE));")
     for i, (argument, _, _) in enumerate(memories):
-        lines.append(f"    s->args[{i}].arg = {argument}; s->args[{i}].memory = s->mem[{i}];")
-    lines += [f"    s->args[{scratch}].arg = DNNL_ARG_SCRATCHPAD; s->args[{scratch}].memory = s->mem[{scratch}];",
-              "    ok = 1;",
-              "fail:",
-              "    for (int i = 0; i < 16; i++) if (md[i]) dnnl_memory_desc_destroy(md[i]);",
-              "    for (int i = 0; i < 2; i++) if (md_bf[i]) dnnl_memory_desc_destroy(md_bf[i]);",
-              "    if (md_any) dnnl_memory_desc_destroy(md_any);",
-              "    if (md_dense) dnnl_memory_desc_destroy(md_dense);",
-              "    if (md_padded) dnnl_memory_desc_destroy(md_padded);",
-              "    if (user) dnnl_memory_destroy(user);",
-              "    if (reorder) dnnl_primitive_destroy(reorder);",
-              "    if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);",
-              "    if (pd) dnnl_primitive_desc_destroy(pd);",
-              "    if (ops) dnnl_post_ops_destroy(ops);",
-              "    if (attr) dnnl_primitive_attr_destroy(attr);",
-              f"    if (!ok) {{ {name}_destroy(s); return NULL; }}",
-              "    return s;",
-              "}",
-              f"static int {name}_run(void *state, dnnl_stream_t stream, void **a) {{",
-              f"    {name}_state *s = ({name}_state *)state;"]  # fmt: skip
-    for i, (_, tensor, packed) in enumerate(memories):
-        if i in per_run:
-            j = per_run.index(i)
-            lines += [f"    if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
-                      "return 1;",
-                      f"    if (dnnl_primitive_execute(s->cvt[{j}], stream, 2, s->cvt_args[{j}]) != dnnl_success) "
-                      "return 1;"]  # fmt: skip
-        elif not packed:
-            lines.append(f"    if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) "
-                         "return 1;")  # fmt: skip
-    lines += [f"    return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;",
-              "}", ""]  # fmt: skip
-    return "\n".join(lines)
+        w.line(f"s->args[{i}].arg = {argument}; s->args[{i}].memory = s->mem[{i}];")
+    w.line(f"s->args[{scratch}].arg = DNNL_ARG_SCRATCHPAD; s->args[{scratch}].memory = s->mem[{scratch}];", "ok = 1;")
+    w.verbatim("fail:")  # KO_CHECK jumps here
+    w.line("for (int i = 0; i < 16; i++) if (md[i]) dnnl_memory_desc_destroy(md[i]);",
+           "for (int i = 0; i < 2; i++) if (md_bf[i]) dnnl_memory_desc_destroy(md_bf[i]);",
+           "if (md_any) dnnl_memory_desc_destroy(md_any);",
+           "if (md_dense) dnnl_memory_desc_destroy(md_dense);",
+           "if (md_padded) dnnl_memory_desc_destroy(md_padded);",
+           "if (user) dnnl_memory_destroy(user);",
+           "if (reorder) dnnl_primitive_destroy(reorder);",
+           "if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);",
+           "if (pd) dnnl_primitive_desc_destroy(pd);",
+           "if (ops) dnnl_post_ops_destroy(ops);",
+           "if (attr) dnnl_primitive_attr_destroy(attr);",
+           f"if (!ok) {{ {name}_destroy(s); return NULL; }}")  # fmt: skip
 
 # ---- the probe: which implementation oneDNN picks for a matmul or convolution call ----
 # Which implementation oneDNN picks for a matmul or convolution call, asked in this process through its C API

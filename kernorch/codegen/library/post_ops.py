@@ -8,7 +8,7 @@ are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's 
 
 from __future__ import annotations
 
-from kernorch.codegen.c import c_literal
+from kernorch.codegen.c import CWriter, c_literal
 from kernorch.codegen.library.call import Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
 
@@ -60,22 +60,20 @@ def binary_operands(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]
         if tensor is None:
             continue
         n, c, y, x = (0 if d == 1 else s for d, s in zip(tensor.dims, tensor.strides, strict=True))
-        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
+        pointers.append(f"const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
         operands.append(f"t{position}[n * {n}L + (long)c * {c} + (long)y * {y} + (long)x * {x}]")
     return pointers, operands
 
 
-def post_op_loop(row: str, first: str, last: str, statements: list[str], indent: str, simd: bool = False,
-                 store: str | None = None) -> list[str]:  # fmt: skip
+def post_op_loop(w: CWriter, row: str, first: str, last: str, statements: list[str], simd: bool = False,
+                 store: str | None = None) -> None:  # fmt: skip
     """C applying `statements` (post_op_statements) to `row[c]` for channels c in [first, last), in place or, with
     `store`, into that element (C in terms of c): the loop a direct kernel runs over the outputs it has just
     computed, still in L1."""
-    return [*([f"{indent}#pragma omp simd"] if simd else []),
-            f"{indent}for (int c = {first}; c < {last}; c++) {{",
-            f"{indent}    float v = {row}[c];",
-            *(f"{indent}    {statement}" for statement in statements),
-            f"{indent}    {store or f'{row}[c]'} = v;",
-            f"{indent}}}"]  # fmt: skip
+    if simd:
+        w.line("#pragma omp simd")
+    with w.block(f"for (int c = {first}; c < {last}; c++)"):
+        w.line(f"float v = {row}[c];", *statements, f"{store or f'{row}[c]'} = v;")
 
 
 def post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...],

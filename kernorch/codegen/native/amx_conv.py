@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import math
 
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall
 from kernorch.codegen.native.amx_product import (
+    AMX_GUARD,
     BF16_RUN,
-    RUN_CLOSING,
     Operands,
     Window,
-    amx_scratch_state,
+    amx_create,
+    amx_run,
     pack_weights,
     packed_elements,
     ring_function,
     ring_pointers,
-    run_opening,
     scalar_product,
     source_ring,
     store_function,
@@ -59,7 +60,7 @@ def _positions(window: Window) -> int:
     return window.dst_size[1] + (window.kernel[1] - 1) * window.dilations[1]
 
 
-def _position_loader(name: str, call: LibraryCall, window: Window, kp: int) -> list[str]:
+def _position_loader(w: CWriter, name: str, call: LibraryCall, window: Window, kp: int) -> None:
     """`<name>_positions(a, ab, n, oy, p0, rows)`: positions p0.. of output row (n, oy) into 32 rows of kp
     bfloat16, each the kernel rows' C channels in turn (taps outside the source, K's padding, rows past `rows`
     zero)."""
@@ -69,22 +70,18 @@ def _position_loader(name: str, call: LibraryCall, window: Window, kp: int) -> l
     sy, dy, (py, px) = window.strides[0], window.dilations[0], window.pad_begin
     batch, y_stride, x_stride = window.src_strides
     k_total = kh * c
-    return [f"static inline void {name}_positions(void **a, uint16_t *ab, long n, long oy, long p0, int rows) {{",
-            f"    const {element} *src = (const {element} *)a[{call.src.slot}] + {call.src.offset};",
-            "    for (int r = 0; r < 32; r++) {",
-            f"        uint16_t *row = ab + r * {kp};",
-            f"        const long ix = p0 + r - {px};",
-            f"        if (r >= rows || ix < 0 || ix >= {iw}) {{ memset(row, 0, {kp * 2}); continue; }}",
-            f"        for (int ky = 0; ky < {kh}; ky++) {{",
-            f"            const long iy = oy * {sy} - {py} + ky * {dy};",
-            f"            uint16_t *to = row + ky * {c};",
-            f"            if (iy < 0 || iy >= {ih}) {{ memset(to, 0, {c * 2}); continue; }}",
-            f"            const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix * {x_stride}L;",
-            f"            {copy.format(c=c)};",
-            "        }",
-            f"        memset(row + {k_total}, 0, {(kp - k_total) * 2});",
-            "    }",
-            "}"]  # fmt: skip
+    with w.function(f"static inline void {name}_positions(void **a, uint16_t *ab, long n, long oy, long p0, int rows)",
+                    returns=None):  # fmt: skip
+        w.line(f"const {element} *src = (const {element} *)a[{call.src.slot}] + {call.src.offset};")
+        with w.block("for (int r = 0; r < 32; r++)"):
+            w.line(f"uint16_t *row = ab + r * {kp};", f"const long ix = p0 + r - {px};",
+                   f"if (r >= rows || ix < 0 || ix >= {iw}) {{ memset(row, 0, {kp * 2}); continue; }}")
+            with w.block(f"for (int ky = 0; ky < {kh}; ky++)"):
+                w.line(f"const long iy = oy * {sy} - {py} + ky * {dy};", f"uint16_t *to = row + ky * {c};",
+                       f"if (iy < 0 || iy >= {ih}) {{ memset(to, 0, {c * 2}); continue; }}",
+                       f"const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix * {x_stride}L;",
+                       f"{copy.format(c=c)};")  # fmt: skip
+            w.line(f"memset(row + {k_total}, 0, {(kp - k_total) * 2});")
 
 
 def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
@@ -104,55 +101,46 @@ def render_folded_conv(name: str, call: LibraryCall, operands: Operands) -> str:
     ring = source_ring(window, blocks * 32)  # positions are padded pixels
     per_thread = 32 * kp * 2 + blocks * 32 * 32 * 4 + 32 * 32 * 4 + (ring.bytes if ring is not None else 0)
     chunks = c // 32
-    lines_of_row = [f"            const uint16_t *line[{kh}];",
-                    f"            if (tiles) for (int ky = 0; ky < {kh}; ky++) "
-                    f"line[ky] = {name}_ring(src, ring, tags, n, iy0 + ky * {dy});"] if ring is not None else []
     loads = [f"const uint16_t *x = line[ks / {chunks}] + p0 * {c} + ks % {chunks} * 32;",
              f"_tile_loadd(4, x, {c * 2}); _tile_loadd(5, x + {16 * c}, {c * 2});"] if ring is not None else None
-    lines = [AMX_SUPPORT,
-             BF16_RUN,
-             *_position_loader(name, call, window, kp),
-             *(ring_function(name, call, window, ring) if ring is not None else []),
-             *store_function(name, call, operands),
-             *amx_scratch_state(name, packed_elements(k_total, n_total) * 2, per_thread),
-             *pack_weights(call, k_total, n_total, offset),
-             "    return s;",
-             "}",
-             *run_opening(name, call, f"{math.prod(call.dst.dims) // (ow * outputs)}L", per_thread),
-             f"        float *sums = (float *)(ab + {32 * kp}), *acc = sums + {blocks * 32 * 32};",
-             *ring_pointers(ring, "(char *)(acc + 1024)"),
-             "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
-             f"            const long n = it / {oh}, oy = it % {oh}, iy0 = oy * {sy} - {py};",
-             "            (void)iy0;",
-             *lines_of_row,
-             f"            for (long p0 = 0; p0 < {positions}; p0 += 32) {{",
-             f"                const int rows = {positions} - p0 < 32 ? (int)({positions} - p0) : 32;",
-             "                float *block = sums + p0 * 32;",
-             f"                const uint16_t *b0 = s->w, *b1 = b0 + {steps * 512};",
-             "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-             "                if (tiles) {",
-             *([] if ring is not None else [f"                    {name}_positions(a, ab, n, oy, p0, rows);"]),
-             *tile_steps("                    ", steps, kp, loads),
-             *tile_stores("                    ", "block"),
-             "                    continue;",
-             "                }",
-             "#endif",
-             f"                {name}_positions(a, ab, n, oy, p0, rows);",
-             *scalar_product("                ", steps, kp, k_total, str(n_total), "block"),
-             "            }",
-             "            /* each output pixel's kernel columns summed: P[ox + kx * dx, kx * outputs + o] */",
-             f"            for (long ox0 = 0; ox0 < {ow}; ox0 += 32) {{",
-             f"                const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;",
-             "                for (int r = 0; r < rows; r++) {",
-             f"                    float v[{outputs}] = {{0}};",
-             f"                    for (int kx = 0; kx < {kw}; kx++) {{",
-             f"                        const float *at = sums + (ox0 + r + kx * {dx}) * 32 + kx * {outputs};",
-             f"                        for (int o = 0; o < {outputs}; o++) v[o] += at[o];",
-             "                    }",
-             f"                    for (int o = 0; o < {outputs}; o++) acc[r * 32 + o] = v[o];",
-             "                }",
-             f"                {name}_store(a, acc, it * {ow} + ox0, rows, 0);",
-             "            }",
-             "        }",
-             *RUN_CLOSING]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    w.line(AMX_SUPPORT, BF16_RUN)
+    _position_loader(w, name, call, window, kp)
+    if ring is not None:
+        ring_function(w, name, call, window, ring)
+    store_function(w, name, call, operands)
+    with amx_create(w, name, packed_elements(k_total, n_total) * 2, per_thread):
+        pack_weights(w, call, k_total, n_total, offset)
+    with amx_run(w, name, call, f"{math.prod(call.dst.dims) // (ow * outputs)}L", per_thread):
+        w.line(f"float *sums = (float *)(ab + {32 * kp}), *acc = sums + {blocks * 32 * 32};")
+        ring_pointers(w, ring, "(char *)(acc + 1024)")
+        with w.block("for (long it = items * p / np; it < items * (p + 1) / np; it++)"):
+            w.line(f"const long n = it / {oh}, oy = it % {oh}, iy0 = oy * {sy} - {py};", "(void)iy0;")
+            if ring is not None:
+                w.line(f"const uint16_t *line[{kh}];",
+                       f"if (tiles) for (int ky = 0; ky < {kh}; ky++) "
+                       f"line[ky] = {name}_ring(src, ring, tags, n, iy0 + ky * {dy});")  # fmt: skip
+            with w.block(f"for (long p0 = 0; p0 < {positions}; p0 += 32)"):
+                w.line(f"const int rows = {positions} - p0 < 32 ? (int)({positions} - p0) : 32;",
+                       "float *block = sums + p0 * 32;", f"const uint16_t *b0 = s->w, *b1 = b0 + {steps * 512};")
+                w.verbatim(AMX_GUARD)
+                with w.block("if (tiles)"):
+                    if ring is None:
+                        w.line(f"{name}_positions(a, ab, n, oy, p0, rows);")
+                    tile_steps(w, steps, kp, loads)
+                    tile_stores(w, "block")
+                    w.line("continue;")
+                w.verbatim("#endif")
+                w.line(f"{name}_positions(a, ab, n, oy, p0, rows);")
+                scalar_product(w, steps, kp, k_total, str(n_total), "block")
+            w.line("/* each output pixel's kernel columns summed: P[ox + kx * dx, kx * outputs + o] */")
+            with w.block(f"for (long ox0 = 0; ox0 < {ow}; ox0 += 32)"):
+                w.line(f"const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;")
+                with w.block("for (int r = 0; r < rows; r++)"):
+                    w.line(f"float v[{outputs}] = {{0}};")
+                    with w.block(f"for (int kx = 0; kx < {kw}; kx++)"):
+                        w.line(f"const float *at = sums + (ox0 + r + kx * {dx}) * 32 + kx * {outputs};",
+                               f"for (int o = 0; o < {outputs}; o++) v[o] += at[o];")
+                    w.line(f"for (int o = 0; o < {outputs}; o++) acc[r * 32 + o] = v[o];")
+                w.line(f"{name}_store(a, acc, it * {ow} + ox0, rows, 0);")
+    return w.text(end="\n")

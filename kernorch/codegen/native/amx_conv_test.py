@@ -150,6 +150,6 @@ MUTANTS = [
          "_tile_loadd(5, x + {16 * c}",
          file="kernorch/codegen/native/amx_matmul.py"),
     here("folded AMX convolution sums one kernel column short",
-         'f"                    for (int kx = 0; kx < {kw}; kx++) {{",',
-         'f"                    for (int kx = 1; kx < {kw}; kx++) {{",'),
+         'with w.block(f"for (int kx = 0; kx < {kw}; kx++)"):',
+         'with w.block(f"for (int kx = 1; kx < {kw}; kx++)"):'),
 ]  # fmt: skip

@@ -26,15 +26,17 @@ run uses no more.
 from __future__ import annotations
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, post_ops_rejection
 from kernorch.codegen.native.amx_conv import folds, render_folded_conv
 from kernorch.codegen.native.amx_product import (
+    AMX_GUARD,
     BF16_RUN,
-    RUN_CLOSING,
     Operands,
     Ring,
     Window,
-    amx_scratch_state,
+    amx_create,
+    amx_run,
     amx_supported,
     pack_weights,
     packed_elements,
@@ -42,7 +44,6 @@ from kernorch.codegen.native.amx_product import (
     product_operands,
     ring_function,
     ring_pointers,
-    run_opening,
     scalar_product,
     source_ring,
     store_function,
@@ -101,54 +102,46 @@ def amx_matmul_rejection(call: LibraryCall) -> str | None:
     return None
 
 
-def _loader(name: str, call: LibraryCall, operands: Operands, kp: int) -> list[str]:
+def _loader(w: CWriter, name: str, call: LibraryCall, operands: Operands, kp: int) -> None:
     """`<name>_rows(a, ab, m0, rows)`: rows m0.. of the source into a block of 32 rows of kp bfloat16 (rounded to
     nearest even, or copied when stored bfloat16; K's padding and the rows past M zero): a matmul's rows as they
     are, a convolution's through its window (taps outside the source zero)."""
     element = "uint16_t" if call.src.dtype == "bfloat16" else "float"
     copy = "memcpy(to, x, (size_t)({count}) * 2)" if element == "uint16_t" else "ko_bf16_run(to, x, {count})"
     k_total = operands.src.columns
-    lines = [f"static inline void {name}_rows(void **a, uint16_t *ab, long m0, int rows) {{",
-             f"    const {element} *src = (const {element} *)a[{call.src.slot}] + {call.src.offset};",
-             "    for (int r = 0; r < 32; r++) {",
-             f"        uint16_t *row = ab + r * {kp};",
-             f"        if (r >= rows) {{ memset(row, 0, {kp * 2}); continue; }}",
-             "        const long m = m0 + r;"]  # fmt: skip
     window = operands.window
-    if window is None:
-        lines += [f"        const {element} *x = src + m * {operands.src.row_stride}L;",
-                  "        uint16_t *to = row;",
-                  f"        {copy.format(count=k_total)};"]  # fmt: skip
-    else:
-        (oh, ow), (ih, iw), (kh, kw) = window.dst_size, window.src_size, window.kernel
-        (sy, sx), (dy, dx), (py, px) = window.strides, window.dilations, window.pad_begin
-        batch, y_stride, x_stride = window.src_strides
-        c = window.channels
-        # the kernel row's taps, when all inside the source, are one run of KW x C elements there as in the
-        # block (undilated along x, pixels C apart): one copy (candy's 9x9 conv over 3 channels: 9, not 81)
-        run = [f"            const long ix0 = ox * {sx} - {px};",
-               f"            if (iy >= 0 && iy < {ih} && ix0 >= 0 && ix0 + {kw - 1} < {iw}) {{",
-               f"                const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix0 * {x_stride}L;",
-               f"                uint16_t *to = row + ky * {kw * c};",
-               f"                {copy.format(count=kw * c)};",
-               "                continue;",
-               "            }"]  # fmt: skip
-        lines += [f"        const long n = m / {oh * ow}, oy = m / {ow} % {oh}, ox = m % {ow};",
-                  f"        for (int ky = 0; ky < {kh}; ky++) {{",
-                  f"            const long iy = oy * {sy} - {py} + ky * {dy};",
-                  *(run if _row_taps_one_run(window) else []),
-                  f"            for (int kx = 0; kx < {kw}; kx++) {{",
-                  f"                const long ix = ox * {sx} - {px} + kx * {dx};",
-                  f"                uint16_t *to = row + (ky * {kw} + kx) * {c};",
-                  f"                if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw}) {{",
-                  f"                    memset(to, 0, {c * 2});",
-                  "                    continue;",
-                  "                }",
-                  f"                const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix * {x_stride}L;",
-                  f"                {copy.format(count=c)};",
-                  "            }",
-                  "        }"]  # fmt: skip
-    return [*lines, f"        memset(row + {k_total}, 0, {(kp - k_total) * 2});", "    }", "}"]
+    with w.function(f"static inline void {name}_rows(void **a, uint16_t *ab, long m0, int rows)", returns=None):
+        w.line(f"const {element} *src = (const {element} *)a[{call.src.slot}] + {call.src.offset};")
+        with w.block("for (int r = 0; r < 32; r++)"):
+            w.line(f"uint16_t *row = ab + r * {kp};", f"if (r >= rows) {{ memset(row, 0, {kp * 2}); continue; }}",
+                   "const long m = m0 + r;")
+            if window is None:
+                w.line(f"const {element} *x = src + m * {operands.src.row_stride}L;", "uint16_t *to = row;",
+                       f"{copy.format(count=k_total)};")
+            else:
+                (oh, ow), (ih, iw), (kh, kw) = window.dst_size, window.src_size, window.kernel
+                (sy, sx), (dy, dx), (py, px) = window.strides, window.dilations, window.pad_begin
+                batch, y_stride, x_stride = window.src_strides
+                c = window.channels
+                w.line(f"const long n = m / {oh * ow}, oy = m / {ow} % {oh}, ox = m % {ow};")
+                with w.block(f"for (int ky = 0; ky < {kh}; ky++)"):
+                    w.line(f"const long iy = oy * {sy} - {py} + ky * {dy};")
+                    # the kernel row's taps, when all inside the source, are one run of KW x C elements there as
+                    # in the block (undilated along x, pixels C apart): one copy (candy's 9x9 conv over 3 channels:
+                    # 9, not 81)
+                    if _row_taps_one_run(window):
+                        w.line(f"const long ix0 = ox * {sx} - {px};")
+                        with w.block(f"if (iy >= 0 && iy < {ih} && ix0 >= 0 && ix0 + {kw - 1} < {iw})"):
+                            w.line(f"const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix0 * {x_stride}L;",
+                                   f"uint16_t *to = row + ky * {kw * c};", f"{copy.format(count=kw * c)};", "continue;")
+                    with w.block(f"for (int kx = 0; kx < {kw}; kx++)"):
+                        w.line(f"const long ix = ox * {sx} - {px} + kx * {dx};",
+                               f"uint16_t *to = row + (ky * {kw} + kx) * {c};")
+                        with w.block(f"if (iy < 0 || iy >= {ih} || ix < 0 || ix >= {iw})"):
+                            w.line(f"memset(to, 0, {c * 2});", "continue;")
+                        w.line(f"const {element} *x = src + n * {batch}L + iy * {y_stride}L + ix * {x_stride}L;",
+                               f"{copy.format(count=c)};")
+            w.line(f"memset(row + {k_total}, 0, {(kp - k_total) * 2});")
 
 
 def _weight_offset(operands: Operands) -> str:
@@ -187,64 +180,62 @@ def render_amx_matmul(name: str, call: LibraryCall) -> str:
     window = operands.window
     ring = _ring(window) if window is not None else None
     loads = None
+    w = CWriter()
+
+    def block() -> None:
+        """The item's block of rows (`m0`, `rows`), and with a ring its source rows (`line`)."""
+        if ring is not None:
+            w.line(f"const long row = mb / {per_row}, ox0 = mb % {per_row} * 32, m0 = row * {ow} + ox0;",
+                   f"const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;")
+        else:
+            w.line("const long m0 = mb * 32;", f"const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;")
+
     if ring is not None:
         assert window is not None
         (oh, ow), (kh, kw), c = window.dst_size, window.kernel, window.channels
         (sy, sx), (dy, dx), py = window.strides, window.dilations, window.pad_begin[0]
         per_row = (ow + 31) // 32
         blocks = m_total // ow * per_row
-        block = [f"            const long row = mb / {per_row}, ox0 = mb % {per_row} * 32, m0 = row * {ow} + ox0;",
-                 f"            const int rows = {ow} - ox0 < 32 ? (int)({ow} - ox0) : 32;"]  # fmt: skip
         # padded x of a block's first pixel's tap kx: ox0 * sx + kx * dx (the ring holds the left padding)
-        lines_of_block = [f"                const long n = row / {oh}, iy0 = row % {oh} * {sy} - {py};",
-                          f"                const uint16_t *line[{kh}];",
-                          f"                for (int ky = 0; ky < {kh}; ky++) "
+        lines_of_block = [f"const long n = row / {oh}, iy0 = row % {oh} * {sy} - {py};",
+                          f"const uint16_t *line[{kh}];",
+                          f"for (int ky = 0; ky < {kh}; ky++) "
                           f"line[ky] = {name}_ring(src, ring, tags, n, iy0 + ky * {dy});"]  # fmt: skip
         loads = [f"const long tap = ks / {c // 32}, at = (ox0 * {sx} + tap % {kw} * {dx}) * {c} + ks % {c // 32} * 32;",
                  f"const uint16_t *x = line[tap / {kw}] + at;",
                  f"_tile_loadd(4, x, {sx * c * 2}); _tile_loadd(5, x + {16 * sx * c}, {sx * c * 2});"]  # fmt: skip
     else:
         blocks = (m_total + 31) // 32
-        block = ["            const long m0 = mb * 32;",
-                 f"            const int rows = {m_total} - m0 < 32 ? (int)({m_total} - m0) : 32;"]  # fmt: skip
         lines_of_block = []
     packed_bytes = packed_elements(k_total, n_total) * 2
     per_thread = 32 * kp * 2 + 32 * 32 * 4 + (ring.bytes if ring is not None else 0)
-    lines = [AMX_SUPPORT,
-             BF16_RUN,
-             *_loader(name, call, operands, kp),
-             *(ring_function(name, call, window, ring) if ring is not None and window is not None else []),
-             *store_function(name, call, operands),
-             *amx_scratch_state(name, packed_bytes, per_thread),
-             *pack_weights(call, k_total, n_total, _weight_offset(operands)),
-             "    return s;",
-             "}",
-             *run_opening(name, call, f"{blocks}L * {columns}", per_thread),
-             f"        float *acc = (float *)(ab + {32 * kp});",
-             *ring_pointers(ring, "(char *)(acc + 1024)"),
-             "        long loaded = -1;",
-             "        for (long it = items * p / np; it < items * (p + 1) / np; it++) {",
-             f"            const long mb = it / {columns}, n0 = it % {columns} * 32;",
-             *block,
-             f"            if ({'!tiles && ' if ring is not None else ''}mb != loaded) {{",
-             f"                {name}_rows(a, ab, m0, rows);",
-             "                loaded = mb;",
-             "            }",
-             f"            const uint16_t *b0 = s->w + n0 / 16 * {steps * 512}, *b1 = b0 + {steps * 512};",
-             "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-             "            if (tiles) {",
-             *lines_of_block,
-             *tile_steps("                ", steps, kp, loads),
-             *tile_stores("                ", "acc"),
-             f"                {name}_store(a, acc, m0, rows, n0);",
-             "                continue;",
-             "            }",
-             "#endif",
-             *scalar_product("            ", steps, kp, k_total, "32", "acc"),
-             f"            {name}_store(a, acc, m0, rows, n0);",
-             "        }",
-             *RUN_CLOSING]  # fmt: skip
-    return "\n".join(lines)
+    w.line(AMX_SUPPORT, BF16_RUN)
+    _loader(w, name, call, operands, kp)
+    if ring is not None and window is not None:
+        ring_function(w, name, call, window, ring)
+    store_function(w, name, call, operands)
+    with amx_create(w, name, packed_bytes, per_thread):
+        pack_weights(w, call, k_total, n_total, _weight_offset(operands))
+    with amx_run(w, name, call, f"{blocks}L * {columns}", per_thread):
+        w.line(f"float *acc = (float *)(ab + {32 * kp});")
+        ring_pointers(w, ring, "(char *)(acc + 1024)")
+        w.line("long loaded = -1;")
+        with w.block("for (long it = items * p / np; it < items * (p + 1) / np; it++)"):
+            w.line(f"const long mb = it / {columns}, n0 = it % {columns} * 32;")
+            block()
+            with w.block(f"if ({'!tiles && ' if ring is not None else ''}mb != loaded)"):
+                w.line(f"{name}_rows(a, ab, m0, rows);", "loaded = mb;")
+            w.line(f"const uint16_t *b0 = s->w + n0 / 16 * {steps * 512}, *b1 = b0 + {steps * 512};")
+            w.verbatim(AMX_GUARD)
+            with w.block("if (tiles)"):
+                w.line(*lines_of_block)
+                tile_steps(w, steps, kp, loads)
+                tile_stores(w, "acc")
+                w.line(f"{name}_store(a, acc, m0, rows, n0);", "continue;")
+            w.verbatim("#endif")
+            scalar_product(w, steps, kp, k_total, "32", "acc")
+            w.line(f"{name}_store(a, acc, m0, rows, n0);")
+    return w.text(end="\n")
 
 
 # oneDNN 3.2's bf16 matmul reaches half of what a plain loop over AMX tiles does on these shapes

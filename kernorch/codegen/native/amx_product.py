@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, Tensor, post_op_statements
-from kernorch.codegen.native.skeleton import state_lifecycle
+from kernorch.codegen.native.skeleton import create_function
 from kernorch.machine import isa_flags
 
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
@@ -132,7 +134,7 @@ def post_op_operand(operands: Operands, dst: Tensor, tensor: Tensor) -> Matrix |
     return as_matrix(tensor, operands.row_axes, operands.column_axis)
 
 
-def store_function(name: str, call: LibraryCall, operands: Operands) -> list[str]:
+def store_function(w: CWriter, name: str, call: LibraryCall, operands: Operands) -> None:
     """`<name>_store(a, acc, m0, rows, n0)`: a block of results (32 rows x 32 columns of `acc`, float32 sums)
     biased, through the post-ops, stored from row m0 and column n0 (rows of them; columns up to N)."""
     pointers, elements = [], []
@@ -143,51 +145,39 @@ def store_function(name: str, call: LibraryCall, operands: Operands) -> list[str
         assert matrix is not None, "amx_matmul_rejection accepted it"
         m = f"m * {matrix.row_stride}L" if matrix.rows != 1 else "0L"
         n = f" + (long)n * {matrix.column_stride}" if matrix.columns != 1 else ""
-        pointers.append(f"    const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
+        pointers.append(f"const float *t{position} = (const float *)a[{tensor.slot}] + {tensor.offset};")
         elements.append(f"t{position}[{m}{n}]")
-    bias = [f"    const float *bias = (const float *)a[{call.bias.slot}] + {call.bias.offset};"] if call.bias else []
+    bias = [f"const float *bias = (const float *)a[{call.bias.slot}] + {call.bias.offset};"] if call.bias else []
     biased = " + bias[n]" if call.bias is not None else ""
     element = "uint16_t" if call.dst.dtype == "bfloat16" else "float"
     store = "ko_bf16_bits(v)" if call.dst.dtype == "bfloat16" else "v"
     n_total = operands.dst.columns
-    return [f"static inline void {name}_store(void **a, const float *acc, long m0, int rows, long n0) {{",
-            *bias,
-            *pointers,
-            f"    const int columns = {n_total} - n0 < 32 ? (int)({n_total} - n0) : 32;",
-            "    for (int r = 0; r < rows; r++) {",
-            "        const long m = m0 + r;",
-            "        (void)m;",
-            f"        {element} *out = ({element} *)a[{call.dst.slot}] + m * {operands.dst.row_stride}L + n0;",
-            "        #pragma omp simd",
-            "        for (int j = 0; j < columns; j++) {",
-            "            const long n = n0 + j;",
-            "            (void)n;",
-            f"            float v = acc[r * 32 + j]{biased};",
-            *(f"            {s}" for s in post_op_statements(call.post_ops, elements)),
-            f"            out[j] = {store};",
-            "        }",
-            "    }",
-            "}"]  # fmt: skip
+    with w.function(f"static inline void {name}_store(void **a, const float *acc, long m0, int rows, long n0)",
+                    returns=None):  # fmt: skip
+        w.line(*bias, *pointers, f"const int columns = {n_total} - n0 < 32 ? (int)({n_total} - n0) : 32;")
+        with w.block("for (int r = 0; r < rows; r++)"):
+            w.line("const long m = m0 + r;", "(void)m;",
+                   f"{element} *out = ({element} *)a[{call.dst.slot}] + m * {operands.dst.row_stride}L + n0;",
+                   "#pragma omp simd")  # fmt: skip
+            with w.block("for (int j = 0; j < columns; j++)"):
+                w.line("const long n = n0 + j;", "(void)n;", f"float v = acc[r * 32 + j]{biased};",
+                       *post_op_statements(call.post_ops, elements), f"out[j] = {store};")
 
 
-
-
-def pack_weights(call: LibraryCall, k_total: int, n_total: int, offset: str) -> list[str]:
+def pack_weights(w: CWriter, call: LibraryCall, k_total: int, n_total: int, offset: str) -> None:
     """`<create>`'s packing of s->w: the [K, N] weights (element (k, n) at C expression `offset`) as
     [N/16 blocks][K/32 steps] tiles of bfloat16 pairs (rounded to nearest even), K and N padded with zeros to whole
     steps of 32 and blocks of 32."""
     steps, blocks = (k_total + 31) // 32, (n_total + 31) // 32 * 2
     w_type = "uint16_t" if call.weights.dtype == "bfloat16" else "float"
     w_bits = "w[at]" if call.weights.dtype == "bfloat16" else "ko_bf16_bits(w[at])"
-    return [f"    const {w_type} *w = (const {w_type} *)a[{call.weights.slot}] + {call.weights.offset};",
-            "    /* tile row r holds (k, n) and (k + 1, n) for 16 columns n, k = 2r */",
-            f"    for (long nb = 0; nb < {blocks}; nb++) for (long ks = 0; ks < {steps}; ks++)",
-            "        for (int r = 0; r < 16; r++) for (int c = 0; c < 16; c++) for (int h = 0; h < 2; h++) {",
-            "            const long k = ks * 32 + 2 * r + h, n = nb * 16 + c;",
-            f"            const long at = {offset};",
-            f"            s->w[((nb * {steps} + ks) * 16 + r) * 32 + c * 2 + h] = "
-            f"k < {k_total} && n < {n_total} ? {w_bits} : 0;",
-            "        }"]  # fmt: skip
+    w.line(f"const {w_type} *w = (const {w_type} *)a[{call.weights.slot}] + {call.weights.offset};",
+           "/* tile row r holds (k, n) and (k + 1, n) for 16 columns n, k = 2r */",
+           f"for (long nb = 0; nb < {blocks}; nb++) for (long ks = 0; ks < {steps}; ks++)")  # fmt: skip
+    with w.indented(), w.block("for (int r = 0; r < 16; r++) for (int c = 0; c < 16; c++) for (int h = 0; h < 2; h++)"):
+        w.line("const long k = ks * 32 + 2 * r + h, n = nb * 16 + c;", f"const long at = {offset};",
+               f"s->w[((nb * {steps} + ks) * 16 + r) * 32 + c * 2 + h] = "
+               f"k < {k_total} && n < {n_total} ? {w_bits} : 0;")  # fmt: skip
 
 
 def packed_elements(k_total: int, n_total: int) -> int:
@@ -195,54 +185,50 @@ def packed_elements(k_total: int, n_total: int) -> int:
     return (k_total + 31) // 32 * 32 * ((n_total + 31) // 32 * 32)
 
 
-def amx_scratch_state(name: str, packed_bytes: int, per_thread: int) -> list[str]:
+@contextmanager
+def amx_create(w: CWriter, name: str, packed_bytes: int, per_thread: int) -> Iterator[None]:
     """The state (packed weights `w`, `slots` threads' scratch of `per_thread` bytes each: the OpenMP threads when
-    the plan is created, at most MAX_SLOTS), its destroy and the opening of its create. The scratch starts zeroed:
-    a ring's padding and zero row (`Ring`) are never written after."""
-    return state_lifecycle(name, "uint16_t *w; char *scratch; int slots;", ["w", "scratch"],
-                           [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
-                            f"s->slots = omp_get_max_threads() < {MAX_SLOTS} ? omp_get_max_threads() : {MAX_SLOTS};",
-                            "if (s->slots < 1) s->slots = 1;",
-                            f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});",
-                            f"if (s->scratch) memset(s->scratch, 0, (size_t)s->slots * {per_thread});"])  # fmt: skip
+    the plan is created, at most MAX_SLOTS), its destroy and its create, the packing written inside. The scratch
+    starts zeroed: a ring's padding and zero row (`Ring`) are never written after."""
+    with create_function(w, name, "uint16_t *w; char *scratch; int slots;", ["w", "scratch"],
+                         [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
+                          f"s->slots = omp_get_max_threads() < {MAX_SLOTS} ? omp_get_max_threads() : {MAX_SLOTS};",
+                          "if (s->slots < 1) s->slots = 1;",
+                          f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});",
+                          f"if (s->scratch) memset(s->scratch, 0, (size_t)s->slots * {per_thread});"]):  # fmt: skip
+        yield
 
 
-def tile_steps(indent: str, steps: int, kp: int, loads: list[str] | None = None) -> list[str]:
+def tile_steps(w: CWriter, steps: int, kp: int, loads: list[str] | None = None) -> None:
     """The 2x2-tile product of one item (tiles 0-3 zeroed, then K in `steps` of 32): A's two row tiles loaded onto
     tiles 4 and 5 by `loads` (C statements for step ks), or from the thread's block of rows `ab` (rows kp
     bfloat16 apart); B's two column tiles from `b0` and `b1`. Only inside the AMX guard."""
     if loads is None:
         loads = [f"_tile_loadd(4, ab + ks * 32, {kp * 2});", f"_tile_loadd(5, ab + {16 * kp} + ks * 32, {kp * 2});"]
-    return [f"{indent}{line}" for line in [
-        "_tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);",
-        f"for (int ks = 0; ks < {steps}; ks++) {{",
-        *(f"    {line}" for line in loads),
-        "    _tile_loadd(6, b0 + ks * 512, 64); _tile_loadd(7, b1 + ks * 512, 64);",
-        "    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);",
-        "    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",
-        "}"]]  # fmt: skip
+    w.line("_tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);")
+    with w.block(f"for (int ks = 0; ks < {steps}; ks++)"):
+        w.line(*loads, "_tile_loadd(6, b0 + ks * 512, 64); _tile_loadd(7, b1 + ks * 512, 64);",
+               "_tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);", "_tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);")
 
 
-def tile_stores(indent: str, to: str) -> list[str]:
+def tile_stores(w: CWriter, to: str) -> None:
     """Tiles 0-3 stored as one 32 x 32 float block at `to` (rows 32 floats apart)."""
-    return [f"{indent}_tile_stored(0, {to}, 128); _tile_stored(1, {to} + 16, 128);",
-            f"{indent}_tile_stored(2, {to} + 512, 128); _tile_stored(3, {to} + 528, 128);"]  # fmt: skip
+    w.line(f"_tile_stored(0, {to}, 128); _tile_stored(1, {to} + 16, 128);",
+           f"_tile_stored(2, {to} + 512, 128); _tile_stored(3, {to} + 528, 128);")
 
 
-def scalar_product(indent: str, steps: int, kp: int, k_total: int, columns: str, to: str) -> list[str]:
+def scalar_product(w: CWriter, steps: int, kp: int, k_total: int, columns: str, to: str) -> None:
     """Without the tiles: the same products of the same bfloat16 block `ab` and packed columns `b0`, summed in
     float32, into `to` (rows 32 floats apart) for the block's `rows` and `columns` columns."""
-    return [f"{indent}{line}" for line in [
-        "/* without the tiles: the same products of the same bfloat16 operands, summed in float32 */",
-        "for (int r = 0; r < rows; r++)",
-        f"    for (int j = 0; j < {columns}; j++) {{",
-        f"        const uint16_t *col = b0 + j / 16 * {steps * 512} + j % 16 * 2;",
-        "        float sum = 0.0f;",
-        f"        for (int k = 0; k < {k_total}; k++)",
-        f"            sum += ko_bf16_float(ab[r * {kp} + k]) *",
-        "                   ko_bf16_float(col[(k / 32 * 16 + k % 32 / 2) * 32 + k % 2]);",
-        f"        {to}[r * 32 + j] = sum;",
-        "    }"]]  # fmt: skip
+    w.line("/* without the tiles: the same products of the same bfloat16 operands, summed in float32 */",
+           "for (int r = 0; r < rows; r++)")
+    with w.indented(), w.block(f"for (int j = 0; j < {columns}; j++)"):
+        w.line(f"const uint16_t *col = b0 + j / 16 * {steps * 512} + j % 16 * 2;", "float sum = 0.0f;",
+               f"for (int k = 0; k < {k_total}; k++)")
+        with w.indented():
+            w.line(f"sum += ko_bf16_float(ab[r * {kp} + k]) *",
+                   "       ko_bf16_float(col[(k / 32 * 16 + k % 32 / 2) * 32 + k % 2]);")
+        w.line(f"{to}[r * 32 + j] = sum;")
 
 
 @dataclass(frozen=True)
@@ -282,7 +268,7 @@ def source_ring(window: Window, reach: int) -> Ring | None:
     return ring if window.channels % 32 == 0 and ring.bytes <= RING_LIMIT else None
 
 
-def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> list[str]:
+def ring_function(w: CWriter, name: str, call: LibraryCall, window: Window, ring: Ring) -> None:
     """`<name>_ring(src, ring, tags, n, iy)`: source row (n, iy) in the ring, converted (or copied) there unless
     its slot holds it already; the zero row for a row outside the source. Only the source's pixels of a row are
     written: its padding, like the zero row, stays as the scratch was zeroed at create."""
@@ -291,63 +277,54 @@ def ring_function(name: str, call: LibraryCall, window: Window, ring: Ring) -> l
     (ih, iw), c, px = window.src_size, window.channels, window.pad_begin[1]
     batch, y_stride, x_stride = window.src_strides
     if x_stride == c:  # the source row is one run
-        fill = [f"        {copy.format(to=f'row + {px * c}', x='x', count=iw * c)};"]
+        fill = f"{copy.format(to=f'row + {px * c}', x='x', count=iw * c)};"
     else:
         pixel = copy.format(to=f"row + ({px} + ix) * {c}", x=f"x + ix * {x_stride}", count=c)
-        fill = [f"        for (long ix = 0; ix < {iw}; ix++) {pixel};"]
-    return [f"static inline const uint16_t *{name}_ring(const {element} *src, uint16_t *ring, long *tags, long n, "
-            "long iy) {",
-            f"    if (iy < 0 || iy >= {ih}) return ring + {ring.rows * ring.row_elements};",
-            f"    const long slot = iy % {ring.rows}, tag = n * {ih} + iy;",
-            f"    uint16_t *row = ring + slot * {ring.row_elements};",
-            "    if (tags[slot] != tag) {",
-            f"        const {element} *x = src + n * {batch}L + iy * {y_stride}L;",
-            *fill,
-            "        tags[slot] = tag;",
-            "    }",
-            "    return row;",
-            "}"]  # fmt: skip
+        fill = f"for (long ix = 0; ix < {iw}; ix++) {pixel};"
+    with w.function(f"static inline const uint16_t *{name}_ring(const {element} *src, uint16_t *ring, long *tags, "
+                    "long n, long iy)", returns="row"):  # fmt: skip
+        w.line(f"if (iy < 0 || iy >= {ih}) return ring + {ring.rows * ring.row_elements};",
+               f"const long slot = iy % {ring.rows}, tag = n * {ih} + iy;",
+               f"uint16_t *row = ring + slot * {ring.row_elements};")  # fmt: skip
+        with w.block("if (tags[slot] != tag)"):
+            w.line(f"const {element} *x = src + n * {batch}L + iy * {y_stride}L;", fill, "tags[slot] = tag;")
 
 
-def ring_pointers(ring: Ring | None, at: str) -> list[str]:
+def ring_pointers(w: CWriter, ring: Ring | None, at: str) -> None:
     """In a run's parallel region: the thread's `ring` and `tags` from byte address `at` (64-aligned), every slot
     empty (the source changes between runs)."""
-    if ring is None:
-        return []
-    return [f"        uint16_t *ring = (uint16_t *)({at});",
-            f"        long *tags = (long *)((char *)ring + {ring.tags_at});",
-            f"        for (int i = 0; i < {ring.rows}; i++) tags[i] = -1;"]  # fmt: skip
+    if ring is not None:
+        w.line(f"uint16_t *ring = (uint16_t *)({at});", f"long *tags = (long *)((char *)ring + {ring.tags_at});",
+               f"for (int i = 0; i < {ring.rows}; i++) tags[i] = -1;")
 
 
-def run_opening(name: str, call: LibraryCall, items: str, per_thread: int) -> list[str]:
-    """`<name>_run` up to its items' loop: `src` (the call's source), `tiles` (granted), the parallel region of at
-    most `slots` threads, each with its scratch `ab` (per_thread bytes) and the tiles configured."""
+AMX_GUARD = "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)"
+
+
+@contextmanager
+def amx_run(w: CWriter, name: str, call: LibraryCall, items: str, per_thread: int) -> Iterator[None]:
+    """`<name>_run`: `src` (the call's source), `tiles` (granted), the parallel region of at most `slots` threads,
+    each with its scratch `ab` (per_thread bytes) and the tiles configured; the items' loop written inside the
+    region, then the tiles released."""
     src_type = "uint16_t" if call.src.dtype == "bfloat16" else "float"
-    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
-            "    (void)stream;",
-            f"    const {name}_state *s = (const {name}_state *)state;",
-            f"    const {src_type} *src = (const {src_type} *)a[{call.src.slot}] + {call.src.offset};",
-            "    (void)src;",
-            "    const int threads = omp_get_max_threads() < s->slots ? omp_get_max_threads() : s->slots;",
-            f"    const long items = {items};",
-            "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-            "    const int tiles = ko_amx_ready();",
-            "#else",
-            "    const int tiles = 0;",
-            "#endif",
-            "    #pragma omp parallel num_threads(threads)",
-            "    {",
-            "        const long p = omp_get_thread_num(), np = omp_get_num_threads();",
-            f"        uint16_t *ab = (uint16_t *)(s->scratch + p * {per_thread});",
-            "#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-            "        if (tiles) ko_amx_configure();",
-            "#endif"]  # fmt: skip
-
-
-RUN_CLOSING = ["#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)",
-               "        if (tiles) _tile_release();",
-               "#endif",
-               "    }",
-               "    return 0;",
-               "}",
-               ""]  # fmt: skip
+    with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
+        w.line("(void)stream;", f"const {name}_state *s = (const {name}_state *)state;",
+               f"const {src_type} *src = (const {src_type} *)a[{call.src.slot}] + {call.src.offset};", "(void)src;",
+               "const int threads = omp_get_max_threads() < s->slots ? omp_get_max_threads() : s->slots;",
+               f"const long items = {items};")  # fmt: skip
+        w.verbatim(AMX_GUARD)
+        w.line("const int tiles = ko_amx_ready();")
+        w.verbatim("#else")
+        w.line("const int tiles = 0;")
+        w.verbatim("#endif")
+        w.line("#pragma omp parallel num_threads(threads)")
+        with w.block(""):
+            w.line("const long p = omp_get_thread_num(), np = omp_get_num_threads();",
+                   f"uint16_t *ab = (uint16_t *)(s->scratch + p * {per_thread});")
+            w.verbatim(AMX_GUARD)
+            w.line("if (tiles) ko_amx_configure();")
+            w.verbatim("#endif")
+            yield
+            w.verbatim(AMX_GUARD)
+            w.line("if (tiles) _tile_release();")
+            w.verbatim("#endif")

@@ -161,11 +161,11 @@ def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
     here("the depthwise conv's padded edge reads the pixel past the row's end",
-         'f"    if (ix < 0 || ix >= {width}) continue;",',
-         'f"    if (ix < 0 || ix > {width}) continue;",'),
+         'f"if (ix < 0 || ix >= {width}) continue;",',
+         'f"if (ix < 0 || ix > {width}) continue;",'),
     here("the depthwise conv's padded edge forgets the bias",
-         '*accumulate("ko_vc acc = *(const ko_vcu *)(s->bias + c);",',
-         '*accumulate("ko_vc acc = (ko_vc){0};",'),
+         'body = accumulate("ko_vc acc = *(const ko_vcu *)(s->bias + c);",',
+         'body = accumulate("ko_vc acc = (ko_vc){0};",'),
     here("the depthwise conv adds the top padding instead of subtracting it",
          'return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"',
          'return f"(y * {stride_y} + {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"'),

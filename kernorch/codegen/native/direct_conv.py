@@ -12,8 +12,9 @@ copied; a run allocates nothing.
 from __future__ import annotations
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, create_function, run_function, weights_pointer
 
 VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4
@@ -53,64 +54,51 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
     packed = out_channels * kernel_h * kernel_w * in_channels
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
 
-    def body(pixels: int | str) -> list[str]:
+    def body(pixels: int | str) -> None:
         """Accumulate `pixels` (a count or a C constant) outputs from x0 on, all output channels, then reduce and
         store them."""
-        return [f"            ko_vc acc[{pixels}][{out_channels}];",
-                f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) "
-                "acc[i][o] = (ko_vc){0};",
-                f"            for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++) {{",
-                f"                const float *at = in + (long)(y * {stride_y} + ky * {dilate_y}) * {src_y} + "
-                f"(long)(x0 * {stride_x} + kx * {dilate_x}) * {src_x};",
-                f"                const float *tap = s->w + (ky * {kernel_w} + kx) * {in_channels};",
-                f"                for (int c = 0; c < {in_channels}; c += KO_VC_LANES) {{",
-                f"                    ko_vc w[{out_channels}];",
-                f"                    for (int o = 0; o < {out_channels}; o++) "
-                f"w[o] = *(const ko_vc *)(tap + o * {kernel_h * kernel_w * in_channels} + c);",
-                f"                    for (int i = 0; i < {pixels}; i++) {{",
-                f"                        ko_vc v = *(const ko_vcu *)(at + (long)i * {stride_x * src_x} + c);",
-                f"                        for (int o = 0; o < {out_channels}; o++) acc[i][o] += v * w[o];",
-                "                    }",
-                "                }",
-                "            }",
-                f"            for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) {{",
-                "                float sum = s->bias[o];",
-                "                for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",
-                f"                out[(long)o * {dst_c} + (long)(x0 + i) * {dst_x}] = sum;",
-                "            }"]  # fmt: skip
+        w.line(f"ko_vc acc[{pixels}][{out_channels}];",
+               f"for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++) acc[i][o] = (ko_vc){{0}};")
+        with w.block(f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)"):
+            w.line(f"const float *at = in + (long)(y * {stride_y} + ky * {dilate_y}) * {src_y} + "
+                   f"(long)(x0 * {stride_x} + kx * {dilate_x}) * {src_x};",
+                   f"const float *tap = s->w + (ky * {kernel_w} + kx) * {in_channels};")  # fmt: skip
+            with w.block(f"for (int c = 0; c < {in_channels}; c += KO_VC_LANES)"):
+                w.line(f"ko_vc w[{out_channels}];",
+                       f"for (int o = 0; o < {out_channels}; o++) "
+                       f"w[o] = *(const ko_vc *)(tap + o * {kernel_h * kernel_w * in_channels} + c);")  # fmt: skip
+                with w.block(f"for (int i = 0; i < {pixels}; i++)"):
+                    w.line(f"ko_vc v = *(const ko_vcu *)(at + (long)i * {stride_x * src_x} + c);",
+                           f"for (int o = 0; o < {out_channels}; o++) acc[i][o] += v * w[o];")  # fmt: skip
+        with w.block(f"for (int i = 0; i < {pixels}; i++) for (int o = 0; o < {out_channels}; o++)"):
+            w.line("float sum = s->bias[o];",
+                   "for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",
+                   f"out[(long)o * {dst_c} + (long)(x0 + i) * {dst_x}] = sum;")  # fmt: skip
 
-    lines = [VECTOR_TYPES,
-             f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? "
-             f"KO_VC_ACCUMULATORS / {out_channels} : 8 }};",
-             *state_lifecycle(name, f"float *w; float bias[{out_channels}];", ["w"],
-                              [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]),
-             f"    const float *w = {weights_pointer(call)};",
-             f"    for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
-             f"        for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",
-             f"            s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "
-             f"w[(long)o * {w_o} + (long)c * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];",
-             f"    const float *bias = {bias};",
-             f"    for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;",
-             "    return s;",
-             "}",
-             *run_prologue(name, call),
-             "    #pragma omp parallel for schedule(static)",
-             f"    for (long row = 0; row < {call.dst.dims[0] * out_h}L; row++) {{",
-             f"        const long n = row / {out_h}, y = row % {out_h};",
-             f"        const float *in = src + n * {src_n};",
-             f"        float *out = dst + n * {dst_n} + y * {dst_y};",
-             "        int x0 = 0;",
-             f"        for (; x0 + {block} <= {out_w}; x0 += {block}) {{",
-             *body(block),
-             "        }",
-             f"        for (; x0 < {out_w}; x0++) {{",
-             *body(1),
-             "        }",
-             "    }",
-             "    return 0;",
-             "}",
-             ""]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    w.line(VECTOR_TYPES,
+           f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? KO_VC_ACCUMULATORS / {out_channels} : 8 }};")
+    with create_function(w, name, f"float *w; float bias[{out_channels}];", ["w"],
+                         [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};",
+               f"for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)")
+        with w.indented():
+            w.line(f"for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)")
+            with w.indented():
+                w.line(f"s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "
+                       f"w[(long)o * {w_o} + (long)c * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
+        w.line(f"const float *bias = {bias};",
+               f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
+    with run_function(w, name, call):
+        w.line("#pragma omp parallel for schedule(static)")
+        with w.block(f"for (long row = 0; row < {call.dst.dims[0] * out_h}L; row++)"):
+            w.line(f"const long n = row / {out_h}, y = row % {out_h};", f"const float *in = src + n * {src_n};",
+                   f"float *out = dst + n * {dst_n} + y * {dst_y};", "int x0 = 0;")
+            with w.block(f"for (; x0 + {block} <= {out_w}; x0 += {block})"):
+                body(block)
+            with w.block(f"for (; x0 < {out_w}; x0++)"):
+                body(1)
+    return w.text(end="\n")
 
 
 # few output channels: oneDNN's vectors would sit mostly idle

@@ -142,9 +142,9 @@ MUTANTS = [
          "if False:",
          file="kernorch/codegen/backends/library_calls.py"),
     here("the direct conv's tail loop stops one pixel short of the row's end",
-         'f"        for (; x0 < {out_w}; x0++) {{",',
-         'f"        for (; x0 < {out_w} - 1; x0++) {{",'),
+         'with w.block(f"for (; x0 < {out_w}; x0++)"):',
+         'with w.block(f"for (; x0 < {out_w} - 1; x0++)"):'),
     here("the direct conv's reduction drops a vector lane",
-         '"                for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",',
-         '"                for (int l = 1; l < KO_VC_LANES; l++) sum += acc[i][o][l];",'),
+         '"for (int l = 0; l < KO_VC_LANES; l++) sum += acc[i][o][l];",',
+         '"for (int l = 1; l < KO_VC_LANES; l++) sum += acc[i][o][l];",'),
 ]  # fmt: skip

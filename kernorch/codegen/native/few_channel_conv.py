@@ -17,8 +17,9 @@ from __future__ import annotations
 import itertools
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, binary_operands, post_op_statements, post_ops_rejection
-from kernorch.codegen.native.skeleton import run_prologue, slow_in_onednn
+from kernorch.codegen.native.skeleton import run_function, slow_in_onednn
 from kernorch.codegen.native.streaming_product import (
     Geometry,
     block_switch,
@@ -81,7 +82,7 @@ def _geometry(call: LibraryCall) -> Geometry:
                     (), call.src.strides[1], call.dst.strides[1], weight, operands)  # fmt: skip
 
 
-def _row_pointers(name: str, call: LibraryCall, shape: Geometry) -> list[str]:
+def _row_pointers(w: CWriter, name: str, call: LibraryCall, shape: Geometry) -> None:
     """C filling row[t * ROWS + r], for each tap t and pixel r of the block from (n, y, x0): where the tap's
     elements of that pixel start in the source, or the zeros where they are in the padding. With merged kernel
     rows, a run that is partly in the padding is copied, zeros around it, into the block's `edge` rows."""
@@ -92,31 +93,27 @@ def _row_pointers(name: str, call: LibraryCall, shape: Geometry) -> list[str]:
     pad_y, pad_x = call.pad_begin
     kernel_w = call.weights.dims[3]
     most, taps = f"{name}_ROWS", len(shape.taps)
-    lines = [f"            for (int t = 0; t < {taps}; t++) {{",
-             f"                const long at_y = y * {stride_y} - {pad_y} + {name}_ky[t] * {dilate_y};",
-             "                for (int r = 0; r < rows; r++) {",
-             f"                    const long at_x = (x0 + r) * {stride_x} - {pad_x} + {name}_kx[t] * {dilate_x};",
-             f"                    const float **p = &row[t * {most} + r];"]  # fmt: skip
-    if not kernel_rows_merged(call):
-        return [*lines,
-                f"                    *p = at_y >= 0 && at_y < {height} && at_x >= 0 && at_x < {width} ? "
-                f"src + n * {src_n}L + at_y * {src_y}L + at_x * {src_x}L : {name}_zeros;",
-                "                }",
-                "            }"]  # fmt: skip
-    return [*lines,
-            f"                    if (at_y < 0 || at_y >= {height}) *p = {name}_zeros;",
-            f"                    else if (at_x >= 0 && at_x + {kernel_w} <= {width}) "
-            f"*p = src + n * {src_n}L + at_y * {src_y}L + at_x * {src_x}L;",
-            "                    else {  /* the run crosses the border: its pixels inside, zeros outside */",
-            f"                        float *e = edge + (t * {most} + r) * {shape.inputs};",
-            f"                        for (int kx = 0; kx < {kernel_w}; kx++)",
-            f"                            for (int c = 0; c < {in_channels}; c++)",
-            f"                                e[kx * {in_channels} + c] = at_x + kx >= 0 && at_x + kx < {width} ? "
-            f"src[n * {src_n}L + at_y * {src_y}L + (at_x + kx) * {src_x}L + c] : 0.0f;",
-            "                        *p = e;",
-            "                    }",
-            "                }",
-            "            }"]  # fmt: skip
+    with w.block(f"for (int t = 0; t < {taps}; t++)"):
+        w.line(f"const long at_y = y * {stride_y} - {pad_y} + {name}_ky[t] * {dilate_y};")
+        with w.block("for (int r = 0; r < rows; r++)"):
+            w.line(f"const long at_x = (x0 + r) * {stride_x} - {pad_x} + {name}_kx[t] * {dilate_x};",
+                   f"const float **p = &row[t * {most} + r];")
+            if not kernel_rows_merged(call):
+                w.line(f"*p = at_y >= 0 && at_y < {height} && at_x >= 0 && at_x < {width} ? "
+                       f"src + n * {src_n}L + at_y * {src_y}L + at_x * {src_x}L : {name}_zeros;")
+                return
+            w.line(f"if (at_y < 0 || at_y >= {height}) *p = {name}_zeros;",
+                   f"else if (at_x >= 0 && at_x + {kernel_w} <= {width}) "
+                   f"*p = src + n * {src_n}L + at_y * {src_y}L + at_x * {src_x}L;")  # fmt: skip
+            with w.block("else", comment="the run crosses the border: its pixels inside, zeros outside"):
+                w.line(f"float *e = edge + (t * {most} + r) * {shape.inputs};",
+                       f"for (int kx = 0; kx < {kernel_w}; kx++)")
+                with w.indented():
+                    w.line(f"for (int c = 0; c < {in_channels}; c++)")
+                    with w.indented():
+                        w.line(f"e[kx * {in_channels} + c] = at_x + kx >= 0 && at_x + kx < {width} ? "
+                               f"src[n * {src_n}L + at_y * {src_y}L + (at_x + kx) * {src_x}L + c] : 0.0f;")
+                w.line("*p = e;")
 
 
 def render_few_channel_conv(name: str, call: LibraryCall) -> str:
@@ -131,38 +128,29 @@ def render_few_channel_conv(name: str, call: LibraryCall) -> str:
     epilogue = post_op_statements(call.post_ops, operand_elements)
     ky = ", ".join(str(ky) for ky, _ in shape.taps)
     kx = ", ".join(str(kx) for _, kx in shape.taps)
-    merged = kernel_rows_merged(call)
-    lines = [*packed_state(name, call, shape, vectors),
-             f"static const long {name}_ky[{taps}] = {{{ky}}}, {name}_kx[{taps}] = {{{kx}}};",
-             zero_row(name, shape),
-             *register_block(name, shape),
-             *run_prologue(name, call),
-             *pointers,
-             "    #pragma omp parallel for schedule(static)",
-             f"    for (long item = 0; item < {batch * out_h}L * {name}_CHUNKS; item++) {{",
-             f"        const long n = item / ({out_h}L * {name}_CHUNKS), y = item / {name}_CHUNKS % {out_h};",
-             f"        const int chunk = (int)(item % {name}_CHUNKS);",
-             chunk_bounds(name, shape.outputs, "        "),
-             f"        const float *w = s->w + (long)chunk * {taps * inputs} * {name}_CHUNK, *b = s->bias + c0;",
-             f"        float tile[{most} * {name}_CHUNK] __attribute__((aligned(64)));",
-             f"        const float *row[{taps} * {most}];",
-             *([f"        float edge[{taps} * {most} * {inputs}];"] if merged else []),
-             f"        for (long x0 = 0; x0 < {out_w}; x0 += {most}) {{",
-             f"            const int rows = {out_w} - x0 < {most} ? (int)({out_w} - x0) : {most};",
-             *_row_pointers(name, call, shape),
-             *block_switch(name, out_w, "w, b, tile, row", "            "),
-             "            for (int r = 0; r < rows; r++) {",
-             "                const long x = x0 + r;",
-             "                (void)x;  /* read by binary post-ops' operands only */",
-             f"                float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;",
-             *store_tile(name, epilogue, shape.destination_channel, "                "),
-             "            }",
-             "        }",
-             "    }",
-             "    return 0;",
-             "}",
-             ""]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    packed_state(w, name, call, shape, vectors)
+    w.line(f"static const long {name}_ky[{taps}] = {{{ky}}}, {name}_kx[{taps}] = {{{kx}}};", zero_row(name, shape))
+    register_block(w, name, shape)
+    with run_function(w, name, call):
+        w.line(*pointers, "#pragma omp parallel for schedule(static)")
+        with w.block(f"for (long item = 0; item < {batch * out_h}L * {name}_CHUNKS; item++)"):
+            w.line(f"const long n = item / ({out_h}L * {name}_CHUNKS), y = item / {name}_CHUNKS % {out_h};",
+                   f"const int chunk = (int)(item % {name}_CHUNKS);",
+                   chunk_bounds(name, shape.outputs),
+                   f"const float *w = s->w + (long)chunk * {taps * inputs} * {name}_CHUNK, *b = s->bias + c0;",
+                   f"float tile[{most} * {name}_CHUNK] __attribute__((aligned(64)));",
+                   f"const float *row[{taps} * {most}];",
+                   *([f"float edge[{taps} * {most} * {inputs}];"] if kernel_rows_merged(call) else []))  # fmt: skip
+            with w.block(f"for (long x0 = 0; x0 < {out_w}; x0 += {most})"):
+                w.line(f"const int rows = {out_w} - x0 < {most} ? (int)({out_w} - x0) : {most};")
+                _row_pointers(w, name, call, shape)
+                block_switch(w, name, out_w, "w, b, tile, row")
+                with w.block("for (int r = 0; r < rows; r++)"):
+                    w.line("const long x = x0 + r;", "(void)x;  /* read by binary post-ops' operands only */",
+                           f"float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;")
+                    store_tile(w, name, epilogue, shape.destination_channel)
+    return w.text(end="\n")
 
 
 # oneDNN blocks over input channels: with an image's three, mostly padding

@@ -18,6 +18,7 @@ allocates nothing.
 from __future__ import annotations
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import (
     LibraryCall,
     binary_operands,
@@ -27,10 +28,10 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
+    create_function,
     operand_rejection,
-    run_prologue,
+    run_function,
     slow_in_onednn,
-    state_lifecycle,
     weights_pointer,
 )
 
@@ -76,74 +77,68 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
     epilogue = post_op_statements(call.post_ops, operands)
     block = f"{name}_block"
 
-    def blocks(condition: str, rows: str) -> list[str]:
+    def blocks(condition: str, rows: str) -> None:
         """Register blocks of `rows` pixels while `condition` holds, each dispatched on the chunk's vector count
         (a constant in every inlined call)."""
-        return [f"        for (; {condition}; p += {rows}) {{",
-                f"            const float *in = src + n * {src_n}L + p * {src_x}L;",
-                f"            float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;",
-                "            switch (vectors) {",
-                *(f"                case {v}: {block}(in, wc, bc, out, {rows}, {v}); break;"
-                  for v in range(1, CHUNK_VECTORS + 1)),
-                "            }",
-                "        }"]  # fmt: skip
+        with w.block(f"for (; {condition}; p += {rows})"):
+            w.line(f"const float *in = src + n * {src_n}L + p * {src_x}L;",
+                   f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")
+            with w.block("switch (vectors)"):
+                w.extend(f"case {v}: {block}(in, wc, bc, out, {rows}, {v}); break;"
+                         for v in range(1, CHUNK_VECTORS + 1))
 
-    lines = [VECTOR_TYPES,
-             f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
-             f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */",
-             *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
-                              [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
-                               f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]),
-             f"    const float *w = {weights_pointer(call)};",
-             f"    const float *bias = {bias};",
-             f"    for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
-             f"        s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];",
-             f"    for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;",
-             "    return s;",
-             "}",
-             # rows x vectors of one chunk; `rows` and `vectors` are constants at every call (always inlined)
-             f"static inline __attribute__((always_inline)) void {block}(const float *restrict in, "
-             "const float *restrict w, const float *restrict bias, float *restrict out, int rows, int vectors) {",
-             f"    ko_vc acc[{name}_ROWS][{CHUNK_VECTORS}];",
-             "    for (int r = 0; r < rows; r++)",
-             "        for (int v = 0; v < vectors; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);",
-             f"    for (int k = 0; k < {in_channels}; k++) {{",
-             f"        ko_vc wv[{CHUNK_VECTORS}];",
-             f"        for (int v = 0; v < vectors; v++) wv[v] = *(const ko_vc *)(w + k * {out_channels} + "
-             "v * KO_VC_LANES);",
-             "        for (int r = 0; r < rows; r++) {",
-             f"            const float x = in[r * {src_x}L + k];",
-             "            for (int v = 0; v < vectors; v++) acc[r][v] += x * wv[v];",
-             "        }",
-             "    }",
-             "    for (int r = 0; r < rows; r++)",
-             "        for (int v = 0; v < vectors; v++)",
-             f"            *(ko_vcu *)(out + r * {dst_x}L + v * KO_VC_LANES) = acc[r][v];",
-             "}",
-             *run_prologue(name, call),
-             *pointers,
-             f"    const int chunks = ({out_channels} + {name}_CHUNK - 1) / {name}_CHUNK;",
-             "    #pragma omp parallel for schedule(static)",
-             f"    for (long item = 0; item < {batch * runs}L * chunks; item++) {{",
-             f"        const long n = item / ({runs}L * chunks), run = item / chunks % {runs};",
-             f"        const int c0 = (int)(item % chunks) * {name}_CHUNK;",
-             f"        const int vectors = ({out_channels} - c0 < {name}_CHUNK ? {out_channels} - c0 : {name}_CHUNK) "
-             "/ KO_VC_LANES;",
-             f"        const long p0 = run * {PIXELS}, p1 = p0 + {PIXELS} < {pixels} ? p0 + {PIXELS} : {pixels};",
-             "        const float *wc = s->w + c0, *bc = s->bias + c0;",
-             "        long p = p0;",
-             *blocks(f"p + {name}_ROWS <= p1", f"{name}_ROWS"),  # whole register blocks
-             *blocks("p < p1", "1"),  # then the run's last pixels one by one
-             ]  # fmt: skip
-    if epilogue:  # over the run's outputs of this chunk, still in L1
-        lines += ["        for (p = p0; p < p1; p++) {",
-                  f"            const long y = p / {width}, x = p % {width};",
-                  "            (void)y; (void)x;  /* read by binary post-ops' operands only */",
-                  f"            float *o = dst + n * {dst_n}L + p * {dst_x}L;",
-                  *post_op_loop("o", "c0", "c0 + vectors * KO_VC_LANES", epilogue, "            ", simd=True),
-                  "        }"]  # fmt: skip
-    lines += ["    }", "    return 0;", "}", ""]
-    return "\n".join(lines)
+    w = CWriter()
+    w.line(VECTOR_TYPES,
+           f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
+           f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */")
+    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
+                         [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
+                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};",
+               f"for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)")
+        with w.indented():
+            w.line(f"s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];")
+        w.line(f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
+    # rows x vectors of one chunk; `rows` and `vectors` are constants at every call (always inlined)
+    with w.function(f"static inline __attribute__((always_inline)) void {block}(const float *restrict in, "
+                    "const float *restrict w, const float *restrict bias, float *restrict out, int rows, int vectors)",
+                    returns=None):  # fmt: skip
+        w.line(f"ko_vc acc[{name}_ROWS][{CHUNK_VECTORS}];", "for (int r = 0; r < rows; r++)")
+        with w.indented():
+            w.line("for (int v = 0; v < vectors; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
+        with w.block(f"for (int k = 0; k < {in_channels}; k++)"):
+            w.line(f"ko_vc wv[{CHUNK_VECTORS}];",
+                   f"for (int v = 0; v < vectors; v++) wv[v] = *(const ko_vc *)(w + k * {out_channels} + "
+                   "v * KO_VC_LANES);")  # fmt: skip
+            with w.block("for (int r = 0; r < rows; r++)"):
+                w.line(f"const float x = in[r * {src_x}L + k];",
+                       "for (int v = 0; v < vectors; v++) acc[r][v] += x * wv[v];")
+        w.line("for (int r = 0; r < rows; r++)")
+        with w.indented():
+            w.line("for (int v = 0; v < vectors; v++)")
+            with w.indented():
+                w.line(f"*(ko_vcu *)(out + r * {dst_x}L + v * KO_VC_LANES) = acc[r][v];")
+    with run_function(w, name, call):
+        w.line(*pointers,
+               f"const int chunks = ({out_channels} + {name}_CHUNK - 1) / {name}_CHUNK;",
+               "#pragma omp parallel for schedule(static)")
+        with w.block(f"for (long item = 0; item < {batch * runs}L * chunks; item++)"):
+            w.line(f"const long n = item / ({runs}L * chunks), run = item / chunks % {runs};",
+                   f"const int c0 = (int)(item % chunks) * {name}_CHUNK;",
+                   f"const int vectors = ({out_channels} - c0 < {name}_CHUNK ? {out_channels} - c0 : {name}_CHUNK) "
+                   "/ KO_VC_LANES;",
+                   f"const long p0 = run * {PIXELS}, p1 = p0 + {PIXELS} < {pixels} ? p0 + {PIXELS} : {pixels};",
+                   "const float *wc = s->w + c0, *bc = s->bias + c0;",
+                   "long p = p0;")  # fmt: skip
+            blocks(f"p + {name}_ROWS <= p1", f"{name}_ROWS")  # whole register blocks
+            blocks("p < p1", "1")  # then the run's last pixels one by one
+            if epilogue:  # over the run's outputs of this chunk, still in L1
+                with w.block("for (p = p0; p < p1; p++)"):
+                    w.line(f"const long y = p / {width}, x = p % {width};",
+                           "(void)y; (void)x;  /* read by binary post-ops' operands only */",
+                           f"float *o = dst + n * {dst_n}L + p * {dst_x}L;")  # fmt: skip
+                    post_op_loop(w, "o", "c0", "c0 + vectors * KO_VC_LANES", epilogue, simd=True)
+    return w.text(end="\n")
 
 
 # oneDNN runs a swish (or another transcendental) post-op at a fraction of its 1x1 convolution's speed

@@ -4,8 +4,10 @@ when the plan is loaded (or refused in one line when memory runs out), freed by 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall
 
 VECTOR_TYPES = """#ifndef KO_VC
@@ -49,37 +51,41 @@ def operand_rejection(call: LibraryCall) -> str | None:
     return None
 
 
-def run_prologue(name: str, call: LibraryCall) -> list[str]:
-    """The opening of a direct kernel's `<name>_run`: its state, source and destination (from their offsets, a
-    strided view's)."""
+@contextmanager
+def run_function(w: CWriter, name: str, call: LibraryCall) -> Iterator[None]:
+    """A direct kernel's `<name>_run`: its state, source and destination (from their offsets, a strided view's),
+    then the body written inside, then `return 0;`."""
     src_offset = f" + {call.src.offset}" if call.src.offset else ""
     dst_offset = f" + {call.dst.offset}" if call.dst.offset else ""
-    return [f"static int {name}_run(void *state, void *stream, void **a) {{",
-            "    (void)stream;",
-            f"    const {name}_state *s = (const {name}_state *)state;",
-            f"    const float *src = (const float *)a[{call.src.slot}]{src_offset};",
-            f"    float *dst = (float *)a[{call.dst.slot}]{dst_offset};"]  # fmt: skip
+    with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
+        w.line("(void)stream;",
+               f"const {name}_state *s = (const {name}_state *)state;",
+               f"const float *src = (const float *)a[{call.src.slot}]{src_offset};",
+               f"float *dst = (float *)a[{call.dst.slot}]{dst_offset};")  # fmt: skip
+        yield
 
 
-def state_lifecycle(name: str, fields: str, buffers: Sequence[str], allocate: Sequence[str]) -> list[str]:
-    """The state struct (`fields`), `<name>_destroy` (frees each of `buffers`, then the state) and the opening of
-    `<name>_create`: the state allocated, then `allocate` (statements filling its buffers), then the refusal
-    when any of them is missing. The caller writes the packing and `return s;`."""
-    lines = [f"typedef struct {{ {fields} }} {name}_state;",
-             f"static void {name}_destroy(void *state) {{",
-             f"    {name}_state *s = ({name}_state *)state;",
-             "    if (!s) return;",
-             *(f"    free(s->{buffer});" for buffer in buffers),
-             "    free(s);",
-             "}",
-             f"static void *{name}_create(void *engine, void *stream, void **a) {{",
-             "    (void)engine; (void)stream;",
-             f"    {name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));"]  # fmt: skip
-    lines += [f"    if (s) {allocate[0]}"] if len(allocate) == 1 else \
-        ["    if (s) {", *(f"        {statement}" for statement in allocate), "    }"]  # fmt: skip
-    missing = " || ".join(f"!s->{buffer}" for buffer in buffers)
-    return [*lines, f'    if (!s || {missing}) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
-                    f"{name}_destroy(s); return NULL; }}"]  # fmt: skip
+@contextmanager
+def create_function(w: CWriter, name: str, fields: str, buffers: Sequence[str],
+                    allocate: Sequence[str]) -> Iterator[None]:  # fmt: skip
+    """The state struct (`fields`), `<name>_destroy` (frees each of `buffers`, then the state) and `<name>_create`:
+    the state allocated, then `allocate` (statements filling its buffers), then the refusal when any of them is
+    missing; the packing written inside, then `return s;`."""
+    w.line(f"typedef struct {{ {fields} }} {name}_state;")
+    with w.function(f"static void {name}_destroy(void *state)", returns=None):
+        w.line(f"{name}_state *s = ({name}_state *)state;", "if (!s) return;",
+               *(f"free(s->{buffer});" for buffer in buffers), "free(s);")  # fmt: skip
+    with w.function(f"static void *{name}_create(void *engine, void *stream, void **a)", returns="s"):
+        w.line("(void)engine; (void)stream;", f"{name}_state *s = ({name}_state *)calloc(1, sizeof({name}_state));")
+        if len(allocate) == 1:
+            w.line(f"if (s) {allocate[0]}")
+        else:
+            with w.block("if (s)"):
+                w.line(*allocate)
+        missing = " || ".join(f"!s->{buffer}" for buffer in buffers)
+        w.line(f'if (!s || {missing}) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
+               f"{name}_destroy(s); return NULL; }}")  # fmt: skip
+        yield
 
 
 def weights_pointer(call: LibraryCall) -> str:

@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import (
     LibraryCall,
     Tensor,
@@ -31,7 +32,7 @@ from kernorch.codegen.library import (
     post_op_statements,
     post_ops_rejection,
 )
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, run_prologue, state_lifecycle, weights_pointer
+from kernorch.codegen.native.skeleton import VECTOR_TYPES, create_function, run_function, weights_pointer
 
 MAX_ROWS = 16  # output pixels (or matmul rows): beyond, a product reuses each weight enough to be compute-bound
 # ... unless its weights are too many to stay in a core's L2 between inferences: then they come from L3 in place,
@@ -167,7 +168,7 @@ def _table(values: tuple[int, ...]) -> str:
     return "{" + ", ".join(f"{v}L" for v in values) + "}"
 
 
-def packed_state(name: str, call: LibraryCall, shape: Geometry, vectors: int) -> list[str]:
+def packed_state(w: CWriter, name: str, call: LibraryCall, shape: Geometry, vectors: int) -> None:
     """The macros of a product kernel's blocking (`<name>_VECTORS` per chunk, `_CHUNK` channels, `_CHUNKS`,
     `_ROWS` per register block), its state and `<name>_create`: the weights of each chunk packed as one stream
     [tap][input channel][chunk's lanes] (zeros past the outputs, and `<name>_PREFETCH` rows of them past the end
@@ -183,66 +184,57 @@ def packed_state(name: str, call: LibraryCall, shape: Geometry, vectors: int) ->
         kx_table = _table(tuple(kx for _, kx in shape.taps))
         unpack = f"static const long ky_of[{taps}] = {ky_table}, kx_of[{taps}] = {kx_table}; " \
                  "const long ky = ky_of[t], kx = kx_of[t];"  # fmt: skip
-    return [VECTOR_TYPES,
-            f"#define {name}_VECTORS {vectors}",
-            f"#define {chunk} ({name}_VECTORS * KO_VC_LANES)  /* output channels per item */",
-            f"#define {chunks} (({outputs} + {chunk} - 1) / {chunk})",
-            f"#define {name}_PREFETCH ({PREFETCH_BYTES} / (4 * {chunk}))  /* weight rows ahead */",
-            # rows per register block: as many as the accumulators hold, and no more row pointers than GPRs
-            f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {name}_VECTORS < {MAX_BLOCK_ROWS} ? "
-            f"KO_VC_ACCUMULATORS / {name}_VECTORS : {MAX_BLOCK_ROWS})",
-            *state_lifecycle(name, "float *w; float *bias;", ["w", "bias"],
-                             [f"s->w = (float *)aligned_alloc(64, (({stream}) * 4 + 63) / 64 * 64);",
-                              f"s->bias = (float *)aligned_alloc(64, {chunks} * {chunk} * 4);"]),
-            f"    const float *w = {weights_pointer(call)};",
-            f"    const float *bias = {bias};",
-            f"    for (long o = 0; o < (long){chunks} * {chunk}; o++) {{",
-            f"        const long item = o / {chunk}, lane = o % {chunk};",
-            f"        s->bias[o] = bias && o < {outputs} ? bias[o * {bias_stride}] : 0.0f;",
-            f"        for (int t = 0; t < {taps}; t++) {{",
-            f"            {unpack}",
-            "            (void)ky; (void)kx;",
-            f"            for (long i = 0; i < {inputs}; i++)",
-            f"                s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
-            f"o < {outputs} ? {shape.weight} : 0.0f;",
-            "        }",
-            "    }",
-            f"    for (long f = (long){chunks} * {chunk} * {taps * inputs}; f < {stream}; f++) s->w[f] = 0.0f;",
-            "    return s;",
-            "}"]  # fmt: skip
+    w.line(VECTOR_TYPES,
+           f"#define {name}_VECTORS {vectors}",
+           f"#define {chunk} ({name}_VECTORS * KO_VC_LANES)  /* output channels per item */",
+           f"#define {chunks} (({outputs} + {chunk} - 1) / {chunk})",
+           f"#define {name}_PREFETCH ({PREFETCH_BYTES} / (4 * {chunk}))  /* weight rows ahead */",
+           # rows per register block: as many as the accumulators hold, and no more row pointers than GPRs
+           f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {name}_VECTORS < {MAX_BLOCK_ROWS} ? "
+           f"KO_VC_ACCUMULATORS / {name}_VECTORS : {MAX_BLOCK_ROWS})")  # fmt: skip
+    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
+                         [f"s->w = (float *)aligned_alloc(64, (({stream}) * 4 + 63) / 64 * 64);",
+                          f"s->bias = (float *)aligned_alloc(64, {chunks} * {chunk} * 4);"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+        with w.block(f"for (long o = 0; o < (long){chunks} * {chunk}; o++)"):
+            w.line(f"const long item = o / {chunk}, lane = o % {chunk};",
+                   f"s->bias[o] = bias && o < {outputs} ? bias[o * {bias_stride}] : 0.0f;")
+            with w.block(f"for (int t = 0; t < {taps}; t++)"):
+                w.line(unpack, "(void)ky; (void)kx;", f"for (long i = 0; i < {inputs}; i++)")
+                with w.indented():
+                    w.line(f"s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
+                           f"o < {outputs} ? {shape.weight} : 0.0f;")
+        w.line(f"for (long f = (long){chunks} * {chunk} * {taps * inputs}; f < {stream}; f++) s->w[f] = 0.0f;")
 
 
-def register_block(name: str, shape: Geometry) -> list[str]:
+def register_block(w: CWriter, name: str, shape: Geometry) -> None:
     """`<name>_block(w, bias, tile, row, rows)`: `rows` rows x one chunk accumulated from the bias over every tap
     and input channel, then stored to `tile` (rows x the chunk's lanes); row r reads tap t's elements from
     row[t * <name>_ROWS + r]. Always inlined, with `rows` a constant at every call: the accumulators stay in
     registers."""
     taps, inputs, most, chunk = len(shape.taps), shape.inputs, f"{name}_ROWS", f"{name}_CHUNK"
-    return [f"static inline __attribute__((always_inline)) void {name}_block(const float *restrict w, "
-            "const float *restrict bias, float *restrict tile, const float *const *row, int rows) {",
-            f"    ko_vc acc[{most}][{name}_VECTORS];",
-            "    for (int r = 0; r < rows; r++)",
-            f"        for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);",
-            f"    for (int t = 0; t < {taps}; t++) {{",
-            f"        const float *in[{most}];",
-            f"        for (int r = 0; r < rows; r++) in[r] = row[t * {most} + r];",
-            f"        const float *wt = w + (long)t * {inputs} * {chunk};",
-            f"        for (long i = 0; i < {inputs}; i++) {{",
-            f"            for (int v = 0; v < {name}_VECTORS; v++) "
-            f"__builtin_prefetch(wt + (i + {name}_PREFETCH) * {chunk} + v * KO_VC_LANES);",
-            f"            ko_vc wv[{name}_VECTORS];",
-            f"            for (int v = 0; v < {name}_VECTORS; v++) "
-            f"wv[v] = *(const ko_vc *)(wt + i * {chunk} + v * KO_VC_LANES);",
-            "            for (int r = 0; r < rows; r++) {",
-            f"                const float x = in[r][i * {shape.source_channel}];",
-            f"                for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] += x * wv[v];",
-            "            }",
-            "        }",
-            "    }",
-            "    for (int r = 0; r < rows; r++)",
-            f"        for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
-            "acc[r][v];",
-            "}"]  # fmt: skip
+    with w.function(f"static inline __attribute__((always_inline)) void {name}_block(const float *restrict w, "
+                    "const float *restrict bias, float *restrict tile, const float *const *row, int rows)",
+                    returns=None):  # fmt: skip
+        w.line(f"ko_vc acc[{most}][{name}_VECTORS];", "for (int r = 0; r < rows; r++)")
+        with w.indented():
+            w.line(f"for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
+        with w.block(f"for (int t = 0; t < {taps}; t++)"):
+            w.line(f"const float *in[{most}];", f"for (int r = 0; r < rows; r++) in[r] = row[t * {most} + r];",
+                   f"const float *wt = w + (long)t * {inputs} * {chunk};")
+            with w.block(f"for (long i = 0; i < {inputs}; i++)"):
+                w.line(f"for (int v = 0; v < {name}_VECTORS; v++) "
+                       f"__builtin_prefetch(wt + (i + {name}_PREFETCH) * {chunk} + v * KO_VC_LANES);",
+                       f"ko_vc wv[{name}_VECTORS];",
+                       f"for (int v = 0; v < {name}_VECTORS; v++) "
+                       f"wv[v] = *(const ko_vc *)(wt + i * {chunk} + v * KO_VC_LANES);")  # fmt: skip
+                with w.block("for (int r = 0; r < rows; r++)"):
+                    w.line(f"const float x = in[r][i * {shape.source_channel}];",
+                           f"for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] += x * wv[v];")
+        w.line("for (int r = 0; r < rows; r++)")
+        with w.indented():
+            w.line(f"for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
+                   "acc[r][v];")
 
 
 def zero_row(name: str, shape: Geometry) -> str:
@@ -251,26 +243,24 @@ def zero_row(name: str, shape: Geometry) -> str:
            "__attribute__((aligned(64)));"  # fmt: skip
 
 
-def block_switch(name: str, most_rows: int, arguments: str, indent: str) -> list[str]:
+def block_switch(w: CWriter, name: str, most_rows: int, arguments: str) -> None:
     """`<name>_block(arguments, rows)` dispatched on the C variable `rows` (1..most_rows) so each call has a
     constant row count; the cases past an ISA's `<name>_ROWS` are compiled out."""
-    lines = [f"{indent}switch (rows) {{"]
-    for count in range(1, min(most_rows, MAX_BLOCK_ROWS) + 1):
-        lines += [f"#if {count} <= {name}_ROWS",
-                  f"{indent}    case {count}: {name}_block({arguments}, {count}); break;",
-                  "#endif"]  # fmt: skip
-    return [*lines, f"{indent}}}"]
+    with w.block("switch (rows)"):
+        for count in range(1, min(most_rows, MAX_BLOCK_ROWS) + 1):
+            w.verbatim(f"#if {count} <= {name}_ROWS")
+            w.line(f"case {count}: {name}_block({arguments}, {count}); break;")
+            w.verbatim("#endif")
 
 
-def store_tile(name: str, epilogue: list[str], destination_channel: int, indent: str) -> list[str]:
+def store_tile(w: CWriter, name: str, epilogue: list[str], destination_channel: int) -> None:
     """Write the tile's row r (channels c0..c1 of the chunk) to `o`, each value through the post-ops."""
-    return [f"{indent}const float *t = tile + r * {name}_CHUNK - c0;",
-            *post_op_loop("t", "c0", "c1", epilogue, indent, simd=True, store=f"o[(long)c * {destination_channel}]")]
+    w.line(f"const float *t = tile + r * {name}_CHUNK - c0;")
+    post_op_loop(w, "t", "c0", "c1", epilogue, simd=True, store=f"o[(long)c * {destination_channel}]")
 
 
-def chunk_bounds(name: str, outputs: int, indent: str) -> str:
-    return (f"{indent}const int c0 = chunk * {name}_CHUNK, "
-            f"c1 = c0 + {name}_CHUNK < {outputs} ? c0 + {name}_CHUNK : {outputs};")
+def chunk_bounds(name: str, outputs: int) -> str:
+    return f"const int c0 = chunk * {name}_CHUNK, c1 = c0 + {name}_CHUNK < {outputs} ? c0 + {name}_CHUNK : {outputs};"
 
 
 def render_streaming_product(name: str, call: LibraryCall) -> str:
@@ -283,44 +273,36 @@ def render_streaming_product(name: str, call: LibraryCall) -> str:
                                                        zip(call.post_ops, shape.operands, strict=True)))  # fmt: skip
     epilogue = post_op_statements(call.post_ops, operand_elements)
     most = f"{name}_ROWS"
-    coordinates = [f"                static const long {name}_{axis}[{rows}] = "
-                   f"{_table(tuple(c[k] for c in shape.coordinates))};" for k, axis in enumerate("nyx")]
-    lines = [*packed_state(name, call, shape, chunk_vectors(rows, shape.outputs)),
-             f"static const long {name}_src[{taps}][{rows}] = {{"
-             + ", ".join(_table(offsets) for offsets in shape.sources) + "};  /* -1: in the padding */",
-             f"static const long {name}_dst[{rows}] = {_table(shape.destinations)};",
-             *([zero_row(name, shape)] if padded else []),
-             *register_block(name, shape),
-             *run_prologue(name, call),
-             *pointers,
-             "    #pragma omp parallel for schedule(static)",
-             f"    for (int chunk = 0; chunk < {name}_CHUNKS; chunk++) {{",
-             chunk_bounds(name, shape.outputs, "        "),
-             f"        const float *w = s->w + (long)chunk * {taps * inputs} * {name}_CHUNK, *b = s->bias + c0;",
-             f"        float tile[{most} * {name}_CHUNK] __attribute__((aligned(64)));",
-             f"        for (int first = 0; first < {rows}; first += {most}) {{",
-             f"            const int rows = {rows} - first < {most} ? {rows} - first : {most};",
-             f"            const float *row[{taps} * {most}];",
-             f"            for (int t = 0; t < {taps}; t++)",
-             "                for (int r = 0; r < rows; r++) {",
-             f"                    const long at = {name}_src[t][first + r];",
-             f"                    row[t * {most} + r] = at < 0 ? {name}_zeros : src + at;" if padded else
-             f"                    row[t * {most} + r] = src + at;",
-             "                }",
-             *block_switch(name, rows, "w, b, tile, row", "            "),
-             "            for (int r = 0; r < rows; r++) {",
-             "                const int p = first + r;",
-             *([*coordinates, f"                const long n = {name}_n[p], y = {name}_y[p], x = {name}_x[p];"]
-               if pointers else []),  # the binary post-ops' operands are indexed by them
-             f"                float *o = dst + {name}_dst[p];",
-             *store_tile(name, epilogue, shape.destination_channel, "                "),
-             "            }",
-             "        }",
-             "    }",
-             "    return 0;",
-             "}",
-             ""]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    packed_state(w, name, call, shape, chunk_vectors(rows, shape.outputs))
+    w.line(f"static const long {name}_src[{taps}][{rows}] = {{"
+           + ", ".join(_table(offsets) for offsets in shape.sources) + "};  /* -1: in the padding */",
+           f"static const long {name}_dst[{rows}] = {_table(shape.destinations)};",
+           *([zero_row(name, shape)] if padded else []))  # fmt: skip
+    register_block(w, name, shape)
+    with run_function(w, name, call):
+        w.line(*pointers, "#pragma omp parallel for schedule(static)")
+        with w.block(f"for (int chunk = 0; chunk < {name}_CHUNKS; chunk++)"):
+            w.line(chunk_bounds(name, shape.outputs),
+                   f"const float *w = s->w + (long)chunk * {taps * inputs} * {name}_CHUNK, *b = s->bias + c0;",
+                   f"float tile[{most} * {name}_CHUNK] __attribute__((aligned(64)));")  # fmt: skip
+            with w.block(f"for (int first = 0; first < {rows}; first += {most})"):
+                w.line(f"const int rows = {rows} - first < {most} ? {rows} - first : {most};",
+                       f"const float *row[{taps} * {most}];", f"for (int t = 0; t < {taps}; t++)")
+                with w.indented(), w.block("for (int r = 0; r < rows; r++)"):
+                    w.line(f"const long at = {name}_src[t][first + r];",
+                           f"row[t * {most} + r] = at < 0 ? {name}_zeros : src + at;" if padded else
+                           f"row[t * {most} + r] = src + at;")  # fmt: skip
+                block_switch(w, name, rows, "w, b, tile, row")
+                with w.block("for (int r = 0; r < rows; r++)"):
+                    w.line("const int p = first + r;")
+                    if pointers:  # the binary post-ops' operands are indexed by them
+                        w.extend(f"static const long {name}_{axis}[{rows}] = "
+                                 f"{_table(tuple(c[k] for c in shape.coordinates))};" for k, axis in enumerate("nyx"))
+                        w.line(f"const long n = {name}_n[p], y = {name}_y[p], x = {name}_x[p];")
+                    w.line(f"float *o = dst + {name}_dst[p];")
+                    store_tile(w, name, epilogue, shape.destination_channel)
+    return w.text(end="\n")
 
 
 # oneDNN reads the weights of a product over a few output rows below the cache's bandwidth

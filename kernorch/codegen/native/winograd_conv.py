@@ -31,12 +31,13 @@ import math
 from dataclasses import dataclass, replace
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
+    create_function,
     operand_rejection,
-    run_prologue,
-    state_lifecycle,
+    run_function,
     weights_pointer,
 )
 
@@ -188,14 +189,13 @@ def _tiles(call: LibraryCall) -> tuple[int, int]:
     return -(-out_h // 2), -(-out_w // 2)
 
 
-def _tile_position(call: LibraryCall, indent: str) -> str:
+def _tile_position(w: CWriter, call: LibraryCall) -> None:
     """C naming the image `n` and the tile row and column `ty`, `tx` of tile number `tile`."""
     tiles_y, tiles_x = _tiles(call)
-    return (f"{indent}const long n = tile / {tiles_y * tiles_x}, ty = tile / {tiles_x} % {tiles_y}, "
-            f"tx = tile % {tiles_x};")
+    w.line(f"const long n = tile / {tiles_y * tiles_x}, ty = tile / {tiles_x} % {tiles_y}, tx = tile % {tiles_x};")
 
 
-def _input_transform(call: LibraryCall, indent: str, row: str, rows: int | str, flag: str) -> list[str]:
+def _input_transform(w: CWriter, call: LibraryCall, row: str, rows: int | str, flag: str) -> None:
     """C writing tile `tile`'s V = Bᵀ d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], into V[e][row][ci] of a V
     holding `rows` tiles per e (pixels outside the input read zeros), and setting `flag` (C) when a pixel the tile
     reads is not finite (their sum is not: a huge sum only sends the tile to the direct sum too)."""
@@ -203,52 +203,42 @@ def _input_transform(call: LibraryCall, indent: str, row: str, rows: int | str, 
     src_n, _, src_y, src_x = call.src.strides
     pad_y, pad_x = call.pad_begin
     e_stride = f"{rows * in_channels}L" if isinstance(rows, int) else f"{rows} * {in_channels}L"
-    return [_tile_position(call, indent),
-            f"{indent}const long y0 = ty * 2 - {pad_y}, x0 = tx * 2 - {pad_x};",
-            f"{indent}const int inside = y0 >= 0 && x0 >= 0 && y0 + 4 <= {height} && x0 + 4 <= {width};",
-            f"{indent}ko_vc sum = (ko_vc){{0}};",
-            f"{indent}for (int ci = 0; ci < {in_channels}; ci += KO_VC_LANES) {{",
-            f"{indent}    ko_vc d[4][4], r[4][4];",
-            f"{indent}    for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) {{",
-            f"{indent}        const long y = y0 + i, x = x0 + j;",
-            f"{indent}        d[i][j] = inside || (y >= 0 && y < {height} && x >= 0 && x < {width}) ?",
-            f"{indent}            *(const ko_vcu *)(src + n * {src_n}L + y * {src_y}L + x * {src_x}L + ci) : "
-            "(ko_vc){0};",
-            f"{indent}        sum += d[i][j];",
-            f"{indent}    }}",
-            f"{indent}    for (int j = 0; j < 4; j++) {{",
-            f"{indent}        r[0][j] = d[0][j] - d[2][j]; r[1][j] = d[1][j] + d[2][j];",
-            f"{indent}        r[2][j] = d[2][j] - d[1][j]; r[3][j] = d[1][j] - d[3][j];",
-            f"{indent}    }}",
-            f"{indent}    float *v = V + (long){row} * {in_channels} + ci;",
-            f"{indent}    for (int i = 0; i < 4; i++) {{",
-            f"{indent}        *(ko_vc *)(v + (i * 4 + 0) * {e_stride}) = r[i][0] - r[i][2];",
-            f"{indent}        *(ko_vc *)(v + (i * 4 + 1) * {e_stride}) = r[i][1] + r[i][2];",
-            f"{indent}        *(ko_vc *)(v + (i * 4 + 2) * {e_stride}) = r[i][2] - r[i][1];",
-            f"{indent}        *(ko_vc *)(v + (i * 4 + 3) * {e_stride}) = r[i][1] - r[i][3];",
-            f"{indent}    }}",
-            f"{indent}}}",
-            f"{indent}{{",
-            f"{indent}    const ko_vc z = sum * 0.0f;  /* NaN where the sum is not finite */",
-            f"{indent}    int nonfinite = 0;",
-            f"{indent}    for (int l = 0; l < KO_VC_LANES; l++) nonfinite |= z[l] != z[l];",
-            f"{indent}    {flag} = (char)nonfinite;",
-            f"{indent}}}"]  # fmt: skip
+    _tile_position(w, call)
+    w.line(f"const long y0 = ty * 2 - {pad_y}, x0 = tx * 2 - {pad_x};",
+           f"const int inside = y0 >= 0 && x0 >= 0 && y0 + 4 <= {height} && x0 + 4 <= {width};",
+           "ko_vc sum = (ko_vc){0};")  # fmt: skip
+    with w.block(f"for (int ci = 0; ci < {in_channels}; ci += KO_VC_LANES)"):
+        w.line("ko_vc d[4][4], r[4][4];")
+        with w.block("for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++)"):
+            w.line("const long y = y0 + i, x = x0 + j;",
+                   f"d[i][j] = inside || (y >= 0 && y < {height} && x >= 0 && x < {width}) ?")
+            with w.indented():
+                w.line(f"*(const ko_vcu *)(src + n * {src_n}L + y * {src_y}L + x * {src_x}L + ci) : (ko_vc){{0}};")
+            w.line("sum += d[i][j];")
+        with w.block("for (int j = 0; j < 4; j++)"):
+            w.line("r[0][j] = d[0][j] - d[2][j]; r[1][j] = d[1][j] + d[2][j];",
+                   "r[2][j] = d[2][j] - d[1][j]; r[3][j] = d[1][j] - d[3][j];")
+        w.line(f"float *v = V + (long){row} * {in_channels} + ci;")
+        with w.block("for (int i = 0; i < 4; i++)"):
+            w.line(f"*(ko_vc *)(v + (i * 4 + 0) * {e_stride}) = r[i][0] - r[i][2];",
+                   f"*(ko_vc *)(v + (i * 4 + 1) * {e_stride}) = r[i][1] + r[i][2];",
+                   f"*(ko_vc *)(v + (i * 4 + 2) * {e_stride}) = r[i][2] - r[i][1];",
+                   f"*(ko_vc *)(v + (i * 4 + 3) * {e_stride}) = r[i][1] - r[i][3];")
+    with w.block(""):
+        w.line("const ko_vc z = sum * 0.0f;  /* NaN where the sum is not finite */", "int nonfinite = 0;",
+               "for (int l = 0; l < KO_VC_LANES; l++) nonfinite |= z[l] != z[l];", f"{flag} = (char)nonfinite;")
 
 
-def _post(call: LibraryCall, indent: str) -> list[str]:
+def _post(w: CWriter, call: LibraryCall) -> None:
     """C applying the post-ops to the vector of output channels just stored at `o + co`."""
     _, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
-    return [f"{indent}for (int l = 0; l < KO_VC_LANES; l++) {{",
-            f"{indent}    const int c = co + l;",
-            f"{indent}    float v = o[c];",
-            *(f"{indent}    {statement}" for statement in epilogue),
-            f"{indent}    o[c] = v;",
-            f"{indent}}}"] if epilogue else []  # fmt: skip
+    if epilogue:
+        with w.block("for (int l = 0; l < KO_VC_LANES; l++)"):
+            w.line("const int c = co + l;", "float v = o[c];", *epilogue, "o[c] = v;")
 
 
-def _direct_tile(call: LibraryCall, frames: Frames, indent: str) -> list[str]:
+def _direct_tile(w: CWriter, call: LibraryCall, frames: Frames) -> None:
     """C computing tile `tile`'s outputs by the direct sum, as onnxruntime does, for a tile reading a pixel that is
     not finite (or every tile, when a weight is not): Winograd's transforms would spread an infinity or NaN over the
     whole tile, and inf - inf makes NaN where the direct sum is infinite. Taps in the padding are skipped, as
@@ -262,117 +252,99 @@ def _direct_tile(call: LibraryCall, frames: Frames, indent: str) -> list[str]:
     dst_n, _, dst_y, dst_x = call.dst.strides
     pad_y, pad_x = call.pad_begin
     depth, out_depth = frames.depth, frames.out_depth
-    return [_tile_position(call, indent),
-            f"{indent}for (int i = 0; i < 4; i++) {{",
-            f"{indent}    const long y = ty * 2 + i / 2, x = tx * 2 + i % 2;",
-            f"{indent}    if (y >= {out_h} || x >= {out_w}) continue;",
-            f"{indent}    float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;",
-            f"{indent}    for (int co = 0; co < {out_channels}; co += KO_VC_LANES) {{",
-            f"{indent}        ko_vc acc = *(const ko_vcu *)(s->bias + co);",
-            f"{indent}        for (int ft = 0; ft < {frames.taps}; ft++) {{",
-            f"{indent}            const long d = n % {out_depth} + ft - {frames.pad};",
-            f"{indent}            const int frame_inside = d >= 0 && d < {depth};",
-            *([] if frames.pads_multiply else [f"{indent}            if (!frame_inside) continue;"]),
-            f"{indent}            const long frame = n / {out_depth} * {depth} + d;",
-            f"{indent}            for (int tap = 0; tap < 9; tap++) {{",
-            f"{indent}                const long iy = y + tap / 3 - {pad_y}, ix = x + tap % 3 - {pad_x};",
-            f"{indent}                const float *wt = s->wd + ((long)ft * 9 + tap) * "
-            f"{in_channels * out_channels}L + co;",
-            f"{indent}                if (!frame_inside || iy < 0 || iy >= {height} || ix < 0 || ix >= {width}) {{",
-            *([f"{indent}                    for (int ci = 0; ci < {in_channels}; ci++)  /* the padding's zeros */",
-               f"{indent}                        acc += 0.0f * *(const ko_vc *)(wt + (long)ci * {out_channels});"]
-              if frames.pads_multiply else []),
-            f"{indent}                    continue;",
-            f"{indent}                }}",
-            f"{indent}                const float *in = src + frame * {src_n}L + iy * {src_y}L + ix * {src_x}L;",
-            f"{indent}                for (int ci = 0; ci < {in_channels}; ci++)",
-            f"{indent}                    acc += in[ci] * *(const ko_vc *)(wt + (long)ci * {out_channels});",
-            f"{indent}            }}",
-            f"{indent}        }}",
-            f"{indent}        *(ko_vcu *)(o + co) = acc;",
-            *_post(call, f"{indent}        "),
-            f"{indent}    }}",
-            f"{indent}}}"]  # fmt: skip
+    _tile_position(w, call)
+    with w.block("for (int i = 0; i < 4; i++)"):
+        w.line("const long y = ty * 2 + i / 2, x = tx * 2 + i % 2;", f"if (y >= {out_h} || x >= {out_w}) continue;",
+               f"float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;")  # fmt: skip
+        with w.block(f"for (int co = 0; co < {out_channels}; co += KO_VC_LANES)"):
+            w.line("ko_vc acc = *(const ko_vcu *)(s->bias + co);")
+            with w.block(f"for (int ft = 0; ft < {frames.taps}; ft++)"):
+                w.line(f"const long d = n % {out_depth} + ft - {frames.pad};",
+                       f"const int frame_inside = d >= 0 && d < {depth};",
+                       *([] if frames.pads_multiply else ["if (!frame_inside) continue;"]),
+                       f"const long frame = n / {out_depth} * {depth} + d;")  # fmt: skip
+                with w.block("for (int tap = 0; tap < 9; tap++)"):
+                    w.line(f"const long iy = y + tap / 3 - {pad_y}, ix = x + tap % 3 - {pad_x};",
+                           f"const float *wt = s->wd + ((long)ft * 9 + tap) * {in_channels * out_channels}L + co;")
+                    with w.block(f"if (!frame_inside || iy < 0 || iy >= {height} || ix < 0 || ix >= {width})"):
+                        if frames.pads_multiply:
+                            w.line(f"for (int ci = 0; ci < {in_channels}; ci++)  /* the padding's zeros */")
+                            with w.indented():
+                                w.line(f"acc += 0.0f * *(const ko_vc *)(wt + (long)ci * {out_channels});")
+                        w.line("continue;")
+                    w.line(f"const float *in = src + frame * {src_n}L + iy * {src_y}L + ix * {src_x}L;",
+                           f"for (int ci = 0; ci < {in_channels}; ci++)")
+                    with w.indented():
+                        w.line(f"acc += in[ci] * *(const ko_vc *)(wt + (long)ci * {out_channels});")
+            w.line("*(ko_vcu *)(o + co) = acc;")
+            _post(w, call)
 
 
-def _output_transform(call: LibraryCall, indent: str, row: str, rows: int) -> list[str]:
+def _output_transform(w: CWriter, call: LibraryCall, row: str, rows: int) -> None:
     """C storing tile `tile`'s Y = Aᵀ M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias, from M[e][row][co] of an M
     holding `rows` tiles per e, then applying the post-ops to it."""
     _, _, out_h, out_w = call.dst.dims
     out_channels = call.weights.dims[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
-    return [_tile_position(call, indent),
-            f"{indent}for (int co = 0; co < {out_channels}; co += KO_VC_LANES) {{",
-            f"{indent}    ko_vc m[4][4], q[2][4];",
-            f"{indent}    for (int e = 0; e < 16; e++) "
-            f"m[e / 4][e % 4] = *(const ko_vc *)(M + ((long)e * {rows} + {row}) * {out_channels} + co);",
-            f"{indent}    for (int j = 0; j < 4; j++) {{",
-            f"{indent}        q[0][j] = m[0][j] + m[1][j] + m[2][j]; q[1][j] = m[1][j] - m[2][j] - m[3][j];",
-            f"{indent}    }}",
-            f"{indent}    const ko_vc b = *(const ko_vcu *)(s->bias + co);",
-            f"{indent}    for (int i = 0; i < 2; i++) {{",
-            f"{indent}        const long y = ty * 2 + i;",
-            f"{indent}        if (y >= {out_h}) continue;",
-            f"{indent}        const ko_vc out[2] = {{q[i][0] + q[i][1] + q[i][2] + b, "
-            "q[i][1] - q[i][2] - q[i][3] + b};",
-            f"{indent}        for (int jj = 0; jj < 2; jj++) {{",
-            f"{indent}            const long x = tx * 2 + jj;",
-            f"{indent}            if (x >= {out_w}) continue;",
-            f"{indent}            float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;",
-            f"{indent}            *(ko_vcu *)(o + co) = out[jj];",
-            *_post(call, f"{indent}            "),
-            f"{indent}        }}",
-            f"{indent}    }}",
-            f"{indent}}}"]  # fmt: skip
+    _tile_position(w, call)
+    with w.block(f"for (int co = 0; co < {out_channels}; co += KO_VC_LANES)"):
+        w.line("ko_vc m[4][4], q[2][4];", "for (int e = 0; e < 16; e++) "
+               f"m[e / 4][e % 4] = *(const ko_vc *)(M + ((long)e * {rows} + {row}) * {out_channels} + co);")
+        with w.block("for (int j = 0; j < 4; j++)"):
+            w.line("q[0][j] = m[0][j] + m[1][j] + m[2][j]; q[1][j] = m[1][j] - m[2][j] - m[3][j];")
+        w.line("const ko_vc b = *(const ko_vcu *)(s->bias + co);")
+        with w.block("for (int i = 0; i < 2; i++)"):
+            w.line("const long y = ty * 2 + i;", f"if (y >= {out_h}) continue;",
+                   "const ko_vc out[2] = {q[i][0] + q[i][1] + q[i][2] + b, q[i][1] - q[i][2] - q[i][3] + b};")
+            with w.block("for (int jj = 0; jj < 2; jj++)"):
+                w.line("const long x = tx * 2 + jj;", f"if (x >= {out_w}) continue;",
+                       f"float *o = dst + n * {dst_n}L + y * {dst_y}L + x * {dst_x}L;",
+                       "*(ko_vcu *)(o + co) = out[jj];")
+                _post(w, call)
 
 
-def _tile_outputs(call: LibraryCall, frames: Frames, indent: str, row: str, rows: int, flag: str) -> list[str]:
+def _tile_outputs(w: CWriter, call: LibraryCall, frames: Frames, row: str, rows: int, flag: str) -> None:
     """C storing tile `tile`'s outputs: by the direct sum when `flag` (C) marks it or a weight is not finite, else
     by the output transform from M[e][row][co]."""
-    return [f"{indent}if ({flag} || s->weights_bad) {{",
-            *_direct_tile(call, frames, f"{indent}    "),
-            f"{indent}}} else {{",
-            *_output_transform(call, f"{indent}    ", row, rows),
-            f"{indent}}}"]  # fmt: skip
+    with w.block(f"if ({flag} || s->weights_bad)", end="} else {"):
+        _direct_tile(w, call, frames)
+    with w.indented():
+        _output_transform(w, call, row, rows)
+    w.line("}")
 
 
-def _filter_transform(call: LibraryCall, frames: Frames, u_index: str = "") -> list[str]:
-    """The opening of create after its allocations: the bias and U = G g Gᵀ for every (input, output) channel pair
-    and frame tap, stored [e][k][co] where k = tap * input channels + ci (or at `u_index`, C of e, k and co)."""
+def _filter_transform(w: CWriter, call: LibraryCall, frames: Frames, u_index: str = "") -> None:
+    """Inside create, after its allocations: the bias and U = G g Gᵀ for every (input, output) channel pair and
+    frame tap, stored [e][k][co] where k = tap * input channels + ci (or at `u_index`, C of e, k and co)."""
     in_channels, out_channels = call.weights.dims[1], call.weights.dims[0]
     w_o, w_i, w_y, w_x = call.weights.strides
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
-    return [f"    const float *w = {weights_pointer(call)};",
-            f"    const float *bias = {bias};",
-            f"    for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;",
-            "    /* the direct sum's copy [frame tap][tap][ci][co]; a weight not finite sends every tile there */",
-            f"    for (int ft = 0; ft < {frames.taps}; ft++)",
-            f"    for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++)",
-            "        for (int tap = 0; tap < 9; tap++) {",
-            f"            const float g = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
-            f"tap / 3 * {w_y} + tap % 3 * {w_x}];",
-            f"            s->wd[(((long)ft * 9 + tap) * {in_channels} + ci) * {out_channels} + co] = g;",
-            "            const float z = g * 0.0f;",
-            "            if (z != z) s->weights_bad = 1;",
-            "        }",
-            "    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};",
-            f"    for (int ft = 0; ft < {frames.taps}; ft++)",
-            f"    for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++) {{",
-            f"        const long k = (long)ft * {in_channels} + ci;",
-            "        double g[3][3], t[4][3];",
-            "        for (int i = 0; i < 3; i++) for (int j = 0; j < 3; j++)",
-            f"            g[i][j] = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
-            f"i * {w_y} + j * {w_x}];",
-            "        for (int i = 0; i < 4; i++) for (int j = 0; j < 3; j++)",
-            "            t[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];",
-            "        for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) {",
-            "            const int e = i * 4 + j;",
-            f"            s->u[{u_index or f'((long)e * {frames.taps * in_channels} + k) * {out_channels} + co'}] = "
-            "(float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);",
-            "        }",
-            "    }",
-            "    return s;",
-            "}"]  # fmt: skip
+    w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};",
+           f"for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;",
+           "/* the direct sum's copy [frame tap][tap][ci][co]; a weight not finite sends every tile there */",
+           # the frame-tap loop and the channel loops nest at one depth: one loop nest over (ft, co, ci)
+           f"for (int ft = 0; ft < {frames.taps}; ft++)",
+           f"for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++)")  # fmt: skip
+    with w.indented(), w.block("for (int tap = 0; tap < 9; tap++)"):
+        w.line(f"const float g = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
+               f"tap / 3 * {w_y} + tap % 3 * {w_x}];",
+               f"s->wd[(((long)ft * 9 + tap) * {in_channels} + ci) * {out_channels} + co] = g;",
+               "const float z = g * 0.0f;", "if (z != z) s->weights_bad = 1;")  # fmt: skip
+    w.line("static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};",
+           f"for (int ft = 0; ft < {frames.taps}; ft++)")
+    with w.block(f"for (int co = 0; co < {out_channels}; co++) for (int ci = 0; ci < {in_channels}; ci++)"):
+        w.line(f"const long k = (long)ft * {in_channels} + ci;", "double g[3][3], t[4][3];",
+               "for (int i = 0; i < 3; i++) for (int j = 0; j < 3; j++)")
+        with w.indented():
+            w.line(f"g[i][j] = w[(long)co * {w_o} + (long)ci * {w_i} + (long)ft * {frames.tap_stride} + "
+                   f"i * {w_y} + j * {w_x}];")
+        w.line("for (int i = 0; i < 4; i++) for (int j = 0; j < 3; j++)")
+        with w.indented():
+            w.line("t[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];")
+        with w.block("for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++)"):
+            w.line("const int e = i * 4 + j;",
+                   f"s->u[{u_index or f'((long)e * {frames.taps * in_channels} + k) * {out_channels} + co'}] = "
+                   "(float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);")  # fmt: skip
 
 
 def render_winograd_conv(name: str, call: LibraryCall) -> str:
@@ -388,70 +360,60 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
     items = -(-tiles // TILES)
     v_floats, m_floats = 16 * TILES * in_channels, 16 * TILES * out_channels
     pointers, _ = binary_operands(call.post_ops)
-
-    lines = [VECTOR_TYPES,
-             *state_lifecycle(name, "float *u; float *bias; float *wd; float *scratch; int threads; char weights_bad;",
-                              ["u", "bias", "wd", "scratch"],
-                              [f"s->threads = omp_get_max_threads() < {MAX_THREADS} ? omp_get_max_threads() : "
-                               f"{MAX_THREADS};",
-                               f"s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
-                               f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-                               f"s->wd = (float *)aligned_alloc(64, {9 * in_channels * out_channels * 4}L);",
-                               f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
-                               f"{(v_floats + m_floats) * 4}L);"]),
-             *_filter_transform(call, frames),
-             *run_prologue(name, call),
-             *pointers,
-             "    const int threads = omp_get_max_threads() < s->threads ? omp_get_max_threads() : s->threads;",
-             "    #pragma omp parallel num_threads(threads)",
-             "    {",
-             f"    float *V = s->scratch + (long)omp_get_thread_num() * {v_floats + m_floats};  /* [e][tile][ci] */",
-             f"    float *M = V + {v_floats};  /* [e][tile][co] */",
-             "    #pragma omp for schedule(static)",
-             f"    for (long item = 0; item < {items}L; item++) {{",
-             f"        const long first = item * {TILES};",
-             f"        const int count = first + {TILES} <= {tiles}L ? {TILES} : (int)({tiles}L - first);",
-             "        /* input transform: V = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1] */",
-             f"        char bad[{TILES}];  /* tiles reading a pixel that is not finite */",
-             f"        for (int t = 0; t < {TILES}; t++) {{",
-             "            const long tile = first + (t < count ? t : 0);",
-             *_input_transform(call, "            ", "t", TILES, "bad[t]"),
-             "        }",
-             "        /* M[e] = V[e] U[e]: blocks of 6 tiles x 16 output channels in registers */",
-             "        for (int e = 0; e < 16; e++) {",
-             f"            const float *ve = V + (long)e * {TILES * in_channels};",
-             f"            const float *ue = s->u + (long)e * {in_channels * out_channels};",
-             f"            float *me = M + (long)e * {TILES * out_channels};",
-             f"            for (int co = 0; co < {out_channels}; co += 16)",
-             f"                for (int t = 0; t < {TILES}; t += {MICRO_TILES}) {{",
-             f"                    ko_vc acc[{MICRO_TILES}][16 / KO_VC_LANES];",
-             f"                    for (int i = 0; i < {MICRO_TILES}; i++) for (int k = 0; k < 16 / KO_VC_LANES; k++) "
-             "acc[i][k] = (ko_vc){0};",
-             f"                    for (int ci = 0; ci < {in_channels}; ci++) {{",
-             "                        ko_vc u[16 / KO_VC_LANES];",
-             "                        for (int k = 0; k < 16 / KO_VC_LANES; k++) "
-             f"u[k] = *(const ko_vc *)(ue + (long)ci * {out_channels} + co + k * KO_VC_LANES);",
-             f"                        for (int i = 0; i < {MICRO_TILES}; i++) {{",
-             f"                            const float b = ve[(long)(t + i) * {in_channels} + ci];",
-             "                            for (int k = 0; k < 16 / KO_VC_LANES; k++) acc[i][k] += b * u[k];",
-             "                        }",
-             "                    }",
-             f"                    for (int i = 0; i < {MICRO_TILES}; i++) for (int k = 0; k < 16 / KO_VC_LANES; k++)",
-             f"                        *(ko_vc *)(me + (long)(t + i) * {out_channels} + co + k * KO_VC_LANES) = "
-             "acc[i][k];",
-             "                }",
-             "        }",
-             "        /* output transform: Y = A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias; the post-ops */",
-             "        for (int t = 0; t < count; t++) {",
-             "            const long tile = first + t;",
-             *_tile_outputs(call, frames, "            ", "t", TILES, "bad[t]"),
-             "        }",
-             "    }",
-             "    }",
-             "    return 0;",
-             "}",
-             ""]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    w.line(VECTOR_TYPES)
+    with create_function(w, name, "float *u; float *bias; float *wd; float *scratch; int threads; char weights_bad;",
+                         ["u", "bias", "wd", "scratch"],
+                         [f"s->threads = omp_get_max_threads() < {MAX_THREADS} ? omp_get_max_threads() : "
+                          f"{MAX_THREADS};",
+                          f"s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
+                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
+                          f"s->wd = (float *)aligned_alloc(64, {9 * in_channels * out_channels * 4}L);",
+                          f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
+                          f"{(v_floats + m_floats) * 4}L);"]):  # fmt: skip
+        _filter_transform(w, call, frames)
+    with run_function(w, name, call):
+        w.line(*pointers,
+               "const int threads = omp_get_max_threads() < s->threads ? omp_get_max_threads() : s->threads;",
+               "#pragma omp parallel num_threads(threads)")
+        with w.flat_block(""):  # the parallel region's body keeps the function's depth
+            w.line(f"float *V = s->scratch + (long)omp_get_thread_num() * {v_floats + m_floats};  /* [e][tile][ci] */",
+                   f"float *M = V + {v_floats};  /* [e][tile][co] */",
+                   "#pragma omp for schedule(static)")  # fmt: skip
+            with w.block(f"for (long item = 0; item < {items}L; item++)"):
+                w.line(f"const long first = item * {TILES};",
+                       f"const int count = first + {TILES} <= {tiles}L ? {TILES} : (int)({tiles}L - first);",
+                       "/* input transform: V = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1] */",
+                       f"char bad[{TILES}];  /* tiles reading a pixel that is not finite */")  # fmt: skip
+                with w.block(f"for (int t = 0; t < {TILES}; t++)"):
+                    w.line("const long tile = first + (t < count ? t : 0);")
+                    _input_transform(w, call, "t", TILES, "bad[t]")
+                w.line("/* M[e] = V[e] U[e]: blocks of 6 tiles x 16 output channels in registers */")
+                with w.block("for (int e = 0; e < 16; e++)"):
+                    w.line(f"const float *ve = V + (long)e * {TILES * in_channels};",
+                           f"const float *ue = s->u + (long)e * {in_channels * out_channels};",
+                           f"float *me = M + (long)e * {TILES * out_channels};",
+                           f"for (int co = 0; co < {out_channels}; co += 16)")  # fmt: skip
+                    with w.indented(), w.block(f"for (int t = 0; t < {TILES}; t += {MICRO_TILES})"):
+                        w.line(f"ko_vc acc[{MICRO_TILES}][16 / KO_VC_LANES];",
+                               f"for (int i = 0; i < {MICRO_TILES}; i++) for (int k = 0; k < 16 / KO_VC_LANES; k++) "
+                               "acc[i][k] = (ko_vc){0};")  # fmt: skip
+                        with w.block(f"for (int ci = 0; ci < {in_channels}; ci++)"):
+                            w.line("ko_vc u[16 / KO_VC_LANES];",
+                                   "for (int k = 0; k < 16 / KO_VC_LANES; k++) "
+                                   f"u[k] = *(const ko_vc *)(ue + (long)ci * {out_channels} + co + k * KO_VC_LANES);")
+                            with w.block(f"for (int i = 0; i < {MICRO_TILES}; i++)"):
+                                w.line(f"const float b = ve[(long)(t + i) * {in_channels} + ci];",
+                                       "for (int k = 0; k < 16 / KO_VC_LANES; k++) acc[i][k] += b * u[k];")
+                        w.line(f"for (int i = 0; i < {MICRO_TILES}; i++) for (int k = 0; k < 16 / KO_VC_LANES; k++)")
+                        with w.indented():
+                            w.line(f"*(ko_vc *)(me + (long)(t + i) * {out_channels} + co + k * KO_VC_LANES) = "
+                                   "acc[i][k];")
+                w.line("/* output transform: Y = A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias; the post-ops */")
+                with w.block("for (int t = 0; t < count; t++)"):
+                    w.line("const long tile = first + t;")
+                    _tile_outputs(w, call, frames, "t", TILES, "bad[t]")
+    return w.text(end="\n")
 
 
 def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
@@ -480,85 +442,73 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
         return (f"((tile / {frame_tiles}) / {per_image} * {frames.padded_depth} + (tile / {frame_tiles}) % "
                 f"{per_image} + {shift}) * {frame_tiles} + tile % {frame_tiles}")
 
-    zero = [f"memset(s->v, 0, {16 * rows * in_channels * 4}L);"] if not frames.identity else []
-    lines = [VECTOR_TYPES,
-             f"#define {name}_VECTORS (KO_VC_ACCUMULATORS / {MICRO_TILES})  /* per register block */",
-             *state_lifecycle(name, "float *u; float *bias; float *wd; float *v; float *m; char *bad; "
-                                    "char weights_bad;",
-                              ["u", "bias", "wd", "v", "m", "bad"],
-                              [f"s->u = (float *)aligned_alloc(64, {16 * taps_k * out_channels * 4}L);",
-                               f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-                               f"s->wd = (float *)aligned_alloc(64, {9 * taps_k * out_channels * 4}L);",
-                               f"s->bad = (char *)calloc({rows}, 1);",
-                               f"s->v = (float *)aligned_alloc(64, {16 * rows * in_channels * 4}L);",
-                               f"s->m = (float *)aligned_alloc(64, {16 * tiles * out_channels * 4}L);"]),
-             *(f"    {line}  /* the padding frames' transforms: never written */" for line in zero),
-             # each (e, block of output channels) contiguous, [k][co of the block]: one stream per item
-             *_filter_transform(call, frames, f"(((long)e * {blocks} + co / {STREAMED_CHANNELS}) * {taps_k} + k) * "
-                                f"{STREAMED_CHANNELS} + co % {STREAMED_CHANNELS}"),
-             # rows x vectors of one block; `rows` is a constant at every call (always inlined)
-             f"static inline __attribute__((always_inline)) void {block}(const float *restrict v, "
-             "const float *restrict u, float *restrict m, int rows) {",
-             f"    ko_vc acc[{MICRO_TILES}][{name}_VECTORS];",
-             f"    for (int r = 0; r < rows; r++) for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] = (ko_vc){{0}};",
-             f"    for (int ft = 0; ft < {frames.taps}; ft++)",
-             f"    for (int ci = 0; ci < {in_channels}; ci++) {{",
-             f"        ko_vc w[{name}_VECTORS];",
-             f"        for (int k = 0; k < {name}_VECTORS; k++)",
-             f"            w[k] = *(const ko_vc *)(u + ((long)ft * {in_channels} + ci) * {STREAMED_CHANNELS} + "
-             "k * KO_VC_LANES);",
-             "        for (int r = 0; r < rows; r++) {",
-             f"            const float x = v[(long)ft * {tap_rows} + (long)r * {in_channels} + ci];",
-             f"            for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] += x * w[k];",
-             "        }",
-             "    }",
-             f"    for (int r = 0; r < rows; r++) for (int k = 0; k < {name}_VECTORS; k++)",
-             f"        *(ko_vc *)(m + (long)r * {out_channels} + k * KO_VC_LANES) = acc[r][k];",
-             "}",
-             *run_prologue(name, call),
-             *pointers,
-             "    float *V = s->v, *M = s->m;  /* [e][V's tile][ci], [e][tile][co] */",
-             "    #pragma omp parallel",
-             "    {",
-             "    #pragma omp for schedule(static)",
-             f"    for (long tile = 0; tile < {in_tiles}L; tile++) {{",
-             f"        const long row = {v_row(frames.depth, frames.pad)};",
-             *_input_transform(call, "        ", "row", rows, "s->bad[row]"),
-             "    }",
-             "    /* M[e] = V[e] U[e]: each (e, block of output channels) once, consecutive ones sharing V[e] */",
-             "    #pragma omp for schedule(static)",
-             f"    for (int item = 0; item < {16 * blocks}; item++) {{",
-             f"        const int e = item / {blocks};",
-             f"        for (int g = 0; g < {groups}; g++)",
-             f"        for (int c0 = item % {blocks} * {STREAMED_CHANNELS}; c0 < (item % {blocks} + 1) * "
-             f"{STREAMED_CHANNELS}; c0 += {name}_VECTORS * KO_VC_LANES) {{",
-             f"            const float *ve = V + (long)e * {rows * in_channels}L + (long)g * {v_group}L;",
-             f"            const float *ue = s->u + (long)item * {taps_k * STREAMED_CHANNELS}L + c0 % "
-             f"{STREAMED_CHANNELS};",
-             f"            float *me = M + (long)e * {tiles * out_channels}L + (long)g * {m_group}L + c0;",
-             "            int t = 0;",
-             f"            for (; t + {MICRO_TILES} <= {group_rows}; t += {MICRO_TILES})",
-             f"                {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
-             f"{MICRO_TILES});",
-             f"            switch ({group_rows} - t) {{",
-             *(f"                case {r}: {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
-               f"{r}); break;" for r in range(1, MICRO_TILES)),
-             "                default: break;",
-             "            }",
-             "        }",
-             "    }",
-             "    #pragma omp for schedule(static)",
-             f"    for (long tile = 0; tile < {tiles}L; tile++) {{",
-             f"        const long row = {v_row(frames.out_depth, 0)};",
-             "        char bad = 0;  /* a tile any of its frame taps reads is not finite */",
-             f"        for (int ft = 0; ft < {frames.taps}; ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];",
-             *_tile_outputs(call, frames, "        ", "tile", tiles, "bad"),
-             "    }",
-             "    }",
-             "    return 0;",
-             "}",
-             ""]  # fmt: skip
-    return "\n".join(lines)
+    w = CWriter()
+    w.line(VECTOR_TYPES, f"#define {name}_VECTORS (KO_VC_ACCUMULATORS / {MICRO_TILES})  /* per register block */")
+    with create_function(w, name, "float *u; float *bias; float *wd; float *v; float *m; char *bad; char weights_bad;",
+                         ["u", "bias", "wd", "v", "m", "bad"],
+                         [f"s->u = (float *)aligned_alloc(64, {16 * taps_k * out_channels * 4}L);",
+                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
+                          f"s->wd = (float *)aligned_alloc(64, {9 * taps_k * out_channels * 4}L);",
+                          f"s->bad = (char *)calloc({rows}, 1);",
+                          f"s->v = (float *)aligned_alloc(64, {16 * rows * in_channels * 4}L);",
+                          f"s->m = (float *)aligned_alloc(64, {16 * tiles * out_channels * 4}L);"]):  # fmt: skip
+        if not frames.identity:
+            w.line(f"memset(s->v, 0, {16 * rows * in_channels * 4}L);  "
+                   "/* the padding frames' transforms: never written */")
+        # each (e, block of output channels) contiguous, [k][co of the block]: one stream per item
+        _filter_transform(w, call, frames, f"(((long)e * {blocks} + co / {STREAMED_CHANNELS}) * {taps_k} + k) * "
+                          f"{STREAMED_CHANNELS} + co % {STREAMED_CHANNELS}")  # fmt: skip
+    # rows x vectors of one block; `rows` is a constant at every call (always inlined)
+    with w.function(f"static inline __attribute__((always_inline)) void {block}(const float *restrict v, "
+                    "const float *restrict u, float *restrict m, int rows)", returns=None):  # fmt: skip
+        w.line(f"ko_vc acc[{MICRO_TILES}][{name}_VECTORS];",
+               f"for (int r = 0; r < rows; r++) for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] = (ko_vc){{0}};",
+               f"for (int ft = 0; ft < {frames.taps}; ft++)")  # fmt: skip
+        with w.block(f"for (int ci = 0; ci < {in_channels}; ci++)"):
+            w.line(f"ko_vc w[{name}_VECTORS];", f"for (int k = 0; k < {name}_VECTORS; k++)")
+            with w.indented():
+                w.line(f"w[k] = *(const ko_vc *)(u + ((long)ft * {in_channels} + ci) * {STREAMED_CHANNELS} + "
+                       "k * KO_VC_LANES);")
+            with w.block("for (int r = 0; r < rows; r++)"):
+                w.line(f"const float x = v[(long)ft * {tap_rows} + (long)r * {in_channels} + ci];",
+                       f"for (int k = 0; k < {name}_VECTORS; k++) acc[r][k] += x * w[k];")
+        w.line(f"for (int r = 0; r < rows; r++) for (int k = 0; k < {name}_VECTORS; k++)")
+        with w.indented():
+            w.line(f"*(ko_vc *)(m + (long)r * {out_channels} + k * KO_VC_LANES) = acc[r][k];")
+    with run_function(w, name, call):
+        w.line(*pointers, "float *V = s->v, *M = s->m;  /* [e][V's tile][ci], [e][tile][co] */",
+               "#pragma omp parallel")
+        with w.flat_block(""):  # the parallel region's body keeps the function's depth
+            w.line("#pragma omp for schedule(static)")
+            with w.block(f"for (long tile = 0; tile < {in_tiles}L; tile++)"):
+                w.line(f"const long row = {v_row(frames.depth, frames.pad)};")
+                _input_transform(w, call, "row", rows, "s->bad[row]")
+            w.line("/* M[e] = V[e] U[e]: each (e, block of output channels) once, consecutive ones sharing V[e] */",
+                   "#pragma omp for schedule(static)")
+            with w.block(f"for (int item = 0; item < {16 * blocks}; item++)"):
+                w.line(f"const int e = item / {blocks};", f"for (int g = 0; g < {groups}; g++)")
+                with w.block(f"for (int c0 = item % {blocks} * {STREAMED_CHANNELS}; c0 < (item % {blocks} + 1) * "
+                             f"{STREAMED_CHANNELS}; c0 += {name}_VECTORS * KO_VC_LANES)"):  # fmt: skip
+                    w.line(f"const float *ve = V + (long)e * {rows * in_channels}L + (long)g * {v_group}L;",
+                           f"const float *ue = s->u + (long)item * {taps_k * STREAMED_CHANNELS}L + c0 % "
+                           f"{STREAMED_CHANNELS};",
+                           f"float *me = M + (long)e * {tiles * out_channels}L + (long)g * {m_group}L + c0;",
+                           "int t = 0;",
+                           f"for (; t + {MICRO_TILES} <= {group_rows}; t += {MICRO_TILES})")  # fmt: skip
+                    with w.indented():
+                        w.line(f"{block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
+                               f"{MICRO_TILES});")
+                    with w.block(f"switch ({group_rows} - t)"):
+                        w.extend(f"case {r}: {block}(ve + (long)t * {in_channels}, ue, me + (long)t * {out_channels}, "
+                                 f"{r}); break;" for r in range(1, MICRO_TILES))
+                        w.line("default: break;")
+            w.line("#pragma omp for schedule(static)")
+            with w.block(f"for (long tile = 0; tile < {tiles}L; tile++)"):
+                w.line(f"const long row = {v_row(frames.out_depth, 0)};",
+                       "char bad = 0;  /* a tile any of its frame taps reads is not finite */",
+                       f"for (int ft = 0; ft < {frames.taps}; ft++) bad |= s->bad[row + (long)ft * {frame_tiles}];")
+                _tile_outputs(w, call, frames, "tile", tiles, "bad")
+    return w.text(end="\n")
 
 
 # oneDNN has no Winograd convolution without AVX-512

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.codegen.backends import Backend, choose_backend
-from kernorch.codegen.c import PRELUDE
+from kernorch.codegen.c import PRELUDE, CWriter
 from kernorch.codegen.library import ONEDNN_PRELUDE
 from kernorch.codegen.program.rprogram import MAX_VEUS, UnitCall, render_region_runner
 from kernorch.ir.kernel import CandidateKernel
@@ -96,7 +96,7 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[Back
             unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=False), "", ""))
             continue
         if not backend.runs_code:  # its output's slot already points at the input's bytes
-            calls.append(f"        case {k}: break;")
+            calls.append(f"case {k}: break;")
             continue
         name = f"{prefix}_k{k}"
         arguments = [slots[v] for v in (*kernel.inputs, *kernel.outputs)]
@@ -111,7 +111,7 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[Back
         max_args = max(max_args, len(arguments))
         if not backend.stateful:
             parts.append(backend.source(name, kernel))
-            calls.append(f"        case {k}: {{ {gather} int err = {name}(args); "
+            calls.append(f"case {k}: {{ {gather} int err = {name}(args); "
                          f"if (err) return ko_kernel_failed({k}, err); break; }}")
             tasked = backend.task_source(f"{name}_task", kernel) if tasks else None
             if tasked is not None:
@@ -124,10 +124,10 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[Back
         else:
             onednn = True
             parts.append(backend.source(name, kernel))
-            creates.append(f"    {gather}\n    p->state[{k}] = {name}_create(p->engine, p->stream, args);\n"
-                           f"    if (!p->state[{k}]) goto fail;")  # fmt: skip
-            destroys.append(f"    if (p->state[{k}]) {name}_destroy(p->state[{k}]);")
-            calls.append(f"        case {k}: {gather} if ({name}_run(p->state[{k}], p->stream, args)) "
+            creates += [gather, f"p->state[{k}] = {name}_create(p->engine, p->stream, args);",
+                        f"if (!p->state[{k}]) goto fail;"]  # fmt: skip
+            destroys.append(f"if (p->state[{k}]) {name}_destroy(p->state[{k}]);")
+            calls.append(f"case {k}: {gather} if ({name}_run(p->state[{k}], p->stream, args)) "
                          f"{{ snprintf(ko_error, sizeof ko_error, \"kernel {k}: oneDNN execution failed\"); "
                          f"return {k + 1}; }} break;")  # fmt: skip
             unit_calls.append(UnitCall(Unit(k, 0, 1, splittable=False, native=True), gather,
@@ -136,65 +136,51 @@ def render_plan(prefix: str, kernels: list[CandidateKernel], backends: list[Back
     engine = "dnnl_engine_t engine; dnnl_stream_t stream;" if onednn else "void *engine; void *stream;"
     # one oneDNN stream per vEU: library kernels run single-threaded rTasks side by side
     engine += " dnnl_stream_t vstream[KO_MAX_VEUS];" if onednn and tasks else ""
-    allocate = [f"    static const size_t scratch_bytes[] = {{{', '.join(map(str, scratch))}}};",
-                f"    for (int i = 0; i < {len(scratch)}; i++) {{",
-                "        p->scratch[i] = aligned_alloc(64, (scratch_bytes[i] + 63) / 64 * 64);",
-                '        if (!p->scratch[i]) { snprintf(ko_error, sizeof ko_error, "out of memory for scratch"); '
-                "goto fail; }",
-                "    }"] if scratch else []  # fmt: skip
-    setup = ["    if (dnnl_engine_create(&p->engine, dnnl_cpu, 0) != dnnl_success ||",
-             "        dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags) != dnnl_success) {",
-             '        snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN CPU engine"); goto fail; }'] \
-        if onednn else []  # fmt: skip
-    setup += ["    for (int v = 0; v < KO_MAX_VEUS; v++)",
-              "        if (dnnl_stream_create(&p->vstream[v], p->engine, dnnl_stream_default_flags) != dnnl_success) {",
-              '            snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN stream"); goto fail; }'] \
-        if onednn and tasks else []  # fmt: skip
-    teardown = ["    for (int v = 0; v < KO_MAX_VEUS; v++) if (p->vstream[v]) dnnl_stream_destroy(p->vstream[v]);"] \
-        if onednn and tasks else []  # fmt: skip
-    teardown += ["    if (p->stream) dnnl_stream_destroy(p->stream);",
-                "    if (p->engine) dnnl_engine_destroy(p->engine);"] if onednn else []  # fmt: skip
-    parts += [
-        f"#define KO_MAX_VEUS {MAX_VEUS}" if tasks else "",
-        f"typedef struct {{ {engine} void *state[{count}]; void *scratch[{max(len(scratch), 1)}]; }} {prefix}_plan;",
-        f"void {prefix}_destroy(void *plan) {{",
-        f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
-        "    if (!p) return;",
-        *destroys,
-        *([f"    for (int i = 0; i < {len(scratch)}; i++) free(p->scratch[i]);"] if scratch else []),
-        *teardown,
-        "    free(p);",
-        "}",
-        f"void *{prefix}_create(void **buffers) {{",
-        f"    {prefix}_plan *p = ({prefix}_plan *)calloc(1, sizeof({prefix}_plan));",
-        f"    void *args[{max_args}];",
-        "    (void)args; (void)buffers;",
-        '    if (!p) { snprintf(ko_error, sizeof ko_error, "out of memory"); return NULL; }',
-        *allocate,
-        *setup,
-        *creates,
-        "    return p;",
-        "fail:" if (creates or setup or allocate) else "",
-        f"    {prefix}_destroy(p);" if (creates or setup or allocate) else "",
-        "    return NULL;" if (creates or setup or allocate) else "",
-        "}",
-        f"int {prefix}_run(void *plan, void **buffers, int first, int last) {{",
-        f"    {prefix}_plan *p = ({prefix}_plan *)plan;",
-        f"    void *args[{max_args}];",
-        "    (void)p;",
-        "    ko_error[0] = 0;",
-        "    for (int k = first; k < last; k++) {",
-        "        switch (k) {",
-        *calls,
-        "        default: return k + 1;",
-        "        }",
-        "    }",
-        "    return 0;",
-        "}",
-        f"const char *{prefix}_error(void) {{ return ko_error; }}",
-        render_region_runner(prefix, unit_calls, max_args) if tasks else "",
-        "",
-    ]
+    w = CWriter()
+    if tasks:
+        w.line(f"#define KO_MAX_VEUS {MAX_VEUS}")
+    w.line(f"typedef struct {{ {engine} void *state[{count}]; void *scratch[{max(len(scratch), 1)}]; }} {prefix}_plan;")
+    with w.function(f"void {prefix}_destroy(void *plan)", returns=None):
+        w.line(f"{prefix}_plan *p = ({prefix}_plan *)plan;", "if (!p) return;", *destroys)
+        if scratch:
+            w.line(f"for (int i = 0; i < {len(scratch)}; i++) free(p->scratch[i]);")
+        if onednn and tasks:
+            w.line("for (int v = 0; v < KO_MAX_VEUS; v++) if (p->vstream[v]) dnnl_stream_destroy(p->vstream[v]);")
+        if onednn:
+            w.line("if (p->stream) dnnl_stream_destroy(p->stream);", "if (p->engine) dnnl_engine_destroy(p->engine);")
+        w.line("free(p);")
+    with w.function(f"void *{prefix}_create(void **buffers)", returns=None):
+        w.line(f"{prefix}_plan *p = ({prefix}_plan *)calloc(1, sizeof({prefix}_plan));", f"void *args[{max_args}];",
+               "(void)args; (void)buffers;",
+               'if (!p) { snprintf(ko_error, sizeof ko_error, "out of memory"); return NULL; }')  # fmt: skip
+        if scratch:
+            w.line(f"static const size_t scratch_bytes[] = {{{', '.join(map(str, scratch))}}};")
+            with w.block(f"for (int i = 0; i < {len(scratch)}; i++)"):
+                w.line("p->scratch[i] = aligned_alloc(64, (scratch_bytes[i] + 63) / 64 * 64);",
+                       'if (!p->scratch[i]) { snprintf(ko_error, sizeof ko_error, "out of memory for scratch"); '
+                       "goto fail; }")  # fmt: skip
+        if onednn:
+            w.line("if (dnnl_engine_create(&p->engine, dnnl_cpu, 0) != dnnl_success ||")
+            with w.indented():
+                w.line("dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags) != dnnl_success) {")
+                w.line('snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN CPU engine"); goto fail; }')
+        if onednn and tasks:
+            w.line("for (int v = 0; v < KO_MAX_VEUS; v++)")
+            with w.indented():
+                w.line("if (dnnl_stream_create(&p->vstream[v], p->engine, dnnl_stream_default_flags) != "
+                       "dnnl_success) {")
+                with w.indented():
+                    w.line('snprintf(ko_error, sizeof ko_error, "cannot create a oneDNN stream"); goto fail; }')
+        w.line(*creates, "return p;")
+        if creates or onednn or scratch:
+            w.verbatim("fail:")
+            w.line(f"{prefix}_destroy(p);", "return NULL;")
+    with w.function(f"int {prefix}_run(void *plan, void **buffers, int first, int last)"):
+        w.line(f"{prefix}_plan *p = ({prefix}_plan *)plan;", f"void *args[{max_args}];", "(void)p;", "ko_error[0] = 0;")
+        with w.block("for (int k = first; k < last; k++)"), w.flat_block("switch (k)"):
+            w.line(*calls, "default: return k + 1;")
+    w.line(f"const char *{prefix}_error(void) {{ return ko_error; }}")
+    parts += [*w.lines, render_region_runner(prefix, unit_calls, max_args) if tasks else "", ""]
     units = tuple(call.unit for call in unit_calls) if tasks else ()
     return NativePlan(prefix, "\n".join(line for line in parts if line != ""), slots, tuple(chosen), onednn, units,
                       tasks)

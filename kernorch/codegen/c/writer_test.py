@@ -1,0 +1,83 @@
+"""The C writer: depth kept across nested blocks, functions ending in their return, flat blocks, column-0 lines,
+multi-line texts indented line by line, and C that compiles."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from kernorch.codegen.c.writer import CWriter
+from kernorch.devtools.mutate import here
+
+
+def test_blocks_nest_and_close_at_their_depth() -> None:
+    w = CWriter()
+    with w.function("int f(int n)", returns="s"):
+        w.line("int s = 0;")
+        with w.block("for (int i = 0; i < n; i++)", comment="every i"):
+            w.verbatim("#pragma GCC unroll 2")
+            with w.block("if (i % 2)", end="} else {"):
+                w.line("s += i;")
+            with w.indented():
+                w.line("s -= i;")
+            w.line("}")
+        with w.flat_block("switch (n)"):
+            w.line("case 0: return -1;", "default: break;")
+    assert w.text(end="\n") == (
+        "int f(int n) {\n"
+        "    int s = 0;\n"
+        "    for (int i = 0; i < n; i++) {  /* every i */\n"
+        "#pragma GCC unroll 2\n"
+        "        if (i % 2) {\n"
+        "            s += i;\n"
+        "        } else {\n"
+        "            s -= i;\n"
+        "        }\n"
+        "    }\n"
+        "    switch (n) {\n"
+        "    case 0: return -1;\n"
+        "    default: break;\n"
+        "    }\n"
+        "    return s;\n"
+        "}\n")
+
+
+def test_a_multi_line_text_is_indented_line_by_line_and_empty_lines_stay_empty() -> None:
+    w = CWriter(depth=1)
+    w.line("a;\n\nb;", "")
+    w.extend(["c;"])
+    assert w.lines == ["    a;", "", "    b;", "", "    c;"]
+
+
+def test_a_function_without_a_return_and_an_exception_inside_a_block_restore_the_depth() -> None:
+    w = CWriter()
+    try:
+        with w.function("void g(void)", returns=None), w.block("if (1)"):
+            raise ValueError
+    except ValueError:
+        pass
+    assert w.depth == 0
+    with w.function("void h(void)", returns=None):
+        w.line("return;")
+    assert w.lines[-2:] == ["    return;", "}"]
+
+
+def test_what_it_writes_compiles(tmp_path: Path) -> None:
+    w = CWriter()
+    with w.function("int sum(const int *x, int n)", returns="s"):
+        w.line("int s = 0;")
+        with w.block("for (int i = 0; i < n; i++)"):
+            w.line("s += x[i];")
+    source = tmp_path / "sum.c"
+    source.write_text(w.text(end="\n"))
+    subprocess.run(["cc", "-fsyntax-only", "-Wall", "-Werror", str(source)], check=True)
+
+
+MUTANTS = [
+    here("the writer's block leaves its lines at the header's depth",
+         "        with self.indented():\n            yield\n        self.line(end)",
+         "        yield\n        self.line(end)"),
+    here("the writer's function forgets its return",
+         '                self.line(f"return {returns};")',
+         "                pass"),
+]  # fmt: skip
