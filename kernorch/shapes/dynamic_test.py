@@ -270,9 +270,6 @@ def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> Non
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
-    here("shapes: a specialisation filed under other shapes loads",
-         "if actual != shapes:",
-         "if False:"),
     here("shapes: padding proof ignores a size-dependent constant",
          "        if axis is None:\n            raise NotProven(f\"constant",
          "        if False:\n            raise NotProven(f\"constant",
