@@ -40,7 +40,7 @@ def measured_levels() -> str:
     import torch
 
     from kernorch.codegen.target import GPU_TARGETS
-    from kernorch.runtime.gpu import device_preset
+    from kernorch.runtime.gpu_plan import device_preset
 
     source = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
     target = torch.empty_like(source)

@@ -20,7 +20,7 @@ from kernorch.options import Options
 from kernorch.pipeline import ModelSource, Progress, compile_model
 from kernorch.runtime.artifact import ArtifactError
 from kernorch.runtime.compiled import CompiledModel, load_model
-from kernorch.runtime.gpu import GpuModel
+from kernorch.runtime.gpu_plan import GpuModel
 from kernorch.runtime.origin import PlanOrigin, model_digest
 from kernorch.shapes import DynamicModel, is_family, load_dynamic
 
@@ -47,7 +47,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     these options it was made for (`kernorch.load(dir, model=...)` checks them).
 
     device="v100"/"a100"/"h100" (analytic cost) or "cuda" (the GPU present) plans for a GPU and returns a
-    `GpuModel` (runtime/gpu.py): Triton kernels and cuBLAS/cuDNN through torch, replayed as a CUDA graph; tf32=True
+    `GpuModel` (runtime/gpu_plan.py): Triton kernels and cuBLAS/cuDNN through torch, replayed as a CUDA graph; tf32=True
     lets its matmuls use TF32; interpret=True runs it in Triton's interpreter on a machine without a GPU.
 
     A model with symbolic dims that `input_shapes` does not bind compiles to a `DynamicModel` (kernorch/shapes/):

@@ -76,7 +76,7 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     from kernorch.cost.analytic import AnalyticCostModel, device_by_name
 
     if options.gpu:
-        from kernorch.cost.gpu import gpu_cost_model
+        from kernorch.cost.gpu_roofline import gpu_cost_model
 
         return GeneratableCost(gpu_cost_model(options), device="gpu")
     roofline = AnalyticCostModel(device_by_name(options.device, options.cache, options.threads))
@@ -186,7 +186,7 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "validation": result.validation.to_json() if result.validation is not None else None,
                 "in_place": result.in_place.to_json() if result.in_place is not None else None}  # fmt: skip
     if options.gpu:
-        from kernorch.runtime.gpu import GpuModel, device_preset
+        from kernorch.runtime.gpu_plan import GpuModel, device_preset
 
         preset = device_preset() if options.device == "cuda" else options.device
         return GpuModel(chosen.graph, chosen.kernels, chosen.costs, preset, metadata, options.cache, options.tf32,

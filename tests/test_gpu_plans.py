@@ -152,7 +152,7 @@ def test_random_plans_run_on_the_gpu_runtime_like_the_reference(seed: int) -> No
     """Random graphs cut into random valid kernels (views into outputs, scratch, reductions, layouts among them)."""
     from kernorch.codegen.target import GPU_TARGETS
     from kernorch.runtime.executor_test import random_case
-    from kernorch.runtime.gpu import GpuProgram
+    from kernorch.runtime.gpu_plan import GpuProgram
 
     graph, plan, feeds, expected = random_case(seed, 6 + seed % 5)
     actual = GpuProgram(graph, plan, GPU_TARGETS["a100"], interpret=True, streams=1)(feeds)
@@ -165,7 +165,7 @@ def test_kernels_captured_on_one_stream_depth_never_read_each_other(seed: int) -
     """The CUDA graph puts kernels of one depth on separate streams: none may read another's output."""
     from kernorch.codegen.target import GPU_TARGETS
     from kernorch.runtime.executor_test import random_case
-    from kernorch.runtime.gpu import GpuProgram
+    from kernorch.runtime.gpu_plan import GpuProgram
 
     graph, plan, _, _ = random_case(seed, 10)
     levels = GpuProgram(graph, plan, GPU_TARGETS["a100"], interpret=True)._levels()

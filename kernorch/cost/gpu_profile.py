@@ -3,7 +3,7 @@ database as the CPU's measurements, keyed by the kernel's signature and the devi
 SM count and the CUDA and Triton versions), so a plan re-tuned on the same GPU reuses every measurement.
 
 A candidate runs alone: on a graph of its own (profile.isolate) with random inputs, as a one-kernel GPU program
-(runtime/gpu.py) — its Triton launches or library call exactly as a plan runs them — warmed up, then timed as the
+(runtime/gpu_plan.py) — its Triton launches or library call exactly as a plan runs them — warmed up, then timed as the
 median of CUDA-event intervals. A candidate that fails to compile or run is priced at infinity with its reason
 kept (`kernorch explain --rejected`), as on the CPU. Without a GPU this is refused before anything is planned.
 """
@@ -83,7 +83,7 @@ class GpuProfiledCost(CostModelBase):
 def _time(kernel: CandidateKernel, target: Target, tf32: bool, cache_dir: Path | None) -> tuple[float, float]:
     import torch
 
-    from kernorch.runtime.gpu import GpuProgram
+    from kernorch.runtime.gpu_plan import GpuProgram
 
     program = GpuProgram(kernel.graph, [kernel], target, tf32, cache_dir, streams=1)
     rng = np.random.default_rng(0)

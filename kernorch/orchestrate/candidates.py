@@ -27,7 +27,7 @@ from itertools import combinations
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.options import OrchestrationLimits
-from kernorch.orchestrate.attention import attention_sets
+from kernorch.orchestrate.attention_sets import attention_sets
 from kernorch.orchestrate.pruning import PRUNING_RULES, LinearEpilogues, node_kinds
 from kernorch.orchestrate.subgraph import Subgraph, is_convex, iter_bits
 

@@ -8,7 +8,7 @@ machine (a hash-keyed compile cache makes that instant for a plan built here). A
 with other ISA flags is therefore rebuilt for this one, never executed blindly.
 
 A GPU plan (`device` in plan.json: v100, a100, h100) ships `kernels.py` instead: its Triton kernels, likewise
-regenerated from the plan at load, compared, and only the regenerated text is imported (runtime/gpu.py).
+regenerated from the plan at load, compared, and only the regenerated text is imported (runtime/gpu_plan.py).
 
 `plan.json` carries the hash of its own canonical content, so an edited or truncated manifest is caught
 before anything in it is used. Every refusal is an `ArtifactError`: one line naming the file and why.

@@ -49,12 +49,12 @@ def load_model(directory: str | os.PathLike[str], threads: int | None = None, ca
                expected: PlanOrigin | None = None, max_workspaces: int | None = None) -> Any:  # fmt: skip
     """Load a saved plan without re-tuning (runtime/artifact.py refuses anything corrupted, tampered with or
     inconsistent); the library is built here from the verified source (cached by source, flags, compiler, ISA).
-    A GPU plan loads as a GpuModel (runtime/gpu.py): it runs on a CUDA device, or with `interpret` in Triton's
+    A GPU plan loads as a GpuModel (runtime/gpu_plan.py): it runs on a CUDA device, or with `interpret` in Triton's
     interpreter; without either, its first call is refused in one line. `expected`: what the plan must have been
     made for (runtime/origin.py), else refused."""
     saved = read_plan(directory, threads, expected)
     if saved.device != "cpu":
-        from kernorch.runtime.gpu import GpuModel
+        from kernorch.runtime.gpu_plan import GpuModel
 
         return GpuModel(saved.graph, saved.kernels, saved.costs, saved.device, saved.metadata, cache_dir, saved.tf32,
                         interpret, saved.threads)  # fmt: skip

@@ -57,7 +57,7 @@ def _contender(name: str, model_path: str, options: dict[str, Any], device: str,
     try:
         if name == "kernorch":
             from kernorch.api import compile
-            from kernorch.runtime.gpu import GpuModel
+            from kernorch.runtime.gpu_plan import GpuModel
 
             model = compile(model_path, **options, interpret=not cuda)
             assert isinstance(model, GpuModel)

@@ -61,7 +61,7 @@ def all_values(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarr
 def verify_model(path: str, device: str = "a100", rewrite: bool = True) -> Verification:
     from kernorch.cost.profile import signature
     from kernorch.pipeline import plan_model
-    from kernorch.runtime.gpu import GpuProgram
+    from kernorch.runtime.gpu_plan import GpuProgram
 
     started = time.perf_counter()
     options = Options(cost="analytic", device=device, rewrite=rewrite, rewrite_budget=10.0, interpret=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kernorch.codegen.backends.base import Backend, PythonKernel, Verdict, declines, runs
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
-from kernorch.codegen.backends.gpu import (
+from kernorch.codegen.backends.gpu_kernels import (
     GPU_VIEW,
     TORCH_LIBRARY,
     TRITON,

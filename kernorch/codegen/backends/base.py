@@ -47,7 +47,7 @@ class Backend:
     name: str  # unique: what `kernorch explain` and the plan pictures show
     # "generated C", "native C", "library call", "view", "reference", "onnxruntime": pictures colour by it
     family: str
-    device: ClassVar[str] = "cpu"  # the plans it serves: "cpu" (the C plan program) or "gpu" (runtime/gpu.py)
+    device: ClassVar[str] = "cpu"  # the plans it serves: "cpu" (the C plan program) or "gpu" (runtime/gpu_plan.py)
     native: ClassVar[bool] = True  # runs inside the plan program's native stretches (not by Python)
     runs_code: ClassVar[bool] = True  # False: an alias of its input's bytes (a view): nothing runs
     # library-shaped: `<name>_create(engine, stream, args)` once, `<name>_run(state, stream, args)` per call,

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from kernorch.codegen.backends.base import Backend
 from kernorch.codegen.backends.fallbacks import ONNXRUNTIME, REFERENCE, VIEW
 from kernorch.codegen.backends.generated_c import GENERATED_C
-from kernorch.codegen.backends.gpu import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
+from kernorch.codegen.backends.gpu_kernels import GPU_VIEW, TORCH_LIBRARY, TRITON, TRITON_MATMUL
 from kernorch.codegen.backends.library_calls import ONEDNN
 from kernorch.codegen.native import (
     amx_matmul,

@@ -230,7 +230,7 @@ MUTANTS = [
     here("an attention's mask added first is taken for its scores",
          "scores = a if from_matmul(a) else b",
          "scores = a",
-         file="kernorch/orchestrate/attention.py"),
+         file="kernorch/orchestrate/attention_sets.py"),
     here("fused attention drops torch's NaN guard on the weights",
          "const float w = sr[j] / l; sr[j] = {a.weight_expr};",
          "const float w = sr[j] / l; sr[j] = w;"),

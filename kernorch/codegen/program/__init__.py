@@ -10,9 +10,9 @@ from kernorch.codegen.program.compiler import (
     load_library,
     onednn_paths,
 )
-from kernorch.codegen.program.gpu import gpu_sources
 from kernorch.codegen.program.plan import ERROR_BUFFER, NativePlan, render_plan, translation_unit
 from kernorch.codegen.program.rprogram import CALL, ENTRY_FIELDS, MAX_VEUS, REGION, SEGMENT_FIELDS, TASK, WAIT
+from kernorch.codegen.program.triton_module import gpu_sources
 
 __all__ = [
     "CALL",

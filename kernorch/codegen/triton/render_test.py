@@ -20,7 +20,7 @@ from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.types import TensorType
-from kernorch.runtime.gpu import GpuProgram
+from kernorch.runtime.gpu_plan import GpuProgram
 from kernorch.runtime.reference import run_reference
 
 pytest.importorskip("triton")
@@ -331,5 +331,5 @@ MUTANTS = [
     here("gpu runtime: the error flag is never cleared",
          "        self.error.zero_()\n",
          "",
-         file="kernorch/runtime/gpu.py"),
+         file="kernorch/runtime/gpu_plan.py"),
 ]  # fmt: skip

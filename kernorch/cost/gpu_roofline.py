@@ -38,7 +38,7 @@ def gpu_cost_model(options: Any) -> CostModel:
     """A GPU plan's cost model: the Target's roofline per launch, or (`--cost profile`, `--device cuda`) each
     candidate timed on the GPU present (cost/gpu_profile.py)."""
     from kernorch.codegen.target import GPU_TARGETS
-    from kernorch.runtime.gpu import device_preset
+    from kernorch.runtime.gpu_plan import device_preset
 
     preset = device_preset() if options.device == "cuda" else options.device
     if options.cost == "profile":

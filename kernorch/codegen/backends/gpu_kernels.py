@@ -1,7 +1,7 @@
 """The GPU's backends: fused memory-intensive kernels rendered as Triton (`TRITON`), a matmul with its elementwise
 epilogue as one Triton template (`TRITON_MATMUL`), a lone linear primitive through torch's cuBLAS/cuDNN calls
 (`TORCH_LIBRARY`), and views (`GPU_VIEW`, a reshape or a contiguous slice: no code). They run on a GPU plan's
-runtime (runtime/gpu.py), never in the CPU plan program: `device = "gpu"`. A kernel none of them runs (an LSTM, an
+runtime (runtime/gpu_plan.py), never in the CPU plan program: `device = "gpu"`. A kernel none of them runs (an LSTM, an
 ONNX node kernorch has no rule for) runs by the reference or onnxruntime on the host, which the cost model prices
 with its copies, so plans avoid it.
 """

@@ -10,7 +10,7 @@ import numpy as np
 from kernorch.codegen.backends import choose_backend
 from kernorch.codegen.target import GPU_TARGETS
 from kernorch.cost.analytic import kernel_bytes
-from kernorch.cost.gpu import GpuCostModel
+from kernorch.cost.gpu_roofline import GpuCostModel
 from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
