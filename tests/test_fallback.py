@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 import kernorch
 from kernorch.cli import main
+from kernorch.devtools.mutate import here
 from kernorch.errors import FallbackWarning, UnsupportedOperator
 from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
@@ -42,6 +43,25 @@ def test_a_node_without_rule_runs_through_onnxruntime_and_matches(tmp_path: Path
     # the plan saves and loads like any other (the node is data: base64 protobuf, typed)
     loaded = kernorch.load(compiled.save(tmp_path / "plan"))
     np.testing.assert_allclose(loaded.run({"x": x})["y"], expected, rtol=1e-5)
+
+
+def test_a_fallback_node_runs_on_the_calling_thread_through_a_runner_prepared_at_load() -> None:
+    """Each fallback node's session runs on the caller's thread (a pool of its own waits for the cores the plan's
+    OpenMP workers spin on: 3x the whole model's time); the plan's executor calls the runner built at load."""
+    from kernorch.ir import foreign
+
+    with pytest.warns(FallbackWarning):
+        compiled = kernorch.compile(_det_model(), cost="analytic")
+    (node,) = fallback_nodes(compiled.graph)
+    runner = foreign.prepare(node.attr_dict, [compiled.graph.types[v] for v in node.inputs])
+    options = runner.session.get_session_options()
+    assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 1
+    x = np.abs(np.random.default_rng(1).standard_normal((3, 4, 4))).astype(np.float32)
+    (expected,) = _onnxruntime(_det_model(), {"x": x})
+    (det,) = runner([np.maximum(x, 0)])
+    assert det.shape == (3,) and det.dtype == np.float32
+    np.testing.assert_allclose(np.exp(det), expected, rtol=1e-5)
+    assert foreign.prepare(node.attr_dict, [compiled.graph.types[v] for v in node.inputs]) is runner  # one per node
 
 
 def test_strict_refuses_the_node() -> None:
@@ -101,3 +121,11 @@ def test_what_cannot_run_alone_is_still_refused(case: str) -> None:
     model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets)
     with pytest.raises(UnsupportedOperator, match=expected):
         fission(import_model(model), strict=False)
+
+
+MUTANTS = [
+    here("a fallback node's session gets a thread pool of its own",
+         "    options.intra_op_num_threads = 1\n",
+         "    options.intra_op_num_threads = 0\n",
+         file="kernorch/ir/foreign.py"),
+]  # fmt: skip

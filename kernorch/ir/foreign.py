@@ -2,8 +2,8 @@
 
 The node travels as data: its NodeProto serialized (base64, inputs and outputs renamed to positions, so the text
 does not depend on graph names), the opsets it needs and its static output types. Running it builds a
-one-node onnxruntime session once per distinct node and input types (cached for the life of the process) and
-feeds it the primitive's inputs.
+one-node onnxruntime session once per distinct node and input types (cached for the life of the process), run on
+the calling thread, and feeds it the primitive's inputs.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,21 +69,58 @@ def one_node_model(node_b64: str, opsets: Sequence[tuple[str, int]], input_types
     return helper.make_model(graph, opset_imports=imports, ir_version=min(onnx.IR_VERSION, 10))
 
 
+@dataclass(frozen=True)
+class NodeRunner:
+    """One node's onnxruntime session with what a call needs worked out once: the feed names and the planned
+    outputs (dtype, element count, shape) each result is checked against."""
+
+    session: Any
+    op_type: str
+    feed_names: tuple[str, ...]
+    planned: tuple[tuple[str, int, tuple[int, ...]], ...]
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        feeds = {name: np.ascontiguousarray(a) for name, a in zip(self.feed_names, inputs, strict=True)}
+        try:
+            results = self.session.run(None, feeds)
+        except Exception as error:  # onnxruntime's exceptions share no base class but Exception
+            first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+            raise KernorchError(f"onnxruntime failed on {self.op_type}: {first}") from None
+        arrays = []
+        for position, (result, (dtype, size, shape)) in enumerate(zip(results, self.planned, strict=True)):
+            array = np.asarray(result)
+            if array.dtype.name != dtype or array.size != size:
+                raise KernorchError(f"onnxruntime's {self.op_type} returned {array.dtype.name}{list(array.shape)} for "
+                                    f"output {position}, planned {dtype}{list(shape)}")  # fmt: skip
+            arrays.append(array.reshape(shape))  # same data: onnxruntime may write a scalar as [1]
+        return arrays
+
+
 @functools.lru_cache(maxsize=256)
-def _session(node_b64: str, opsets: tuple[tuple[str, int], ...], input_types: tuple[TensorType, ...],
-             output_types: tuple[TensorType, ...]) -> Any:  # fmt: skip
+def _runner(node_b64: str, opsets: tuple[tuple[str, int], ...], input_types: tuple[TensorType, ...],
+            output_types: tuple[TensorType, ...], op_type: str) -> NodeRunner:  # fmt: skip
     import onnxruntime as ort
 
     ort.set_default_logger_severity(4)  # its allocator logs through the default logger, beside the exception
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: a failure reaches the user as one KernorchError line, not a log
+    # The node runs on the calling thread. With a pool of its own, onnxruntime's workers wait for the cores that
+    # the plan's OpenMP workers still spin on after the kernel before: a 6-layer dynamically quantized 768-wide
+    # MLP (12 fallback nodes, 2 threads) took 23.5 ms against onnxruntime's 2.5 ms, 7.8 ms on the calling thread
+    # (bench/results/2026-11-29-session25.md). Each node is one operator: its own parallelism is small.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     model = one_node_model(node_b64, opsets, input_types, output_types)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    planned = tuple((t.dtype, t.numel, t.shape) for t in output_types)
+    return NodeRunner(session, op_type, tuple(INPUT_NAME.format(i) for i in range(len(input_types))), planned)
 
 
-def prepare(attrs: dict[str, Any], input_types: Sequence[TensorType]) -> None:
-    """Build the node's onnxruntime session now (at plan load) rather than on the first call."""
-    _session(attrs["node"], attrs["opsets"], tuple(input_types), output_types(attrs))
+def prepare(attrs: dict[str, Any], input_types: Sequence[TensorType]) -> NodeRunner:
+    """The node's runner for these input types, its onnxruntime session built now (at plan load) rather than on
+    the first call."""
+    return _runner(attrs["node"], attrs["opsets"], tuple(input_types), output_types(attrs), attrs["op_type"])
 
 
 def output_types(attrs: dict[str, Any]) -> tuple[TensorType, ...]:
@@ -90,20 +128,6 @@ def output_types(attrs: dict[str, Any]) -> tuple[TensorType, ...]:
 
 
 def run_onnx_node(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
-    types = tuple(TensorType.of(np.asarray(a)) for a in inputs)
-    session = _session(attrs["node"], attrs["opsets"], types, output_types(attrs))
-    feeds = {INPUT_NAME.format(i): np.ascontiguousarray(a) for i, a in enumerate(inputs)}
-    try:
-        results = session.run(None, feeds)
-    except Exception as error:  # onnxruntime's exceptions share no base class but Exception
-        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-        raise KernorchError(f"onnxruntime failed on {attrs['op_type']}: {first}") from None
-    planned = output_types(attrs)
-    arrays = []
-    for position, (result, expected) in enumerate(zip(results, planned, strict=True)):
-        array = np.asarray(result)
-        if array.dtype.name != expected.dtype or array.size != expected.numel:
-            raise KernorchError(f"onnxruntime's {attrs['op_type']} returned {array.dtype.name}{list(array.shape)} for "
-                                f"output {position}, planned {expected.dtype}{list(expected.shape)}")  # fmt: skip
-        arrays.append(array.reshape(expected.shape))  # same data: onnxruntime may write a scalar as [1]
-    return arrays
+    """The node on these inputs (the reference interpreter's way: a runner per distinct input types; a plan's
+    executor prepares its runner once, at load)."""
+    return prepare(attrs, [TensorType.of(np.asarray(a)) for a in inputs])(inputs)

@@ -459,12 +459,13 @@ class PlanExecutor:
         inputs = [workspace.buffers[v] for v in node.inputs]
         targets = [workspace.buffers.get(o) for o in node.outputs]
         attrs = node.attr_dict
+        run: Callable[[list[np.ndarray]], list[np.ndarray]] = lambda arrays: run_primitive(node.prim, arrays, attrs)
         if node.prim == "onnx_node":  # its onnxruntime session is built now, not on the first call
-            foreign.prepare(attrs, [self.graph.types[v] for v in node.inputs])
+            run = foreign.prepare(attrs, [self.graph.types[v] for v in node.inputs])
 
         def launch() -> None:
             try:
-                results = run_primitive(node.prim, inputs, attrs)
+                results = run(inputs)
             except (IndexError, RuntimeError, ValueError, KernorchError) as error:  # a bad index, onnxruntime refusing
                 message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise KernelFailed(f"{node.prim} from {node.origin}: {message}") from None
