@@ -270,3 +270,22 @@ def test_reshape_zero_beyond_the_input_rank_is_refused(tmp_path: Path, capsys: p
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     code, err = run_cli(["check", save(model, tmp_path / "m.onnx")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "does not have" in err, err
+
+
+def test_a_kernorch_bug_is_one_line_too_and_its_traceback_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """An exception that is no KernorchError is a bug in kernorch: still one line (exit 2), naming it as one;
+    KERNORCH_DEBUG=1 lets the traceback through for the bug report."""
+    import kernorch.tools.check
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("a stage typed a value two ways\nsecond line")
+
+    monkeypatch.setattr(kernorch.tools.check, "check_model", broken)
+    path = save(conv_norm_act_block(), tmp_path / "m.onnx")
+    code, err = run_cli(["check", path], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("kernorch: internal error: ValueError: a stage typed a value two ways") and "bug" in err
+    monkeypatch.setenv("KERNORCH_DEBUG", "1")
+    with pytest.raises(ValueError, match="typed a value two ways"):
+        main(["check", path])

@@ -64,6 +64,52 @@ def test_a_fallback_node_runs_on_the_calling_thread_through_a_runner_prepared_at
     assert foreign.prepare(node.attr_dict, [compiled.graph.types[v] for v in node.inputs]) is runner  # one per node
 
 
+def test_a_static_qdq_model_runs_with_its_scalar_scales_kept_scalar(tmp_path: Path) -> None:
+    """onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations): QuantizeLinear and
+    DequantizeLinear run through the fallback with their scalar scales and zero points. The layout stage once
+    stored a scalar constant as [1] (np.ascontiguousarray makes every 0-d array 1-d) and the plan died in a
+    traceback: the node was typed for scalars."""
+    from onnx import numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.2).astype(np.float32), "w1"),
+               numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.1).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 12, 12))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 12, 12))], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "f.onnx")
+    samples = [{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)} for _ in range(3)]
+
+    class Samples(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = iter(samples)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.left, None)
+
+    quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Samples(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    model = onnx.load(tmp_path / "q.onnx")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    with pytest.warns(FallbackWarning, match="QuantizeLinear"):
+        compiled = kernorch.compile(model, cost="analytic")
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    (expected,) = _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_reference_kernels_keep_a_scalar_a_scalar() -> None:
+    from kernorch.ir.primitives import run_primitive
+
+    scalar = np.array(2.5, np.float32)
+    for prim, attrs in (("transpose", {"perm": ()}), ("expand", {"shape": ()})):
+        (result,) = run_primitive(prim, [scalar], attrs)
+        assert result.shape == () and result == 2.5, prim
+
+
 def test_strict_refuses_the_node() -> None:
     with pytest.raises(UnsupportedOperator, match="Det node 'the_det': no fission rule"):
         kernorch.compile(_det_model(), cost="analytic", strict=True)
@@ -124,6 +170,10 @@ def test_what_cannot_run_alone_is_still_refused(case: str) -> None:
 
 
 MUTANTS = [
+    here("the layout stage stores a scalar constant as [1]",
+         'array = np.asarray(np.transpose(self.old.constants[value], layout), order="C")',
+         "array = np.ascontiguousarray(np.transpose(self.old.constants[value], layout))",
+         file="kernorch/layout/materialize.py"),
     here("a fallback node's session gets a thread pool of its own",
          "    options.intra_op_num_threads = 1\n",
          "    options.intra_op_num_threads = 0\n",

@@ -1,10 +1,12 @@
 """The `kernorch` command line (`python -m kernorch.cli`). Exit codes: 0 ok, 1 check/mismatch failed, 2 bad
-input — an error is one line naming its cause, never a traceback. The parser is parser.py, the subcommands
+input (and a kernorch bug: "internal error", its traceback with KERNORCH_DEBUG=1) — an error is one line
+naming its cause, never a traceback. The parser is parser.py, the subcommands
 commands.py and explain.py, what they share common.py."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -27,6 +29,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KernorchError as error:  # the error alone names the cause (a fallback's failure says so)
             print(f"kernorch: error: {error}", file=sys.stderr)
             return error.exit_code
+        except Exception as error:  # a bug in kernorch: one line too (the traceback on request), exit 2
+            if os.environ.get("KERNORCH_DEBUG"):
+                raise
+            first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+            print(f"kernorch: internal error: {type(error).__name__}: {first} (a kernorch bug; please report it; "
+                  "KERNORCH_DEBUG=1 prints the traceback)", file=sys.stderr)  # fmt: skip
+            return 2
     for warning in caught:
         if issubclass(warning.category, FallbackWarning):
             print(f"kernorch: warning: {warning.message}", file=sys.stderr)

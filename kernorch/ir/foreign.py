@@ -80,7 +80,7 @@ class NodeRunner:
     planned: tuple[tuple[str, int, tuple[int, ...]], ...]
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        feeds = {name: np.ascontiguousarray(a) for name, a in zip(self.feed_names, inputs, strict=True)}
+        feeds = {name: np.asarray(a, order="C") for name, a in zip(self.feed_names, inputs, strict=True)}
         try:
             results = self.session.run(None, feeds)
         except Exception as error:  # onnxruntime's exceptions share no base class but Exception

@@ -286,7 +286,7 @@ def _expand_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
 
 
 _register("expand", Kind.REDUCE, _expand_infer,
-          lambda inputs, attrs: [np.ascontiguousarray(np.broadcast_to(inputs[0], attrs["shape"]))],
+          lambda inputs, attrs: [np.asarray(np.broadcast_to(inputs[0], attrs["shape"]), order="C")],
           "replicate along size-1 axes to `shape`")  # fmt: skip
 
 
@@ -311,7 +311,7 @@ def _transpose_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorTy
 
 
 _register("transpose", Kind.LAYOUT, _transpose_infer,
-          lambda inputs, attrs: [np.ascontiguousarray(inputs[0].transpose(attrs["perm"]))],
+          lambda inputs, attrs: [np.asarray(inputs[0].transpose(attrs["perm"]), order="C")],
           "permute axes")  # fmt: skip
 
 
@@ -333,7 +333,7 @@ def _slice_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 
 def _slice_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
     index = tuple(slice(start, stop if stop >= 0 else None, step) for start, stop, step in attrs["ranges"])
-    return [np.ascontiguousarray(inputs[0][index])]
+    return [np.asarray(inputs[0][index], order="C")]
 
 
 _register("slice", Kind.LAYOUT, _slice_infer, _slice_reference,
@@ -371,7 +371,7 @@ def _split_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 
 def _split_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
     cuts = np.cumsum(attrs["sizes"])[:-1]
-    return [np.ascontiguousarray(p) for p in np.split(inputs[0], cuts, axis=attrs["axis"])]
+    return [np.asarray(p, order="C") for p in np.split(inputs[0], cuts, axis=attrs["axis"])]
 
 
 _register("split", Kind.LAYOUT, _split_infer, _split_reference, "cut along `axis` into `sizes`")
@@ -550,7 +550,7 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
         x_first = np.moveaxis(x, -1, 1) if last else x
         y = compute(x_first, w, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"],
                     *(attrs[name] for name in extra))  # fmt: skip
-        return [np.ascontiguousarray(np.moveaxis(y, 1, -1)) if last else y]
+        return [np.asarray(np.moveaxis(y, 1, -1), order="C") if last else y]
 
     return infer, reference
 

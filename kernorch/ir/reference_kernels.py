@@ -35,7 +35,7 @@ def _functional() -> ModuleType:
 
 
 def to_torch(array: np.ndarray) -> torch.Tensor:
-    contiguous = np.ascontiguousarray(array)
+    contiguous = np.asarray(array, order="C")
     # torch refuses read-only buffers (e.g. broadcast views); those are copied.
     return torch_module().from_numpy(contiguous if contiguous.flags.writeable else contiguous.copy())
 
@@ -65,7 +65,7 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     `precision="bf16"` multiplies (its sums stay float32). bfloat16 is float32's top 16 bits, so rounding adds
     0x7FFF plus the lowest kept bit and clears the low half; NaN stays NaN (the addition could carry it into inf),
     and values beyond bfloat16's largest finite round to inf, as oneDNN's conversion does."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(x, dtype=np.float32, order="C").view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
     result = rounded.view(np.float32)
     return np.where(np.isnan(x), np.float32(np.nan), result).astype(np.float32)
@@ -146,7 +146,7 @@ def conv_transpose(
     crop = tuple(
         slice(pads[i], full.shape[2 + i] - pads[spatial + i]) for i in range(spatial)
     )
-    return np.ascontiguousarray(full[(slice(None), slice(None), *crop)])
+    return np.asarray(full[(slice(None), slice(None), *crop)], order="C")
 
 
 def window_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -190,7 +190,7 @@ def window_reduce(
     windows = windows[tuple(index)]
     axes = tuple(range(x.ndim, x.ndim + spatial))
     result = windows.max(axis=axes) if reducer == "max" else windows.sum(axis=axes, dtype=x.dtype)
-    return np.ascontiguousarray(result.astype(x.dtype, copy=False))
+    return np.asarray(result.astype(x.dtype, copy=False), order="C")
 
 
 # ---------------------------------------------------------------------------------------------- resize
@@ -303,7 +303,7 @@ def resize(x: np.ndarray, sizes: Sequence[int], scales: Sequence[float], mode: s
     for axis in range(x.ndim):
         result = resize_axis(result, axis, sizes[axis], scales[axis], mode, coordinate_mode, nearest_mode,
                              cubic_coeff_a, exclude_outside)  # fmt: skip
-    return np.ascontiguousarray(result)
+    return np.asarray(result, order="C")
 
 
 # ------------------------------------------------------------------------------------------------ lstm
@@ -389,7 +389,7 @@ def top_k(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, 
         order = np.argsort(moved, axis=-1, kind="stable")
     indices = order[..., :k].astype(np.int64)
     values = np.take_along_axis(moved, indices, axis=-1)
-    return np.ascontiguousarray(np.moveaxis(values, -1, axis)), np.ascontiguousarray(np.moveaxis(indices, -1, axis))
+    return np.asarray(np.moveaxis(values, -1, axis), order="C"), np.asarray(np.moveaxis(indices, -1, axis), order="C")
 
 
 def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
@@ -398,7 +398,7 @@ def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarr
     if exclusive:
         total = np.concatenate([np.zeros_like(np.take(total, [0], axis=axis)),
                                 np.take(total, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)  # fmt: skip
-    return np.ascontiguousarray(np.flip(total, axis) if reverse else total)
+    return np.asarray(np.flip(total, axis) if reverse else total, order="C")
 
 
 _SCATTER_COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}

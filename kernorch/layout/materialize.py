@@ -53,7 +53,7 @@ class _Rewriter:
     def constant(self, value: str, layout: Perm) -> str:
         key = (value, layout)
         if key not in self.stored:
-            array = np.ascontiguousarray(np.transpose(self.old.constants[value], layout))
+            array = np.asarray(np.transpose(self.old.constants[value], layout), order="C")
             name = value if layout == identity(array.ndim) else self.fresh(value)
             self.new.constants[name] = array
             self.new.types[name] = TensorType.of(array)
@@ -174,7 +174,7 @@ class _Rewriter:
             self.emit("transpose", [operand], {"perm": (0, 2, 1)}, [view], node.origin)
             operand = view
         w = self.fresh(weight)
-        self.new.constants[w] = np.ascontiguousarray(matrix.T if out_last else matrix)
+        self.new.constants[w] = np.asarray(matrix.T if out_last else matrix, order="C")
         self.new.types[w] = TensorType.of(self.new.constants[w])
         product = self.fresh(node.outputs[0])
         self.emit("matmul", [operand, w] if out_last else [w, operand], {}, [product], node.origin)

@@ -188,7 +188,7 @@ class GpuProgram:
                                                              node.attr_dict), strict=True))  # fmt: skip
             for value, tensor in zip(kernel.outputs, outputs, strict=True):
                 array = local[value].view(np.uint8) if local[value].dtype == np.bool_ else local[value]
-                tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+                tensor.copy_(torch.from_numpy(np.asarray(array, order="C")))
 
         return on_host
 
@@ -251,7 +251,7 @@ class GpuProgram:
         with self.lock:
             for name, array in checked.items():
                 stored = array.view(np.uint8) if array.dtype == np.bool_ else array
-                self.tensors[name].copy_(torch.from_numpy(np.ascontiguousarray(stored)))
+                self.tensors[name].copy_(torch.from_numpy(np.asarray(stored, order="C")))
             self._run()
             self.check_errors()
             return {name: _to_numpy(self.tensors[name], self.graph.types[name].dtype) for name in self.graph.outputs}

@@ -71,7 +71,7 @@ class PaddingProof:
                 if output_axis is not None:
                     index = [slice(None)] * outputs[name].ndim
                     index[output_axis] = slice(0, self.sizes[dim])
-                    outputs[name] = np.ascontiguousarray(outputs[name][tuple(index)])
+                    outputs[name] = np.asarray(outputs[name][tuple(index)], order="C")
         return outputs
 
 

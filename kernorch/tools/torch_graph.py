@@ -53,7 +53,7 @@ class TorchGraph:
         import torch
 
         arrays = [t.detach().cpu().numpy() for t in operands]
-        return [torch.from_numpy(np.ascontiguousarray(r)).to(self.device)
+        return [torch.from_numpy(np.asarray(r, order="C")).to(self.device)
                 for r in run_primitive(node.prim, arrays, node.attr_dict)]  # fmt: skip
 
     def _step(self, node: Node) -> Callable[[list[Any]], list[Any]] | None:

@@ -59,7 +59,7 @@ def periodic_taps(size_in: int, size_out: int, scale: float, mode: str, coordina
         np.array_equal(weights[interior] == 0, expected == 0)  # fmt: skip
     if not matches:
         return None
-    offsets, pattern = np.ascontiguousarray(offsets), np.ascontiguousarray(pattern)
+    offsets, pattern = np.asarray(offsets, order="C"), np.asarray(pattern, order="C")
     offsets.setflags(write=False)
     pattern.setflags(write=False)
     return factor, offsets, pattern, low, high

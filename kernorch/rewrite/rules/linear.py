@@ -278,7 +278,7 @@ def _same_batch(ctx: RewriteContext, left: str, right: str) -> tuple[str, str] |
         lead = ctx.type(large).shape[:-2]
         if array is not None and ctx.type(small).rank <= ctx.type(large).rank \
                 and np.broadcast_shapes(array.shape[:-2], lead) == lead:  # fmt: skip
-            grown = ctx.constant(np.ascontiguousarray(np.broadcast_to(array, (*lead, *array.shape[-2:]))))
+            grown = ctx.constant(np.asarray(np.broadcast_to(array, (*lead, *array.shape[-2:])), order="C"))
             return (grown, right) if small == left else (left, grown)
     return None
 
@@ -342,7 +342,7 @@ def pointwise_conv_before_resize(ctx: RewriteContext) -> Replacement | None:
     parts, offset = [], 0
     for value, resize, move in zip(concat.inputs, resizes, movable, strict=True):
         channels = ctx.type(value).shape[1]
-        piece = ctx.constant(np.ascontiguousarray(w[:, offset:offset + channels]))
+        piece = ctx.constant(np.asarray(w[:, offset:offset + channels], order="C"))
         offset += channels
         if move:
             assert resize is not None
