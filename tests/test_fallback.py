@@ -64,11 +64,9 @@ def test_a_fallback_node_runs_on_the_calling_thread_through_a_runner_prepared_at
     assert foreign.prepare(node.attr_dict, [compiled.graph.types[v] for v in node.inputs]) is runner  # one per node
 
 
-def test_a_static_qdq_model_runs_with_its_scalar_scales_kept_scalar(tmp_path: Path) -> None:
-    """onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations): QuantizeLinear and
-    DequantizeLinear run through the fallback with their scalar scales and zero points. The layout stage once
-    stored a scalar constant as [1] (np.ascontiguousarray makes every 0-d array 1-d) and the plan died in a
-    traceback: the node was typed for scalars."""
+def test_a_static_qdq_model_is_planned_whole_and_equals_onnxruntime(tmp_path: Path) -> None:
+    """onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations): every QuantizeLinear and
+    DequantizeLinear fissions (fission/rules/quantize.py), nothing falls back, and the output equals onnxruntime's."""
     from onnx import numpy_helper
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -94,9 +92,34 @@ def test_a_static_qdq_model_runs_with_its_scalar_scales_kept_scalar(tmp_path: Pa
                     per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
     model = onnx.load(tmp_path / "q.onnx")
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    compiled = kernorch.compile(model, cost="analytic")
+    assert not fallback_nodes(compiled.graph)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    (expected,) = _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fallback_node_keeps_its_scalar_constants_scalar() -> None:
+    """A conv, then a float16 QuantizeLinear/DequantizeLinear pair (no kernorch rule: the fallback) with scalar
+    scales and zero points. The layout stage once stored every constant through np.ascontiguousarray, which makes a 0-d
+    array 1-d: the fallback node, typed for scalars, refused its [1] scale and the plan died in a traceback."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(3)
+    constants = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+                 numpy_helper.from_array(np.array(0.05, np.float16), "scale"),
+                 numpy_helper.from_array(np.array(3, np.int8), "zero")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["c"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("QuantizeLinear", ["h", "scale", "zero"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["d"]),
+             helper.make_node("Cast", ["d"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "float16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 8, 8))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 8, 8))], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     with pytest.warns(FallbackWarning, match="QuantizeLinear"):
         compiled = kernorch.compile(model, cost="analytic")
-    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     (expected,) = _onnxruntime(model, {"x": x})
     np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
 

@@ -9,6 +9,7 @@ from kernorch.fission.rules import (  # noqa: F401
     layout,
     linear,
     normalization,
+    quantize,
     recurrent,
     reduce,
     resize,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernorch.ir.graph import Node
 from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.types import FLOAT_DTYPES
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 
 
@@ -88,11 +90,25 @@ def nested_reduction(ctx: RewriteContext) -> Replacement | None:
 
 @rewrite_rule("div-by-constant", roots=["div"])
 def division_by_constant(ctx: RewriteContext) -> Replacement | None:
-    """x / c with a float constant c is x · (1/c): a multiply is cheaper and folds with other constants."""
+    """x / c with a float constant c is x · (1/c): a multiply is cheaper and folds with other constants. Not where
+    the quotient is rounded to an integer or divides another value (a quantization's x / scale, its scale): x · (1/c)
+    can be one rounding off x / c, and a value rounded there lands one quantization step off onnxruntime's."""
     numerator, denominator = ctx.node.inputs
     if ctx.const(denominator) is None or not _float(ctx, numerator):
         return None
-    return {ctx.node.outputs[0]: ctx.emit("mul", numerator, ctx.emit("reciprocal", denominator))}
+    quotient = ctx.node.outputs[0]
+    if any(_needs_exact(consumer, quotient) for consumer in ctx.consumers(quotient)):
+        return None
+    return {quotient: ctx.emit("mul", numerator, ctx.emit("reciprocal", denominator))}
+
+
+def _needs_exact(consumer: Node, value: str) -> bool:
+    """Whether `consumer` turns a rounding difference in `value` into a different integer or quotient."""
+    if consumer.prim in ("round", "floor", "ceil"):
+        return True
+    if consumer.prim == "cast" and consumer.attr("to") not in FLOAT_DTYPES:
+        return True
+    return consumer.prim == "div" and consumer.inputs[1] == value
 
 
 @rewrite_rule("sub-constant", roots=["sub"])
