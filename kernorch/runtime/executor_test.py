@@ -586,10 +586,8 @@ MUTANTS = [
          "(kernel[j] - 1) * dilations[j] <= in_shape[lead + j]:",
          file="kernorch/codegen/loops/description.py"),
     here("running max starts at 0",
-         'init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
-           '        return init, "KO_MAX_INTO({acc}, {x});"',
-         'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]\n'
-           '        return init, "KO_MAX_INTO({acc}, {x});"',
+         'init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "int16": "INT16_MIN",',
+         'init = "0" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "int16": "INT16_MIN",',
          file="kernorch/codegen/c/loops.py",
          tests=("kernorch/runtime/executor_test.py",
                 "tests/test_conformance.py::test_compiled_path_passes_what_the_reference_passes")),

@@ -23,8 +23,12 @@ def c_math(name: str, dtype: str) -> str:
 
 # Integer arithmetic wraps around (two's complement, as onnxruntime and numpy): computed on the unsigned type,
 # where C defines overflow, and converted back.
-_UNSIGNED = {"int32": "uint32_t", "int64": "uint64_t"}
-FLOAT_TO_INT = {"int32": "ko_f2i32", "int64": "ko_f2i64"}  # the prelude's out-of-range-safe conversions
+_UNSIGNED = {"int32": "uint32_t", "int64": "uint64_t", "int16": "uint16_t", "int8": "uint8_t", "uint16": "uint16_t",
+             "uint8": "uint8_t"}  # fmt: skip
+# the prelude's out-of-range-safe conversions; a narrower integer keeps the low bits of the 32-bit one (as x86's
+# truncating conversion narrowed, which is what onnxruntime's casts compute)
+FLOAT_TO_INT = {"int32": "ko_f2i32", "int64": "ko_f2i64", "int16": "(int16_t)ko_f2i32", "uint16": "(uint16_t)ko_f2i32",
+                "int8": "(int8_t)ko_f2i32", "uint8": "(uint8_t)ko_f2i32"}  # fmt: skip
 
 
 def _wrapping(dtype: str, operator: str, a: str, b: str) -> str:

@@ -154,9 +154,12 @@ def reduction_identity(prim: str, dtype: str) -> tuple[str, str]:
     if prim == "reduce_prod":
         return "1", "{acc} *= {x};"
     if prim == "reduce_max":
-        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "bool": "0"}[dtype]
+        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "int16": "INT16_MIN",
+                                             "int8": "INT8_MIN", "bool": "0", "uint16": "0", "uint8": "0"}[dtype]
         return init, "KO_MAX_INTO({acc}, {x});"
-    init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "bool": "1"}[dtype]
+    init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "int16": "INT16_MAX",
+                                        "int8": "INT8_MAX", "bool": "1", "uint16": "UINT16_MAX",
+                                        "uint8": "UINT8_MAX"}[dtype]
     return init, "KO_MIN_INTO({acc}, {x});"
 
 

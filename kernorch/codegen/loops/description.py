@@ -83,12 +83,13 @@ class KernelLoops:
         return [b for b in self.buffers if b.role == "output"]
 
 
-SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "bool", "bfloat16"}
+SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "int16", "uint16", "int8", "uint8", "bool", "bfloat16"}
 # bfloat16 is storage only: a kernel's cast to it computes in float (rounded, ko_bf16_round) and its store writes
 # the top 16 bits; a load widens them to float. Only layout primitives that move values unchanged (and a cast)
 # read one in generated C: arithmetic on bfloat16 is the linear primitives' (Describer.check)
 BF16_READERS = frozenset({"transpose", "reshape", "slice", "split", "identity", "cast"})
-C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "uint8_t",
+C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
+           "uint16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t",
            "bfloat16": "uint16_t"}  # fmt: skip
 UNSUPPORTED_PRIMS = {"lstm_recurrence", "lstm_stack"}
 
