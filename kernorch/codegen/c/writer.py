@@ -33,6 +33,12 @@ class CWriter:
     def extend(self, texts: Iterable[str]) -> None:
         self.line(*texts)
 
+    def nest(self, *texts: str) -> None:
+        """Each text one level deeper than the one before: loops without braces, then the statement they run."""
+        for level, text in enumerate(texts):
+            with self.indented(level):
+                self.line(text)
+
     def verbatim(self, *texts: str) -> None:
         """Lines written as they are, at column 0 whatever the depth: preprocessor directives, and text that
         carries its own layout (a shared preamble)."""

@@ -49,6 +49,14 @@ def test_a_multi_line_text_is_indented_line_by_line_and_empty_lines_stay_empty()
     assert w.lines == ["    a;", "", "    b;", "", "    c;"]
 
 
+def test_a_loop_nest_without_braces_goes_one_level_deeper_per_line() -> None:
+    w = CWriter(depth=1)
+    w.nest("for (i = 0; i < 2; i++)", "for (j = 0; j < 3; j++)", "a[i][j] = 0;")
+    w.line("done();")
+    assert w.lines == ["    for (i = 0; i < 2; i++)", "        for (j = 0; j < 3; j++)", "            a[i][j] = 0;",
+                       "    done();"]  # fmt: skip
+
+
 def test_a_function_without_a_return_and_an_exception_inside_a_block_restore_the_depth() -> None:
     w = CWriter()
     try:

@@ -199,13 +199,11 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
                          [f"s->w = (float *)aligned_alloc(64, {kernel_h * kernel_w * pitch * 4});",
                           f"s->bias = (float *)aligned_alloc(64, {pitch * 4});"]):  # fmt: skip
         w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};",
-               f"memset(s->w, 0, {kernel_h * kernel_w * pitch * 4});", f"memset(s->bias, 0, {pitch * 4});",
-               f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)")
-        with w.indented():
-            w.line(f"for (int c = 0; c < {channels}; c++)")
-            with w.indented():
-                w.line(f"s->w[(ky * {kernel_w} + kx) * {pitch} + c] = "
-                       f"w[(long)c * {w_c} + (long)ky * {w_y} + (long)kx * {w_x}];")
+               f"memset(s->w, 0, {kernel_h * kernel_w * pitch * 4});", f"memset(s->bias, 0, {pitch * 4});")
+        w.nest(f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
+               f"for (int c = 0; c < {channels}; c++)",
+               f"s->w[(ky * {kernel_w} + kx) * {pitch} + c] = "
+               f"w[(long)c * {w_c} + (long)ky * {w_y} + (long)kx * {w_x}];")
         w.line(f"if (bias) for (int c = 0; c < {channels}; c++) s->bias[c] = bias[c];")
     with run_function(w, name, call):
         w.line(*pointers, "#pragma omp parallel for schedule(static)")

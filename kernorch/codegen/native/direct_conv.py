@@ -80,13 +80,11 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
            f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? KO_VC_ACCUMULATORS / {out_channels} : 8 }};")
     with create_function(w, name, f"float *w; float bias[{out_channels}];", ["w"],
                          [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]):  # fmt: skip
-        w.line(f"const float *w = {weights_pointer(call)};",
-               f"for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)")
-        with w.indented():
-            w.line(f"for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)")
-            with w.indented():
-                w.line(f"s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "
-                       f"w[(long)o * {w_o} + (long)c * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
+        w.line(f"const float *w = {weights_pointer(call)};")
+        w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
+               f"for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",
+               f"s->w[((o * {kernel_h} + ky) * {kernel_w} + kx) * {in_channels} + c] = "
+               f"w[(long)o * {w_o} + (long)c * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
         w.line(f"const float *bias = {bias};",
                f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
     with run_function(w, name, call):

@@ -106,13 +106,10 @@ def _row_pointers(w: CWriter, name: str, call: LibraryCall, shape: Geometry) -> 
                    f"else if (at_x >= 0 && at_x + {kernel_w} <= {width}) "
                    f"*p = src + n * {src_n}L + at_y * {src_y}L + at_x * {src_x}L;")  # fmt: skip
             with w.block("else", comment="the run crosses the border: its pixels inside, zeros outside"):
-                w.line(f"float *e = edge + (t * {most} + r) * {shape.inputs};",
-                       f"for (int kx = 0; kx < {kernel_w}; kx++)")
-                with w.indented():
-                    w.line(f"for (int c = 0; c < {in_channels}; c++)")
-                    with w.indented():
-                        w.line(f"e[kx * {in_channels} + c] = at_x + kx >= 0 && at_x + kx < {width} ? "
-                               f"src[n * {src_n}L + at_y * {src_y}L + (at_x + kx) * {src_x}L + c] : 0.0f;")
+                w.line(f"float *e = edge + (t * {most} + r) * {shape.inputs};")
+                w.nest(f"for (int kx = 0; kx < {kernel_w}; kx++)", f"for (int c = 0; c < {in_channels}; c++)",
+                       f"e[kx * {in_channels} + c] = at_x + kx >= 0 && at_x + kx < {width} ? "
+                       f"src[n * {src_n}L + at_y * {src_y}L + (at_x + kx) * {src_x}L + c] : 0.0f;")
                 w.line("*p = e;")
 
 

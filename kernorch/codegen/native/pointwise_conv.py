@@ -94,18 +94,17 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
     with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
                          [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
                           f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]):  # fmt: skip
-        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};",
-               f"for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)")
-        with w.indented():
-            w.line(f"s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];")
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+        w.nest(f"for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
+               f"s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];")
         w.line(f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
     # rows x vectors of one chunk; `rows` and `vectors` are constants at every call (always inlined)
     with w.function(f"static inline __attribute__((always_inline)) void {block}(const float *restrict in, "
                     "const float *restrict w, const float *restrict bias, float *restrict out, int rows, int vectors)",
                     returns=None):  # fmt: skip
-        w.line(f"ko_vc acc[{name}_ROWS][{CHUNK_VECTORS}];", "for (int r = 0; r < rows; r++)")
-        with w.indented():
-            w.line("for (int v = 0; v < vectors; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
+        w.line(f"ko_vc acc[{name}_ROWS][{CHUNK_VECTORS}];")
+        w.nest("for (int r = 0; r < rows; r++)",
+               "for (int v = 0; v < vectors; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
         with w.block(f"for (int k = 0; k < {in_channels}; k++)"):
             w.line(f"ko_vc wv[{CHUNK_VECTORS}];",
                    f"for (int v = 0; v < vectors; v++) wv[v] = *(const ko_vc *)(w + k * {out_channels} + "
@@ -113,11 +112,8 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
             with w.block("for (int r = 0; r < rows; r++)"):
                 w.line(f"const float x = in[r * {src_x}L + k];",
                        "for (int v = 0; v < vectors; v++) acc[r][v] += x * wv[v];")
-        w.line("for (int r = 0; r < rows; r++)")
-        with w.indented():
-            w.line("for (int v = 0; v < vectors; v++)")
-            with w.indented():
-                w.line(f"*(ko_vcu *)(out + r * {dst_x}L + v * KO_VC_LANES) = acc[r][v];")
+        w.nest("for (int r = 0; r < rows; r++)", "for (int v = 0; v < vectors; v++)",
+               f"*(ko_vcu *)(out + r * {dst_x}L + v * KO_VC_LANES) = acc[r][v];")
     with run_function(w, name, call):
         w.line(*pointers,
                f"const int chunks = ({out_channels} + {name}_CHUNK - 1) / {name}_CHUNK;",

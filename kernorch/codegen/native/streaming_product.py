@@ -200,10 +200,10 @@ def packed_state(w: CWriter, name: str, call: LibraryCall, shape: Geometry, vect
             w.line(f"const long item = o / {chunk}, lane = o % {chunk};",
                    f"s->bias[o] = bias && o < {outputs} ? bias[o * {bias_stride}] : 0.0f;")
             with w.block(f"for (int t = 0; t < {taps}; t++)"):
-                w.line(unpack, "(void)ky; (void)kx;", f"for (long i = 0; i < {inputs}; i++)")
-                with w.indented():
-                    w.line(f"s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
-                           f"o < {outputs} ? {shape.weight} : 0.0f;")
+                w.line(unpack, "(void)ky; (void)kx;")
+                w.nest(f"for (long i = 0; i < {inputs}; i++)",
+                       f"s->w[((item * {taps} + t) * {inputs} + i) * {chunk} + lane] = "
+                       f"o < {outputs} ? {shape.weight} : 0.0f;")
         w.line(f"for (long f = (long){chunks} * {chunk} * {taps * inputs}; f < {stream}; f++) s->w[f] = 0.0f;")
 
 
@@ -216,9 +216,9 @@ def register_block(w: CWriter, name: str, shape: Geometry) -> None:
     with w.function(f"static inline __attribute__((always_inline)) void {name}_block(const float *restrict w, "
                     "const float *restrict bias, float *restrict tile, const float *const *row, int rows)",
                     returns=None):  # fmt: skip
-        w.line(f"ko_vc acc[{most}][{name}_VECTORS];", "for (int r = 0; r < rows; r++)")
-        with w.indented():
-            w.line(f"for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
+        w.line(f"ko_vc acc[{most}][{name}_VECTORS];")
+        w.nest("for (int r = 0; r < rows; r++)",
+               f"for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] = *(const ko_vc *)(bias + v * KO_VC_LANES);")
         with w.block(f"for (int t = 0; t < {taps}; t++)"):
             w.line(f"const float *in[{most}];", f"for (int r = 0; r < rows; r++) in[r] = row[t * {most} + r];",
                    f"const float *wt = w + (long)t * {inputs} * {chunk};")
@@ -231,10 +231,9 @@ def register_block(w: CWriter, name: str, shape: Geometry) -> None:
                 with w.block("for (int r = 0; r < rows; r++)"):
                     w.line(f"const float x = in[r][i * {shape.source_channel}];",
                            f"for (int v = 0; v < {name}_VECTORS; v++) acc[r][v] += x * wv[v];")
-        w.line("for (int r = 0; r < rows; r++)")
-        with w.indented():
-            w.line(f"for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
-                   "acc[r][v];")
+        w.nest("for (int r = 0; r < rows; r++)",
+               f"for (int v = 0; v < {name}_VECTORS; v++) *(ko_vc *)(tile + r * {chunk} + v * KO_VC_LANES) = "
+               "acc[r][v];")
 
 
 def zero_row(name: str, shape: Geometry) -> str:
