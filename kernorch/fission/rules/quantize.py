@@ -2,9 +2,9 @@
 DequantizeLinear (per tensor, per axis and blocked; with and without a zero point; 8- and 16-bit integers) and
 DynamicQuantizeLinear. Each becomes float arithmetic the generated kernels fuse with their neighbours:
 
-    QuantizeLinear:        y = cast(clamp(round(x / scale) + zero_point, qmin, qmax))   (round half to even)
+    QuantizeLinear:        y = cast(clamp(round(x / scale) + zero_point, qmin, qmax))   (round half to even; NaN: qmin)
     DequantizeLinear:      y = (float(x) - float(zero_point)) * scale
-    DynamicQuantizeLinear: scale = (max(x, 0) - min(x, 0)) / 255 (1 where that is 0),
+    DynamicQuantizeLinear: scale = (max(x, 0) - min(x, 0)) / 255 (NaN skipped; 1 where that is 0),
                            zero_point = clamp(round(-min(x, 0) / scale)), y = QuantizeLinear(x, scale, zero_point)
 
 The division is a division (not a product with the reciprocal): a value one rounding away from a tie would land
@@ -53,7 +53,10 @@ def _quantize(ctx: RuleContext, x: str, scale: str, zero_point: str | None, targ
     scaled = ctx.emit("round", ctx.emit("div", x, scale))
     if zero_point is not None:
         scaled = ctx.emit("add", scaled, ctx.emit("cast", zero_point, to="float32"))
-    clamped = ctx.emit("min", ctx.emit("max", scaled, ctx.scalar(low, "float32")), ctx.scalar(high, "float32"))
+    # saturated by selects, not max/min (which keep NaN): a NaN quantizes to qmin, as onnxruntime's does
+    floor, ceiling = ctx.scalar(low, "float32"), ctx.scalar(high, "float32")
+    above = ctx.emit("where", ctx.emit("greater", scaled, floor), scaled, floor)
+    clamped = ctx.emit("where", ctx.emit("less", above, ceiling), above, ceiling)
     return ctx.emit("cast", clamped, to=target)
 
 
@@ -107,8 +110,10 @@ def dynamic_quantize_linear(ctx: RuleContext) -> list[str]:
     x = ctx.input(0)
     axes = tuple(range(x_type.rank))
     zero = ctx.scalar(0.0, "float32")
-    low = reshape(ctx, ctx.emit("min", ctx.emit("reduce_min", x, axes=axes), zero), ())
-    high = reshape(ctx, ctx.emit("max", ctx.emit("reduce_max", x, axes=axes), zero), ())
+    # onnxruntime's range skips NaN (its min and max keep the running value): a NaN counts as the 0 the range holds
+    numbers = ctx.emit("where", ctx.emit("equal", x, x), x, zero)
+    low = reshape(ctx, ctx.emit("min", ctx.emit("reduce_min", numbers, axes=axes), zero), ())
+    high = reshape(ctx, ctx.emit("max", ctx.emit("reduce_max", numbers, axes=axes), zero), ())
     spread = ctx.emit("sub", high, low)
     # onnxruntime's scale of an input that is all zeros is 1 (the formula's 0 would divide 0 by 0): 255 / 255
     range_255 = ctx.scalar(255.0, "float32")

@@ -23,11 +23,11 @@ RNG = np.random.default_rng(7)
 
 
 def _edge_values(shape: tuple[int, ...], scale: float) -> np.ndarray:
-    """Random values with the edges planted: exact halves of a step (ties), far beyond the range, ±0, ±inf."""
+    """Random values with the edges planted: exact halves of a step (ties), far beyond the range, ±0, ±inf, NaN."""
     x = (RNG.standard_normal(shape) * 60 * scale).astype(np.float32)
     flat = x.reshape(-1)
-    planted = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 1e6, -1e6, 0.0, -0.0, np.inf, -np.inf],
-                       np.float32) * np.float32(scale)  # fmt: skip
+    planted = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 1e6, -1e6, 0.0, -0.0, np.inf, -np.inf,
+                        np.nan], np.float32) * np.float32(scale)  # fmt: skip
     flat[: min(len(planted), flat.size)] = planted[: flat.size]
     return x
 
@@ -100,11 +100,14 @@ def test_dequantize_linear_of_int32_without_zero_point() -> None:
     _assert_exact(model, {"x": x})
 
 
-@pytest.mark.parametrize("values", ["mixed", "positive", "negative", "zeros", "one value", "huge"])
+@pytest.mark.parametrize("values", ["mixed", "positive", "negative", "zeros", "one value", "huge", "NaN and inf",
+                                    "NaN only"])
 def test_dynamic_quantize_linear_equals_onnxruntime(values: str) -> None:
     x = {"mixed": RNG.standard_normal((4, 9)) * 3, "positive": np.abs(RNG.standard_normal((5, 7))) + 0.1,
          "negative": -np.abs(RNG.standard_normal((3, 3))) - 1, "zeros": np.zeros((2, 6)),
-         "one value": np.full((3, 4), 0.7), "huge": RNG.standard_normal((2, 8)) * 1e30}[values].astype(np.float32)
+         "one value": np.full((3, 4), 0.7), "huge": RNG.standard_normal((2, 8)) * 1e30,
+         "NaN and inf": np.array([[1.0, np.nan, -2.0, np.inf], [0.5, -0.25, np.nan, 3.0]]),
+         "NaN only": np.full((2, 3), np.nan)}[values].astype(np.float32)
     model = single_op_model("DynamicQuantizeLinear", {"x": x}, outputs=3, opset=17)
     _assert_exact(model, {"x": x})
 
@@ -137,8 +140,14 @@ MUTANTS = [
          'scaled = ctx.emit("round", ctx.emit("div", x, scale))',
          'scaled = ctx.emit("round", ctx.emit("mul", x, ctx.emit("reciprocal", scale)))'),
     here("QuantizeLinear does not saturate at the top of the range",
-         'clamped = ctx.emit("min", ctx.emit("max", scaled, ctx.scalar(low, "float32")), ctx.scalar(high, "float32"))',
-         'clamped = ctx.emit("max", scaled, ctx.scalar(low, "float32"))'),
+         'clamped = ctx.emit("where", ctx.emit("less", above, ceiling), above, ceiling)',
+         "clamped = above"),
+    here("QuantizeLinear keeps a NaN through its saturation (max/min)",
+         'above = ctx.emit("where", ctx.emit("greater", scaled, floor), scaled, floor)',
+         'above = ctx.emit("max", scaled, floor)'),
+    here("DynamicQuantizeLinear's range takes NaN in",
+         'numbers = ctx.emit("where", ctx.emit("equal", x, x), x, zero)',
+         "numbers = x"),
     here("QuantizeLinear drops its zero point",
          '        scaled = ctx.emit("add", scaled, ctx.emit("cast", zero_point, to="float32"))',
          "        pass"),
@@ -156,6 +165,6 @@ MUTANTS = [
          'scale = ctx.emit("div", ctx.emit("where", ctx.emit("equal", spread, zero), range_255, spread), range_255)',
          'scale = ctx.emit("div", spread, range_255)'),
     here("DynamicQuantizeLinear's range leaves out zero",
-         'low = reshape(ctx, ctx.emit("min", ctx.emit("reduce_min", x, axes=axes), zero), ())',
-         'low = reshape(ctx, ctx.emit("reduce_min", x, axes=axes), ())'),
+         'low = reshape(ctx, ctx.emit("min", ctx.emit("reduce_min", numbers, axes=axes), zero), ())',
+         'low = reshape(ctx, ctx.emit("reduce_min", numbers, axes=axes), ())'),
 ]  # fmt: skip
