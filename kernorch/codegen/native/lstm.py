@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernorch.codegen.backends.templates import CTemplate
+from kernorch.codegen.c import CWriter
 from kernorch.ir.kernel import CandidateKernel
 
 
@@ -41,35 +42,34 @@ def describe_lstm(kernel: CandidateKernel) -> str:
             f"threads, a barrier per step")
 
 
-def gate_block(gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int, unit: int) -> str:
-    """C statements for one block of `unit` hidden units at one step: their four gates (the row `gates_x` +
-    h·Rᵀ, from the block's weight panel [H, 4, unit]) and the cell update, which writes c and h_out.
-    Every name is a pointer already at the block's first unit (h: the whole previous h)."""
+def write_gate_block(w: CWriter, gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int,
+                     unit: int) -> None:  # fmt: skip
+    """One block of `unit` hidden units at one step, as a C block: their four gates (the row `gates_x` + h·Rᵀ, from
+    the block's weight panel [H, 4, unit]) and the cell update, which writes c and h_out. Every name is a pointer
+    already at the block's first unit (h: the whole previous h)."""
     H, U = hidden, unit  # noqa: N806 - the math's names
-    return f"""                        {{
-                        float acc[4][{U}];
-                        for (int q = 0; q < 4; q++)
-                            for (int j = 0; j < {U}; j++) acc[q][j] = ({gates_x})[q * {H} + j];
-                        for (int64_t k = 0; k < {H}; k++) {{
-                            const float hk = ({h})[k];
-                            const float *row = ({panel}) + k * {4 * U};
-                            for (int q = 0; q < 4; q++) {{
-                                #pragma omp simd
-                                for (int j = 0; j < {U}; j++) acc[q][j] += hk * row[q * {U} + j];
-                            }}
-                        }}
-                        const float *pi = {peephole}, *po = pi + {H}, *pf = pi + {2 * H};
-                        float *cb_ = {c}, *ho_ = {h_out};
-                        #pragma omp simd
-                        for (int j = 0; j < {U}; j++) {{
-                            const float i = ko_sigmoidf(acc[0][j] + pi[j] * cb_[j]);
-                            const float f = ko_sigmoidf(acc[2][j] + pf[j] * cb_[j]);
-                            const float cell = f * cb_[j] + i * ko_tanhf(acc[3][j]);
-                            const float o = ko_sigmoidf(acc[1][j] + po[j] * cell);
-                            cb_[j] = cell;
-                            ho_[j] = o * ko_tanhf(cell);
-                        }}
-                        }}"""
+    with w.flat_block(""):  # a scope of its own at its caller's depth
+        w.line(f"float acc[4][{U}];")
+        w.nest("for (int q = 0; q < 4; q++)", f"for (int j = 0; j < {U}; j++) acc[q][j] = ({gates_x})[q * {H} + j];")
+        with w.block(f"for (int64_t k = 0; k < {H}; k++)"):
+            w.line(f"const float hk = ({h})[k];", f"const float *row = ({panel}) + k * {4 * U};")
+            with w.block("for (int q = 0; q < 4; q++)"):
+                w.line("#pragma omp simd", f"for (int j = 0; j < {U}; j++) acc[q][j] += hk * row[q * {U} + j];")
+        w.line(f"const float *pi = {peephole}, *po = pi + {H}, *pf = pi + {2 * H};",
+               f"float *cb_ = {c}, *ho_ = {h_out};", "#pragma omp simd")
+        with w.block(f"for (int j = 0; j < {U}; j++)"):
+            w.line("const float i = ko_sigmoidf(acc[0][j] + pi[j] * cb_[j]);",
+                   "const float f = ko_sigmoidf(acc[2][j] + pf[j] * cb_[j]);",
+                   "const float cell = f * cb_[j] + i * ko_tanhf(acc[3][j]);",
+                   "const float o = ko_sigmoidf(acc[1][j] + po[j] * cell);",
+                   "cb_[j] = cell;", "ho_[j] = o * ko_tanhf(cell);")  # fmt: skip
+
+
+def gate_block(gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int, unit: int) -> str:
+    """`write_gate_block` as text at the depth of a loop over batch rows (the stacked layers' template's)."""
+    w = CWriter(depth=6)
+    write_gate_block(w, gates_x, h, panel, c, h_out, peephole, hidden, unit)
+    return w.text()
 
 
 def render_lstm(name: str, kernel: CandidateKernel) -> str:
@@ -100,58 +100,52 @@ def render_lstm(name: str, kernel: CandidateKernel) -> str:
     D, S, B, H, U = dirs, seq, batch, hidden, block  # noqa: N806 - the math's names
     blocks = H // U
     state_floats = _state_floats(B, H)
-    return f"""
-int {name}(void **args) {{
-    const float *gx = (const float *)args[{gx}], *R = (const float *)args[{rec}];
-    const float *h0 = (const float *)args[{h0}], *c0 = (const float *)args[{c0}], *P = (const float *)args[{peep}];
-    float *Y = {f"(float *)args[{y_arg}]" if y_arg >= 0 else "NULL"};
-    float *Yh = {f"(float *)args[{yh_arg}]" if yh_arg >= 0 else "NULL"};
-    float *Yc = {f"(float *)args[{yc_arg}]" if yc_arg >= 0 else "NULL"};
-    float *hbuf0 = (float *)args[{scratch}], *hbuf1 = hbuf0 + {B * H}, *c = hbuf0 + {2 * B * H};
-    int64_t *done = (int64_t *)(hbuf0 + {state_floats});  /* thread p's finished steps at done[8 * p] */
-    int threads = omp_get_max_threads();
-    threads = threads < {min(blocks, _MAX_THREADS)} ? threads : {min(blocks, _MAX_THREADS)};
-    for (int64_t d = 0; d < {D}; d++) {{
-        memcpy(hbuf0, h0 + d * {B * H}, sizeof(float) * {B * H});
-        memcpy(c, c0 + d * {B * H}, sizeof(float) * {B * H});
-        const float *Rd = R + d * {blocks * H * 4 * U}, *Pd = P + d * {3 * H};
-        const int reverse = {reverse};
-        for (int i = 0; i < threads; i++) done[8 * i] = 0;
-        #pragma omp parallel num_threads(threads)
-        {{
-            const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
-            const int64_t first = {blocks} * p / np, last = {blocks} * (p + 1) / np;
-            for (int64_t step = 0; step < {S}; step++) {{
-                const int64_t t = reverse ? {S - 1} - step : step;
-                const float *hin = (step & 1) ? hbuf1 : hbuf0;
-                float *hout = (step & 1) ? hbuf0 : hbuf1;
-                for (int64_t blk = first; blk < last; blk++) {{
-                    const int64_t u = blk * {U};
-                    const float *panel = Rd + blk * {H * 4 * U};
-                    for (int64_t b = 0; b < {B}; b++) {{
-                        const float *gxt = gx + ((d * {S} + t) * {B} + b) * {4 * H} + u, *hb = hin + b * {H};
-                        float *cb = c + b * {H} + u, *ho = hout + b * {H} + u;
-{gate_block("gxt", "hb", "panel", "cb", "ho", "Pd + u", H, U)}
-                        if (Y) memcpy(Y + ((t * {D} + d) * {B} + b) * {H} + u, ho, sizeof(float) * {U});
-                    }}
-                }}
-                /* barrier: publish this step, wait until every thread has finished it */
-                __atomic_store_n(&done[8 * p], step + 1, __ATOMIC_RELEASE);
-                for (int64_t q = 0; q < np; q++)
-                    while (__atomic_load_n(&done[8 * q], __ATOMIC_ACQUIRE) < step + 1) {{
-#if defined(__x86_64__) || defined(__i386__)
-                        __builtin_ia32_pause();
-#endif
-                    }}
-            }}
-        }}
-        const float *h = ({S} & 1) ? hbuf1 : hbuf0;  /* step S-1 wrote buffer S % 2 */
-        if (Yh) memcpy(Yh + d * {B * H}, h, sizeof(float) * {B * H});
-        if (Yc) memcpy(Yc + d * {B * H}, c, sizeof(float) * {B * H});
-    }}
-    return 0;
-}}
-"""
+    w = CWriter()
+    w.line("")  # the source begins with an empty line
+    with w.function(f"int {name}(void **args)"):
+        w.line(f"const float *gx = (const float *)args[{gx}], *R = (const float *)args[{rec}];",
+               f"const float *h0 = (const float *)args[{h0}], *c0 = (const float *)args[{c0}], "
+               f"*P = (const float *)args[{peep}];",
+               f"float *Y = {f'(float *)args[{y_arg}]' if y_arg >= 0 else 'NULL'};",
+               f"float *Yh = {f'(float *)args[{yh_arg}]' if yh_arg >= 0 else 'NULL'};",
+               f"float *Yc = {f'(float *)args[{yc_arg}]' if yc_arg >= 0 else 'NULL'};",
+               f"float *hbuf0 = (float *)args[{scratch}], *hbuf1 = hbuf0 + {B * H}, *c = hbuf0 + {2 * B * H};",
+               f"int64_t *done = (int64_t *)(hbuf0 + {state_floats});  /* thread p's finished steps at done[8 * p] */",
+               "int threads = omp_get_max_threads();",
+               f"threads = threads < {min(blocks, _MAX_THREADS)} ? threads : {min(blocks, _MAX_THREADS)};")  # fmt: skip
+        with w.block(f"for (int64_t d = 0; d < {D}; d++)"):
+            w.line(f"memcpy(hbuf0, h0 + d * {B * H}, sizeof(float) * {B * H});",
+                   f"memcpy(c, c0 + d * {B * H}, sizeof(float) * {B * H});",
+                   f"const float *Rd = R + d * {blocks * H * 4 * U}, *Pd = P + d * {3 * H};",
+                   f"const int reverse = {reverse};",
+                   "for (int i = 0; i < threads; i++) done[8 * i] = 0;",
+                   "#pragma omp parallel num_threads(threads)")  # fmt: skip
+            with w.block(""):
+                w.line("const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();",
+                       f"const int64_t first = {blocks} * p / np, last = {blocks} * (p + 1) / np;")
+                with w.block(f"for (int64_t step = 0; step < {S}; step++)"):
+                    w.line(f"const int64_t t = reverse ? {S - 1} - step : step;",
+                           "const float *hin = (step & 1) ? hbuf1 : hbuf0;",
+                           "float *hout = (step & 1) ? hbuf0 : hbuf1;")
+                    with w.block("for (int64_t blk = first; blk < last; blk++)"):
+                        w.line(f"const int64_t u = blk * {U};", f"const float *panel = Rd + blk * {H * 4 * U};")
+                        with w.block(f"for (int64_t b = 0; b < {B}; b++)"):
+                            w.line(f"const float *gxt = gx + ((d * {S} + t) * {B} + b) * {4 * H} + u, "
+                                   f"*hb = hin + b * {H};",
+                                   f"float *cb = c + b * {H} + u, *ho = hout + b * {H} + u;")  # fmt: skip
+                            write_gate_block(w, "gxt", "hb", "panel", "cb", "ho", "Pd + u", H, U)
+                            w.line(f"if (Y) memcpy(Y + ((t * {D} + d) * {B} + b) * {H} + u, ho, sizeof(float) * {U});")
+                    w.line("/* barrier: publish this step, wait until every thread has finished it */",
+                           "__atomic_store_n(&done[8 * p], step + 1, __ATOMIC_RELEASE);",
+                           "for (int64_t q = 0; q < np; q++)")  # fmt: skip
+                    with w.indented(), w.block("while (__atomic_load_n(&done[8 * q], __ATOMIC_ACQUIRE) < step + 1)"):
+                        w.verbatim("#if defined(__x86_64__) || defined(__i386__)")
+                        w.line("__builtin_ia32_pause();")
+                        w.verbatim("#endif")
+            w.line(f"const float *h = ({S} & 1) ? hbuf1 : hbuf0;  /* step S-1 wrote buffer S % 2 */",
+                   f"if (Yh) memcpy(Yh + d * {B * H}, h, sizeof(float) * {B * H});",
+                   f"if (Yc) memcpy(Yc + d * {B * H}, c, sizeof(float) * {B * H});")  # fmt: skip
+    return w.text(end="\n")
 
 
 # the recurrence as one template: a barrier per step, no rTask variants
