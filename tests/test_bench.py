@@ -114,11 +114,40 @@ def test_each_slice_is_timed_after_its_warm_up_runs() -> None:
     assert warm and calls[-3] - calls[0] >= WARM_UP_SECONDS
 
 
+QUANTIZED_STEPS = "tests/test_bench.py::test_a_quantized_model_is_checked_and_benched_in_quantization_steps"
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("a drawn input of shape () stays a numpy scalar (no buffer to profile with)",
+         "feeds[name] = np.asarray(rng.random(value_type.shape) < 0.5)",
+         "feeds[name] = rng.random(value_type.shape) < 0.5",
+         file="kernorch/runtime/feeds.py", tests=(QUANTIZED_STEPS,)),
+    here("a quantized model is held to float32's tolerance",
+         "    if quantized_model:\n        return QUANTIZED_RTOL\n    return BF16_RTOL",
+         "    return BF16_RTOL",
+         file="kernorch/tools/check.py", tests=(QUANTIZED_STEPS,)),
     here("the bench times a slice right after the cool-down pause, without its warm-up runs",
          "        while time.perf_counter() < warm_until:\n            run()\n",
          "",
          file="kernorch/tools/bench.py"),
 ]  # fmt: skip
+
+
+def test_a_quantized_model_is_checked_and_benched_in_quantization_steps() -> None:
+    """A model holding quantization operators agrees with onnxruntime within a few quantization steps (float32
+    ulps before a quantizer move values across a step), in check as in bench; a float model keeps 1e-4."""
+    import numpy as np
+
+    from kernorch.testing import single_op_model
+    from kernorch.tools.bench import tolerance
+    from kernorch.tools.check import DEFAULT_RTOL, QUANTIZED_RTOL, check_model, quantized
+
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    dynamic = single_op_model("DynamicQuantizeLinear", {"x": x}, outputs=3)
+    assert quantized(dynamic) and not quantized(conv_norm_act_block(channels=4, size=8))
+    report, _ = check_model(dynamic, compiled=True)
+    assert report.rtol == QUANTIZED_RTOL and report.passed
+    report, _ = check_model(conv_norm_act_block(channels=4, size=8))
+    assert report.rtol == DEFAULT_RTOL
+    assert tolerance("openvino", "fp32", quantized_model=True) == QUANTIZED_RTOL
+    assert tolerance("kernorch", "fp32") == DEFAULT_RTOL

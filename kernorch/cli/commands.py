@@ -20,13 +20,12 @@ from kernorch.errors import KernorchError
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from kernorch.tools.check import check_model, default_rtol
+    from kernorch.tools.check import check_model
 
     passed = True
     options = make_options(args)
-    rtol = args.rtol if args.rtol is not None else default_rtol(options.precision)
     for shapes in shape_sets(args) or [{}]:  # several shape sets: each checked
-        report, _ = check_model(args.model, shapes, seed=args.seed, rtol=rtol, compiled=args.compiled,
+        report, _ = check_model(args.model, shapes, seed=args.seed, rtol=args.rtol, compiled=args.compiled,
                                 options=options)  # fmt: skip
         print("\n".join(report.lines()))
         passed = passed and report.passed

@@ -26,16 +26,18 @@ def seeded_feeds(input_types: Mapping[str, TensorType], index_bounds: Mapping[st
     bounds = index_bounds or {}
     feeds: dict[str, np.ndarray] = {}
     for name, value_type in input_types.items():
+        # np.asarray: a draw of shape () is a numpy scalar, which has no buffer (a profiled kernel's scalar bool
+        # input, DynamicQuantizeLinear's "is the range 0", crashed the profiler)
         if value_type.is_float:
             # drawn in float32 where the type is no wider: a third of the time of float64 draws cast down
             wide = np.dtype(value_type.dtype).itemsize > 4
             drawn = rng.standard_normal(value_type.shape, dtype=np.float64 if wide else np.float32)
-            feeds[name] = drawn.astype(value_type.dtype, copy=False)
+            feeds[name] = np.asarray(drawn.astype(value_type.dtype, copy=False))
         elif value_type.dtype == "bool":
-            feeds[name] = rng.random(value_type.shape) < 0.5
+            feeds[name] = np.asarray(rng.random(value_type.shape) < 0.5)
         else:
             bound = bounds.get(name, 2 if "mask" in name.lower() else DEFAULT_INTEGER_BOUND)
-            feeds[name] = rng.integers(0, bound, value_type.shape).astype(value_type.dtype)
+            feeds[name] = np.asarray(rng.integers(0, bound, value_type.shape).astype(value_type.dtype))
     return feeds
 
 

@@ -6,7 +6,8 @@ hint set to f32, and `openvino-default` without a hint, which is what users get 
 instructions. The *best peer* is the faster of onnxruntime and OpenVINO fp32; with `--precision bf16` it is the
 faster of onnxruntime (its CPU provider has no bf16 path for most operators: float32) and OpenVINO's default.
 Every contender's error against onnxruntime's float32 outputs is printed beside its time and held to a
-tolerance: 1e-4 for float32 contenders, 2e-2 for bf16 ones (kernorch in bf16 mode, OpenVINO's default).
+tolerance: 1e-4 for float32 contenders, 2e-2 for bf16 ones (kernorch in bf16 mode, OpenVINO's default) and for every
+contender of a quantized model (a few quantization steps: tools/check.py, QUANTIZED_RTOL).
 kernorch: its optimal plan; its optimal plan without primitive-graph rewrites
 (`--no-rewrite`); its greedy-fusion plan and a no-fusion plan (one kernel per primitive) of the rewritten
 graph, on the same code generator; with `--compare-layouts`, also its optimal plans under the other layout
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from kernorch.errors import KernorchError
 from kernorch.ir.kernel import make_kernel
@@ -41,7 +43,7 @@ from kernorch.orchestrate import OrchestrationResult
 from kernorch.pipeline import Progress
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
-from kernorch.tools.check import compare
+from kernorch.tools.check import compare, quantized
 
 OPENVINO_DEFAULT = "openvino-default"  # no precision hint: bf16 on CPUs that have it, what users run
 PEERS = ("onnxruntime", "openvino", OPENVINO_DEFAULT, "onnxruntime-noopt")
@@ -191,10 +193,13 @@ def _results(times: dict[str, list[float]], errors: dict[str, float]) -> dict[st
                                   errors[name]) for name, t in times.items()}  # fmt: skip
 
 
-def tolerance(contender: str, precision: str) -> float:
-    """The error a contender's outputs may have against onnxruntime's float32 ones."""
-    from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL
+def tolerance(contender: str, precision: str, quantized_model: bool = False) -> float:
+    """The error a contender's outputs may have against onnxruntime's float32 ones (a quantized model's contenders:
+    a few quantization steps, each quantizing and rounding its own way)."""
+    from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL, QUANTIZED_RTOL
 
+    if quantized_model:
+        return QUANTIZED_RTOL
     bf16 = contender == OPENVINO_DEFAULT or (precision == "bf16" and contender.startswith("kernorch")
                                              and contender != KERNORCH_FP32)  # fmt: skip
     return BF16_RTOL if bf16 else DEFAULT_RTOL
@@ -257,9 +262,10 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
         errors: dict[str, float] = {}
+        quantized_model = quantized(onnx.load(model_path, load_external_data=False))
         for name, got in outputs.items():
             errors[name] = worst = max((e.relative for e in compare(got, reference)), default=0.0)
-            allowed = tolerance(name, precision)
+            allowed = tolerance(name, precision, quantized_model)
             if not worst <= allowed:
                 raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
                                     f"{allowed:.0e}); nothing timed")  # fmt: skip

@@ -27,10 +27,26 @@ DEFAULT_RTOL = 1e-4
 # bf16 mode against onnxruntime's float32 result: operands rounded to 8 significant bits (relative error up to
 # 2^-9 each) over the depth of a network; OpenVINO's default (bf16) is 1e-3..1e-2 from float32 on the shared models
 BF16_RTOL = 2e-2
+# A quantized model (QDQ, dynamically quantized): a few float32 ulps before a quantizer move a value across a
+# rounding step, and one 8-bit step is ~4e-3 of the quantized range; 2e-2 is a few steps. (onnxruntime's own
+# optimized and unoptimized runs of a dynamically quantized bert_mini differ by 1e-4; OpenVINO's int8 by 7e-4.)
+QUANTIZED_RTOL = 2e-2
+# operators that make a model a quantized one: onnxruntime's quantization tool writes these
+QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+                              "ConvInteger", "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul",
+                              "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearConcat",
+                              "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})  # fmt: skip
 
 
-def default_rtol(precision: str) -> float:
-    """The tolerance a check of a plan in this precision uses unless one is given."""
+def quantized(proto: onnx.ModelProto) -> bool:
+    """Whether the model holds a quantization operator (its outputs then agree in quantization steps)."""
+    return any(node.op_type in QUANTIZATION_OPS for node in proto.graph.node)
+
+
+def default_rtol(precision: str, quantized_model: bool = False) -> float:
+    """The tolerance a check of a plan in this precision (of a quantized model or not) uses unless one is given."""
+    if quantized_model:
+        return QUANTIZED_RTOL
     return BF16_RTOL if precision == "bf16" else DEFAULT_RTOL
 
 
@@ -128,16 +144,18 @@ def check_model(
     source: str | os.PathLike[str] | onnx.ModelProto,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     seed: int = 0,
-    rtol: float = DEFAULT_RTOL,
+    rtol: float | None = None,
     compiled: bool = False,
     options: Options | None = None,
 ) -> tuple[CheckReport, Graph]:
     """Compare kernorch with onnxruntime on seeded inputs: the reference interpreter on the fissioned
     graph (with the cost-independent rewrites unless options.rewrite is off), or with `compiled=True` the
-    optimized plan as generated code."""
+    optimized plan as generated code. `rtol` None: `default_rtol` for the precision and the model."""
     options = options or Options()
     started = time.perf_counter()
     model = import_model(source, input_shapes)
+    if rtol is None:
+        rtol = default_rtol(options.precision, quantized(model.proto))
     fissioned_graph = fission(model, strict=options.strict)
     check_values_fit(fissioned_graph, "the model at these input shapes")  # before feeds of that size are drawn
     warn_about_fallbacks(fissioned_graph)
