@@ -90,9 +90,18 @@ def test_the_model_mixes_native_library_generated_and_python_kernels(compiled: C
     assert {ONEDNN, GENERATED_C, ONNXRUNTIME} <= backends, backends
 
 
+def _hammer_until_overlapped(model: CompiledModel, tries: int = 5) -> None:
+    """`_hammer` until the callers really overlapped (a second workspace was taken): a call that takes a few
+    hundred microseconds may finish before the next caller asks, and then one hammer proves nothing."""
+    for _ in range(tries):
+        _hammer(_outputs(model), _inputs())
+        if model.executor.workspaces > 1:
+            return
+    raise AssertionError(f"{tries} rounds of {CALLERS} callers never overlapped")
+
+
 def test_concurrent_calls_equal_serial_calls(compiled: CompiledModel) -> None:
-    _hammer(_outputs(compiled), _inputs())
-    assert compiled.executor.workspaces > 1  # the callers really overlapped
+    _hammer_until_overlapped(compiled)
 
 
 def test_max_workspaces_bounds_the_pool_and_callers_wait(tmp_path: Path) -> None:
@@ -120,8 +129,7 @@ def test_concurrent_calls_of_a_loaded_plan_as_rprogram(compiled: CompiledModel, 
         loaded = kernorch.load(compiled.save(tmp_path / "plan"), runtime="rprogram")
     assert isinstance(loaded, CompiledModel)
     assert loaded.executor.rprogram is not None and loaded.executor.rprogram.program is not None
-    _hammer(_outputs(loaded), _inputs())
-    assert loaded.executor.workspaces > 1
+    _hammer_until_overlapped(loaded)
 
 
 def test_a_rebuilt_rprogram_reaches_every_workspace(compiled: CompiledModel) -> None:
