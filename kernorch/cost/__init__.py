@@ -1,8 +1,8 @@
 """Cost models: `cost(candidate) -> seconds` (inf when the kernel cannot be generated).
 
 The interface every stage prices against is `cost/interface.py` (it imports no codegen); the cost models
-(analytic.py, profile.py, gpu.py, in_place.py) are imported where they are made (pipeline.make_cost_model), and the
-names below load on first use.
+(analytic.py, profile.py, gpu_roofline.py, gpu_profile.py, in_place.py) are imported where they are made
+(pipeline.make_cost_model), and the names below load on first use.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
             nodes = tuple(sub.node_ids[i] for i in iter_bits(extended))
             result.node_sets += 1
             result.kernels.extend(make_kernel(sub.graph, nodes, outs) for outs in sets)
-    for mask, core in attention_sets(sub):  # two linear primitives: found by pattern, not grown (attention.py)
+    for mask, core in attention_sets(sub):  # two linear primitives: found by pattern, not grown (attention_sets.py)
         outputs, why_not = _attention_outputs(sub, mask, core)
         if why_not:
             _reject(result, sub, mask, "attention-outputs", why_not)

@@ -7,8 +7,8 @@
   attention (two matmuls around a softmax);
 - `VIEW`: a kernel that only re-labels contiguous bytes of its input (no code);
 - `ONNXRUNTIME`: an ONNX node kernorch has no rule for; `REFERENCE`: a single primitive nothing else runs;
-- for GPU plans (gpu.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its epilogue),
-  `TORCH_LIBRARY` (cuBLAS/cuDNN through torch), `GPU_VIEW`.
+- for GPU plans (gpu_kernels.py): `TRITON` (fused kernels rendered as Triton), `TRITON_MATMUL` (a matmul with its
+  epilogue), `TORCH_LIBRARY` (cuBLAS/cuDNN through torch), `GPU_VIEW`.
 
 kernorch's own kernels are families of codegen/native/, each declaring its backend in its module (`BACKEND`); the
 registry (registry.py) lists them in the order they are asked. It loads on first use: a native module imports its

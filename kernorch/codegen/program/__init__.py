@@ -1,6 +1,6 @@
 """The whole-plan program: one C translation unit per plan with create/run/destroy and the rProgram region
 runner (plan.py, rprogram.py), and its compiler with the private, digest-checked cache (compiler.py); a GPU
-plan's Triton module (gpu.py)."""
+plan's Triton module (triton_module.py)."""
 
 from kernorch.codegen.program.compiler import (
     CFLAGS,
