@@ -41,7 +41,7 @@ def here(name: str, original: str, mutated: str, *, file: str = "", tests: tuple
     return Mutant(name, file, original, mutated, tests)
 
 
-def test_modules() -> list[Path]:
+def testing_modules() -> list[Path]:
     """Every test module of the repository (pytest's naming: kernorch/**/*_test.py, tests/test_*.py)."""
     return sorted([*ROOT.glob("kernorch/**/*_test.py"), *ROOT.glob("tests/test_*.py")])
 
@@ -51,7 +51,7 @@ def collected() -> tuple[Mutant, ...]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     found = list(MUTANTS)
-    for path in test_modules():
+    for path in testing_modules():
         if "\nMUTANTS = [" not in path.read_text():
             continue
         test = path.relative_to(ROOT).as_posix()

@@ -105,9 +105,10 @@ def _runner(node_b64: str, opsets: tuple[tuple[str, int], ...], input_types: tup
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: a failure reaches the user as one KernorchError line, not a log
     # The node runs on the calling thread. With a pool of its own, onnxruntime's workers wait for the cores that
-    # the plan's OpenMP workers still spin on after the kernel before: a 6-layer dynamically quantized 768-wide
-    # MLP (12 fallback nodes, 2 threads) took 23.5 ms against onnxruntime's 2.5 ms, 7.8 ms on the calling thread
-    # (bench/results/2026-11-29-session25.md). Each node is one operator: its own parallelism is small.
+    # the plan's OpenMP workers still spin on after the kernel before: a dynamically quantized bert_mini (41
+    # fallback nodes, 2 threads) took 340 ms against onnxruntime's 5 ms, 4.9 ms on the calling thread
+    # (bench/fallback_overhead.py, bench/results/2026-11-29-session25.md). Each node is one operator: its own
+    # parallelism is small.
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
