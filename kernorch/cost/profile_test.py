@@ -41,6 +41,33 @@ def test_measures_once_then_reads_back(tmp_path: Path) -> None:
     assert ProfileDatabase(database).count(warm.machine) == cold.measured  # measured again: replaced, not added
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int64", "int32", "uint8", "int8", "bool"])
+def test_kernels_with_scalar_inputs_of_every_dtype_are_profiled(dtype: str, tmp_path: Path) -> None:
+    """A kernel whose graph inputs include a scalar (shape ()) of any dtype is measured: its seeded input is an
+    array (a numpy scalar has no buffer: DynamicQuantizeLinear's scalar 'is the range 0' crashed profiling), and the
+    plan computes what onnxruntime computes."""
+    from onnx import TensorProto, helper
+
+    from kernorch.testing import cpu_compile
+    from kernorch.tools.check import run_onnxruntime
+
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    # y = where(s != 0, x, -x): the scalar s steers a fused kernel over x
+    nodes = [helper.make_node("Cast", ["s"], ["s_float"], to=TensorProto.FLOAT),
+             helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])),
+             helper.make_node("Equal", ["s_float", "zero"], ["off"]),
+             helper.make_node("Neg", ["x"], ["nx"]), helper.make_node("Where", ["off", "nx", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (3, 5)),
+                                                helper.make_tensor_value_info("s", element, ())],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (3, 5))])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = cpu_compile(model, cost="profile", cache_dir=tmp_path)
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    for value in (0, 1):
+        feeds = {"x": x, "s": np.array(value, dtype)}
+        np.testing.assert_array_equal(compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
 def test_interrupted_run_resumes(tmp_path: Path) -> None:
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
     from kernorch.options import OrchestrationLimits
@@ -463,6 +490,11 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("a drawn integer input of shape () stays a numpy scalar (no buffer to profile with)",
+         "feeds[name] = np.asarray(rng.integers(0, bound, value_type.shape).astype(value_type.dtype))",
+         "feeds[name] = rng.integers(0, bound, value_type.shape).astype(value_type.dtype)",
+         file="kernorch/runtime/feeds.py",
+         tests=("kernorch/cost/profile_test.py::test_kernels_with_scalar_inputs_of_every_dtype_are_profiled",)),
     here("a lone primitive a library refuses is dropped, not run by its reference",
          "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
          "    if True:\n        return False\n    _REFUSED",
