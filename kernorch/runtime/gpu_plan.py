@@ -41,7 +41,8 @@ from kernorch.runtime.reference import check_feeds
 
 MAX_STREAMS = 4
 _TORCH_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "uint8",
-                 "float16": "float16", "int8": "int8", "uint8": "uint8"}  # fmt: skip
+                 "float16": "float16", "int8": "int8", "uint8": "uint8", "int16": "int16",
+                 "uint16": "uint16"}  # fmt: skip
 
 
 class NoGpu(KernorchError):

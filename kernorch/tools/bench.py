@@ -196,13 +196,11 @@ def _results(times: dict[str, list[float]], errors: dict[str, float]) -> dict[st
 def tolerance(contender: str, precision: str, quantized_model: bool = False) -> float:
     """The error a contender's outputs may have against onnxruntime's float32 ones (a quantized model's contenders:
     a few quantization steps, each quantizing and rounding its own way)."""
-    from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL, QUANTIZED_RTOL
+    from kernorch.tools.check import default_rtol
 
-    if quantized_model:
-        return QUANTIZED_RTOL
     bf16 = contender == OPENVINO_DEFAULT or (precision == "bf16" and contender.startswith("kernorch")
                                              and contender != KERNORCH_FP32)  # fmt: skip
-    return BF16_RTOL if bf16 else DEFAULT_RTOL
+    return default_rtol("bf16" if bf16 else "fp32", quantized_model)
 
 
 def unfused_plan(result: OrchestrationResult) -> Plan:
