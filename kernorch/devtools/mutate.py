@@ -57,6 +57,8 @@ def collected() -> tuple[Mutant, ...]:
         test = path.relative_to(ROOT).as_posix()
         module = importlib.import_module(test.removesuffix(".py").replace("/", "."))
         for mutant in module.MUTANTS:
+            if not mutant.file and not test.endswith("_test.py"):  # tests/test_x.py tests no one module
+                raise ValueError(f"{test}: the mutant {mutant.name!r} must name its file")
             file = mutant.file or test.removesuffix("_test.py") + ".py"
             found.append(replace(mutant, file=file, tests=mutant.tests or (test,)))
     return tuple(found)
