@@ -62,7 +62,7 @@ def _lstm_step_flops(hidden: int, features: int) -> int:
 def primitive_flops(graph: Graph, node: Node) -> float:
     out = graph.types[node.outputs[0]]
     kind = PRIMITIVES[node.prim].kind
-    if node.prim == "matmul":
+    if node.prim in ("matmul", "matmul_integer"):
         a = graph.types[node.inputs[0]]
         return 2.0 * out.numel * a.shape[-1]
     if node.prim == "conv":
@@ -111,6 +111,15 @@ def kernel_bytes(candidate: CandidateKernel) -> float:
 # bf16 multiply-adds per float32 one: AVX512-BF16's dot product does two per lane; oneDNN's bf16 matmul ran at 2.5x
 # its float32 rate on an AMX machine (512x1024x1024), a 3x3 conv at 1.9x. The roofline takes the lower bound.
 BF16_RATE = 2.0
+# int8 multiply-adds per float32 one: a VNNI dot product does four per lane (bytes, int32 sums)
+INT8_RATE = 4.0
+
+
+def _rate(node: Node) -> float:
+    """How many multiply-adds of this primitive's kind the CPU does per float32 one."""
+    if node.prim == "matmul_integer":
+        return INT8_RATE
+    return BF16_RATE if node.attr("precision") == "bf16" else 1.0
 
 
 @dataclass
@@ -119,8 +128,7 @@ class AnalyticCostModel(CostModelBase):
     name: str = "analytic"
 
     def cost(self, candidate: CandidateKernel) -> float:
-        flops = sum(primitive_flops(candidate.graph, node) / (BF16_RATE if node.attr("precision") == "bf16" else 1.0)
-                    for node in candidate.primitives)  # fmt: skip
+        flops = sum(primitive_flops(candidate.graph, node) / _rate(node) for node in candidate.primitives)
         seconds = max(kernel_bytes(candidate) / self.device.bandwidth, flops / self.device.peak_flops)
         return seconds + self.device.kernel_overhead
 

@@ -512,6 +512,36 @@ _register("matmul", Kind.LINEAR, _matmul_infer, lambda inputs, attrs: [K.matmul(
           "sums")  # fmt: skip
 
 
+INTEGER_OPERANDS = ("int8", "uint8")
+# the longest sum of products of 8-bit differences (each at most 255² in magnitude) that cannot leave int32:
+# its kernels accumulate in int32 with no overflow to define
+MAX_INTEGER_K = (2**31 - 1) // 255**2
+
+
+def _matmul_integer_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    a, b, a_zero, b_zero = types
+    for operand, zero, name in ((a, a_zero, "a"), (b, b_zero, "b")):
+        if operand.dtype not in INTEGER_OPERANDS or zero.dtype != operand.dtype:
+            raise ValueError(f"matmul_integer: {name} is {operand.dtype} with a {zero.dtype} zero point (int8 or "
+                             "uint8, the zero point of its operand's type)")  # fmt: skip
+    if a.rank < 2 or b.rank < 2:
+        raise ValueError(f"matmul_integer: operands {a.shape} and {b.shape} (at least 2-D)")
+    shape = K.broadcast_matmul_shape(a.shape, b.shape)
+    if a.shape[-1] > MAX_INTEGER_K:
+        raise ValueError(f"matmul_integer: K = {a.shape[-1]} could overflow int32 (at most {MAX_INTEGER_K})")
+    # per tensor, or per row of a ([M, 1]) and per column of b ([N])
+    if a_zero.shape not in ((), (a.shape[-2], 1)):
+        raise ValueError(f"matmul_integer: a's zero point {a_zero.shape} is neither a scalar nor [M, 1]")
+    if b_zero.shape not in ((), (b.shape[-1],)):
+        raise ValueError(f"matmul_integer: b's zero point {b_zero.shape} is neither a scalar nor [N]")
+    return [TensorType(shape, "int32")]
+
+
+_register("matmul_integer", Kind.LINEAR, _matmul_integer_infer, lambda inputs, attrs: [K.matmul_integer(*inputs)],
+          "(a - a_zero) @ (b - b_zero) of int8/uint8 operands with int32 sums (ONNX MatMulInteger); zero points per "
+          "tensor, per row of a [M, 1] or per column of b [N]")  # fmt: skip
+
+
 def _channels_first(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[0], shape[-1], *shape[1:-1])
 

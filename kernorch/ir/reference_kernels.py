@@ -77,6 +77,14 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
+def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndarray) -> np.ndarray:
+    """(a - a_zero) @ (b - b_zero) of 8-bit integers, int32 sums. In float64, exactly: each product is at most
+    255², each partial sum an integer below 2^31 (primitives.MAX_INTEGER_K), far inside float64's 2^53."""
+    left = a.astype(np.float64) - a_zero.astype(np.float64)
+    right = b.astype(np.float64) - b_zero.astype(np.float64)
+    return np.matmul(left, right).astype(np.int32)
+
+
 def conv_output_shape(
     x: Sequence[int], w: Sequence[int], strides: Sequence[int], pads: Sequence[int],
     dilations: Sequence[int], group: int,

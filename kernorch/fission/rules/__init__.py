@@ -6,6 +6,7 @@ from kernorch.fission.rules import (  # noqa: F401
     einsum,
     elementwise,
     indexing,
+    integer_linear,
     layout,
     linear,
     normalization,

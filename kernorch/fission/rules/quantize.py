@@ -18,11 +18,11 @@ from kernorch.fission.registry import RuleContext, rule
 from kernorch.fission.rules.common import reshape
 
 # the integer types quantized values may have, with their range
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
 _OUTPUT_DTYPES = {0: "uint8", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16"}  # TensorProto element types
 
 
-def _scale_operand(ctx: RuleContext, index: int, rank: int) -> str:
+def scale_operand(ctx: RuleContext, index: int, rank: int) -> str:
     """Input `index` (a scale or a zero point) shaped to broadcast against a rank-`rank` tensor: a scalar as it is,
     a per-axis vector along `axis`, a blocked one (opset 21's `block_size`) repeated over its blocks."""
     value, value_type = ctx.input(index), ctx.type(index)
@@ -48,9 +48,16 @@ def _scale_operand(ctx: RuleContext, index: int, rank: int) -> str:
     return reshape(ctx, value, tuple(x_shape[axis] if a == axis else 1 for a in range(rank)))
 
 
-def _quantize(ctx: RuleContext, x: str, scale: str, zero_point: str | None, target: str) -> str:
-    low, high = _RANGES[target]
-    scaled = ctx.emit("round", ctx.emit("div", x, scale))
+def quantize(ctx: RuleContext, x: str, scale: str, zero_point: str | None, target: str) -> str:
+    """x / scale quantized to `target` (QuantizeLinear's formula)."""
+    return saturate(ctx, ctx.emit("div", x, scale), zero_point, target)
+
+
+def saturate(ctx: RuleContext, scaled: str, zero_point: str | None, target: str) -> str:
+    """A float32 value already in steps of the quantized type, rounded half to even, shifted by the zero point
+    and saturated to `target`'s range (NaN: its lowest value)."""
+    low, high = RANGES[target]
+    scaled = ctx.emit("round", scaled)
     if zero_point is not None:
         scaled = ctx.emit("add", scaled, ctx.emit("cast", zero_point, to="float32"))
     # saturated by selects, not max/min (which keep NaN): a NaN quantizes to qmin, as onnxruntime's does
@@ -60,43 +67,43 @@ def _quantize(ctx: RuleContext, x: str, scale: str, zero_point: str | None, targ
     return ctx.emit("cast", clamped, to=target)
 
 
-def _require_float32(ctx: RuleContext, index: int, what: str) -> None:
+def require_float32(ctx: RuleContext, index: int, what: str) -> None:
     if ctx.type(index).dtype != "float32":
         ctx.refuse(f"a {ctx.type(index).dtype} {what} (float32 only)")
 
 
 @rule("QuantizeLinear", min_opset=10)
 def quantize_linear(ctx: RuleContext) -> list[str]:
-    _require_float32(ctx, 0, "input")
-    _require_float32(ctx, 1, "scale")
+    require_float32(ctx, 0, "input")
+    require_float32(ctx, 1, "scale")
     rank = ctx.type(0).rank
     if ctx.has_input(2):
         target = ctx.type(2).dtype
     else:
         target = _OUTPUT_DTYPES.get(int(ctx.attr("output_dtype", 0)), "")
-    if target not in _RANGES:
+    if target not in RANGES:
         ctx.refuse(f"quantizing to {target or 'that output_dtype'} (8- and 16-bit integers only)")
     ctx.allow("saturate", 1, default=1)  # it concerns float8 outputs only
     ctx.allow("precision", 0, default=0)
-    scale = _scale_operand(ctx, 1, rank)
-    zero_point = _scale_operand(ctx, 2, rank) if ctx.has_input(2) else None
-    return [_quantize(ctx, ctx.input(0), scale, zero_point, target)]
+    scale = scale_operand(ctx, 1, rank)
+    zero_point = scale_operand(ctx, 2, rank) if ctx.has_input(2) else None
+    return [quantize(ctx, ctx.input(0), scale, zero_point, target)]
 
 
 @rule("DequantizeLinear", min_opset=10)
 def dequantize_linear(ctx: RuleContext) -> list[str]:
-    _require_float32(ctx, 1, "scale")
+    require_float32(ctx, 1, "scale")
     source = ctx.type(0).dtype
-    if source not in (*_RANGES, "int32"):
+    if source not in (*RANGES, "int32"):
         ctx.refuse(f"dequantizing {source} (8- and 16-bit integers and int32 only)")
     ctx.allow("output_dtype", 0, 1, default=0)
     rank = ctx.type(0).rank
-    scale = _scale_operand(ctx, 1, rank)
+    scale = scale_operand(ctx, 1, rank)
     value = ctx.emit("cast", ctx.input(0), to="float32")  # exact: |x| < 2^24 for int8/uint8; int32 as ORT casts
     if ctx.has_input(2):
         if ctx.type(2).dtype != source:
             ctx.refuse(f"a {ctx.type(2).dtype} zero point for {source} values")
-        value = ctx.emit("sub", value, ctx.emit("cast", _scale_operand(ctx, 2, rank), to="float32"))
+        value = ctx.emit("sub", value, ctx.emit("cast", scale_operand(ctx, 2, rank), to="float32"))
     return [ctx.emit("mul", value, scale)]
 
 
@@ -118,6 +125,6 @@ def dynamic_quantize_linear(ctx: RuleContext) -> list[str]:
     # onnxruntime's scale of an input that is all zeros is 1 (the formula's 0 would divide 0 by 0): 255 / 255
     range_255 = ctx.scalar(255.0, "float32")
     scale = ctx.emit("div", ctx.emit("where", ctx.emit("equal", spread, zero), range_255, spread), range_255)
-    zero_point = _quantize(ctx, ctx.emit("neg", low), scale, None, "uint8")
-    return [_quantize(ctx, x, scale, zero_point, "uint8"), scale, zero_point]
+    zero_point = quantize(ctx, ctx.emit("neg", low), scale, None, "uint8")
+    return [quantize(ctx, x, scale, zero_point, "uint8"), scale, zero_point]
 

@@ -1,0 +1,158 @@
+"""Fission rules for the integer linear operators onnxruntime's quantization tool writes: MatMulInteger (dynamic
+quantization's products), QLinearMatMul, ConvInteger and QLinearConv.
+
+    MatMulInteger: y = (a - a_zero) @ (b - b_zero), int32 sums         -> matmul_integer (an int8 kernel's primitive)
+    QLinearMatMul: y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero), acc as MatMulInteger's
+    ConvInteger:   y = conv(x - x_zero, w - w_zero), int32 sums        -> a float64 conv, exact (see below)
+    QLinearConv:   y = saturate(round((acc + bias) * (x_scale * w_scale / y_scale)) + y_zero)
+
+The requantization multiplies by one multiplier per tensor (or per output channel) as onnxruntime's kernels do,
+where the ONNX reference divides the float product by y_scale: both round the same real number, so they differ at
+most where it lies within a float rounding of a tie (one step). A convolution's sums are computed in float64, where
+every partial sum of 8-bit products is an integer far below 2^53 and so exact, until int8 convolution kernels
+arrive: the result equals int32 accumulation's.
+"""
+
+from __future__ import annotations
+
+from kernorch.fission.registry import RuleContext, rule
+from kernorch.fission.rules.common import channel_param, reshape, spatial_attrs
+from kernorch.fission.rules.quantize import RANGES, saturate
+from kernorch.ir.primitives import INTEGER_OPERANDS, MAX_INTEGER_K
+
+
+def _integer_operand(ctx: RuleContext, index: int, what: str) -> str:
+    dtype = ctx.type(index).dtype
+    if dtype not in INTEGER_OPERANDS:
+        ctx.refuse(f"a {dtype} {what} (int8 or uint8 only)")
+    return dtype
+
+
+def _zero_point(ctx: RuleContext, index: int, dtype: str, per: int | None, what: str) -> tuple[str, bool]:
+    """The zero point at input `index` (0 of `dtype` when absent) as a scalar, or as a vector of `per` values when
+    it has one per row or column; with whether it is a vector."""
+    if not ctx.has_input(index):
+        return ctx.scalar(0, dtype), False
+    value, value_type = ctx.input(index), ctx.type(index)
+    if value_type.dtype != dtype:
+        ctx.refuse(f"a {value_type.dtype} zero point for {dtype} {what}")
+    if value_type.numel == 1 and value_type.rank <= 1:
+        return reshape(ctx, value, ()), False
+    if per is not None and value_type.shape == (per,):
+        return value, True
+    ctx.refuse(f"a zero point of shape {list(value_type.shape)} for {what} (a scalar"
+               + (f" or one per {per}" if per is not None else "") + ")")  # fmt: skip
+
+
+def _scalar_scale(ctx: RuleContext, index: int, what: str) -> str:
+    scale_type = ctx.type(index)
+    if scale_type.dtype != "float32":
+        ctx.refuse(f"a {scale_type.dtype} {what} (float32 only)")
+    if scale_type.numel != 1 or scale_type.rank > 1:
+        ctx.refuse(f"a {what} of shape {list(scale_type.shape)} (per tensor only)")
+    return reshape(ctx, ctx.input(index), ())
+
+
+def _matmul_integer(ctx: RuleContext, a: int, b: int, a_zero: int, b_zero: int) -> str:
+    """matmul_integer of inputs `a` and `b` with their zero points (absent: 0), checked as the primitive needs."""
+    a_type, b_type = ctx.type(a), ctx.type(b)
+    a_dtype, b_dtype = _integer_operand(ctx, a, "a"), _integer_operand(ctx, b, "b")
+    if a_type.rank < 2 or b_type.rank < 2:
+        ctx.refuse(f"a {a_type.rank}-D by {b_type.rank}-D product (2-D and more only)")
+    if a_type.shape[-1] > MAX_INTEGER_K:
+        ctx.refuse(f"K = {a_type.shape[-1]}: int32 sums could overflow beyond K = {MAX_INTEGER_K}")
+    a_zero_point, per_row = _zero_point(ctx, a_zero, a_dtype, a_type.shape[-2] if a_type.rank == 2 else None, "a")
+    b_zero_point, _ = _zero_point(ctx, b_zero, b_dtype, b_type.shape[-1] if b_type.rank == 2 else None, "b")
+    if per_row:
+        a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))
+    return ctx.emit("matmul_integer", ctx.input(a), ctx.input(b), a_zero_point, b_zero_point)
+
+
+@rule("MatMulInteger", min_opset=10)
+def matmul_integer(ctx: RuleContext) -> list[str]:
+    return [_matmul_integer(ctx, 0, 1, 2, 3)]
+
+
+def _requantized(ctx: RuleContext, acc: str, multiplier: str, zero_index: int) -> str:
+    """The int32 sums `acc` requantized to the type of the zero point at input `zero_index`."""
+    target = ctx.type(zero_index).dtype
+    if target not in RANGES:
+        ctx.refuse(f"a {target} output (8- and 16-bit integers only)")
+    scaled = ctx.emit("mul", ctx.emit("cast", acc, to="float32"), multiplier)
+    return saturate(ctx, scaled, _zero_point(ctx, zero_index, target, None, "the output")[0], target)
+
+
+@rule("QLinearMatMul", min_opset=10)
+def qlinear_matmul(ctx: RuleContext) -> list[str]:
+    acc = _matmul_integer(ctx, 0, 3, 2, 5)
+    a_scale, y_scale = _scalar_scale(ctx, 1, "a_scale"), _scalar_scale(ctx, 6, "y_scale")
+    b_type, b_scale_type = ctx.type(3), ctx.type(4)
+    if b_scale_type.dtype != "float32":
+        ctx.refuse(f"a {b_scale_type.dtype} b_scale (float32 only)")
+    if b_scale_type.numel == 1 and b_scale_type.rank <= 1:
+        b_scale = reshape(ctx, ctx.input(4), ())
+    elif b_type.rank == 2 and b_scale_type.shape == (b_type.shape[-1],):
+        b_scale = ctx.input(4)  # one per column: broadcasts along the product's last axis
+    else:
+        ctx.refuse(f"a b_scale of shape {list(b_scale_type.shape)} (per tensor or per column of a 2-D b)")
+    multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)
+    return [_requantized(ctx, acc, multiplier, 7)]
+
+
+def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) -> str:
+    """The exact sums of an integer convolution, as float64 (see the module's docstring)."""
+    x_type, w_type = ctx.type(x), ctx.type(w)
+    x_dtype, w_dtype = _integer_operand(ctx, x, "input"), _integer_operand(ctx, w, "weight")
+    if x_type.rank not in (3, 4, 5) or w_type.rank != x_type.rank:
+        ctx.refuse(f"1-D to 3-D convolutions only, got input {x_type} weight {w_type}")
+    kernel = w_type.shape[2:]
+    declared = ctx.attr("kernel_shape", None)
+    if declared is not None and tuple(declared) != kernel:
+        ctx.refuse(f"kernel_shape {declared} differs from the weight's {kernel}", "kernel_shape")
+    group = ctx.attr("group", 1)
+    if group < 1 or x_type.shape[1] != w_type.shape[1] * group or w_type.shape[0] % group:
+        ctx.refuse(f"channels {x_type.shape[1]} do not match weight {w_type.shape} with group {group}", "group")
+    if w_type.numel // w_type.shape[0] > MAX_INTEGER_K:
+        ctx.refuse(f"{w_type.numel // w_type.shape[0]} products per output: int32 sums could overflow")
+    strides, pads, dilations = spatial_attrs(ctx, x_type.shape[2:], kernel)
+    x_zero_point, _ = _zero_point(ctx, x_zero, x_dtype, None, "the input")
+    w_zero_point, per_channel = _zero_point(ctx, w_zero, w_dtype, w_type.shape[0], "the weight")
+    if per_channel:
+        w_zero_point = channel_param(ctx, w_zero_point, w_type.rank, axis=0)
+
+    def centred(value: str, zero_point: str) -> str:
+        wide = ctx.emit("cast", value, to="float64")
+        return ctx.emit("sub", wide, ctx.emit("cast", zero_point, to="float64"))
+
+    # subtracted before the padding: a padded position contributes 0, as onnxruntime's (padding with the zero point)
+    return ctx.emit("conv", centred(ctx.input(x), x_zero_point), centred(ctx.input(w), w_zero_point),
+                    strides=strides, pads=pads, dilations=dilations, group=group)  # fmt: skip
+
+
+@rule("ConvInteger", min_opset=10)
+def conv_integer(ctx: RuleContext) -> list[str]:
+    return [ctx.emit("cast", _conv_integer(ctx, 0, 1, 2, 3), to="int32")]
+
+
+@rule("QLinearConv", min_opset=10)
+def qlinear_conv(ctx: RuleContext) -> list[str]:
+    sums = _conv_integer(ctx, 0, 3, 2, 5)
+    rank, channels = ctx.type(0).rank, ctx.type(3).shape[0]
+    if ctx.has_input(8):
+        bias_type = ctx.type(8)
+        if bias_type.dtype != "int32" or bias_type.shape != (channels,):
+            ctx.refuse(f"a bias {bias_type} (int32, one per output channel)")
+        sums = ctx.emit("add", sums, channel_param(ctx, ctx.emit("cast", ctx.input(8), to="float64"), rank))
+    x_scale, y_scale = _scalar_scale(ctx, 1, "x_scale"), _scalar_scale(ctx, 6, "y_scale")
+    w_scale_type = ctx.type(4)
+    if w_scale_type.dtype != "float32":
+        ctx.refuse(f"a {w_scale_type.dtype} w_scale (float32 only)")
+    if w_scale_type.numel == 1 and w_scale_type.rank <= 1:
+        w_scale = reshape(ctx, ctx.input(4), ())
+    elif w_scale_type.shape == (channels,):
+        w_scale = channel_param(ctx, ctx.input(4), rank)
+    else:
+        ctx.refuse(f"a w_scale of shape {list(w_scale_type.shape)} (per tensor or per output channel)")
+    multiplier = ctx.emit("div", ctx.emit("mul", x_scale, w_scale), y_scale)
+    # the sums as onnxruntime's int32 (bias added) before its float multiply: float64 -> int32 is exact here
+    return [_requantized(ctx, ctx.emit("cast", sums, to="int32"), multiplier, 7)]

@@ -1,0 +1,221 @@
+"""The integer linear rules against onnxruntime, through the reference interpreter and compiled: uint8 and int8
+operands at their extremes, zero points per tensor, per row, per column and per channel (and absent), sizes 1,
+odd and prime, a K long enough for sums near int32's limit. MatMulInteger and ConvInteger must equal onnxruntime's
+sums exactly; the requantizing QLinearMatMul and QLinearConv may differ by one step where onnxruntime's product by
+one multiplier and the reference's division land on either side of a tie (counted, and bounded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from kernorch.devtools.mutate import here
+from kernorch.errors import UnsupportedOperator
+from kernorch.fission import fallback_nodes, fission
+from kernorch.frontend import import_model
+from kernorch.ir.primitives import MAX_INTEGER_K
+from kernorch.runtime import run_reference
+from kernorch.testing import cpu_compile, single_op_model
+from kernorch.tools.check import run_onnxruntime
+
+RNG = np.random.default_rng(11)
+
+
+def _integers(dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values of `dtype` with its extremes planted at the front."""
+    info = np.iinfo(dtype)
+    x: np.ndarray = RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+    flat = x.reshape(-1)
+    planted: np.ndarray = np.array([info.min, info.max, 0, info.max, info.min, 1], dtype)
+    flat[: min(len(planted), flat.size)] = planted[: flat.size]
+    return x
+
+
+def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], per: str | None) -> np.ndarray:
+    """onnxruntime's output; for the zero point per row of a or per output channel (`per`: its constant) that
+    onnxruntime refuses (the ONNX reference too), row by row or channel by channel from models with that row's or
+    channel's zero point as a scalar (a zero point reaches only its own row's or channel's sums)."""
+    if per is None:
+        return run_onnxruntime(model, feeds)["out0"]
+    (initializer,) = [i for i in model.graph.initializer if i.name == per]
+    vector = onnx.numpy_helper.to_array(initializer)
+    rows = []
+    for index, value in enumerate(vector):
+        scalar = onnx.ModelProto()
+        scalar.CopyFrom(model)
+        (target,) = [i for i in scalar.graph.initializer if i.name == per]
+        target.CopyFrom(onnx.numpy_helper.from_array(np.asarray(value), per))
+        axis = 0 if per == "za" else 1
+        rows.append(np.take(run_onnxruntime(scalar, feeds)["out0"], [index], axis=axis))
+    return np.concatenate(rows, axis=0 if per == "za" else 1)
+
+
+def _results(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+             per: str | None = None) -> list[tuple[str, np.ndarray, np.ndarray]]:  # fmt: skip
+    """(how, kernorch's output, onnxruntime's) through the reference interpreter and the compiled plan."""
+    expected = _onnxruntime(model, feeds, per)
+    graph = fission(import_model(model))
+    assert not fallback_nodes(graph), "the rule did not take the node"
+    compiled = cpu_compile(model, cost="analytic").run(feeds)["out0"]
+    return [("reference", run_reference(graph, feeds)["out0"], expected), ("compiled", compiled, expected)]
+
+
+def _assert_exact(model: onnx.ModelProto, feeds: dict[str, np.ndarray], per: str | None = None) -> None:
+    for how, got, expected in _results(model, feeds, per):
+        assert got.dtype == expected.dtype and got.shape == expected.shape, how
+        np.testing.assert_array_equal(got, expected, err_msg=how)
+
+
+def _assert_within_one_step(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    for how, got, expected in _results(model, feeds):
+        assert got.dtype == expected.dtype and got.shape == expected.shape, how
+        steps = np.abs(got.astype(np.int32) - expected.astype(np.int32))
+        assert steps.max() <= 1, f"{how}: {steps.max()} steps apart"
+        assert (steps == 1).mean() <= 0.01, f"{how}: {(steps == 1).sum()} of {steps.size} one step apart"
+
+
+MATMUL_CASES: dict[str, dict[str, Any]] = {
+    "uint8 x int8, scalar zero points": dict(a=(np.uint8, (5, 37)), b=(np.int8, (37, 11)), za=np.uint8(131),
+                                             zb=np.int8(-3)),
+    "uint8 x uint8": dict(a=(np.uint8, (3, 8)), b=(np.uint8, (8, 4)), za=np.uint8(255), zb=np.uint8(128)),
+    "int8 x int8": dict(a=(np.int8, (7, 13)), b=(np.int8, (13, 17)), za=np.int8(-128), zb=np.int8(127)),
+    "no zero points": dict(a=(np.uint8, (4, 6)), b=(np.int8, (6, 5)), za=None, zb=None),
+    "a's zero point only": dict(a=(np.uint8, (4, 6)), b=(np.int8, (6, 5)), za=np.uint8(3), zb=None),
+    "zero point of shape [1]": dict(a=(np.int8, (2, 3)), b=(np.int8, (3, 2)), za=np.array([5], np.int8),
+                                    zb=np.array([-7], np.int8)),
+    "per row of a": dict(a=(np.uint8, (3, 5)), b=(np.int8, (5, 4)), za=np.array([0, 128, 255], np.uint8),
+                         zb=np.int8(1), per="za"),
+    "per column of b": dict(a=(np.uint8, (3, 5)), b=(np.int8, (5, 4)), za=np.uint8(9),
+                            zb=np.array([-128, 0, 5, 127], np.int8)),
+    "one by one": dict(a=(np.uint8, (1, 1)), b=(np.int8, (1, 1)), za=np.uint8(200), zb=np.int8(-100)),
+    "batched a, 2-D b": dict(a=(np.uint8, (2, 3, 19)), b=(np.int8, (19, 23)), za=np.uint8(77), zb=np.int8(0)),
+    "batched both": dict(a=(np.int8, (2, 3, 5)), b=(np.int8, (2, 5, 3)), za=np.int8(4), zb=np.int8(-4)),
+    # every product 255 x 128 in magnitude: the sums reach 2.4e8 (exact in int32, not in float32)
+    "long K at the extremes": dict(a=(np.uint8, (2, 7331)), b=(np.int8, (7331, 3)), za=np.uint8(0),
+                                   zb=np.int8(0), fill=(255, -128)),
+}  # fmt: skip
+
+
+def _matmul_model(case: dict[str, Any]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    a = _integers(*case["a"])
+    b = _integers(*case["b"])
+    if "fill" in case:
+        a[:], b[:] = case["fill"]
+    constants: dict[str, np.ndarray] = {"b": b}
+    order = ["a", "b"]
+    for name in ("za", "zb"):
+        if case[name] is not None:
+            constants[name] = np.asarray(case[name])
+        order.append(name if case[name] is not None else "")
+    while order[-1] == "":
+        order.pop()
+    return single_op_model("MatMulInteger", {"a": a}, {}, constants, input_order=order), {"a": a}
+
+
+@pytest.mark.parametrize("case", list(MATMUL_CASES))
+def test_matmul_integer_equals_onnxruntime(case: str) -> None:
+    _assert_exact(*_matmul_model(MATMUL_CASES[case]), per=MATMUL_CASES[case].get("per"))
+
+
+def test_long_sums_are_not_float32_sums() -> None:
+    """The long-K case's sums are beyond float32's exact integers: a float32 product would differ there."""
+    model, feeds = _matmul_model(MATMUL_CASES["long K at the extremes"])
+    expected = run_onnxruntime(model, feeds)["out0"]
+    assert abs(int(expected[0, 0])) == 7331 * 255 * 128 and abs(int(expected[0, 0])) > 2**24
+
+
+def _qlinear_matmul_model(a: np.ndarray, b: np.ndarray, b_scale: np.ndarray, b_zero: np.ndarray,
+                          y_zero: np.ndarray) -> onnx.ModelProto:  # fmt: skip
+    a_zero = np.asarray(120 if a.dtype == np.uint8 else -5, a.dtype)
+    constants = {"a_scale": np.asarray(0.02, np.float32), "a_zero": a_zero, "b": b, "b_scale": b_scale,
+                 "b_zero": b_zero, "y_scale": np.asarray(0.7, np.float32), "y_zero": y_zero}  # fmt: skip
+    order = ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"]
+    return single_op_model("QLinearMatMul", {"a": a}, {}, constants, input_order=order)
+
+
+@pytest.mark.parametrize("case", ["uint8 to uint8", "int8 to int8, per column", "uint8 to int8, odd sizes"])
+def test_qlinear_matmul_within_one_step_of_onnxruntime(case: str) -> None:
+    b_scale: Any
+    b_zero: Any
+    y_zero: Any
+    if case == "uint8 to uint8":
+        a, b = _integers(np.uint8, (16, 64)), _integers(np.uint8, (64, 32))
+        b_scale, b_zero, y_zero = np.float32(0.01), np.uint8(128), np.uint8(100)
+    elif case == "int8 to int8, per column":
+        a, b = _integers(np.int8, (8, 48)), _integers(np.int8, (48, 24))
+        b_scale, b_zero = np.linspace(0.001, 0.03, 24).astype(np.float32), np.zeros(24, np.int8)
+        y_zero = np.int8(-10)
+    else:
+        a, b = _integers(np.uint8, (1, 3, 29)), _integers(np.int8, (29, 13))
+        b_scale, b_zero, y_zero = np.float32(0.05), np.int8(3), np.uint8(0)
+    model = _qlinear_matmul_model(a, b, np.asarray(b_scale), np.asarray(b_zero), np.asarray(y_zero))
+    _assert_within_one_step(model, {"a": a})
+
+
+CONV_CASES: dict[str, dict[str, Any]] = {
+    "uint8 x int8, padded": dict(x=(np.uint8, (1, 3, 9, 9)), w=(np.int8, (4, 3, 3, 3)), zx=np.uint8(128),
+                                 zw=np.int8(0), attrs=dict(pads=[1, 1, 1, 1])),
+    "grouped, strided, per-channel weight zero points": dict(
+        x=(np.uint8, (2, 4, 7, 11)), w=(np.uint8, (6, 2, 3, 1)), zx=np.uint8(7),
+        zw=np.array([0, 1, 128, 255, 3, 9], np.uint8), attrs=dict(group=2, strides=[2, 1], pads=[0, 1, 2, 0]),
+        per="zw"),
+    "int8 x int8, no zero points, 1-D": dict(x=(np.int8, (1, 5, 13)), w=(np.int8, (3, 5, 2)), zx=None, zw=None,
+                                            attrs=dict(dilations=[3])),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_conv_integer_equals_onnxruntime(case: str) -> None:
+    spec = CONV_CASES[case]
+    x, w = _integers(*spec["x"]), _integers(*spec["w"])
+    constants = {"w": w, **{k: np.asarray(spec[k]) for k in ("zx", "zw") if spec[k] is not None}}
+    order = ["x", "w", *(k for k in ("zx", "zw") if spec[k] is not None)]
+    model = single_op_model("ConvInteger", {"x": x}, spec["attrs"], constants, input_order=order)
+    _assert_exact(model, {"x": x}, per=spec.get("per"))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qlinear_conv_within_one_step_of_onnxruntime(per_channel: bool) -> None:
+    x, w = _integers(np.uint8, (1, 8, 10, 10)), _integers(np.int8, (16, 8, 3, 3))
+    w_scale = np.linspace(0.001, 0.01, 16).astype(np.float32) if per_channel else np.float32(0.004)
+    constants: dict[str, np.ndarray] = {
+        "x_scale": np.asarray(0.03, np.float32), "x_zero": np.asarray(128, np.uint8), "w": w,
+        "w_scale": np.asarray(w_scale), "w_zero": np.zeros(16, np.int8) if per_channel else np.asarray(0, np.int8),
+        "y_scale": np.asarray(0.9, np.float32), "y_zero": np.asarray(17, np.uint8),
+        "bias": RNG.integers(-5000, 5000, 16).astype(np.int32)}  # fmt: skip
+    order = ["x", "x_scale", "x_zero", "w", "w_scale", "w_zero", "y_scale", "y_zero", "bias"]
+    model = single_op_model("QLinearConv", {"x": x}, dict(pads=[1, 1, 1, 1]), constants, input_order=order)
+    _assert_within_one_step(model, {"x": x})
+
+
+@pytest.mark.parametrize("what, model", [
+    ("1-D by 2-D", lambda: single_op_model("MatMulInteger", {"a": np.zeros(3, np.uint8)}, {},
+                                              {"b": np.zeros((3, 2), np.int8)})),
+    ("per tensor or per column", lambda: _qlinear_matmul_model(np.zeros((2, 3), np.uint8), np.zeros((3, 2), np.int8),
+                                                      np.ones((3, 2), np.float32), np.asarray(0, np.int8),
+                                                      np.asarray(0, np.uint8))),
+])  # fmt: skip
+def test_refused_with_a_reason(what: str, model: Any) -> None:
+    with pytest.raises(UnsupportedOperator, match=what):
+        fission(import_model(model()))
+
+
+def test_the_longest_k_is_exact_in_int32() -> None:
+    assert MAX_INTEGER_K * 255**2 <= 2**31 - 1 < (MAX_INTEGER_K + 1) * 255**2
+
+
+MUTANTS = [
+    here("a per-row zero point read per column", "a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))",
+         "a_zero_point = a_zero_point"),
+    here("QLinearMatMul multiplies by the output scale",
+         'multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, acc,',
+         'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, '
+         'acc,'),
+    here("the conv's zero point subtracted from the weights only", 'return ctx.emit("conv", centred(ctx.input(x), '
+         'x_zero_point)', 'return ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
+    here("QLinearConv's bias taken as a bound", 'sums = ctx.emit("add", sums, channel_param(',
+         'sums = ctx.emit("max", sums, channel_param('),
+]  # fmt: skip
