@@ -1,0 +1,274 @@
+"""An int8 matmul on VNNI dot products: matmul_integer ([M, K] uint8 or int8 rows by constant [K, N] weights, zero
+points, int32 sums) with the dequantizing epilogue dynamic quantization puts after it (the cast to float32, then
+products, sums and quotients by a scalar or a per-column vector: the scales and the bias), written int32 or
+float32.
+
+The weights are centred on their zero point and packed once, when the plan is created, as int8 in groups of four
+consecutive k per column, 16 columns to a 64-byte vector (VNNI's operand: `vpdpbusd` multiplies four unsigned
+bytes of a row by four signed bytes of each column and adds the four products to the column's int32 sum). So the
+weights' centred values must fit int8 (checked on the constant when the plan is made; uint8 weights with their
+zero point in the middle do). A row of int8 values is read as unsigned by flipping its sign bit (a + 128) and its
+zero point moved by 128 to match; the zero point then comes off as one product per column:
+
+    sum_k (a - za) * w = sum_k a' * w - za' * colsum(w)      (a' = a + 128, za' = za + 128 for int8 rows)
+
+exact in int32 (matmul_integer's K is bounded so no sum leaves it). An item is 6 rows by 32 columns: 12 int32
+accumulators of 16 lanes, the weights' two vectors per step of four k, a broadcast of each row's four bytes.
+Compiled where the compiler targets AVX512-VNNI (`-march=native` on Zen 4, Ice Lake and later); elsewhere the same
+packed weights are summed in scalar C, so a plan never depends on the instruction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
+from kernorch.codegen.c import CWriter
+from kernorch.codegen.native.skeleton import create_function
+from kernorch.ir.kernel import CandidateKernel
+
+# An item: 6 rows x 2 vectors of 16 int32 sums. Measured on Zen 4 (2 threads, 128x256x256 / 128x1024x256): 6 x 32
+# columns 21.7 / 77 µs; 6 x 64 (24 accumulators, which GCC 12 spills) 40 / 37+; 4 x 64 25 / 95; 8 x 32 21 / 80 with
+# spills; 7 x 32 24 / 82; 6 x 48 30 / 116.
+ROWS, COLUMNS = 6, 32
+VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__)"
+_C_TYPES = {"uint8": "uint8_t", "int8": "int8_t"}
+_STEP_OPS = {"mul": "*", "add": "+", "sub": "-", "div": "/"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One elementwise primitive of the epilogue: `value = value <op> operand` (`swapped`: operand <op> value)."""
+
+    op: str  # mul, add, sub or div
+    slot: int  # the operand's argument
+    per_column: bool  # N floats along the output's last axis, else one float
+    swapped: bool = False
+
+
+@dataclass(frozen=True)
+class Int8Matmul:
+    """What the kernel computes, with its arguments' slots (the kernel's inputs, then its output)."""
+
+    rows: int  # M: every row of the source, its leading axes flattened
+    depth: int  # K
+    columns: int  # N
+    signed: bool  # int8 rows (else uint8)
+    src: int
+    src_zero: int  # a scalar of the source's type, read when the kernel runs
+    weights: int
+    weights_type: str
+    weights_zero: int
+    weights_zero_per_column: bool
+    dst: int
+    steps: tuple[Step, ...] | None  # None: the int32 sums are written; else cast to float32, then these
+
+
+def describe(kernel: CandidateKernel) -> Int8Matmul | str:
+    """The kernel as an int8 matmul, or why it is not one."""
+    graph = kernel.graph
+    nodes = kernel.primitives
+    if nodes[0].prim != "matmul_integer":
+        return "not a matmul_integer"
+    slots = {value: index for index, value in enumerate((*kernel.inputs, *kernel.outputs))}
+    a, b, a_zero, b_zero = nodes[0].inputs
+    a_type, b_type = graph.types[a], graph.types[b]
+    if b_type.rank != 2:
+        return f"weights of rank {b_type.rank} (2-D only)"
+    if b not in graph.constants or b_zero not in graph.constants:
+        return "weights or their zero point are not constant (packed once, when the plan is created)"
+    if graph.types[a_zero].rank != 0:
+        return "a zero point per row of the source"
+    centred = graph.constants[b].astype(np.int32) - graph.constants[b_zero].astype(np.int32)
+    if centred.size and (centred.min() < -128 or centred.max() > 127):
+        return "weights whose distance from their zero point does not fit int8"
+    steps: list[Step] | None = None
+    value = nodes[0].outputs[0]
+    columns = b_type.shape[1]
+    for node in nodes[1:]:
+        if node.inputs.count(value) != 1:
+            return f"{node.prim} does not continue the product's epilogue"
+        if steps is None:
+            if node.prim != "cast" or node.attr("to") != "float32":
+                return f"{node.prim} of the int32 sums (a cast to float32 first)"
+            steps = []
+        elif node.prim in _STEP_OPS:
+            other = next(v for v in node.inputs if v != value)
+            other_type = graph.types[other]
+            if other not in slots or other_type.dtype != "float32":
+                return f"a {other_type.dtype} operand of {node.prim}"
+            per_column = other_type.numel != 1
+            if per_column and (other_type.numel != columns or other_type.shape[-1] != columns):
+                return f"an operand {other_type.shape} of {node.prim}: neither one value nor one per column"
+            swapped = node.inputs[0] == other
+            if swapped and node.prim == "div":
+                return "a quotient by the product"
+            steps.append(Step(node.prim, slots[other], per_column, swapped and node.prim == "sub"))
+        else:
+            return f"{node.prim} in the epilogue (products, sums and quotients only)"
+        value = node.outputs[0]
+    if kernel.outputs != (value,) or graph.types[value].shape != graph.types[nodes[0].outputs[0]].shape:
+        return "the kernel writes more than the epilogue's last value"
+    return Int8Matmul(rows=a_type.numel // a_type.shape[-1], depth=a_type.shape[-1], columns=columns,
+                      signed=a_type.dtype == "int8", src=slots[a], src_zero=slots[a_zero], weights=slots[b],
+                      weights_type=b_type.dtype, weights_zero=slots[b_zero],
+                      weights_zero_per_column=graph.types[b_zero].rank == 1, dst=slots[value],
+                      steps=tuple(steps) if steps is not None else None)  # fmt: skip
+
+
+def _padded(spec: Int8Matmul) -> tuple[int, int]:
+    """Groups of four k (the last one zero-padded) and columns padded to whole items."""
+    return (spec.depth + 3) // 4, (spec.columns + COLUMNS - 1) // COLUMNS * COLUMNS
+
+
+def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
+    """State (packed weights, their column sums), destroy, and create: w[(n / 16 * K4 + k / 4) * 64 + n % 16 * 4 +
+    k % 4] = b[k][n] - b_zero (0 in the padding), colsum[n] = the column's sum."""
+    groups, padded = _padded(spec)
+    zero = "zb[n]" if spec.weights_zero_per_column else "zb[0]"
+    b_type = _C_TYPES[spec.weights_type]
+    with create_function(w, name, "int8_t *w; int32_t *colsum;", ["w", "colsum"],
+                         [f"s->w = (int8_t *)aligned_alloc(64, {groups * padded * 4});",
+                          f"s->colsum = (int32_t *)aligned_alloc(64, {padded * 4});"]):  # fmt: skip
+        w.line(f"const {b_type} *b = (const {b_type} *)a[{spec.weights}];",
+               f"const {b_type} *zb = (const {b_type} *)a[{spec.weights_zero}];")
+        with w.block(f"for (long n = 0; n < {padded}; n++)"):
+            w.line("int32_t sum = 0;")
+            with w.block(f"for (long k = 0; k < {groups * 4}; k++)"):
+                w.line(f"const int32_t v = k < {spec.depth} && n < {spec.columns} ? "
+                       f"(int32_t)b[k * {spec.columns} + n] - (int32_t){zero} : 0;",
+                       f"s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4] = (int8_t)v;",
+                       "sum += v;")  # fmt: skip
+            w.line("s->colsum[n] = sum;")
+
+
+def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str) -> None:
+    """The 16 sums `v` of (row, column..) stored: int32, or through the steps as float32 (mask `lanes`)."""
+    at = f"({row}) * {spec.columns}L + {column}"
+    if spec.steps is None:
+        w.line(f"_mm512_mask_storeu_epi32((int32_t *)dst + {at}, lanes, v);")
+        return
+    w.line("__m512 f = _mm512_cvtepi32_ps(v);")
+    for index, step in enumerate(spec.steps):
+        operand = f"_mm512_maskz_loadu_ps(lanes, e{index} + {column})" if step.per_column else \
+            f"_mm512_set1_ps(e{index}[0])"
+        left, right = (operand, "f") if step.swapped else ("f", operand)
+        w.line(f"f = _mm512_{step.op}_ps({left}, {right});")
+    w.line(f"_mm512_mask_storeu_ps((float *)dst + {at}, lanes, f);")
+
+
+def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
+    """The items' loop on VNNI dot products (inside the guard). The accumulators, weight vectors and rows are
+    named one by one (GCC keeps an array of vectors that a loop indexes in memory: every step spilled them)."""
+    groups, padded = _padded(spec)
+    full = spec.depth // 4
+    blocks = padded // COLUMNS
+    vectors = range(COLUMNS // 16)
+    w.line("#pragma omp parallel for schedule(static)")
+    with w.block(f"for (long it = 0; it < {(spec.rows + ROWS - 1) // ROWS * blocks}L; it++)"):
+        w.line(f"const long m0 = it / {blocks} * {ROWS}, n0 = it % {blocks} * {COLUMNS};",
+               f"const int rows = {spec.rows} - m0 < {ROWS} ? (int)({spec.rows} - m0) : {ROWS};",
+               f"const int8_t *wb = s->w + n0 / 16 * {groups * 64}L;")  # fmt: skip
+        for r in range(ROWS):  # rows past the last are computed from the last row (in bounds) and never stored
+            w.line(f"const uint8_t *row{r} = src + (m0 + ({r} < rows ? {r} : rows - 1)) * {spec.depth}L;",
+                   f"__m512i {', '.join(f'c{r}_{j} = _mm512_setzero_si512()' for j in vectors)};")  # fmt: skip
+        if spec.signed:  # int8 rows read as unsigned: a + 128
+            w.line("const __m512i flip = _mm512_set1_epi32((int)0x80808080u);")
+        with w.block(f"for (long g = 0; g < {groups}; g++)"):
+            w.line(*(f"const __m512i w{j} = _mm512_load_si512((const void *)(wb + ({j * groups} + g) * 64));"
+                     for j in vectors))  # fmt: skip
+            for r in range(ROWS):
+                if full == groups:
+                    load = f"_mm512_set1_epi32(*(const int32_t *)(row{r} + g * 4))"
+                else:  # the last group's bytes past K are not the row's: read those inside it only
+                    tail = " | ".join(f"(uint32_t)row{r}[g * 4 + {t}] << {8 * t}" for t in range(spec.depth % 4))
+                    load = f"_mm512_set1_epi32(g < {full} ? *(const int32_t *)(row{r} + g * 4) : (int32_t)({tail}))"
+                w.line(f"const __m512i x{r} = {f'_mm512_xor_si512({load}, flip)' if spec.signed else load};",
+                       *(f"c{r}_{j} = _mm512_dpbusd_epi32(c{r}_{j}, x{r}, w{j});" for j in vectors))
+        for j in vectors:
+            with w.block(f"if (n0 + {j * 16} < {spec.columns})"):
+                w.line(f"const long n = n0 + {j * 16};",
+                       f"const __mmask16 lanes = {spec.columns} - n >= 16 ? (__mmask16)0xFFFF : "
+                       f"(__mmask16)((1u << ({spec.columns} - n)) - 1);",
+                       "const __m512i zc = _mm512_mullo_epi32(_mm512_set1_epi32(za), "
+                       "_mm512_load_si512((const void *)(s->colsum + n)));")  # fmt: skip
+                for r in range(ROWS):
+                    with w.block(f"if ({r} < rows)"):
+                        w.line(f"const __m512i v = _mm512_sub_epi32(c{r}_{j}, zc);")
+                        _vector_epilogue(w, spec, f"m0 + {r}", "n")
+
+
+def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
+    """The same sums of the same packed weights in scalar C (int64, then int32 as the VNNI sums wrap)."""
+    groups, _ = _padded(spec)
+    flip = "^ 0x80" if spec.signed else ""
+    w.line("#pragma omp parallel for schedule(static)")
+    with w.block(f"for (long m = 0; m < {spec.rows}L; m++)"):
+        with w.block(f"for (long n = 0; n < {spec.columns}; n++)"):
+            w.line("int64_t sum = 0;",
+                   f"for (long k = 0; k < {spec.depth}; k++) "
+                   f"sum += (int64_t)(uint8_t)(src[m * {spec.depth}L + k] {flip}) * "
+                   f"s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4];",
+                   "const int32_t v = (int32_t)(sum - (int64_t)za * s->colsum[n]);")
+            at = f"m * {spec.columns}L + n"
+            if spec.steps is None:
+                w.line(f"((int32_t *)dst)[{at}] = v;")
+                return
+            w.line("float f = (float)v;")
+            for index, step in enumerate(spec.steps):
+                operand = f"e{index}[n]" if step.per_column else f"e{index}[0]"
+                symbol = _STEP_OPS[step.op]
+                w.line(f"f = {operand} {symbol} f;" if step.swapped else f"f = f {symbol} {operand};")
+            w.line(f"((float *)dst)[{at}] = f;")
+
+
+def render(name: str, spec: Int8Matmul) -> str:
+    """C for the kernel: its state, create (packing), run, destroy."""
+    w = CWriter()
+    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif")
+    _create(w, name, spec)
+    a_type = _C_TYPES["int8" if spec.signed else "uint8"]
+    with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
+        w.line("(void)stream;", f"const {name}_state *s = (const {name}_state *)state;",
+               f"const uint8_t *src = (const uint8_t *)a[{spec.src}];",
+               # the sums use the zero point of the rows as read (unsigned: int8 rows moved by 128)
+               f"const int32_t za = (int32_t)((const {a_type} *)a[{spec.src_zero}])[0]"
+               f"{' + 128' if spec.signed else ''};",
+               f"void *dst = a[{spec.dst}];")  # fmt: skip
+        for index, step in enumerate(spec.steps or ()):
+            w.line(f"const float *e{index} = (const float *)a[{step.slot}];")
+        w.verbatim(VNNI_GUARD)
+        _vnni_items(w, spec)
+        w.verbatim("#else")
+        _scalar_items(w, spec)
+        w.verbatim("#endif")
+    return w.text(end="\n")
+
+
+class Int8MatmulBackend(Backend):
+    """matmul_integer and its dequantizing epilogue as one kernel (`describe` says which)."""
+
+    name = "int8_matmul"
+    family = "native C"
+    stateful = True
+    signature_label = "int8"
+
+    def applies(self, kernel: CandidateKernel) -> Verdict:
+        spec = describe(kernel)
+        if isinstance(spec, str):
+            return declines(spec)
+        epilogue = "" if spec.steps is None else " + dequantization" if spec.steps else " + cast"
+        return runs(f"int8 matmul {spec.rows}x{spec.depth}x{spec.columns}{epilogue}")
+
+    def source(self, name: str, kernel: CandidateKernel) -> str:
+        spec = describe(kernel)
+        assert not isinstance(spec, str), spec
+        return render(name, spec)
+
+    def signature_text(self, kernel: CandidateKernel) -> str:
+        return self.source("k", kernel)
+
+
+BACKEND = Int8MatmulBackend()

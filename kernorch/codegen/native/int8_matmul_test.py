@@ -1,0 +1,190 @@
+"""The int8 matmul (native/int8_matmul.py): chosen exactly where it applies (and why not elsewhere), equal to
+onnxruntime's int32 sums bit for bit and its dequantized floats to rounding, for uint8 and int8 rows at their
+extremes, zero points at both ends, sizes that leave a short group of k, a short vector of columns and a short
+block of rows (and 1 of each); and its scalar C (what a CPU without VNNI runs) equal to its VNNI path on the same
+packed weights, both compiled and run here."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.codegen.c import PRELUDE
+from kernorch.codegen.native.int8_matmul import Int8Matmul, Step, describe, render
+from kernorch.codegen.program import ERROR_BUFFER
+from kernorch.devtools.mutate import here
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.machine import isa_flags
+from kernorch.testing import cpu_compile
+from kernorch.tools.check import run_onnxruntime
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
+
+RNG = np.random.default_rng(5)
+VNNI = "avx512_vnni" in isa_flags()
+
+
+def _extremes(values: np.ndarray) -> np.ndarray:
+    """The array with its type's lowest and highest values planted at both ends of each row."""
+    info = np.iinfo(values.dtype)
+    values[..., 0], values[..., -1] = info.max, info.min
+    return values
+
+
+def _model(rows: tuple[int, ...], depth: int, columns: int, *, source: str = "uint8", zero: int = 131,
+           weights: str = "int8", weights_zero: int = 0, epilogue: str = "dequantize") -> onnx.ModelProto:  # fmt: skip
+    """MatMulInteger of a graph input by constant weights, then `epilogue`: "none" (the int32 sums), "dequantize"
+    (cast, the product of the two scales, a per-column bias: dynamic quantization's), "swapped" (a column vector
+    minus the sums, then a quotient by a scalar), or "relu" (a max no step takes)."""
+    source_type = TensorProto.UINT8 if source == "uint8" else TensorProto.INT8
+    info = np.iinfo(np.int8 if weights == "int8" else np.uint8)
+    w = _extremes(RNG.integers(info.min, int(info.max) + 1, (depth, columns)).astype(weights))
+    constants = {"w": w, "wz": np.asarray(weights_zero, weights), "xz": np.asarray(zero, source),
+                 "scale": np.asarray(0.0123, np.float32), "bias": RNG.standard_normal(columns).astype(np.float32),
+                 "zero": np.zeros((), np.float32)}  # fmt: skip
+    nodes = [helper.make_node("MatMulInteger", ["x", "w", "xz", "wz"], ["acc"])]
+    if epilogue != "none":
+        nodes.append(helper.make_node("Cast", ["acc"], ["f"], to=TensorProto.FLOAT))
+    if epilogue == "dequantize":
+        nodes += [helper.make_node("Mul", ["f", "scale"], ["g"]), helper.make_node("Add", ["g", "bias"], ["y"])]
+    elif epilogue == "swapped":
+        nodes += [helper.make_node("Sub", ["bias", "f"], ["g"]), helper.make_node("Div", ["g", "scale"], ["y"])]
+    elif epilogue == "relu":
+        nodes += [helper.make_node("Max", ["f", "zero"], ["y"])]
+    else:
+        nodes[-1].output[0] = "y"
+    out_type = TensorProto.INT32 if epilogue == "none" else TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "int8_matmul", [helper.make_tensor_value_info("x", source_type, [*rows, depth])],
+                              [helper.make_tensor_value_info("y", out_type, [*rows, columns])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    x = model.graph.input[0]
+    dtype = np.uint8 if x.type.tensor_type.elem_type == TensorProto.UINT8 else np.int8
+    info = np.iinfo(dtype)
+    shape = tuple(d.dim_value for d in x.type.tensor_type.shape.dim)
+    return {"x": _extremes(RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype))}
+
+
+def _compiled(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(kernorch's output, onnxruntime's, the backend of each kernel)."""
+    feeds = _feeds(model)
+    compiled = cpu_compile(model, cost="analytic")
+    return compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], [b.name for b in compiled.executor.backends]
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "bert_mini's query: 128 x 256 x 256": dict(rows=(1, 128), depth=256, columns=256),
+    "short k group, short vector, short row block": dict(rows=(2, 25), depth=77, columns=130),
+    "one of each": dict(rows=(1,), depth=1, columns=1),
+    "int8 rows, zero point at the top": dict(rows=(7,), depth=33, columns=17, source="int8", zero=127),
+    "int8 rows, zero point at the bottom": dict(rows=(3, 5), depth=64, columns=64, source="int8", zero=-128),
+    "uint8 weights around 128": dict(rows=(13,), depth=40, columns=70, weights="uint8", weights_zero=128, zero=0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+@pytest.mark.parametrize("epilogue", ["none", "dequantize", "swapped"])
+def test_equals_onnxruntime(case: str, epilogue: str) -> None:
+    got, expected, backends = _compiled(_model(**SHAPES[case], epilogue=epilogue))
+    assert "int8_matmul" in backends
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if epilogue == "none":
+        np.testing.assert_array_equal(got, expected)
+    else:  # the same float operations; a product and a sum may be contracted into one rounding
+        np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6 * float(np.abs(expected).max()))
+
+
+@pytest.mark.parametrize("change, reason, product_taken", [
+    (dict(weights="uint8", weights_zero=0), "does not fit int8", False),
+    (dict(epilogue="relu"), "max in the epilogue", True),  # the product alone, the max in generated C
+])  # fmt: skip
+def test_declines_with_its_reason(change: dict[str, Any], reason: str, product_taken: bool) -> None:
+    model = _model((4,), 8, 16, **change)
+    compiled = cpu_compile(model, cost="analytic")
+    (kernel,) = [k for k in compiled.kernels if k.primitives[0].prim == "matmul_integer"]
+    assert reason in str(describe(_whole(kernel)))
+    assert ("int8_matmul" in [b.name for b in compiled.executor.backends]) == product_taken
+    feeds = _feeds(model)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-6)
+
+
+def _whole(kernel: CandidateKernel) -> CandidateKernel:
+    """The kernel with every node after the product (the whole epilogue)."""
+    graph = kernel.graph
+    first = kernel.nodes[0]
+    nodes = tuple(range(first, len(graph.nodes)))
+    return make_kernel(graph, nodes, (graph.nodes[-1].outputs[0],))
+
+
+def _run_library(source: str, isa: str, directory: Path, arrays: list[np.ndarray]) -> None:
+    """Compile `source` (kernel `k`) for `isa`, create its state and run it once on `arrays` (the last written)."""
+    path = directory / f"k_{isa}.c"
+    path.write_text(ERROR_BUFFER + PRELUDE + source +
+                    "void *ko_create(void **a) { return k_create(0, 0, a); }\n"
+                    "int ko_run(void *s, void **a) { return k_run(s, 0, a); }\n"
+                    "void ko_destroy(void *s) { k_destroy(s); }\n")  # fmt: skip
+    library = directory / f"k_{isa}.so"
+    subprocess.run(["cc", "-O2", f"-march={isa}", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+                    "-Werror=implicit-function-declaration", str(path), "-o", str(library)], check=True)  # fmt: skip
+    lib = ctypes.CDLL(str(library))
+    lib.ko_create.restype = ctypes.c_void_p
+    lib.ko_create.argtypes = [ctypes.c_void_p]
+    lib.ko_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.ko_destroy.argtypes = [ctypes.c_void_p]
+    pointers = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+    state = lib.ko_create(pointers)
+    assert state
+    assert lib.ko_run(state, pointers) == 0
+    lib.ko_destroy(state)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("steps", [None, (Step("mul", 4, False), Step("sub", 5, True, swapped=True))])
+def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, steps: tuple[Step, ...] | None) -> None:
+    """The scalar path (compiled for x86-64-v3: no AVX-512) against the reference, and the VNNI path (where this
+    CPU has it) against the scalar one, bit for bit."""
+    rows, depth, columns = 11, 30, 35
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    x = _extremes(RNG.integers(info.min, int(info.max) + 1, (rows, depth)).astype(dtype))
+    w = RNG.integers(-130, 126, (depth, columns)).clip(-128).astype(np.int8)  # centred on -2: -126 to 127
+    zero, wz = np.asarray(info.max // 3, dtype), np.asarray(-2, np.int8)
+    scale, vector = np.asarray(0.5, np.float32), RNG.standard_normal(columns).astype(np.float32)
+    sums = ((x.astype(np.int64) - int(zero)) @ (w.astype(np.int64) - int(wz))).astype(np.int32)
+    expected: np.ndarray = sums if steps is None else vector - sums.astype(np.float32) * scale
+    spec = Int8Matmul(rows=rows, depth=depth, columns=columns, signed=signed, src=0, src_zero=1, weights=2,
+                      weights_type="int8", weights_zero=3, weights_zero_per_column=False, dst=6, steps=steps)
+    outputs = {}
+    for isa in ("x86-64-v3", *(("native",) if VNNI else ())):
+        out = np.zeros((rows, columns), np.int32 if steps is None else np.float32)
+        _run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, out])
+        outputs[isa] = out
+    np.testing.assert_array_equal(outputs["x86-64-v3"], expected)
+    if VNNI:
+        np.testing.assert_array_equal(outputs["native"], outputs["x86-64-v3"])
+
+
+MUTANTS = [
+    here("the zero point's column sums not subtracted", "_mm512_sub_epi32(c{r}_{j}, zc)", "c{r}_{j}"),
+    here("int8 rows read without the sign flip", "f'_mm512_xor_si512({load}, flip)' if spec.signed else load",
+         "load"),
+    here("the last k group's bytes shifted", "(uint32_t)row{r}[g * 4 + {t}] << {8 * t}",
+         "(uint32_t)row{r}[g * 4 + {t}] << {8 * t + 8}"),
+    here("the weights' zero point ignored", "(int32_t)b[k * {spec.columns} + n] - (int32_t){zero}",
+         "(int32_t)b[k * {spec.columns} + n]"),
+    here("the short vector stored whole", "(__mmask16)((1u << ({spec.columns} - n)) - 1)", "(__mmask16)0xFFFF"),
+    here("a swapped difference computed the other way", "left, right = (operand, \"f\") if step.swapped else",
+         "left, right = (\"f\", operand) if step.swapped else"),
+    here("uint8 weights beyond int8 taken", "if centred.size and (centred.min() < -128 or centred.max() > 127):",
+         "if centred.size and (centred.min() < -256 or centred.max() > 255):"),
+]  # fmt: skip
