@@ -146,8 +146,8 @@ def test_a_quantized_model_is_checked_and_benched_in_quantization_steps() -> Non
     dynamic = single_op_model("DynamicQuantizeLinear", {"x": x}, outputs=3)
     assert quantized(dynamic) and not quantized(conv_norm_act_block(channels=4, size=8))
     report, _ = check_model(dynamic, compiled=True)
-    assert report.rtol == QUANTIZED_RTOL and report.passed
+    assert report.rtol == QUANTIZED_RTOL and report.passed and report.spread == 0.0  # onnxruntime's runs agree
     report, _ = check_model(conv_norm_act_block(channels=4, size=8))
     assert report.rtol == DEFAULT_RTOL
-    assert tolerance("openvino", "fp32", quantized_model=True) == QUANTIZED_RTOL
+    assert tolerance("kernorch", "fp32", quantized_model=True) == QUANTIZED_RTOL  # no spread: the fixed tolerance
     assert tolerance("kernorch", "fp32") == DEFAULT_RTOL

@@ -177,11 +177,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_gpu(args, options)
     if args.quick:
         report = quick_bench(args.model, runs=args.runs, options=options, progress=bars, input_shapes=shapes,
-                             throughput=args.throughput, breakdown=args.breakdown)  # fmt: skip
+                             throughput=args.throughput, breakdown=args.breakdown,
+                             float_model=args.float_model)  # fmt: skip
     else:
         report = bench_model(args.model, runs=args.runs, options=options, progress=bars,
                              compare_layouts=args.compare_layouts, input_shapes=shapes,
-                             throughput=args.throughput, breakdown=args.breakdown)  # fmt: skip
+                             throughput=args.throughput, breakdown=args.breakdown,
+                             float_model=args.float_model)  # fmt: skip
     print(json.dumps(report, indent=1) if args.json else "\n".join(format_report(report)))
     return EXIT_OK
 

@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "goes: linear kernels (fp32/bf16) against the fp32 peak and their roofline (the peak, or the "
                        "bytes they move at the streamed bandwidth, whichever bounds them), generated kernels "
                        "against the bandwidth, layout changes, Python-run kernels, and the runtime's overhead")
+    bench.add_argument("--float-model", metavar="FLOAT.onnx", default=None,
+                       help="a quantized model's float original: every contender's error against its onnxruntime "
+                       "outputs is printed beside the error against onnxruntime on the quantized file (what "
+                       "quantizing cost each contender)")
     add_validate_arg(bench)
     bench.add_argument("--rewrite-budget", type=seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")

@@ -8,6 +8,7 @@ import onnx
 
 from kernorch.errors import UnsupportedOperator
 from kernorch.fission.fallback import fallback_node
+from kernorch.fission.qdq import simplify_qdq
 from kernorch.fission.registry import FISSION_RULES, RuleContext
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.builder import PrimitiveBuilder
@@ -24,7 +25,9 @@ def fission(model: ImportedModel, strict: bool = True) -> Graph:
     graph = Graph(name=model.graph.name or "model")
     graph.inputs = list(model.input_types)
     graph.types.update(model.input_types)
-    for name, array in model.constants.items():
+    # a QDQ model's patterns (idle requantizations, dequantized products), found while its weights are integers
+    nodes, added = simplify_qdq(model)
+    for name, array in {**model.constants, **added}.items():
         graph.constants[name] = array
         graph.types[name] = TensorType.of(array)
     builder = PrimitiveBuilder(graph)
@@ -32,7 +35,7 @@ def fission(model: ImportedModel, strict: bool = True) -> Graph:
     alias: dict[str, str] = {name: name for name in [*graph.inputs, *graph.constants]}
 
     opsets = [(entry.domain, entry.version) for entry in model.proto.opset_import]
-    for index, node in enumerate(model.graph.node):
+    for index, node in enumerate(nodes):
         node_name = node.name or f"{node.op_type}_{index}"
         inputs: list[str | None] = []
         for value in node.input:

@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 
 from kernorch.errors import KernorchError
+from kernorch.frontend import checked_proto
 from kernorch.ir.kernel import make_kernel
 from kernorch.ir.plan import Plan, validate_plan
 from kernorch.options import Options
@@ -43,7 +44,8 @@ from kernorch.orchestrate import OrchestrationResult
 from kernorch.pipeline import Progress
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
-from kernorch.tools.check import compare, quantized
+from kernorch.tools.check import compare, quantized, run_onnxruntime
+from kernorch.tools.quantized_check import SPREAD_FACTOR
 
 OPENVINO_DEFAULT = "openvino-default"  # no precision hint: bf16 on CPUs that have it, what users run
 PEERS = ("onnxruntime", "openvino", OPENVINO_DEFAULT, "onnxruntime-noopt")
@@ -186,18 +188,25 @@ class ContenderResult:
     min_ms: float
     max_ms: float
     rel_err: float  # worst output's max abs error / its max |onnxruntime float32 value|
+    fp32_err: float | None = None  # a quantized model's: the same against the float model's outputs (--float-model)
 
 
-def _results(times: dict[str, list[float]], errors: dict[str, float]) -> dict[str, ContenderResult]:
+def _results(times: dict[str, list[float]], errors: dict[str, float],
+             float_errors: dict[str, float]) -> dict[str, ContenderResult]:  # fmt: skip
     return {name: ContenderResult(float(np.median(t) * 1e3), float(np.min(t) * 1e3), float(np.max(t) * 1e3),
-                                  errors[name]) for name, t in times.items()}  # fmt: skip
+                                  errors[name], float_errors.get(name)) for name, t in times.items()}  # fmt: skip
 
 
-def tolerance(contender: str, precision: str, quantized_model: bool = False) -> float:
-    """The error a contender's outputs may have against onnxruntime's float32 ones (a quantized model's contenders:
-    a few quantization steps, each quantizing and rounding its own way)."""
+def tolerance(contender: str, precision: str, quantized_model: bool = False, spread: float = 0.0) -> float:
+    """The error a contender's outputs may have against onnxruntime's float32 ones. A quantized model's: kernorch's
+    as `kernorch check` allows (a few quantization steps, or twice the `spread` between onnxruntime's own int8 and
+    float runs: tools/quantized_check.py); a peer's is reported, not held (each quantizes its own way)."""
     from kernorch.tools.check import default_rtol
 
+    if quantized_model:
+        if not contender.startswith("kernorch"):
+            return math.inf
+        return max(default_rtol("fp32", True), SPREAD_FACTOR * spread)
     bf16 = contender == OPENVINO_DEFAULT or (precision == "bf16" and contender.startswith("kernorch")
                                              and contender != KERNORCH_FP32)  # fmt: skip
     return default_rtol("bf16" if bf16 else "fp32", quantized_model)
@@ -230,12 +239,14 @@ def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
 
 
 def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str], feeds: dict[str, np.ndarray],
-                    threads: int, runs: int, rounds: int,
-                    precision: str = "fp32") -> tuple[dict[str, list[float]], dict[str, Any], dict[str, float]]:
+                    threads: int, runs: int, rounds: int, precision: str = "fp32",
+                    float_model: str | None = None) -> tuple[dict[str, list[float]], dict[str, Any], dict[str, float],
+                                                             dict[str, float]]:  # fmt: skip
     """Each contender in a spawned worker of its own; outputs checked against onnxruntime (each within its
     `tolerance`); `runs` timed runs each, interleaved over `rounds` rounds. With RPROGRAM among `names`, its worker
-    schedules the plan first (returned as the second value). Returns seconds per contender, the schedule, and
-    each contender's relative error."""
+    schedules the plan first (returned as the second value). Returns seconds per contender, the schedule, each
+    contender's relative error, and with `float_model` (a quantized model's float original) each one's error
+    against that model's onnxruntime outputs."""
     context = multiprocessing.get_context("spawn")
     workers: dict[str, tuple[Any, Connection]] = {}
     prepared: dict[str, Any] = {}
@@ -260,10 +271,15 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
         errors: dict[str, float] = {}
-        quantized_model = quantized(onnx.load(model_path, load_external_data=False))
+        proto = onnx.load(model_path)
+        quantized_model = quantized(proto)
+        spread = _worst(run_onnxruntime(proto, feeds, threads, optimized=False), reference) if quantized_model else 0.0
+        float_reference = run_onnxruntime(checked_proto(float_model)[0], feeds, threads) if float_model else None
+        float_errors = {name: _worst(got, float_reference) for name, got in outputs.items()} \
+            if float_reference is not None else {}  # fmt: skip
         for name, got in outputs.items():
-            errors[name] = worst = max((e.relative for e in compare(got, reference)), default=0.0)
-            allowed = tolerance(name, precision, quantized_model)
+            errors[name] = worst = _worst(got, reference)
+            allowed = tolerance(name, precision, quantized_model, spread)
             if not worst <= allowed:
                 raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
                                     f"{allowed:.0e}); nothing timed")  # fmt: skip
@@ -289,7 +305,11 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
-    return times, prepared, errors
+    return times, prepared, errors, float_errors
+
+
+def _worst(got: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+    return max((e.relative for e in compare(got, reference)), default=0.0)
 
 
 def available_peers(names: Sequence[str], throughput: bool = False) -> list[str]:
@@ -308,10 +328,12 @@ def _breakdown(plan_dir: str, feeds: dict[str, np.ndarray], threads: int) -> dic
 
 def quick_bench(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
                 progress: Progress | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                throughput: bool = False, breakdown: bool = False) -> dict[str, Any]:  # fmt: skip
+                throughput: bool = False, breakdown: bool = False,
+                float_model: str | None = None) -> dict[str, Any]:  # fmt: skip
     """kernorch's optimal plan against onnxruntime and OpenVINO (fp32) only: what the zoo measures on many models
     (bench_model also plans without rewrites, greedy and unfused, and schedules an rProgram). `input_shapes` binds
-    a model's symbolic dims; `throughput` adds OpenVINO under its THROUGHPUT hint (time per batch)."""
+    a model's symbolic dims; `throughput` adds OpenVINO under its THROUGHPUT hint (time per batch); `float_model`
+    (a quantized model's float original) adds each contender's error against it."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
     options = options or Options()
@@ -320,13 +342,13 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     peers = available_peers(BEST_PEERS if options.precision == "fp32" else (*BEST_PEERS, OPENVINO_DEFAULT), throughput)
     with tempfile.TemporaryDirectory() as work:
         plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
-        times, _, errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},
-                                           graph_feeds(fissioned), options.threads, runs, rounds,
-                                           options.precision)  # fmt: skip
+        times, _, errors, float_errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},
+                                                         graph_feeds(fissioned), options.threads, runs, rounds,
+                                                         options.precision, float_model)  # fmt: skip
         parts = _breakdown(plan_dir, graph_feeds(fissioned), options.threads) if breakdown else None
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
-            **_versus_best_peer(_results(times, errors), options.precision),
+            **_versus_best_peer(_results(times, errors, float_errors), options.precision),
             "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts,
             "validation": result.validation.to_json() if result.validation is not None else None,
             "in_place": result.in_place.to_json() if result.in_place is not None else None,
@@ -346,9 +368,11 @@ def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) ->
 def bench_model(model_path: str, runs: int = 20, options: Options | None = None, rounds: int = 5,
                 progress: Progress | None = None, compare_layouts: bool = False,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                throughput: bool = False, breakdown: bool = False) -> dict[str, Any]:  # fmt: skip
+                throughput: bool = False, breakdown: bool = False,
+                float_model: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Plan the model with and without rewrites (and, with `compare_layouts`, under the other layout
-    policies) from one import and one cost model, then time every contender side by side."""
+    policies) from one import and one cost model, then time every contender side by side (`float_model`: as
+    quick_bench's)."""
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
     options = options or Options()
@@ -379,10 +403,11 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
         for name, (origin, plan) in plans.items():
             plan_dirs[name] = str(compile_plan(origin, options, plan).save(Path(work) / name))
         plan_dirs[RPROGRAM] = plan_dirs["kernorch"]
-        times, prepared, errors = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs, feeds, threads,
-                                                  runs, rounds, options.precision)  # fmt: skip
+        times, prepared, errors, float_errors = time_contenders(model_path, [*peers, *plans, RPROGRAM], plan_dirs,
+                                                                feeds, threads, runs, rounds, options.precision,
+                                                                float_model)  # fmt: skip
         parts = _breakdown(plan_dirs["kernorch"], feeds, threads) if breakdown else None
-    contenders = _results(times, errors)
+    contenders = _results(times, errors, float_errors)
     bound = roofline_bound(result.plan.graph, options)
     return {
         "model": Path(model_path).name,
@@ -439,14 +464,16 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report.get("precision") == "bf16":
         lines.append("  (onnxruntime's CPU provider has no bf16 path for most operators: it runs float32; "
                      "openvino-default computes in bf16 where this CPU has bf16 instructions)")
+    against_float = any(r.get("fp32_err") is not None for r in report["contenders"].values())
     header = (f"  {'contender':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'vs best peer':>13} {'kernels':>8} "
-              f"{'rel err':>9}")  # fmt: skip
+              f"{'rel err':>9}" + (f" {'vs fp32':>9}" if against_float else ""))  # fmt: skip
     lines.append(header)
     for name, r in report["contenders"].items():
         kernels = report["kernels"].get(name if name != RPROGRAM else "kernorch", "")
         error = r.get("rel_err", math.nan)
+        float_error = f" {r['fp32_err']:>9.1e}" if against_float and r.get("fp32_err") is not None else ""
         lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
-                     f"{report['speedups'][name]:>12.2f}x {kernels!s:>8} {error:>9.1e}")  # fmt: skip
+                     f"{report['speedups'][name]:>12.2f}x {kernels!s:>8} {error:>9.1e}{float_error}")  # fmt: skip
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")

@@ -22,6 +22,7 @@ from kernorch.runtime import run_reference
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.memory import check_values_fit
 from kernorch.runtime.timing import time_call
+from kernorch.tools.quantized_check import SPREAD_FACTOR, StepCounts, output_steps, step_counts
 
 DEFAULT_RTOL = 1e-4
 # bf16 mode against onnxruntime's float32 result: operands rounded to 8 significant bits (relative error up to
@@ -50,7 +51,9 @@ def default_rtol(precision: str, quantized_model: bool = False) -> float:
     return BF16_RTOL if precision == "bf16" else DEFAULT_RTOL
 
 
-def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
+def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2, optimized: bool = True) -> Any:
+    """An onnxruntime CPU session; `optimized` False: its graph optimizations off (a quantized model then runs the
+    float arithmetic its operators define, not onnxruntime's fused int8 kernels)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -60,6 +63,8 @@ def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: its warnings are not ours to print
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime's exceptions share no base class but Exception (found by the fuzzer)
@@ -67,8 +72,9 @@ def onnxruntime_session(proto: onnx.ModelProto, threads: int = 2) -> Any:
         raise KernorchError(f"onnxruntime cannot load the model to compare with: {first}") from None
 
 
-def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
-    session = onnxruntime_session(proto, threads)
+def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2,
+                    optimized: bool = True) -> dict[str, np.ndarray]:  # fmt: skip
+    session = onnxruntime_session(proto, threads, optimized)
     names = [o.name for o in session.get_outputs()]
     try:
         results = session.run(names, feeds)
@@ -99,6 +105,10 @@ class CheckReport:
     errors: list[OutputError] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     rtol: float = DEFAULT_RTOL
+    # a quantized model: how far onnxruntime's float run of it is from its int8 one (quantized_check.py), and the
+    # outputs dequantized from int8 in steps
+    spread: float | None = None
+    steps: dict[str, StepCounts] = field(default_factory=dict)
 
     @property
     def worst_relative(self) -> float:
@@ -113,6 +123,10 @@ class CheckReport:
         out = [f"{self.model}: {self.primitives} primitives ({kinds})"]
         for e in self.errors:
             out.append(f"  output {e.name}: max abs err {e.max_abs:.3e}, rel err {e.relative:.3e}")
+            if e.name in self.steps:
+                out.append(f"    {self.steps[e.name].describe()}")
+        if self.spread is not None:
+            out.append(f"  onnxruntime's own int8 and float (unoptimized) runs differ by {self.spread:.3e}")
         timing = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
         verdict = "PASS" if self.passed else "FAIL"
         out.append(f"  {verdict} (rel err {self.worst_relative:.3e} vs tolerance {self.rtol:.0e}; {timing})")
@@ -154,8 +168,10 @@ def check_model(
     options = options or Options()
     started = time.perf_counter()
     model = import_model(source, input_shapes)
+    quantized_model = quantized(model.proto)
+    widened = rtol is None and quantized_model  # a given tolerance is kept as given
     if rtol is None:
-        rtol = default_rtol(options.precision, quantized(model.proto))
+        rtol = default_rtol(options.precision, quantized_model)
     fissioned_graph = fission(model, strict=options.strict)
     check_values_fit(fissioned_graph, "the model at these input shapes")  # before feeds of that size are drawn
     warn_about_fallbacks(fissioned_graph)
@@ -181,6 +197,12 @@ def check_model(
         actual = run_reference(graph, feeds)
     interpreted = time.perf_counter()
     expected = run_onnxruntime(model.proto, feeds, options.threads)
+    spread = None
+    if quantized_model:
+        unoptimized = run_onnxruntime(model.proto, feeds, options.threads, optimized=False)
+        spread = max((e.relative for e in compare(unoptimized, expected)), default=0.0)
+        if widened:
+            rtol = max(rtol, SPREAD_FACTOR * spread)
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
     stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"
@@ -196,5 +218,8 @@ def check_model(
         seconds={stage: fissioned - started, ("compiled run" if compiled else "reference"): interpreted - fissioned,
                  "onnxruntime": finished - interpreted},  # fmt: skip
         rtol=rtol,
+        spread=spread,
+        steps={name: step_counts(actual[name], expected[name], step) for name, step in output_steps(model.proto).items()
+               if name in actual and actual[name].shape == expected[name].shape},
     )
     return report, graph

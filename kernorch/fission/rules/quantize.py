@@ -27,9 +27,10 @@ def scale_operand(ctx: RuleContext, index: int, rank: int) -> str:
     a per-axis vector along `axis`, a blocked one (opset 21's `block_size`) repeated over its blocks."""
     value, value_type = ctx.input(index), ctx.type(index)
     block_size = int(ctx.attr("block_size", 0))
+    declared_axis = int(ctx.attr("axis", 1))  # read even where a scalar scale ignores it (ONNX: it is ignored)
     if value_type.rank == 0 or (value_type.rank == 1 and value_type.shape[0] == 1 and not block_size):
         return reshape(ctx, value, ())
-    axis = ctx.normalize_axis(int(ctx.attr("axis", 1)), rank)
+    axis = ctx.normalize_axis(declared_axis, rank)
     x_shape = ctx.type(0).shape
     if block_size:
         if value_type.rank != rank or any(value_type.shape[a] != x_shape[a] for a in range(rank) if a != axis):

@@ -137,8 +137,8 @@ def test_what_the_rules_do_not_take_runs_through_the_fallback(op: str, inputs: d
 
 MUTANTS = [
     here("QuantizeLinear multiplies by the reciprocal of the scale",
-         'scaled = ctx.emit("round", ctx.emit("div", x, scale))',
-         'scaled = ctx.emit("round", ctx.emit("mul", x, ctx.emit("reciprocal", scale)))'),
+         'return saturate(ctx, ctx.emit("div", x, scale), zero_point, target)',
+         'return saturate(ctx, ctx.emit("mul", x, ctx.emit("reciprocal", scale)), zero_point, target)'),
     here("QuantizeLinear does not saturate at the top of the range",
          'clamped = ctx.emit("where", ctx.emit("less", above, ceiling), above, ceiling)',
          "clamped = above"),
@@ -155,8 +155,8 @@ MUTANTS = [
          "return reshape(ctx, value, tuple(x_shape[axis] if a == axis else 1 for a in range(rank)))",
          "return reshape(ctx, value, tuple(x_shape[axis] if a == rank - 1 else 1 for a in range(rank)))"),
     here("DequantizeLinear adds its zero point",
-         'value = ctx.emit("sub", value, ctx.emit("cast", _scale_operand(ctx, 2, rank), to="float32"))',
-         'value = ctx.emit("add", value, ctx.emit("cast", _scale_operand(ctx, 2, rank), to="float32"))'),
+         'value = ctx.emit("sub", value, ctx.emit("cast", scale_operand(ctx, 2, rank), to="float32"))',
+         'value = ctx.emit("add", value, ctx.emit("cast", scale_operand(ctx, 2, rank), to="float32"))'),
     here("x / c becomes x · (1/c) where the quotient is rounded or divides (a quantization's scale)",
          "    if any(_needs_exact(consumer, quotient) for consumer in ctx.consumers(quotient)):\n        return None",
          "    if False:\n        return None",

@@ -1,0 +1,157 @@
+"""QDQ patterns (qdq.py): dequantized products as integer products: QDQ MatMul and Gemm (transB, bias) become
+matmul_integer where the pattern holds, and stay float where it does not (a runtime scale, weights too far from
+their zero point for int8, block quantization), with the reason visible in the graph; the results agree with
+onnxruntime (which fuses the same patterns into its own integer kernels) to float rounding, and with onnxruntime's
+unfused float run of the QDQ file within the quantized tolerance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.devtools.mutate import here
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.runtime import run_reference
+from kernorch.testing import cpu_compile
+from kernorch.tools.check import run_onnxruntime
+
+RNG = np.random.default_rng(3)
+
+
+def _qdq_model(op: str = "MatMul", *, rows: int = 6, depth: int = 40, columns: int = 24, trans_b: int = 0,
+               per_column: bool = True, weights: str = "int8", weight_zero: int = 0, bias: bool = False,
+               runtime_scale: bool = False, full_range: bool = False) -> onnx.ModelProto:  # fmt: skip
+    """x (float) -> QuantizeLinear -> DequantizeLinear -> op(., DequantizeLinear(constant weights)) [+ bias]: what
+    onnxruntime's quantize_static writes around a linear layer."""
+    info = np.iinfo(np.dtype(weights))
+    shape = (columns, depth) if trans_b else (depth, columns)
+    low, high = (info.min, int(info.max)) if full_range else (max(info.min, weight_zero - 127),
+                                                                min(int(info.max), weight_zero + 127))  # fmt: skip
+    w = RNG.integers(low, high + 1, shape)
+    scale = np.linspace(0.002, 0.02, columns).astype(np.float32) if per_column else np.asarray(0.01, np.float32)
+    zero = np.full(scale.shape, weight_zero, weights)
+    constants = {"w": w.astype(weights), "ws": scale, "wz": zero, "xs": np.asarray(0.05, np.float32),
+                 "xz": np.asarray(3, np.int8), "bias": RNG.standard_normal(columns).astype(np.float32)}  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, depth])]
+    if runtime_scale:
+        del constants["xs"]
+        inputs.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, []))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0 if trans_b else 1)]  # fmt: skip
+    if op == "MatMul":
+        nodes.append(helper.make_node("MatMul", ["xd", "wd"], ["y"] if not bias else ["p"]))
+        if bias:
+            nodes.append(helper.make_node("Add", ["p", "bias"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Gemm", ["xd", "wd", *(["bias"] if bias else [])], ["y"], transB=trans_b))
+    graph = helper.make_graph(nodes, "qdq", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                   [rows, columns])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    x = RNG.standard_normal((6, 40)).astype(np.float32) * 3
+    x[0, :4] = [np.nan, np.inf, -np.inf, 0.025]  # NaN quantizes to the lowest value, a tie rounds to even
+    feeds = {"x": x}
+    if any(i.name == "xs" for i in model.graph.input):
+        feeds["xs"] = np.asarray(0.05, np.float32)
+    return feeds
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "MatMul, per-column scales": dict(),
+    "MatMul, per-tensor scale, then a bias": dict(per_column=False, bias=True),
+    "Gemm transB with bias": dict(op="Gemm", trans_b=1, bias=True),
+    "Gemm without transB": dict(op="Gemm"),
+    "uint8 weights centred on 128": dict(weights="uint8", weight_zero=128),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_integer_products_agree_with_onnxruntime(case: str) -> None:
+    model = _qdq_model(**CASES[case])
+    graph = fission(import_model(model))
+    assert [n.prim for n in graph.nodes].count("matmul_integer") == 1
+    assert "matmul" not in [n.prim for n in graph.nodes]
+    feeds = _feeds(model)
+    expected = run_onnxruntime(model, feeds)["y"]
+    float_run = run_onnxruntime(model, feeds, optimized=False)["y"]
+    scale = float(np.abs(expected).max())
+    for got in (run_reference(graph, feeds)["y"], cpu_compile(model, cost="analytic").run(feeds)["y"]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * scale)
+        np.testing.assert_allclose(got, float_run, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("change", [
+    dict(runtime_scale=True),  # the activations' scale is a graph input
+    dict(weights="uint8", weight_zero=0, full_range=True),  # 0..255 from a zero point of 0: beyond int8
+])  # fmt: skip
+def test_left_float_where_the_pattern_does_not_hold(change: dict[str, Any]) -> None:
+    model = _qdq_model(**change)
+    graph = fission(import_model(model))
+    prims = [n.prim for n in graph.nodes]
+    assert "matmul_integer" not in prims and "matmul" in prims
+    feeds = _feeds(model)
+    np.testing.assert_allclose(run_reference(graph, feeds)["y"], run_onnxruntime(model, feeds, optimized=False)["y"],
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def _moves_model(second_scale: float = 0.05, consumer: str = "Add") -> onnx.ModelProto:
+    """x -> Q -> DQ -> Reshape -> Q -> DQ -> Transpose -> Q -> DQ -> consumer: the requantizations around moves that
+    quantize_static writes (the second one on `second_scale`'s grid)."""
+    constants: dict[str, np.ndarray] = {"s": np.asarray(0.05, np.float32), "s2": np.asarray(second_scale, np.float32),
+                 "z": np.asarray(-7, np.int8), "shape": np.asarray([4, 6], np.int64),
+                 "other": RNG.standard_normal((6, 4)).astype(np.float32)}  # fmt: skip
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+             helper.make_node("Reshape", ["d1", "shape"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"]),
+             helper.make_node("Transpose", ["d2"], ["t"], perm=[1, 0]),
+             helper.make_node("QuantizeLinear", ["t", "s2", "z"], ["q3"]),
+             helper.make_node("DequantizeLinear", ["q3", "s2", "z"], ["d3"]),
+             helper.make_node(consumer, ["d3", "other"] if consumer == "Add" else ["d3"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "moves", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("second_scale, bypassed", [(0.05, 2), (0.07, 1)])
+def test_requantizing_moved_values_on_the_same_grid_is_dropped(second_scale: float, bypassed: int) -> None:
+    """Each Q -> DQ after a move on its source's grid reproduces the moved values: dropped (its quantizers' work
+    leaves the graph), bit for bit the same result; on another grid it quantizes for real and stays (the one after
+    it, on its grid, goes)."""
+    model = _moves_model(second_scale)
+    graph = fission(import_model(model))
+    assert [n.prim for n in graph.nodes].count("round") == 3 - bypassed
+    x = (RNG.standard_normal((2, 12)) * 4).astype(np.float32)
+    x[0, :3] = [np.nan, 1e9, 0.075]  # NaN to the lowest step, saturation, a tie
+    feeds = {"x": x}
+    expected = run_onnxruntime(model, feeds, optimized=False)["y"]
+    np.testing.assert_array_equal(run_reference(graph, feeds)["y"], expected)
+    # compiled, the dequantization's product and the sum after it may contract into one rounding (an ulp)
+    np.testing.assert_allclose(cpu_compile(model, cost="analytic").run(feeds)["y"], expected, rtol=2e-7, atol=1e-6)
+
+
+MUTANTS = [
+    here("requantization dropped on another grid", "return parameters[0] == parameters[1]", "return True"),
+    here("requantization dropped after any operator", "if move is None or move.op_type not in VALUE_MOVES",
+         "if move is None"),
+    here("the activations' scale left out of the product's scale", "(activation[1] * w_scale).astype(np.float32)",
+         "w_scale.astype(np.float32)"),
+    here("Gemm's transposed weights not transposed", "(integers.T.copy() if transposed else integers)",
+         "integers"),
+    here("the per-column zero points' range checked along rows", "along = (-1, 1) if transposed else (1, -1)",
+         "along = (1, -1) if transposed else (-1, 1)"),
+    here("a runtime scale taken",
+         "if scale is None or zero is None or scale.size != 1 or zero.size != 1 or scale.dtype",
+         "if zero is None or zero.size != 1 or scale is not None and scale.dtype"),
+]  # fmt: skip
