@@ -1,7 +1,8 @@
 """An int8 matmul on VNNI dot products: matmul_integer ([M, K] uint8 or int8 rows by constant [K, N] weights, zero
-points, int32 sums) with the dequantizing epilogue dynamic quantization puts after it (the cast to float32, then
-products, sums and quotients by a scalar or a per-column vector: the scales and the bias), written int32 or
-float32.
+points, int32 sums) with the epilogue quantized models put after it, applied while the sums are in registers:
+dequantization (the cast to float32, products and sums by a scalar or a per-column vector: the scales, the bias)
+and requantization (a quotient by the next scale, rounding half to even, the zero point, saturation by compares and
+selects, the cast to int8 or uint8), written int32, float32 or 8-bit.
 
 The weights are centred on their zero point and packed once, when the plan is created, as int8 in groups of four
 consecutive k per column, 16 columns to a 64-byte vector (VNNI's operand: `vpdpbusd` multiplies four unsigned
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c import CWriter
+from kernorch.codegen.c import CWriter, c_binary, c_cast, c_unary
 from kernorch.codegen.native.skeleton import create_function
+from kernorch.ir.graph import Node
 from kernorch.ir.kernel import CandidateKernel
 
 # An item: 6 rows x 2 vectors of 16 int32 sums. Measured on Zen 4 (2 threads, 128x256x256 / 128x1024x256): 6 x 32
@@ -35,17 +37,33 @@ from kernorch.ir.kernel import CandidateKernel
 ROWS, COLUMNS = 6, 32
 VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__)"
 _C_TYPES = {"uint8": "uint8_t", "int8": "int8_t"}
-_STEP_OPS = {"mul": "*", "add": "+", "sub": "-", "div": "/"}
+
+
+# the epilogue's primitives: what they compute on a vector of 16 lanes (AVX-512) and their result's type
+_ARITHMETIC = {"add": "_mm512_add_ps", "sub": "_mm512_sub_ps", "mul": "_mm512_mul_ps", "div": "_mm512_div_ps"}
+_COMPARISONS = {"greater": "_CMP_GT_OQ", "less": "_CMP_LT_OQ", "greater_equal": "_CMP_GE_OQ",
+                "less_equal": "_CMP_LE_OQ", "equal": "_CMP_EQ_OQ"}  # ordered: false with NaN, as C's  # fmt: skip
+_WRITTEN = ("float32", "int32", "int8", "uint8")  # what the kernel may write
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An epilogue step's operand: the product's int32 sums ("sums"), an earlier step's result ("step", its
+    index), or an argument of the kernel ("input", its slot; `per_column`: N floats along the output's last axis,
+    else one)."""
+
+    kind: str
+    index: int = 0
+    per_column: bool = False
 
 
 @dataclass(frozen=True)
 class Step:
-    """One elementwise primitive of the epilogue: `value = value <op> operand` (`swapped`: operand <op> value)."""
+    """One elementwise primitive of the epilogue and its result's dtype (float32, bool, int32, int8, uint8)."""
 
-    op: str  # mul, add, sub or div
-    slot: int  # the operand's argument
-    per_column: bool  # N floats along the output's last axis, else one float
-    swapped: bool = False
+    prim: str
+    operands: tuple[Operand, ...]
+    dtype: str
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,27 @@ class Int8Matmul:
     weights_zero: int
     weights_zero_per_column: bool
     dst: int
-    steps: tuple[Step, ...] | None  # None: the int32 sums are written; else cast to float32, then these
+    steps: tuple[Step, ...] = ()  # none: the int32 sums are written; else the last step's result
+
+    @property
+    def written(self) -> str:
+        return self.steps[-1].dtype if self.steps else "int32"
+
+
+def _step(node: Node, operands: list[Operand], dtypes: list[str], result: str) -> Step | str:
+    """The node as an epilogue step, or why it is not one (`dtypes`: its operands')."""
+    if node.prim == "cast":
+        if (dtypes[0], result) != ("int32", "float32") and (dtypes[0] != "float32" or result not in _WRITTEN):
+            return f"a cast from {dtypes[0]} to {result}"
+    elif node.prim in _ARITHMETIC or node.prim == "round" or node.prim in _COMPARISONS:
+        if any(d != "float32" for d in dtypes):
+            return f"{node.prim} of {' and '.join(dtypes)}"
+    elif node.prim == "where":
+        if dtypes != ["bool", "float32", "float32"]:
+            return f"where of {', '.join(dtypes)}"
+    else:
+        return f"{node.prim} in the epilogue"
+    return Step(node.prim, tuple(operands), result)
 
 
 def describe(kernel: CandidateKernel) -> Int8Matmul | str:
@@ -84,38 +122,43 @@ def describe(kernel: CandidateKernel) -> Int8Matmul | str:
     centred = graph.constants[b].astype(np.int32) - graph.constants[b_zero].astype(np.int32)
     if centred.size and (centred.min() < -128 or centred.max() > 127):
         return "weights whose distance from their zero point does not fit int8"
-    steps: list[Step] | None = None
-    value = nodes[0].outputs[0]
-    columns = b_type.shape[1]
+    sums = nodes[0].outputs[0]
+    shape, columns = graph.types[sums].shape, b_type.shape[1]
+    computed: dict[str, Operand] = {sums: Operand("sums")}
+    steps: list[Step] = []
     for node in nodes[1:]:
-        if node.inputs.count(value) != 1:
-            return f"{node.prim} does not continue the product's epilogue"
-        if steps is None:
-            if node.prim != "cast" or node.attr("to") != "float32":
-                return f"{node.prim} of the int32 sums (a cast to float32 first)"
-            steps = []
-        elif node.prim in _STEP_OPS:
-            other = next(v for v in node.inputs if v != value)
-            other_type = graph.types[other]
-            if other not in slots or other_type.dtype != "float32":
-                return f"a {other_type.dtype} operand of {node.prim}"
-            per_column = other_type.numel != 1
-            if per_column and (other_type.numel != columns or other_type.shape[-1] != columns):
-                return f"an operand {other_type.shape} of {node.prim}: neither one value nor one per column"
-            swapped = node.inputs[0] == other
-            if swapped and node.prim == "div":
-                return "a quotient by the product"
-            steps.append(Step(node.prim, slots[other], per_column, swapped and node.prim == "sub"))
-        else:
-            return f"{node.prim} in the epilogue (products, sums and quotients only)"
-        value = node.outputs[0]
-    if kernel.outputs != (value,) or graph.types[value].shape != graph.types[nodes[0].outputs[0]].shape:
+        operands = []
+        for value in node.inputs:
+            value_type = graph.types[value]
+            if value in computed:
+                operands.append(computed[value])
+            elif value in slots and value_type.dtype == "float32" and value_type.numel == 1:
+                operands.append(Operand("input", slots[value]))
+            elif value in slots and value_type.dtype == "float32" and value_type.shape[-1:] == (columns,) \
+                    and value_type.numel == columns:  # fmt: skip
+                operands.append(Operand("input", slots[value], per_column=True))
+            else:
+                return f"an operand {value_type} of {node.prim}: neither a value of the epilogue, one float nor one " \
+                    "per column"  # fmt: skip
+        (out,) = node.outputs
+        if graph.types[out].shape != shape:
+            return f"{node.prim} changes the product's shape"
+        dtypes = [graph.types[v].dtype for v in node.inputs]
+        step = _step(node, operands, dtypes, graph.types[out].dtype)
+        if isinstance(step, str):
+            return step
+        computed[out] = Operand("step", len(steps))
+        steps.append(step)
+    last = nodes[-1].outputs[0]
+    if kernel.outputs != (last,):
         return "the kernel writes more than the epilogue's last value"
+    if graph.types[last].dtype not in _WRITTEN:
+        return f"a {graph.types[last].dtype} result"
     return Int8Matmul(rows=a_type.numel // a_type.shape[-1], depth=a_type.shape[-1], columns=columns,
                       signed=a_type.dtype == "int8", src=slots[a], src_zero=slots[a_zero], weights=slots[b],
                       weights_type=b_type.dtype, weights_zero=slots[b_zero],
-                      weights_zero_per_column=graph.types[b_zero].rank == 1, dst=slots[value],
-                      steps=tuple(steps) if steps is not None else None)  # fmt: skip
+                      weights_zero_per_column=graph.types[b_zero].rank == 1, dst=slots[last],
+                      steps=tuple(steps))  # fmt: skip
 
 
 def _padded(spec: Int8Matmul) -> tuple[int, int]:
@@ -144,19 +187,40 @@ def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
             w.line("s->colsum[n] = sum;")
 
 
+def _vector_operand(operand: Operand, column: str) -> str:
+    if operand.kind == "sums":
+        return "v"
+    if operand.kind == "step":
+        return f"t{operand.index}"
+    return f"_mm512_maskz_loadu_ps(lanes, e{operand.index} + {column})" if operand.per_column else \
+        f"_mm512_set1_ps(e{operand.index}[0])"  # fmt: skip
+
+
+_VECTOR_TYPES = {"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i", "uint8": "__m128i"}
+
+
 def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str) -> None:
-    """The 16 sums `v` of (row, column..) stored: int32, or through the steps as float32 (mask `lanes`)."""
+    """The 16 sums `v` of (row, column..) through the epilogue's steps and stored (lanes `lanes`)."""
     at = f"({row}) * {spec.columns}L + {column}"
-    if spec.steps is None:
-        w.line(f"_mm512_mask_storeu_epi32((int32_t *)dst + {at}, lanes, v);")
-        return
-    w.line("__m512 f = _mm512_cvtepi32_ps(v);")
     for index, step in enumerate(spec.steps):
-        operand = f"_mm512_maskz_loadu_ps(lanes, e{index} + {column})" if step.per_column else \
-            f"_mm512_set1_ps(e{index}[0])"
-        left, right = (operand, "f") if step.swapped else ("f", operand)
-        w.line(f"f = _mm512_{step.op}_ps({left}, {right});")
-    w.line(f"_mm512_mask_storeu_ps((float *)dst + {at}, lanes, f);")
+        x = [_vector_operand(o, column) for o in step.operands]
+        if step.prim == "cast":
+            value = {"float32": f"_mm512_cvtepi32_ps({x[0]})", "int32": f"_mm512_cvttps_epi32({x[0]})"}.get(
+                step.dtype, f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({x[0]}))")  # 8-bit: the low byte, as C's
+        elif step.prim == "round":
+            value = f"_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"
+        elif step.prim in _COMPARISONS:
+            value = f"_mm512_cmp_ps_mask({x[0]}, {x[1]}, {_COMPARISONS[step.prim]})"
+        elif step.prim == "where":
+            value = f"_mm512_mask_blend_ps({x[0]}, {x[2]}, {x[1]})"
+        else:
+            value = f"{_ARITHMETIC[step.prim]}({x[0]}, {x[1]})"
+        w.line(f"const {_VECTOR_TYPES[step.dtype]} t{index} = {value};")
+    result = f"t{len(spec.steps) - 1}" if spec.steps else "v"
+    store = {"float32": f"_mm512_mask_storeu_ps((float *)dst + {at}, lanes, {result});",
+             "int32": f"_mm512_mask_storeu_epi32((int32_t *)dst + {at}, lanes, {result});"}.get(
+        spec.written, f"_mm_mask_storeu_epi8((int8_t *)dst + {at}, lanes, {result});")  # fmt: skip
+    w.line(store)
 
 
 def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
@@ -200,8 +264,20 @@ def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
                         _vector_epilogue(w, spec, f"m0 + {r}", "n")
 
 
+def _scalar_operand(operand: Operand) -> str:
+    if operand.kind == "sums":
+        return "v"
+    if operand.kind == "step":
+        return f"t{operand.index}"
+    return f"e{operand.index}[n]" if operand.per_column else f"e{operand.index}[0]"
+
+
+_C_RESULT_TYPES = {"float32": "float", "bool": "int", "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t"}
+
+
 def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
-    """The same sums of the same packed weights in scalar C (int64, then int32 as the VNNI sums wrap)."""
+    """The same sums of the same packed weights in scalar C (int64, then int32 as the VNNI sums wrap), and the
+    epilogue as generated C computes it (codegen/c/expr.py)."""
     groups, _ = _padded(spec)
     flip = "^ 0x80" if spec.signed else ""
     w.line("#pragma omp parallel for schedule(static)")
@@ -211,17 +287,23 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
                    f"for (long k = 0; k < {spec.depth}; k++) "
                    f"sum += (int64_t)(uint8_t)(src[m * {spec.depth}L + k] {flip}) * "
                    f"s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4];",
-                   "const int32_t v = (int32_t)(sum - (int64_t)za * s->colsum[n]);")
-            at = f"m * {spec.columns}L + n"
-            if spec.steps is None:
-                w.line(f"((int32_t *)dst)[{at}] = v;")
-                return
-            w.line("float f = (float)v;")
+                   "const int32_t v = (int32_t)(sum - (int64_t)za * s->colsum[n]);")  # fmt: skip
+            dtypes = ["int32"]
             for index, step in enumerate(spec.steps):
-                operand = f"e{index}[n]" if step.per_column else f"e{index}[0]"
-                symbol = _STEP_OPS[step.op]
-                w.line(f"f = {operand} {symbol} f;" if step.swapped else f"f = f {symbol} {operand};")
-            w.line(f"((float *)dst)[{at}] = f;")
+                x = [_scalar_operand(o) for o in step.operands]
+                if step.prim == "cast":
+                    source = dtypes[step.operands[0].index + 1] if step.operands[0].kind == "step" else "int32"
+                    value = c_cast(x[0], source, step.dtype)
+                elif step.prim == "round":
+                    value = c_unary("round", "float32", x[0])
+                elif step.prim == "where":
+                    value = f"({x[0]} ? {x[1]} : {x[2]})"
+                else:
+                    value = c_binary(step.prim, "float32", x[0], x[1])
+                w.line(f"const {_C_RESULT_TYPES[step.dtype]} t{index} = {value};")
+                dtypes.append(step.dtype)
+            result = f"t{len(spec.steps) - 1}" if spec.steps else "v"
+            w.line(f"(({_C_RESULT_TYPES[spec.written]} *)dst)[m * {spec.columns}L + n] = {result};")
 
 
 def render(name: str, spec: Int8Matmul) -> str:
@@ -237,8 +319,8 @@ def render(name: str, spec: Int8Matmul) -> str:
                f"const int32_t za = (int32_t)((const {a_type} *)a[{spec.src_zero}])[0]"
                f"{' + 128' if spec.signed else ''};",
                f"void *dst = a[{spec.dst}];")  # fmt: skip
-        for index, step in enumerate(spec.steps or ()):
-            w.line(f"const float *e{index} = (const float *)a[{step.slot}];")
+        inputs = sorted({o.index for step in spec.steps for o in step.operands if o.kind == "input"})
+        w.line(*(f"const float *e{slot} = (const float *)a[{slot}];" for slot in inputs))
         w.verbatim(VNNI_GUARD)
         _vnni_items(w, spec)
         w.verbatim("#else")
@@ -259,8 +341,8 @@ class Int8MatmulBackend(Backend):
         spec = describe(kernel)
         if isinstance(spec, str):
             return declines(spec)
-        epilogue = "" if spec.steps is None else " + dequantization" if spec.steps else " + cast"
-        return runs(f"int8 matmul {spec.rows}x{spec.depth}x{spec.columns}{epilogue}")
+        epilogue = f" + {len(spec.steps)} epilogue steps" if spec.steps else ""
+        return runs(f"int8 matmul {spec.rows}x{spec.depth}x{spec.columns}{epilogue}, written {spec.written}")
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
         spec = describe(kernel)

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.c import PRELUDE
-from kernorch.codegen.native.int8_matmul import Int8Matmul, Step, describe, render
+from kernorch.codegen.native.int8_matmul import Int8Matmul, Operand, Step, describe, render
 from kernorch.codegen.program import ERROR_BUFFER
 from kernorch.devtools.mutate import here
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -42,7 +42,8 @@ def _model(rows: tuple[int, ...], depth: int, columns: int, *, source: str = "ui
            weights: str = "int8", weights_zero: int = 0, epilogue: str = "dequantize") -> onnx.ModelProto:  # fmt: skip
     """MatMulInteger of a graph input by constant weights, then `epilogue`: "none" (the int32 sums), "dequantize"
     (cast, the product of the two scales, a per-column bias: dynamic quantization's), "swapped" (a column vector
-    minus the sums, then a quotient by a scalar), or "relu" (a max no step takes)."""
+    minus the sums, then a quotient by a scalar), "requantize" (dequantized, then QuantizeLinear to int8: a
+    quotient, rounding, the zero point, saturation, the cast), or "relu" (a max no step takes)."""
     source_type = TensorProto.UINT8 if source == "uint8" else TensorProto.INT8
     info = np.iinfo(np.int8 if weights == "int8" else np.uint8)
     w = _extremes(RNG.integers(info.min, int(info.max) + 1, (depth, columns)).astype(weights))
@@ -56,11 +57,15 @@ def _model(rows: tuple[int, ...], depth: int, columns: int, *, source: str = "ui
         nodes += [helper.make_node("Mul", ["f", "scale"], ["g"]), helper.make_node("Add", ["g", "bias"], ["y"])]
     elif epilogue == "swapped":
         nodes += [helper.make_node("Sub", ["bias", "f"], ["g"]), helper.make_node("Div", ["g", "scale"], ["y"])]
+    elif epilogue == "requantize":
+        constants.update(ys=np.asarray(0.9, np.float32), yz=np.asarray(-5, np.int8))
+        nodes += [helper.make_node("Mul", ["f", "scale"], ["g"]),
+                  helper.make_node("QuantizeLinear", ["g", "ys", "yz"], ["y"])]  # fmt: skip
     elif epilogue == "relu":
         nodes += [helper.make_node("Max", ["f", "zero"], ["y"])]
     else:
         nodes[-1].output[0] = "y"
-    out_type = TensorProto.INT32 if epilogue == "none" else TensorProto.FLOAT
+    out_type = {"none": TensorProto.INT32, "requantize": TensorProto.INT8}.get(epilogue, TensorProto.FLOAT)
     graph = helper.make_graph(nodes, "int8_matmul", [helper.make_tensor_value_info("x", source_type, [*rows, depth])],
                               [helper.make_tensor_value_info("y", out_type, [*rows, columns])],
                               [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
@@ -93,12 +98,12 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("case", list(SHAPES))
-@pytest.mark.parametrize("epilogue", ["none", "dequantize", "swapped"])
+@pytest.mark.parametrize("epilogue", ["none", "dequantize", "swapped", "requantize"])
 def test_equals_onnxruntime(case: str, epilogue: str) -> None:
     got, expected, backends = _compiled(_model(**SHAPES[case], epilogue=epilogue))
     assert "int8_matmul" in backends
     assert got.dtype == expected.dtype and got.shape == expected.shape
-    if epilogue == "none":
+    if epilogue in ("none", "requantize"):  # integers; the quotient before rounding is the same IEEE division
         np.testing.assert_array_equal(got, expected)
     else:  # the same float operations; a product and a sum may be contracted into one rounding
         np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6 * float(np.abs(expected).max()))
@@ -148,30 +153,68 @@ def _run_library(source: str, isa: str, directory: Path, arrays: list[np.ndarray
     lib.ko_destroy(state)
 
 
+def _sums_to_int8(scale: int, low: int, high: int) -> tuple[Step, ...]:
+    """cast, quotient by input `scale`, round, saturate by compares and selects against inputs `low` and `high`,
+    cast to int8: a requantization as the QuantizeLinear rule writes it."""
+    def step(index: int) -> Operand:
+        return Operand("step", index)
+
+    return (Step("cast", (Operand("sums"),), "float32"), Step("div", (step(0), Operand("input", scale)), "float32"),
+            Step("round", (step(1),), "float32"), Step("greater", (step(2), Operand("input", low)), "bool"),
+            Step("where", (step(3), step(2), Operand("input", low)), "float32"),
+            Step("less", (step(4), Operand("input", high)), "bool"),
+            Step("where", (step(5), step(4), Operand("input", high)), "float32"), Step("cast", (step(6),), "int8"))
+
+
+EPILOGUES: dict[str, tuple[Step, ...]] = {
+    "none": (),
+    "dequantize, swapped difference": (Step("cast", (Operand("sums"),), "float32"),
+                                       Step("mul", (Operand("step", 0), Operand("input", 4)), "float32"),
+                                       Step("sub", (Operand("input", 5, per_column=True), Operand("step", 1)),
+                                            "float32")),
+    "requantize to int8": _sums_to_int8(4, 6, 7),
+    "requantize by a zero scale (NaN and infinities saturate)": _sums_to_int8(4, 6, 7),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("signed", [False, True])
-@pytest.mark.parametrize("steps", [None, (Step("mul", 4, False), Step("sub", 5, True, swapped=True))])
-def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, steps: tuple[Step, ...] | None) -> None:
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, epilogue: str) -> None:
     """The scalar path (compiled for x86-64-v3: no AVX-512) against the reference, and the VNNI path (where this
     CPU has it) against the scalar one, bit for bit."""
+    steps = EPILOGUES[epilogue]
     rows, depth, columns = 11, 30, 35
     dtype = np.int8 if signed else np.uint8
     info = np.iinfo(dtype)
     x = _extremes(RNG.integers(info.min, int(info.max) + 1, (rows, depth)).astype(dtype))
     w = RNG.integers(-130, 126, (depth, columns)).clip(-128).astype(np.int8)  # centred on -2: -126 to 127
     zero, wz = np.asarray(info.max // 3, dtype), np.asarray(-2, np.int8)
-    scale, vector = np.asarray(0.5, np.float32), RNG.standard_normal(columns).astype(np.float32)
+    x[0] = zero  # a row of zero sums: 0 / 0 is NaN with a zero scale
+    # an even scale: odd sums land halfway between two integers (ties to even); far sums saturate
+    scale = np.asarray(0.0 if "zero scale" in epilogue else 2.0 if "requantize" in epilogue else 0.5, np.float32)
+    vector = RNG.standard_normal(columns).astype(np.float32)
+    low, high = np.asarray(-128, np.float32), np.asarray(127, np.float32)
     sums = ((x.astype(np.int64) - int(zero)) @ (w.astype(np.int64) - int(wz))).astype(np.int32)
-    expected: np.ndarray = sums if steps is None else vector - sums.astype(np.float32) * scale
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rounded = np.round(sums.astype(np.float32) / scale)
+    above = np.where(rounded > -128, rounded, np.float32(-128))  # NaN: the lowest value, as the selects give it
+    saturated = np.where(above < 127, above, np.float32(127)).astype(np.int8)
+    expected: np.ndarray = saturated if "requantize" in epilogue else sums if epilogue == "none" else \
+        vector - sums.astype(np.float32) * scale  # fmt: skip
     spec = Int8Matmul(rows=rows, depth=depth, columns=columns, signed=signed, src=0, src_zero=1, weights=2,
-                      weights_type="int8", weights_zero=3, weights_zero_per_column=False, dst=6, steps=steps)
+                      weights_type="int8", weights_zero=3, weights_zero_per_column=False, dst=8, steps=steps)
     outputs = {}
     for isa in ("x86-64-v3", *(("native",) if VNNI else ())):
-        out = np.zeros((rows, columns), np.int32 if steps is None else np.float32)
-        _run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, out])
+        out = np.zeros((rows, columns), expected.dtype)
+        _run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, low, high, out])
         outputs[isa] = out
     np.testing.assert_array_equal(outputs["x86-64-v3"], expected)
     if VNNI:
         np.testing.assert_array_equal(outputs["native"], outputs["x86-64-v3"])
+    if epilogue == "requantize to int8":
+        assert np.abs(sums % 2).max() == 1 and np.abs(sums / 2).max() > 127  # ties and saturation were exercised
+    if "zero scale" in epilogue:
+        assert (sums == 0).any() and (expected == -128).any() and (expected == 127).any()  # 0/0 = NaN, ±inf
 
 
 MUTANTS = [
@@ -183,8 +226,11 @@ MUTANTS = [
     here("the weights' zero point ignored", "(int32_t)b[k * {spec.columns} + n] - (int32_t){zero}",
          "(int32_t)b[k * {spec.columns} + n]"),
     here("the short vector stored whole", "(__mmask16)((1u << ({spec.columns} - n)) - 1)", "(__mmask16)0xFFFF"),
-    here("a swapped difference computed the other way", "left, right = (operand, \"f\") if step.swapped else",
-         "left, right = (\"f\", operand) if step.swapped else"),
+    here("a select's branches swapped", 'value = f"_mm512_mask_blend_ps({x[0]}, {x[2]}, {x[1]})"',
+         'value = f"_mm512_mask_blend_ps({x[0]}, {x[1]}, {x[2]})"'),
+    here("rounding toward zero", "_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
+         "_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)"),
+    here("a compare true on NaN", '"greater": "_CMP_GT_OQ"', '"greater": "_CMP_GT_UQ"'),
     here("uint8 weights beyond int8 taken", "if centred.size and (centred.min() < -128 or centred.max() > 127):",
          "if centred.size and (centred.min() < -256 or centred.max() > 255):"),
 ]  # fmt: skip
