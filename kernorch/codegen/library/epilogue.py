@@ -317,9 +317,21 @@ def _region_key(graph: Graph, region: list[int], current: str, exit_value: str) 
     return tuple(steps)
 
 
+# Functions constant between jumps: sampled, one is the smooth function it equals on the samples' range (a quotient
+# by 50 rounded is 0 on [-12, 12], which "linear 0, 0" fits), and no oneDNN post-op computes one. Found wrong on
+# a static-QDQ gpt2 (its requantized attention scores written as zeros by a oneDNN matmul).
+STEP_FUNCTIONS = frozenset({"round", "floor", "ceil", "sign"})
+
+
 def _fit_region(graph: Graph, region: list[int], current: str, exit_value: str, dtype: str) -> list[Eltwise]:
     if dtype != "float32":
         raise EpilogueError(f"post-ops on {dtype}")
+    for i in region:
+        node = graph.nodes[i]
+        if node.prim in STEP_FUNCTIONS:
+            raise EpilogueError(f"{node.prim}: a step function, which no post-op computes")
+        if node.prim == "cast" and not graph.types[node.outputs[0]].is_float:
+            raise EpilogueError(f"a cast to {graph.types[node.outputs[0]].dtype}: the call writes float32")
     fitted = _fit_key(_region_key(graph, region, current, exit_value))
     if isinstance(fitted, str):
         raise EpilogueError(fitted)

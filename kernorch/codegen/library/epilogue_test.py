@@ -207,6 +207,35 @@ def test_what_cannot_be_a_post_op_stays_outside() -> None:
         np.testing.assert_allclose(compiled.run(feeds)["y"], expected, atol=1e-4 * float(np.abs(expected).max()))
 
 
+@pytest.mark.parametrize("requantize", [False, True])
+def test_a_rounding_is_no_post_op(requantize: bool) -> None:
+    """A product's quotient rounded (and with `requantize`, the rest of a QuantizeLinear: saturated and cast to
+    int8, then dequantized: a static-QDQ model's attention scores) is no oneDNN post-op: divided by 50 it is 0 on
+    every sample of the fit, which once made the call write zeros. The product runs alone; the result is
+    onnxruntime's."""
+    if requantize:
+        nodes = [helper.make_node("QuantizeLinear", ["m", "s", "z"], ["q"]),
+                 helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]  # fmt: skip
+    else:
+        nodes = [helper.make_node("Div", ["m", "s"], ["d"]), helper.make_node("Round", ["d"], ["y"])]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), *nodes], "rounded",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 16))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (8, 12))],
+                              [numpy_helper.from_array(random_array((16, 12), seed=1) * 100, "w"),
+                               numpy_helper.from_array(np.asarray(50.0, np.float32), "s"),
+                               numpy_helper.from_array(np.asarray(3, np.int8), "z")])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = cpu_compile(model, cost="analytic", device="cpu-nominal")
+    for kernel in compiled.kernels:
+        prims = [compiled.graph.nodes[i].prim for i in kernel.nodes]
+        if "matmul" in prims:
+            assert not {"round", "cast"} & set(prims), prims
+    feeds = {"x": random_array((8, 16), seed=3) * 10}
+    expected = run_onnxruntime(model, feeds)["y"]
+    assert np.abs(expected).max() > 0
+    np.testing.assert_array_equal(compiled.run(feeds)["y"], expected)
+
+
 def test_a_scalar_is_the_bias_of_one_output_channel_only() -> None:
     """The call reads O bias values: a one-element constant can be the bias of a single channel, never of
     several (it would be read past its end)."""
@@ -254,6 +283,7 @@ def test_matmul_activations_keep_nan_like_onnxruntime(name: str) -> None:
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("a step function fitted as a post-op", 'if node.prim in STEP_FUNCTIONS:', 'if node.prim in ():'),
     # NaN through oneDNN's post-ops: relu as elu(0) + 0, clip/hardsigmoid/logistic declined
     here("oneDNN's relu post-op turns NaN into 0",
          'if isinstance(op, Eltwise) and op.alg == "relu" and op.alpha == 0.0:',
