@@ -330,7 +330,7 @@ def render(name: str, spec: Int8Matmul) -> str:
 
 
 class Int8MatmulBackend(Backend):
-    """matmul_integer and its dequantizing epilogue as one kernel (`describe` says which)."""
+    """matmul_integer and its epilogue (de- and requantization) as one kernel (`describe` says which)."""
 
     name = "int8_matmul"
     family = "native C"
