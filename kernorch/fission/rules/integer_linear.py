@@ -15,6 +15,8 @@ arrive: the result equals int32 accumulation's.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernorch.fission.registry import RuleContext, rule
 from kernorch.fission.rules.common import channel_param, reshape, spatial_attrs
 from kernorch.fission.rules.quantize import RANGES, saturate
@@ -100,7 +102,8 @@ def qlinear_matmul(ctx: RuleContext) -> list[str]:
 
 
 def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) -> str:
-    """The exact sums of an integer convolution, as float64 (see the module's docstring)."""
+    """The int32 sums of an integer convolution: a 2-D one without groups over constant weights as an integer
+    product (`_conv_as_product`), any other in float64 (see the module's docstring)."""
     x_type, w_type = ctx.type(x), ctx.type(w)
     x_dtype, w_dtype = _integer_operand(ctx, x, "input"), _integer_operand(ctx, w, "weight")
     if x_type.rank not in (3, 4, 5) or w_type.rank != x_type.rank:
@@ -117,6 +120,10 @@ def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) ->
     strides, pads, dilations = spatial_attrs(ctx, x_type.shape[2:], kernel)
     x_zero_point, _ = _zero_point(ctx, x_zero, x_dtype, None, "the input")
     w_zero_point, per_channel = _zero_point(ctx, w_zero, w_dtype, w_type.shape[0], "the weight")
+    weights = ctx.builder.graph.constants.get(ctx.input(w))
+    zeros = ctx.builder.graph.constants.get(w_zero_point)
+    if x_type.rank == 4 and group == 1 and weights is not None and zeros is not None:
+        return _conv_as_product(ctx, ctx.input(x), weights, zeros, x_zero_point, strides, pads, dilations)
     if per_channel:
         w_zero_point = channel_param(ctx, w_zero_point, w_type.rank, axis=0)
 
@@ -125,13 +132,47 @@ def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) ->
         return ctx.emit("sub", wide, ctx.emit("cast", zero_point, to="float64"))
 
     # subtracted before the padding: a padded position contributes 0, as onnxruntime's (padding with the zero point)
-    return ctx.emit("conv", centred(ctx.input(x), x_zero_point), centred(ctx.input(w), w_zero_point),
+    sums = ctx.emit("conv", centred(ctx.input(x), x_zero_point), centred(ctx.input(w), w_zero_point),
                     strides=strides, pads=pads, dilations=dilations, group=group)  # fmt: skip
+    return ctx.emit("cast", sums, to="int32")
+
+
+def _conv_as_product(ctx: RuleContext, x: str, weights: np.ndarray, zeros: np.ndarray, x_zero_point: str,
+                     strides: tuple[int, ...], pads: tuple[int, ...], dilations: tuple[int, ...]) -> str:  # fmt: skip
+    """A 2-D convolution without groups as matmul_integer of its windows (im2col) by the weights laid [KH·KW·C, O]:
+    the input padded with 0, each tap's strided slice concatenated along channels, pixels as rows. A padded tap
+    then counts (0 - x_zero) · w' where the convolution counts nothing: x_zero times the sum of those taps' centred
+    weights (a constant per output channel and pixel) is added back, in int32 (every sum below 2^31)."""
+    (n, c, height, width), (o, _, kh, kw) = ctx.builder.type_of(x).shape, weights.shape
+    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilations, pads
+    oh = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    ow = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    padded = ctx.emit("pad", x, pads=(0, 0, top, left, 0, 0, bottom, right), mode="constant", value=0) \
+        if any(pads) else x  # fmt: skip
+    taps = [ctx.emit("slice", padded, ranges=((0, n, 1), (0, c, 1), (i * dh, i * dh + (oh - 1) * sh + 1, sh),
+                                              (j * dw, j * dw + (ow - 1) * sw + 1, sw)))
+            for i in range(kh) for j in range(kw)]  # fmt: skip
+    windows = ctx.emit("concat", *taps, axis=1) if len(taps) > 1 else taps[0]  # [N, (tap, C), OH, OW]
+    rows = reshape(ctx, ctx.emit("transpose", windows, perm=(0, 2, 3, 1)), (n * oh * ow, kh * kw * c))
+    laid = ctx.constant(np.ascontiguousarray(weights.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)))
+    zero = ctx.constant(zeros.reshape(zeros.shape if zeros.size != 1 else ()))
+    sums = ctx.emit("matmul_integer", rows, laid, x_zero_point, zero)
+    sums = ctx.emit("transpose", reshape(ctx, sums, (n, oh, ow, o)), perm=(0, 3, 1, 2))
+    if not any(pads):
+        return sums
+    centred = weights.astype(np.int64) - zeros.astype(np.int64).reshape((-1, 1, 1, 1) if zeros.size != 1 else ())
+    per_tap = centred.sum(axis=1)  # [O, KH, KW]
+    outside_y = [[not 0 <= y * sh - top + i * dh < height for i in range(kh)] for y in range(oh)]
+    outside_x = [[not 0 <= x_ * sw - left + j * dw < width for j in range(kw)] for x_ in range(ow)]
+    outside = np.logical_or(np.array(outside_y)[:, None, :, None], np.array(outside_x)[None, :, None, :])
+    padded_taps = np.einsum("yxij,oij->oyx", outside.astype(np.int64), per_tap).astype(np.int32)[None]
+    correction = ctx.emit("mul", ctx.emit("cast", x_zero_point, to="int32"), ctx.constant(padded_taps))
+    return ctx.emit("add", sums, correction)
 
 
 @rule("ConvInteger", min_opset=10)
 def conv_integer(ctx: RuleContext) -> list[str]:
-    return [ctx.emit("cast", _conv_integer(ctx, 0, 1, 2, 3), to="int32")]
+    return [_conv_integer(ctx, 0, 1, 2, 3)]
 
 
 @rule("QLinearConv", min_opset=10)
@@ -142,7 +183,7 @@ def qlinear_conv(ctx: RuleContext) -> list[str]:
         bias_type = ctx.type(8)
         if bias_type.dtype != "int32" or bias_type.shape != (channels,):
             ctx.refuse(f"a bias {bias_type} (int32, one per output channel)")
-        sums = ctx.emit("add", sums, channel_param(ctx, ctx.emit("cast", ctx.input(8), to="float64"), rank))
+        sums = ctx.emit("add", sums, channel_param(ctx, ctx.input(8), rank))  # int32, as onnxruntime adds it
     x_scale, y_scale = _scalar_scale(ctx, 1, "x_scale"), _scalar_scale(ctx, 6, "y_scale")
     w_scale_type = ctx.type(4)
     if w_scale_type.dtype != "float32":
@@ -154,5 +195,4 @@ def qlinear_conv(ctx: RuleContext) -> list[str]:
     else:
         ctx.refuse(f"a w_scale of shape {list(w_scale_type.shape)} (per tensor or per output channel)")
     multiplier = ctx.emit("div", ctx.emit("mul", x_scale, w_scale), y_scale)
-    # the sums as onnxruntime's int32 (bias added) before its float multiply: float64 -> int32 is exact here
-    return [_requantized(ctx, ctx.emit("cast", sums, to="int32"), multiplier, 7)]
+    return [_requantized(ctx, sums, multiplier, 7)]

@@ -162,6 +162,13 @@ CONV_CASES: dict[str, dict[str, Any]] = {
         x=(np.uint8, (2, 4, 7, 11)), w=(np.uint8, (6, 2, 3, 1)), zx=np.uint8(7),
         zw=np.array([0, 1, 128, 255, 3, 9], np.uint8), attrs=dict(group=2, strides=[2, 1], pads=[0, 1, 2, 0]),
         per="zw"),
+    # as an integer product of its windows: strided and dilated taps, uneven padding corrected per pixel
+    "strided, dilated, unevenly padded 2-D": dict(x=(np.uint8, (2, 5, 11, 9)), w=(np.int8, (7, 5, 3, 2)),
+                                                  zx=np.uint8(200), zw=np.int8(-1),
+                                                  attrs=dict(strides=[2, 1], dilations=[2, 3], pads=[1, 2, 0, 1])),
+    "per-channel weight zero points, padded 2-D": dict(x=(np.uint8, (1, 3, 6, 7)), w=(np.uint8, (4, 3, 3, 3)),
+                                                       zx=np.uint8(9), zw=np.array([0, 7, 128, 250], np.uint8),
+                                                       attrs=dict(pads=[1, 1, 1, 1]), per="zw"),
     "int8 x int8, no zero points, 1-D": dict(x=(np.int8, (1, 5, 13)), w=(np.int8, (3, 5, 2)), zx=None, zw=None,
                                             attrs=dict(dilations=[3])),
 }  # fmt: skip
@@ -214,8 +221,11 @@ MUTANTS = [
          'multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, acc,',
          'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, '
          'acc,'),
-    here("the conv's zero point subtracted from the weights only", 'return ctx.emit("conv", centred(ctx.input(x), '
-         'x_zero_point)', 'return ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
+    here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred(ctx.input(x), '
+         'x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
+    here("padded taps not corrected", "    return ctx.emit(\"add\", sums, correction)", "    return sums"),
+    here("windows sliced without the stride", "(i * dh, i * dh + (oh - 1) * sh + 1, sh)",
+         "(i * dh, i * dh + (oh - 1) * sh + 1, 1)"),
     here("QLinearConv's bias taken as a bound", 'sums = ctx.emit("add", sums, channel_param(',
          'sums = ctx.emit("max", sums, channel_param('),
 ]  # fmt: skip
