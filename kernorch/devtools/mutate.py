@@ -107,7 +107,9 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
     started = time.monotonic()
     try:
         path.write_text(source.replace(mutant.original, mutant.mutated))
-        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+        # no -q of its own: with the project's addopts (-q) it would be -qq, which drops the "N passed" summary
+        # that tells a survivor from a mutant whose tests all skipped here
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider", *mutant.tests],
                               cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
         summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         if done.returncode != 0:

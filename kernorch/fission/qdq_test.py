@@ -141,6 +141,26 @@ def test_requantizing_moved_values_on_the_same_grid_is_dropped(second_scale: flo
     np.testing.assert_allclose(cpu_compile(model, cost="analytic").run(feeds)["y"], expected, rtol=2e-7, atol=1e-6)
 
 
+def test_a_requantization_after_arithmetic_stays() -> None:
+    """Q -> DQ after a square root of dequantized values, on the same grid: the roots are off the grid, so it
+    quantizes for real."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+             helper.make_node("Sqrt", ["d1"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "root", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+                              [numpy_helper.from_array(np.asarray(0.05, np.float32), "s"),
+                               numpy_helper.from_array(np.asarray(0, np.uint8), "z")])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    graph_ = fission(import_model(model))
+    assert [n.prim for n in graph_.nodes].count("round") == 2
+    feeds = {"x": (RNG.random((3, 5)) * 5).astype(np.float32)}
+    expected = run_onnxruntime(model, feeds, optimized=False)["y"]
+    np.testing.assert_array_equal(run_reference(graph_, feeds)["y"], expected)
+
+
 MUTANTS = [
     here("requantization dropped on another grid", "return parameters[0] == parameters[1]", "return True"),
     here("requantization dropped after any operator", "if move is None or move.op_type not in VALUE_MOVES",

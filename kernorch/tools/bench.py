@@ -45,7 +45,7 @@ from kernorch.pipeline import Progress
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
 from kernorch.tools.check import compare, quantized, run_onnxruntime
-from kernorch.tools.quantized_check import SPREAD_FACTOR
+from kernorch.tools.quantized_check import widened
 
 OPENVINO_DEFAULT = "openvino-default"  # no precision hint: bf16 on CPUs that have it, what users run
 PEERS = ("onnxruntime", "openvino", OPENVINO_DEFAULT, "onnxruntime-noopt")
@@ -206,7 +206,7 @@ def tolerance(contender: str, precision: str, quantized_model: bool = False, spr
     if quantized_model:
         if not contender.startswith("kernorch"):
             return math.inf
-        return max(default_rtol("fp32", True), SPREAD_FACTOR * spread)
+        return widened(default_rtol("fp32", True), spread)
     bf16 = contender == OPENVINO_DEFAULT or (precision == "bf16" and contender.startswith("kernorch")
                                              and contender != KERNORCH_FP32)  # fmt: skip
     return default_rtol("bf16" if bf16 else "fp32", quantized_model)

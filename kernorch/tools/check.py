@@ -22,7 +22,7 @@ from kernorch.runtime import run_reference
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.memory import check_values_fit
 from kernorch.runtime.timing import time_call
-from kernorch.tools.quantized_check import SPREAD_FACTOR, StepCounts, output_steps, step_counts
+from kernorch.tools.quantized_check import StepCounts, output_steps, step_counts, widened
 
 DEFAULT_RTOL = 1e-4
 # bf16 mode against onnxruntime's float32 result: operands rounded to 8 significant bits (relative error up to
@@ -169,7 +169,7 @@ def check_model(
     started = time.perf_counter()
     model = import_model(source, input_shapes)
     quantized_model = quantized(model.proto)
-    widened = rtol is None and quantized_model  # a given tolerance is kept as given
+    widen = rtol is None and quantized_model  # a given tolerance is kept as given
     if rtol is None:
         rtol = default_rtol(options.precision, quantized_model)
     fissioned_graph = fission(model, strict=options.strict)
@@ -201,8 +201,8 @@ def check_model(
     if quantized_model:
         unoptimized = run_onnxruntime(model.proto, feeds, options.threads, optimized=False)
         spread = max((e.relative for e in compare(unoptimized, expected)), default=0.0)
-        if widened:
-            rtol = max(rtol, SPREAD_FACTOR * spread)
+        if widen:
+            rtol = widened(rtol, spread)
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
     stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"

@@ -22,6 +22,11 @@ from onnx import numpy_helper
 SPREAD_FACTOR = 2.0  # kernorch may be as far from the int8 run as the float run is, and that again (triangle)
 
 
+def widened(rtol: float, spread: float) -> float:
+    """The tolerance of a quantized model's outputs: `rtol`, or twice onnxruntime's own int8-to-float spread."""
+    return max(rtol, SPREAD_FACTOR * spread)
+
+
 @dataclass(frozen=True)
 class StepCounts:
     """How many elements of an output dequantized from int8 equal onnxruntime's, differ by one step, or more."""

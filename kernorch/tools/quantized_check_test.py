@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kernorch.devtools.mutate import here
 from kernorch.tools.bench import tolerance
 from kernorch.tools.check import QUANTIZED_RTOL, check_model
-from kernorch.tools.quantized_check import SPREAD_FACTOR, output_steps, step_counts
+from kernorch.tools.quantized_check import SPREAD_FACTOR, output_steps, step_counts, widened
 
 
 def _quantized_output_model() -> onnx.ModelProto:
@@ -40,8 +40,9 @@ def test_output_steps_are_the_last_dequantizers_scale() -> None:
 
 
 def test_step_counts() -> None:
-    expected = np.array([0.0, 0.25, 0.5, -1.0, np.nan], np.float32)
-    actual = np.array([0.0, 0.5, 0.0, -1.0, 1.0], np.float32)
+    """Differences a float rounding away from whole steps count as those steps."""
+    expected = np.array([0.0, 0.2500001, 0.5, -1.0, np.nan], np.float32)
+    actual = np.array([1e-8, 0.5, 0.0, -1.0, 1.0], np.float32)
     counts = step_counts(actual, expected, 0.25)
     assert (counts.equal, counts.one, counts.more) == (2, 1, 2)  # NaN against a number: further than any step
     assert "2 of 5 elements equal" in counts.describe()
@@ -61,6 +62,11 @@ def test_a_given_tolerance_is_kept() -> None:
     assert report.rtol == 1e-9
 
 
+def test_the_tolerance_widens_to_twice_the_spread() -> None:
+    assert widened(2e-2, 0.05) == SPREAD_FACTOR * 0.05 == 0.1
+    assert widened(2e-2, 0.001) == 2e-2
+
+
 def test_bench_holds_kernorch_and_reports_peers_on_a_quantized_model() -> None:
     assert tolerance("kernorch", "fp32", quantized_model=True, spread=0.05) == SPREAD_FACTOR * 0.05
     assert tolerance("kernorch", "fp32", quantized_model=True, spread=0.0) == QUANTIZED_RTOL
@@ -69,7 +75,6 @@ def test_bench_holds_kernorch_and_reports_peers_on_a_quantized_model() -> None:
 
 
 MUTANTS = [
-    here("the tolerance not widened by the spread", "            rtol = max(rtol, SPREAD_FACTOR * spread)",
-         "            rtol = rtol", file="kernorch/tools/check.py"),
+    here("the tolerance not widened by the spread", "return max(rtol, SPREAD_FACTOR * spread)", "return rtol"),
     here("steps counted unrounded", "steps = np.rint(np.abs(", "steps = (np.abs("),
 ]  # fmt: skip
