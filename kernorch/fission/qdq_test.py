@@ -148,7 +148,8 @@ def test_a_requantization_after_arithmetic_stays() -> None:
              helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
              helper.make_node("Sqrt", ["d1"], ["r"]),
              helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q2"]),
-             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"])]  # fmt: skip
+             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["d2"]),
+             helper.make_node("Neg", ["d2"], ["y"])]  # fmt: skip
     graph = helper.make_graph(nodes, "root", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
                               [numpy_helper.from_array(np.asarray(0.05, np.float32), "s"),
