@@ -271,9 +271,9 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
         errors: dict[str, float] = {}
-        proto = onnx.load(model_path)
-        quantized_model = quantized(proto)
-        spread = _worst(run_onnxruntime(proto, feeds, threads, optimized=False), reference) if quantized_model else 0.0
+        quantized_model = quantized(onnx.load(model_path, load_external_data=False))
+        spread = _worst(run_onnxruntime(onnx.load(model_path), feeds, threads, optimized=False), reference) \
+            if quantized_model else 0.0  # fmt: skip
         float_reference = run_onnxruntime(checked_proto(float_model)[0], feeds, threads) if float_model else None
         float_errors = {name: _worst(got, float_reference) for name, got in outputs.items()} \
             if float_reference is not None else {}  # fmt: skip
