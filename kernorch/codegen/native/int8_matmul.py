@@ -35,7 +35,13 @@ from kernorch.ir.kernel import CandidateKernel
 # columns 21.7 / 77 µs; 6 x 64 (24 accumulators, which GCC 12 spills) 40 / 37+; 4 x 64 25 / 95; 8 x 32 21 / 80 with
 # spills; 7 x 32 24 / 82; 6 x 48 30 / 116.
 ROWS, COLUMNS = 6, 32
-VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__)"
+# VL for the 16-byte masked store of an 8-bit result
+VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
+# four bytes of a row at any offset (rows K bytes apart are not 4-aligned: a cast pointer's load is undefined)
+WORD = """#ifndef KO_I8_WORD
+#define KO_I8_WORD
+static inline int32_t ko_i8_word(const uint8_t *p) { int32_t x; memcpy(&x, p, 4); return x; }
+#endif"""
 _C_TYPES = {"uint8": "uint8_t", "int8": "int8_t"}
 
 
@@ -245,10 +251,10 @@ def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
                      for j in vectors))  # fmt: skip
             for r in range(ROWS):
                 if full == groups:
-                    load = f"_mm512_set1_epi32(*(const int32_t *)(row{r} + g * 4))"
+                    load = f"_mm512_set1_epi32(ko_i8_word(row{r} + g * 4))"
                 else:  # the last group's bytes past K are not the row's: read those inside it only
                     tail = " | ".join(f"(uint32_t)row{r}[g * 4 + {t}] << {8 * t}" for t in range(spec.depth % 4))
-                    load = f"_mm512_set1_epi32(g < {full} ? *(const int32_t *)(row{r} + g * 4) : (int32_t)({tail}))"
+                    load = f"_mm512_set1_epi32(g < {full} ? ko_i8_word(row{r} + g * 4) : (int32_t)({tail}))"
                 w.line(f"const __m512i x{r} = {f'_mm512_xor_si512({load}, flip)' if spec.signed else load};",
                        *(f"c{r}_{j} = _mm512_dpbusd_epi32(c{r}_{j}, x{r}, w{j});" for j in vectors))
         for j in vectors:
@@ -309,7 +315,7 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
 def render(name: str, spec: Int8Matmul) -> str:
     """C for the kernel: its state, create (packing), run, destroy."""
     w = CWriter()
-    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif")
+    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif", WORD)
     _create(w, name, spec)
     a_type = _C_TYPES["int8" if spec.signed else "uint8"]
     with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
