@@ -327,8 +327,7 @@ MUTANTS = [
 
 
 # C written as one template text (a whole function with its braces in an f-string), not yet through the writer
-C_TEMPLATES = {"native/attention.py", "native/attention_amx.py", "native/lstm_stack.py",
-               "program/rprogram.py"}  # fmt: skip
+C_TEMPLATES = {"native/attention.py", "native/attention_amx.py"}
 # fixed preambles: C text every unit (or every AMX kernel) starts with
 C_PREAMBLES = {"c/prelude.py", "native/amx_product.py"}
 

@@ -63,6 +63,16 @@ class CWriter:
         self.line(end)
 
     @contextmanager
+    def orelse(self, header: str = "else", comment: str = "") -> Iterator[None]:
+        """`} else {` (or `} else if (...) {`) continuing the block just closed, the lines inside, then `}`."""
+        if not self.lines or self.lines[-1].strip() != "}":
+            raise ValueError("an else continues a block just closed")
+        self.lines[-1] += f" {header} {{" + (f"  /* {comment} */" if comment else "")
+        with self.indented():
+            yield
+        self.line("}")
+
+    @contextmanager
     def flat_block(self, header: str, end: str = "}") -> Iterator[None]:
         """`header {` with the lines inside at the header's own depth, then `end`: a switch whose cases sit at its
         depth, a parallel region whose body keeps the function's."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from kernorch.codegen.c.writer import CWriter
 from kernorch.devtools.mutate import here
 
@@ -16,11 +18,10 @@ def test_blocks_nest_and_close_at_their_depth() -> None:
         w.line("int s = 0;")
         with w.block("for (int i = 0; i < n; i++)", comment="every i"):
             w.verbatim("#pragma GCC unroll 2")
-            with w.block("if (i % 2)", end="} else {"):
+            with w.block("if (i % 2)"):
                 w.line("s += i;")
-            with w.indented():
+            with w.orelse("else if (i % 3)", comment="odd multiples of 3 stay"):
                 w.line("s -= i;")
-            w.line("}")
         with w.flat_block("switch (n)"):
             w.line("case 0: return -1;", "default: break;")
     assert w.text(end="\n") == (
@@ -30,7 +31,7 @@ def test_blocks_nest_and_close_at_their_depth() -> None:
         "#pragma GCC unroll 2\n"
         "        if (i % 2) {\n"
         "            s += i;\n"
-        "        } else {\n"
+        "        } else if (i % 3) {  /* odd multiples of 3 stay */\n"
         "            s -= i;\n"
         "        }\n"
         "    }\n"
@@ -40,6 +41,18 @@ def test_blocks_nest_and_close_at_their_depth() -> None:
         "    }\n"
         "    return s;\n"
         "}\n")
+
+
+def test_an_else_continues_only_a_block_just_closed() -> None:
+    w = CWriter()
+    w.line("x = 1;")
+    with pytest.raises(ValueError, match="continues a block just closed"), w.orelse():
+        pass
+    with w.block("if (a)"):
+        w.line("x = 2;")
+    with w.orelse():
+        w.line("x = 3;")
+    assert w.lines[1:] == ["if (a) {", "    x = 2;", "} else {", "    x = 3;", "}"]
 
 
 def test_a_multi_line_text_is_indented_line_by_line_and_empty_lines_stay_empty() -> None:

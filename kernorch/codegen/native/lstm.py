@@ -65,13 +65,6 @@ def write_gate_block(w: CWriter, gates_x: str, h: str, panel: str, c: str, h_out
                    "cb_[j] = cell;", "ho_[j] = o * ko_tanhf(cell);")  # fmt: skip
 
 
-def gate_block(gates_x: str, h: str, panel: str, c: str, h_out: str, peephole: str, hidden: int, unit: int) -> str:
-    """`write_gate_block` as text at the depth of a loop over batch rows (the stacked layers' template's)."""
-    w = CWriter(depth=6)
-    write_gate_block(w, gates_x, h, panel, c, h_out, peephole, hidden, unit)
-    return w.text()
-
-
 def render_lstm(name: str, kernel: CandidateKernel) -> str:
     """gates_x [D,S,B,4H] (= X·Wᵀ + biases), R packed [D,H/U,H,4,U] (U = unit_block), h0/c0 [D,B,H], P [D,3H]
     → Y [S,D,B,H], Y_h, Y_c. Gate order i, o, f, c (ONNX); peepholes i, o, f.

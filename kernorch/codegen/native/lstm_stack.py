@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.codegen.backends.templates import CTemplate
-from kernorch.codegen.native.lstm import float32_alone, gate_block
+from kernorch.codegen.c import CWriter
+from kernorch.codegen.native.lstm import float32_alone, write_gate_block
 from kernorch.ir import reference_kernels as K
 from kernorch.ir.kernel import CandidateKernel
 
@@ -91,76 +92,59 @@ def lstm_stack_scratch_bytes(kernel: CandidateKernel) -> list[int]:
     return [counters_at * 4 + len(layers) * 64]
 
 
-def _projection(layer: _Layer, batch: int) -> str:
-    """C statements: gx[r][4H] = bias + Σ_k below[r][k] · Wᵀ[k][:] for the chunk's n·B rows, one panel of
-    PANEL columns at a time in ROWS x PANEL register blocks (the panel, I x PANEL floats, stays in L1 across a
-    chunk's row blocks). Rows past the chunk read the last row again and are not stored."""
+def _projection(w: CWriter, layer: _Layer, batch: int) -> None:
+    """gx[r][4H] = bias + Σ_k below[r][k] · Wᵀ[k][:] for the chunk's n·B rows, one panel of PANEL columns at a
+    time in ROWS x PANEL register blocks (the panel, I x PANEL floats, stays in L1 across a chunk's row blocks).
+    Rows past the chunk read the last row again and are not stored."""
     four_h, features, panel = 4 * layer.hidden, layer.features, K.PANEL
-    return f"""
-        const float *xin = below + t0 * {batch * features};
-        const int64_t rows = n * {batch};
-        for (int64_t p = 0; p < {four_h // panel}; p++) {{
-            const float *wp = Wp + p * {features * panel}, *bp = bias + p * {panel};
-            for (int64_t r0 = 0; r0 < rows; r0 += {ROWS}) {{
-                const float *x[{ROWS}];
-                for (int i = 0; i < {ROWS}; i++) x[i] = xin + (r0 + i < rows ? r0 + i : rows - 1) * {features};
-                float acc[{ROWS}][{panel}];
-                for (int i = 0; i < {ROWS}; i++)
-                    for (int j = 0; j < {panel}; j++) acc[i][j] = bp[j];
-                for (int64_t k = 0; k < {features}; k++) {{
-                    const float *w = wp + k * {panel};
-                    for (int i = 0; i < {ROWS}; i++) {{
-                        const float xk = x[i][k];
-                        #pragma omp simd
-                        for (int j = 0; j < {panel}; j++) acc[i][j] += xk * w[j];
-                    }}
-                }}
-                for (int i = 0; i < {ROWS} && r0 + i < rows; i++)
-                    for (int j = 0; j < {panel}; j++) gx[(r0 + i) * {four_h} + p * {panel} + j] = acc[i][j];
-            }}
-        }}"""
+    w.line(f"const float *xin = below + t0 * {batch * features};", f"const int64_t rows = n * {batch};")
+    with w.block(f"for (int64_t p = 0; p < {four_h // panel}; p++)"):
+        w.line(f"const float *wp = Wp + p * {features * panel}, *bp = bias + p * {panel};")
+        with w.block(f"for (int64_t r0 = 0; r0 < rows; r0 += {ROWS})"):
+            w.line(f"const float *x[{ROWS}];",
+                   f"for (int i = 0; i < {ROWS}; i++) x[i] = xin + (r0 + i < rows ? r0 + i : rows - 1) * {features};",
+                   f"float acc[{ROWS}][{panel}];")  # fmt: skip
+            w.nest(f"for (int i = 0; i < {ROWS}; i++)", f"for (int j = 0; j < {panel}; j++) acc[i][j] = bp[j];")
+            with w.block(f"for (int64_t k = 0; k < {features}; k++)"):
+                w.line(f"const float *w = wp + k * {panel};")
+                with w.block(f"for (int i = 0; i < {ROWS}; i++)"):
+                    w.line("const float xk = x[i][k];", "#pragma omp simd",
+                           f"for (int j = 0; j < {panel}; j++) acc[i][j] += xk * w[j];")
+            w.nest(f"for (int i = 0; i < {ROWS} && r0 + i < rows; i++)",
+                   f"for (int j = 0; j < {panel}; j++) gx[(r0 + i) * {four_h} + p * {panel} + j] = acc[i][j];")
 
 
-def _layer_function(name: str, index: int, layer: _Layer, seq: int, batch: int, ys: list[int], cs: list[int],
-                    top_y: int | None) -> str:  # fmt: skip
+def _layer_function(w: CWriter, name: str, index: int, layer: _Layer, batch: int, ys: list[int], cs: list[int],
+                    top_y: int | None) -> None:  # fmt: skip
     """static void {name}_layer{index}(args, scratch, gx, t0, n): rTask (layer, chunk of n steps from t0)."""
     H, U, B = layer.hidden, layer.unit_block, batch  # noqa: N806 - the math's names
     a = layer.args
     own_y = f"(float *)args[{top_y}]" if top_y is not None else f"scratch + {ys[index]}"
-    if index == 0:
-        source = f"const float *gates = (const float *)args[{a['gates']}] + t0 * {B * 4 * H};"
-        projection = ""
-    else:
-        source = "const float *gates = gx;"
-        projection = (f"const float *Wp = (const float *)args[{a['panels']}], "
-                      f"*bias = (const float *)args[{a['bias']}];\n"
-                      f"        const float *below = scratch + {ys[index - 1]};" + _projection(layer, B))  # fmt: skip
-    return f"""
-static void {name}_layer{index}(void **args, float *scratch, float *gx, int64_t t0, int64_t n) {{
-    const float *R = (const float *)args[{a['R']}], *h0 = (const float *)args[{a['h0']}];
-    const float *P = (const float *)args[{a['P']}];
-    float *ys = {own_y}, *c = scratch + {cs[index]};
-    if (t0 == 0) memcpy(c, (const float *)args[{a['c0']}], sizeof(float) * {B * H});
-    {{
-        {projection}
-    }}
-    {source}
-    for (int64_t s = 0; s < n; s++) {{
-        const int64_t t = t0 + s;
-        const float *hin = t == 0 ? h0 : ys + (t - 1) * {B * H};
-        float *hout = ys + t * {B * H};
-        for (int64_t b = 0; b < {B}; b++) {{
-            const float *gxt_row = gates + (s * {B} + b) * {4 * H}, *hb = hin + b * {H};
-            for (int64_t blk = 0; blk < {H // U}; blk++) {{
-                const int64_t u = blk * {U};
-                const float *panel = R + blk * {H * 4 * U};
-{gate_block("gxt_row + u", "hb", "panel", "c + b * " + str(H) + " + u", "hout + b * " + str(H) + " + u",
-            "P + u", H, U)}
-            }}
-        }}
-    }}
-}}
-"""
+    with w.function(f"static void {name}_layer{index}(void **args, float *scratch, float *gx, int64_t t0, int64_t n)",
+                    returns=None):  # fmt: skip
+        w.line(f"const float *R = (const float *)args[{a['R']}], *h0 = (const float *)args[{a['h0']}];",
+               f"const float *P = (const float *)args[{a['P']}];", f"float *ys = {own_y}, *c = scratch + {cs[index]};",
+               f"if (t0 == 0) memcpy(c, (const float *)args[{a['c0']}], sizeof(float) * {B * H});")  # fmt: skip
+        with w.block(""):  # layers above the first project the chunk of the layer below into gx
+            if index:
+                w.line(f"const float *Wp = (const float *)args[{a['panels']}], "
+                       f"*bias = (const float *)args[{a['bias']}];",
+                       f"const float *below = scratch + {ys[index - 1]};")  # fmt: skip
+                _projection(w, layer, B)
+            else:
+                w.line("")
+        w.line(f"const float *gates = (const float *)args[{a['gates']}] + t0 * {B * 4 * H};" if index == 0 else
+               "const float *gates = gx;")  # fmt: skip
+        with w.block("for (int64_t s = 0; s < n; s++)"):
+            w.line("const int64_t t = t0 + s;", f"const float *hin = t == 0 ? h0 : ys + (t - 1) * {B * H};",
+                   f"float *hout = ys + t * {B * H};")  # fmt: skip
+            with w.block(f"for (int64_t b = 0; b < {B}; b++)"):
+                w.line(f"const float *gxt_row = gates + (s * {B} + b) * {4 * H}, *hb = hin + b * {H};")
+                with w.block(f"for (int64_t blk = 0; blk < {H // U}; blk++)"):
+                    w.line(f"const int64_t u = blk * {U};", f"const float *panel = R + blk * {H * 4 * U};")
+                    with w.indented(2):  # the gate block's depth in the one-layer kernel
+                        write_gate_block(w, "gxt_row + u", "hb", "panel", f"c + b * {H} + u", f"hout + b * {H} + u",
+                                         "P + u", H, U)  # fmt: skip
 
 
 def render_lstm_stack(name: str, kernel: CandidateKernel) -> str:
@@ -171,49 +155,47 @@ def render_lstm_stack(name: str, kernel: CandidateKernel) -> str:
     y_arg, yh_arg, yc_arg = (out.get(v) for v in node.outputs)
     scratch = len(kernel.inputs) + len(kernel.outputs)
     top, top_h = len(layers) - 1, layers[-1].hidden
-    functions = "".join(_layer_function(name, i, layer, seq, batch, ys, cs, y_arg if i == top else None)
-                        for i, layer in enumerate(layers))  # fmt: skip
+    w = CWriter()
+    for i, layer in enumerate(layers):
+        w.line("")
+        _layer_function(w, name, i, layer, batch, ys, cs, y_arg if i == top else None)
     table = ", ".join(f"{name}_layer{i}" for i in range(len(layers)))
-    chunks = -(-seq // CHUNK_STEPS)
-    top_y = f"(const float *)args[{y_arg}]" if y_arg is not None else f"scratch + {ys[top]}"
-    copies = ""
-    if yh_arg is not None:
-        last_h = f"{top_y} + {(seq - 1) * batch * top_h}"
-        copies += f"    memcpy(args[{yh_arg}], {last_h}, sizeof(float) * {batch * top_h});\n"
-    if yc_arg is not None:
-        copies += f"    memcpy(args[{yc_arg}], scratch + {cs[top]}, sizeof(float) * {batch * top_h});\n"
-    return f"""{functions}
-static void (*const {name}_layers[{len(layers)}])(void **, float *, float *, int64_t, int64_t) = {{{table}}};
+    w.line("", f"static void (*const {name}_layers[{len(layers)}])(void **, float *, float *, int64_t, int64_t) = "
+           f"{{{table}}};", "")  # fmt: skip
+    veus = min(len(layers), _MAX_VEUS)
+    with w.function(f"int {name}(void **args)"):
+        w.line(f"float *scratch = (float *)args[{scratch}];",
+               f"int64_t *done = (int64_t *)(scratch + {counters_at});  /* layer l's finished chunks at done[8 * l] */",
+               f"for (int l = 0; l < {len(layers)}; l++) done[8 * l] = 0;", "int threads = omp_get_max_threads();",
+               f"threads = threads < {veus} ? threads : {veus};",
+               "#pragma omp parallel num_threads(threads)")  # fmt: skip
+        with w.block(""):
+            _waves(w, name, len(layers), seq, gates_at, chunk_floats)
+        top_y = f"(const float *)args[{y_arg}]" if y_arg is not None else f"scratch + {ys[top]}"
+        if yh_arg is not None:
+            w.line(f"memcpy(args[{yh_arg}], {top_y} + {(seq - 1) * batch * top_h}, sizeof(float) * {batch * top_h});")
+        if yc_arg is not None:
+            w.line(f"memcpy(args[{yc_arg}], scratch + {cs[top]}, sizeof(float) * {batch * top_h});")
+    return w.text("\n")
 
-int {name}(void **args) {{
-    float *scratch = (float *)args[{scratch}];
-    int64_t *done = (int64_t *)(scratch + {counters_at});  /* layer l's finished chunks at done[8 * l] */
-    for (int l = 0; l < {len(layers)}; l++) done[8 * l] = 0;
-    int threads = omp_get_max_threads();
-    threads = threads < {min(len(layers), _MAX_VEUS)} ? threads : {min(len(layers), _MAX_VEUS)};
-    #pragma omp parallel num_threads(threads)
-    {{
-        const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
-        const int64_t first = {len(layers)} * p / np, last = {len(layers)} * (p + 1) / np;
-        float *gx = scratch + {gates_at} + p * {chunk_floats};
-        for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{
-            const int64_t t0 = chunk * {CHUNK_STEPS}, n = {seq} - t0 < {CHUNK_STEPS} ? {seq} - t0 : {CHUNK_STEPS};
-            for (int64_t l = first; l < last; l++) {{
-                /* barrier rTask: layer l-1 has finished this chunk (its h rows are this rTask's input) */
-                if (l > 0)
-                    while (__atomic_load_n(&done[8 * (l - 1)], __ATOMIC_ACQUIRE) < chunk + 1) {{
-#if defined(__x86_64__) || defined(__i386__)
-                        __builtin_ia32_pause();
-#endif
-                    }}
-                {name}_layers[l](args, scratch, gx, t0, n);
-                __atomic_store_n(&done[8 * l], chunk + 1, __ATOMIC_RELEASE);
-            }}
-        }}
-    }}
-{copies}    return 0;
-}}
-"""
+
+def _waves(w: CWriter, name: str, layers: int, seq: int, gates_at: int, chunk_floats: int) -> None:
+    """Thread p's rTasks: its run of layers, chunk by chunk, each after its barrier rTask."""
+    w.line("const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();",
+           f"const int64_t first = {layers} * p / np, last = {layers} * (p + 1) / np;",
+           f"float *gx = scratch + {gates_at} + p * {chunk_floats};")  # fmt: skip
+    with w.block(f"for (int64_t chunk = 0; chunk < {-(-seq // CHUNK_STEPS)}; chunk++)"):
+        steps = f"{seq} - t0 < {CHUNK_STEPS} ? {seq} - t0 : {CHUNK_STEPS}"
+        w.line(f"const int64_t t0 = chunk * {CHUNK_STEPS}, n = {steps};")
+        with w.block("for (int64_t l = first; l < last; l++)"):
+            w.line("/* barrier rTask: layer l-1 has finished this chunk (its h rows are this rTask's input) */",
+                   "if (l > 0)")  # fmt: skip
+            with w.indented(), w.block("while (__atomic_load_n(&done[8 * (l - 1)], __ATOMIC_ACQUIRE) < chunk + 1)"):
+                w.verbatim("#if defined(__x86_64__) || defined(__i386__)")
+                w.line("__builtin_ia32_pause();")
+                w.verbatim("#endif")
+            w.line(f"{name}_layers[l](args, scratch, gx, t0, n);",
+                   "__atomic_store_n(&done[8 * l], chunk + 1, __ATOMIC_RELEASE);")
 
 
 # stacked layers as waves: a step counter per layer, no rTask variants
