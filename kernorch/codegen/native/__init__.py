@@ -6,9 +6,12 @@ that puts it under the sanitizers):
   for the shapes oneDNN handles worst: `direct_conv` (few output channels), `depthwise_conv`, `pointwise_conv` (1x1
   with a transcendental epilogue in cache), `few_channel_conv` (an image's three channels), `winograd_conv`
   (F(2x2, 3x3)), `streaming_product` (few rows, weights read once), `amx_matmul` (bf16 on AMX tiles, and
-  convolutions folded into it, amx_conv.py);
+  convolutions folded into it, amx_conv.py), `int8_matmul` (integer products on AVX512-VNNI, their dequantizing or
+  requantizing epilogue in registers);
 - C templates (`CTemplate`) for opaque primitives and patterns: `lstm` (the scan), `lstm_stack` (stacked layers as
   waves), `attention` (QKᵀ, softmax, ·V per block of query rows; its AMX variant in attention_amx.py).
 
-skeleton.py and amx_product.py hold what several families share (the create/run/destroy frame, AMX tile set-up).
+skeleton.py and amx_product.py hold what several families share (the create/run/destroy frame, AMX tile set-up);
+preambles.py the fixed C helpers they include (AVX-512 exp, AMX tile support). Every family writes its C through
+codegen/c/writer.py's CWriter.
 """

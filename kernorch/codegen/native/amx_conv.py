@@ -39,7 +39,7 @@ from kernorch.codegen.native.amx_product import (
     tile_steps,
     tile_stores,
 )
-from kernorch.codegen.native.attention_amx import AMX_SUPPORT
+from kernorch.codegen.native.preambles import AMX_SUPPORT
 
 NARROW = 16  # output channels below one tile's width fold (with their kernel columns within 32)
 

@@ -50,7 +50,7 @@ from kernorch.codegen.native.amx_product import (
     tile_steps,
     tile_stores,
 )
-from kernorch.codegen.native.attention_amx import AMX_SUPPORT
+from kernorch.codegen.native.preambles import AMX_SUPPORT
 
 MAX_K = 16384  # a thread's block of rows is 32 x K bfloat16 (1 MiB at most), allocated when the plan is created
 # Where oneDNN 3.2 was faster, measured in place on the same plans (bench/results/2026-11-27-amx-matmul.md): a

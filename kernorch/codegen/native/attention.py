@@ -22,20 +22,21 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from kernorch.codegen.backends.templates import CTemplate
-from kernorch.codegen.c import c_binary, c_literal, c_unary
+from kernorch.codegen.c import CWriter, c_binary, c_literal, c_unary
 from kernorch.codegen.native.attention_amx import (
-    AMX_EXP_PASS,
-    AMX_PATH,
-    AMX_SUPPORT,
-    EXP16_SUPPORT,
-    EXP_PASS_F32,
-    FLOAT_EXP_PASS,
+    AmxLoads,
+    write_amx_exp_pass,
+    write_amx_path,
+    write_exp_pass_f32,
+    write_float_exp_pass,
 )
+from kernorch.codegen.native.preambles import AMX_SUPPORT, EXP16_SUPPORT
 from kernorch.codegen.native.skeleton import VECTOR_TYPES
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import STRIDED_VIEW_PRIMS
@@ -421,113 +422,114 @@ def _load(operand: Operand, index: str) -> str:
 
 
 def _offsets(name: str, operand: Operand) -> str:
-    return f"    static const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
+    return f"static const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
 
 
-_FLOAT_PATH = """
-            /* float32: Kᵀ [D][LKP] and V [Lk][Dv] per head, FMAs on broadcast elements */
-            if (b != packed) {{
-{pack_k}
-                for (int64_t j = 0; j < LK; j++)
-                    for (int64_t c = 0; c < DV; c++) vp[j * DV + c] = {load_v};
-                packed = b;
-            }}
-            for (int64_t r = 0; r < ROWS; r++)
-                for (int64_t d = 0; d < HD; d++) qb[r * HD + d] = r < rows ? {load_q} : 0.0f;
-            int64_t j = 0;
-            for (; j < LKP; j += KO_VC_LANES * (j + JV * KO_VC_LANES <= LKP ? JV : 1)) {{
-                const int wide = j + JV * KO_VC_LANES <= LKP;
-                ko_vc acc[ROWS][JV];
-                #pragma GCC unroll 16
-                for (int r = 0; r < ROWS; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < JV; c++) acc[r][c] = (ko_vc){{0}};
-                }}
-                if (wide) {{
-                    for (int64_t d = 0; d < HD; d++) {{
-                        ko_vc k[JV];
-                        #pragma GCC unroll 4
-                        for (int c = 0; c < JV; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);
-                        #pragma GCC unroll 16
-                        for (int r = 0; r < ROWS; r++) {{
-                            const float qv = qb[r * HD + d];
-                            #pragma GCC unroll 4
-                            for (int c = 0; c < JV; c++) acc[r][c] += qv * k[c];
-                        }}
-                    }}
-                }} else {{
-                    for (int64_t d = 0; d < HD; d++) {{
-                        const ko_vc k = *(const ko_vc *)(kt + d * LKP + j);
-                        #pragma GCC unroll 16
-                        for (int r = 0; r < ROWS; r++) acc[r][0] += qb[r * HD + d] * k;
-                    }}
-                }}
-                #pragma GCC unroll 16
-                for (int r = 0; r < ROWS; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < (wide ? JV : 1); c++) *(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];
-                }}
-            }}
-{softmax}
-            for (int64_t c0 = 0; c0 < DV; c0 += CV * KO_VC_LANES) {{
-                const int64_t width = DV - c0 < CV * KO_VC_LANES ? (DV - c0) / KO_VC_LANES : CV;
-                ko_vc acc[ROWS][CV];
-                #pragma GCC unroll 16
-                for (int r = 0; r < ROWS; r++) {{
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < CV; c++) acc[r][c] = (ko_vc){{0}};
-                }}
-                for (int64_t j = 0; j < LK; j++) {{
-                    ko_vc x[CV];
-                    #pragma GCC unroll 4
-                    for (int c = 0; c < CV; c++)
-                        x[c] = c < width ? *(const ko_vcu *)(vp + j * DV + c0 + c * KO_VC_LANES) : (ko_vc){{0}};
-                    #pragma GCC unroll 16
-                    for (int r = 0; r < ROWS; r++) {{
-                        const float w = s[r * LKP + j];
-                        #pragma GCC unroll 4
-                        for (int c = 0; c < CV; c++) acc[r][c] += w * x[c];
-                    }}
-                }}
-                for (int64_t r = 0; r < rows; r++)
-                    for (int c = 0; c < width; c++)
-                        *(ko_vcu *)(out + ((b * LQ) + i0 + r) * DV + c0 + c * KO_VC_LANES) = acc[r][c] / sums[r];
-            }}"""
-
-# Kᵀ packed as [D][LKP] from an operand whose keys are contiguous: rows copied along the keys
-_PACK_KT_ROWS = """                for (int64_t d = 0; d < HD; d++) {{
-                    for (int64_t j = 0; j < LK; j++) kt[d * LKP + j] = {load_k};
-                    for (int64_t j = LK; j < LKP; j++) kt[d * LKP + j] = 0.0f;
-                }}"""
-
-# ... and from one whose head dim is contiguous (K's rows, as the QKV projection leaves them): read in 16 x 16 tiles
-# along the head dim, transposed in L1. Element by element across the keys, every read was to another cache line
-# (a quarter of the kernel's time on bert_mini's attention).
-_PACK_KT_TILES = """                for (int64_t j0 = 0; j0 < LK; j0 += 16) {{
-                    const int64_t jn = LK - j0 < 16 ? LK - j0 : 16;
-                    for (int64_t d0 = 0; d0 < HD; d0 += 16) {{
-                        const int64_t dn = HD - d0 < 16 ? HD - d0 : 16;
-                        float tile[16][16];
-                        for (int64_t jj = 0; jj < jn; jj++) {{
-                            const int64_t j = j0 + jj;
-                            #pragma omp simd
-                            for (int64_t dd = 0; dd < dn; dd++) {{
-                                const int64_t d = d0 + dd;
-                                tile[jj][dd] = {load_k};
-                            }}
-                        }}
-                        for (int64_t dd = 0; dd < dn; dd++)
-                            for (int64_t jj = 0; jj < jn; jj++) kt[(d0 + dd) * LKP + j0 + jj] = tile[jj][dd];
-                    }}
-                }}
-                for (int64_t d = 0; d < HD; d++)
-                    for (int64_t j = LK; j < LKP; j++) kt[d * LKP + j] = 0.0f;"""
+def _float_path(w: CWriter, a: Attention, loads: dict[str, str], softmax: Callable[[CWriter], None]) -> None:
+    """float32: Kᵀ [D][LKP] and V [Lk][Dv] packed per head, FMAs on broadcast elements, for one block of ROWS
+    query rows."""
+    w.line("/* float32: Kᵀ [D][LKP] and V [Lk][Dv] per head, FMAs on broadcast elements */")
+    with w.block("if (b != packed)"):
+        _pack_kt(w, a.kt, loads["load_k"])
+        w.nest("for (int64_t j = 0; j < LK; j++)",
+               f"for (int64_t c = 0; c < DV; c++) vp[j * DV + c] = {loads['load_v']};")
+        w.line("packed = b;")
+    w.nest("for (int64_t r = 0; r < ROWS; r++)",
+           f"for (int64_t d = 0; d < HD; d++) qb[r * HD + d] = r < rows ? {loads['load_q']} : 0.0f;")
+    w.line("int64_t j = 0;")
+    with w.block("for (; j < LKP; j += KO_VC_LANES * (j + JV * KO_VC_LANES <= LKP ? JV : 1))"):
+        w.line("const int wide = j + JV * KO_VC_LANES <= LKP;", "ko_vc acc[ROWS][JV];")
+        _zero_accumulators(w, "JV")
+        with w.block("if (wide)"), w.block("for (int64_t d = 0; d < HD; d++)"):
+            w.line("ko_vc k[JV];", "#pragma GCC unroll 4",
+                   "for (int c = 0; c < JV; c++) k[c] = *(const ko_vc *)(kt + d * LKP + j + c * KO_VC_LANES);",
+                   "#pragma GCC unroll 16")  # fmt: skip
+            with w.block("for (int r = 0; r < ROWS; r++)"):
+                w.line("const float qv = qb[r * HD + d];", "#pragma GCC unroll 4",
+                       "for (int c = 0; c < JV; c++) acc[r][c] += qv * k[c];")
+        with w.orelse(), w.block("for (int64_t d = 0; d < HD; d++)"):
+            w.line("const ko_vc k = *(const ko_vc *)(kt + d * LKP + j);", "#pragma GCC unroll 16",
+                   "for (int r = 0; r < ROWS; r++) acc[r][0] += qb[r * HD + d] * k;")
+        w.line("#pragma GCC unroll 16")
+        with w.block("for (int r = 0; r < ROWS; r++)"):
+            w.line("#pragma GCC unroll 4", "for (int c = 0; c < (wide ? JV : 1); c++) "
+                   "*(ko_vc *)(s + r * LKP + j + c * KO_VC_LANES) = acc[r][c];")  # fmt: skip
+    softmax(w)
+    with w.block("for (int64_t c0 = 0; c0 < DV; c0 += CV * KO_VC_LANES)"):
+        w.line("const int64_t width = DV - c0 < CV * KO_VC_LANES ? (DV - c0) / KO_VC_LANES : CV;",
+               "ko_vc acc[ROWS][CV];")
+        _zero_accumulators(w, "CV")
+        with w.block("for (int64_t j = 0; j < LK; j++)"):
+            w.line("ko_vc x[CV];", "#pragma GCC unroll 4")
+            w.nest("for (int c = 0; c < CV; c++)",
+                   "x[c] = c < width ? *(const ko_vcu *)(vp + j * DV + c0 + c * KO_VC_LANES) : (ko_vc){0};")
+            w.line("#pragma GCC unroll 16")
+            with w.block("for (int r = 0; r < ROWS; r++)"):
+                w.line("const float w = s[r * LKP + j];", "#pragma GCC unroll 4",
+                       "for (int c = 0; c < CV; c++) acc[r][c] += w * x[c];")
+        w.nest("for (int64_t r = 0; r < rows; r++)", "for (int c = 0; c < width; c++)",
+               "*(ko_vcu *)(out + ((b * LQ) + i0 + r) * DV + c0 + c * KO_VC_LANES) = acc[r][c] / sums[r];")
 
 
-def _pack_kt(kt: Operand, load_k: str) -> str:
-    """C packing Kᵀ into the thread's scratch, in the loop order that reads the operand along its contiguous axis."""
-    keys_contiguous = abs(kt.col_stride) <= abs(kt.row_stride)
-    return (_PACK_KT_ROWS if keys_contiguous else _PACK_KT_TILES).format(load_k=load_k)
+def _zero_accumulators(w: CWriter, vectors: str) -> None:
+    w.line("#pragma GCC unroll 16")
+    with w.block("for (int r = 0; r < ROWS; r++)"):
+        w.line("#pragma GCC unroll 4", f"for (int c = 0; c < {vectors}; c++) acc[r][c] = (ko_vc){{0}};")
+
+
+def _pack_kt(w: CWriter, kt: Operand, load_k: str) -> None:
+    """Kᵀ packed as [D][LKP] into the thread's scratch, in the loop order that reads the operand along its
+    contiguous axis: rows copied along the keys where they are contiguous; where the head dim is (K's rows, as the
+    QKV projection leaves them) in 16 x 16 tiles along the head dim, transposed in L1. Element by element across
+    the keys, every read was to another cache line (a quarter of the kernel's time on bert_mini's attention)."""
+    if abs(kt.col_stride) <= abs(kt.row_stride):
+        with w.block("for (int64_t d = 0; d < HD; d++)"):
+            w.line(f"for (int64_t j = 0; j < LK; j++) kt[d * LKP + j] = {load_k};",
+                   "for (int64_t j = LK; j < LKP; j++) kt[d * LKP + j] = 0.0f;")
+        return
+    with w.block("for (int64_t j0 = 0; j0 < LK; j0 += 16)"):
+        w.line("const int64_t jn = LK - j0 < 16 ? LK - j0 : 16;")
+        with w.block("for (int64_t d0 = 0; d0 < HD; d0 += 16)"):
+            w.line("const int64_t dn = HD - d0 < 16 ? HD - d0 : 16;", "float tile[16][16];")
+            with w.block("for (int64_t jj = 0; jj < jn; jj++)"):
+                w.line("const int64_t j = j0 + jj;", "#pragma omp simd")
+                with w.block("for (int64_t dd = 0; dd < dn; dd++)"):
+                    w.line("const int64_t d = d0 + dd;", f"tile[jj][dd] = {load_k};")
+            w.nest("for (int64_t dd = 0; dd < dn; dd++)",
+                   "for (int64_t jj = 0; jj < jn; jj++) kt[(d0 + dd) * LKP + j0 + jj] = tile[jj][dd];")
+    w.nest("for (int64_t d = 0; d < HD; d++)", "for (int64_t j = LK; j < LKP; j++) kt[d * LKP + j] = 0.0f;")
+
+
+def _softmax(w: CWriter, a: Attention, capacity: str, exp_pass: Callable[[CWriter], None]) -> None:
+    """E's rows for a block of `capacity` query rows: the steps (one read and write of the row for all), the row
+    max, exp and sum (`exp_pass` puts each e where the products read it and sums them into l). The division by the
+    sum is applied to the output rows (for matmul(E / l, V) too: one division per output element instead of one
+    per weight), unless guarded weights need E / l itself."""
+    pointers, steps = [], []
+    for i, s in enumerate(a.steps):
+        o = s.operand
+        x = f"x{i}[j * {o.col_stride}]" if o.col_stride else f"x{i}[0]"
+        expression = f"v {_STEPS[s.op]} {x}" if s.scores_first else f"{x} {_STEPS[s.op]} v"
+        pointers.append(f"const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * {o.row_stride};")
+        steps.append(f"v = {expression};")
+    w.line(f"float sums[{capacity}] = {{0}};")
+    with w.block("for (int64_t r = 0; r < rows; r++)"):
+        w.line("float *sr = s + r * LKP;", "const int64_t i = i0 + r;", "(void)i;", "\n".join(pointers),
+               "float m = -INFINITY;", "#pragma omp simd reduction(max:m)",
+               f"for (int64_t j = 0; j < LK; j++) {{ float v = sr[j]; {' '.join(steps)} sr[j] = v; "
+               "m = v > m ? v : m; }",
+               "float l = 0.0f;")  # fmt: skip
+        exp_pass(w)
+        w.line("sums[r] = l;")
+        if a.weight_expr is None:
+            w.line("")
+        else:
+            w.line("#pragma omp simd",
+                   f"for (int64_t j = 0; j < LK; j++) {{ const float w = sr[j] / l; sr[j] = {a.weight_expr}; }}",
+                   "sums[r] = 1.0f;  /* the weights are divided and guarded already */")
+
+
+_DEFINES = ("LK", "LK32", "DP", "AMX_ROWS", "LKP", "LQ", "DV", "ROWS", "HD", "JV", "CV")
 
 
 def render_attention(name: str, kernel: CandidateKernel) -> str:
@@ -537,112 +539,50 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
     lkp, per_thread = a.padded_keys, a.scratch_bytes_per_thread
     qblocks = -(-a.lq // ROWS)
     q, kt, v = a.q, a.kt, a.v
-    tables = [_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
-              *(_offsets(f"x{i}_off", s.operand) for i, s in enumerate(a.steps))]  # fmt: skip
-    pointers, steps = [], []  # the steps run in the row max's pass: one read and write of the row for all
-    for i, s in enumerate(a.steps):
-        o = s.operand
-        x = f"x{i}[j * {o.col_stride}]" if o.col_stride else f"x{i}[0]"
-        expression = f"sr[j] {_STEPS[s.op]} {x}" if s.scores_first else f"{x} {_STEPS[s.op]} sr[j]"
-        pointers.append(f"                const float *x{i} = (const float *)args[{o.slot}] + x{i}_off[b] + i * "
-                        f"{o.row_stride};")  # fmt: skip
-        steps.append(f"v = {expression.replace('sr[j]', 'v')};")
-    pointer_code = "\n".join(pointers)
-    step_code = " ".join(steps)
-    # E's rows: the steps, max, exp and sum; the division by the sum is applied to the output rows (for
-    # matmul(E / l, V) too: one division per output element instead of one per weight)
-    weigh = "" if a.weight_expr is None else f"""                #pragma omp simd
-                for (int64_t j = 0; j < LK; j++) {{ const float w = sr[j] / l; sr[j] = {a.weight_expr}; }}
-                sums[r] = 1.0f;  /* the weights are divided and guarded already */"""
-
-    def softmax(capacity: str, indent: str, exp_pass: str = FLOAT_EXP_PASS) -> str:
-        """E's rows for a block of `capacity` query rows (`exp_pass` puts each e where the products read it and
-        sums them into l), the code indented by `indent` more."""
-        code = f"""            float sums[{capacity}] = {{0}};
-            for (int64_t r = 0; r < rows; r++) {{
-                float *sr = s + r * LKP;
-                const int64_t i = i0 + r;
-                (void)i;
-{pointer_code}
-                float m = -INFINITY;
-                #pragma omp simd reduction(max:m)
-                for (int64_t j = 0; j < LK; j++) {{ float v = sr[j]; {step_code} sr[j] = v; m = v > m ? v : m; }}
-                float l = 0.0f;
-{exp_pass}
-                sums[r] = l;
-{weigh}
-            }}"""
-        return "\n".join(indent + line if line else line for line in code.split("\n"))
-
     loads = dict(load_k=_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}"),
                  load_v=_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}"),
                  load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"))
-    amx = ""
-    if a.bf16_products:
-        # the weights rounded where the graph rounds them: E as the exp pass computes it, for matmul(E, V) / l; E / l
-        # or the guarded weights (already divided: sums of 1) in a pass after the row sum
-        at_exp = a.divide_after and a.weight_expr is None
-        divides = not a.divide_after and a.weight_expr is None
-        exps = AMX_EXP_PASS if at_exp else EXP_PASS_F32
-        amx = AMX_PATH.format(**loads, softmax=softmax("AMX_ROWS", "    ", exps),
-                              items=a.batch * -(-a.lq // AMX_ROWS), qblocks=-(-a.lq // AMX_ROWS),
-                              per_thread=a.scratch_bytes_per_thread,
-                              load_v1=_load(v, f"v_off[b] + (j + 1) * {v.row_stride} + c * {v.col_stride}"),
-                              separately=int(not at_exp), weight="sr[j] / l" if divides else "sr[j]",
-                              divided="                        sums[r] = 1.0f;" if divides else "")  # fmt: skip
-    body = _FLOAT_PATH.format(**loads, pack_k=_pack_kt(a.kt, loads["load_k"]), softmax=softmax("ROWS", ""))
-    dp, lk32 = -(-a.d // 32) * 32, -(-a.lk // 32) * 32
-    return f"""
-{VECTOR_TYPES}
-{EXP16_SUPPORT}
-{AMX_SUPPORT if a.bf16_products else ""}
-#define LK {a.lk}
-#define LK32 {lk32}
-#define DP {dp}
-#define AMX_ROWS {AMX_ROWS}
-#define LKP {lkp}
-#define LQ {a.lq}
-#define DV {a.dv}
-#define ROWS {ROWS}
-#define HD {a.d}
-#define JV (KO_VC_LANES == 16 ? 2 : 1)
-#define CV (KO_VC_LANES == 16 ? 2 : 1)
-int {name}(void **args) {{
-{chr(10).join(tables)}
-    float *out = (float *)args[{a.out_slot}];
-    char *scratch = (char *)args[{a.out_slot + 1}];
-    int threads = omp_get_max_threads();
-    threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};{amx}
-    #pragma omp parallel num_threads(threads)
-    {{
-        const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();
-        float *kt = (float *)(((uintptr_t)(scratch + p * {per_thread}) + 63) & ~(uintptr_t)63);  /* [D][LKP] */
-        float *vp = kt + HD * LKP;  /* [Lk][Dv] */
-        float *s = vp + LK * DV;  /* [R][LKP] */
-        float *qb = s + ROWS * LKP;  /* [R][D] */
-        int64_t packed = -1;
-        const int64_t items = {a.batch * qblocks};
-        const int64_t first = items * p / np, last = items * (p + 1) / np;
-        for (int64_t it = first; it < last; it++) {{
-            const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * ROWS;
-            const int64_t rows = LQ - i0 < ROWS ? LQ - i0 : ROWS;
-{body}
-        }}
-    }}
-    return 0;
-}}
-#undef LK
-#undef LK32
-#undef DP
-#undef AMX_ROWS
-#undef LKP
-#undef LQ
-#undef DV
-#undef ROWS
-#undef HD
-#undef JV
-#undef CV
-"""
+    values = dict(LK=a.lk, LK32=-(-a.lk // 32) * 32, DP=-(-a.d // 32) * 32, AMX_ROWS=AMX_ROWS, LKP=lkp, LQ=a.lq,
+                  DV=a.dv, ROWS=ROWS, HD=a.d, JV="(KO_VC_LANES == 16 ? 2 : 1)", CV="(KO_VC_LANES == 16 ? 2 : 1)")
+    w = CWriter()
+    w.line("", VECTOR_TYPES, EXP16_SUPPORT, AMX_SUPPORT if a.bf16_products else "",
+           *(f"#define {macro} {values[macro]}" for macro in _DEFINES))  # fmt: skip
+    with w.function(f"int {name}(void **args)"):
+        w.line(_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
+               *(_offsets(f"x{i}_off", s.operand) for i, s in enumerate(a.steps)),
+               f"float *out = (float *)args[{a.out_slot}];", f"char *scratch = (char *)args[{a.out_slot + 1}];",
+               "int threads = omp_get_max_threads();", f"threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};")
+        if a.bf16_products:
+            _amx_path(w, a, loads)
+        w.line("#pragma omp parallel num_threads(threads)")
+        with w.block(""):
+            w.line("const int64_t p = omp_get_thread_num(), np = omp_get_num_threads();",
+                   f"float *kt = (float *)(((uintptr_t)(scratch + p * {per_thread}) + 63) & ~(uintptr_t)63);  "
+                   "/* [D][LKP] */",
+                   "float *vp = kt + HD * LKP;  /* [Lk][Dv] */", "float *s = vp + LK * DV;  /* [R][LKP] */",
+                   "float *qb = s + ROWS * LKP;  /* [R][D] */", "int64_t packed = -1;",
+                   f"const int64_t items = {a.batch * qblocks};",
+                   "const int64_t first = items * p / np, last = items * (p + 1) / np;")  # fmt: skip
+            with w.block("for (int64_t it = first; it < last; it++)"):
+                w.line(f"const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * ROWS;",
+                       "const int64_t rows = LQ - i0 < ROWS ? LQ - i0 : ROWS;", "")
+                _float_path(w, a, loads, lambda w: _softmax(w, a, "ROWS", write_float_exp_pass))
+    w.line(*(f"#undef {macro}" for macro in _DEFINES))
+    return w.text("\n")
+
+
+def _amx_path(w: CWriter, a: Attention, loads: dict[str, str]) -> None:
+    """The weights rounded where the graph rounds them: E as the exp pass computes it, for matmul(E, V) / l; E / l
+    or the guarded weights (already divided: sums of 1) in a pass after the row sum."""
+    v = a.v
+    at_exp = a.divide_after and a.weight_expr is None
+    divides = not a.divide_after and a.weight_expr is None
+    amx_loads = AmxLoads(loads["load_k"], loads["load_v"],
+                         _load(v, f"v_off[b] + (j + 1) * {v.row_stride} + c * {v.col_stride}"), loads["load_q"],
+                         "sr[j] / l" if divides else "sr[j]")  # fmt: skip
+    exps = write_amx_exp_pass if at_exp else write_exp_pass_f32
+    write_amx_path(w, amx_loads, lambda w: _softmax(w, a, "AMX_ROWS", exps), a.batch * -(-a.lq // AMX_ROWS),
+                   -(-a.lq // AMX_ROWS), a.scratch_bytes_per_thread, not at_exp, divides)  # fmt: skip
 
 
 # QKᵀ, softmax and ·V per block of query rows: the heads' row blocks in one parallel region
