@@ -22,6 +22,7 @@ is tested against.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -213,33 +214,56 @@ def _reduce_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]
     return [TensorType(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)]
 
 
-_REDUCERS: dict[str, tuple[Callable[..., Any], str]] = {
-    "reduce_sum": (np.sum, "Σ over axes"),
-    "reduce_max": (np.max, "max over axes"),
-    "reduce_min": (np.min, "min over axes"),
-    "reduce_prod": (np.prod, "Π over axes"),
+@dataclass(frozen=True)
+class Reduction:
+    """What every renderer of a reduction must agree on, beside its combining step. `identity`: the accumulator's
+    initial value, which is also the result over no values (ONNX 18) — "zero", "one", "lowest" (-inf, or the
+    dtype's minimum) or "highest". `propagates_nan`: a NaN among the values is the result (max and min as
+    np.maximum / np.minimum, where C's fmax and Triton's default max would drop it)."""
+
+    reference: Callable[..., Any]
+    identity: str
+    propagates_nan: bool
+    doc: str
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "reduce_sum": Reduction(np.sum, "zero", True, "Σ over axes"),
+    "reduce_max": Reduction(np.max, "lowest", True, "max over axes"),
+    "reduce_min": Reduction(np.min, "highest", True, "min over axes"),
+    "reduce_prod": Reduction(np.prod, "one", True, "Π over axes"),
 }
 
 
-def _make_reduce(fn: Callable[..., Any]) -> Reference:
+def reduction_identity(prim: str, dtype: str) -> int | float | bool:
+    """The identity of reduction `prim` over `dtype` values, as a Python number (each renderer spells it)."""
+    kind = REDUCTIONS[prim].identity
+    if kind in ("zero", "one"):
+        return int(kind == "one")
+    low = kind == "lowest"
+    if dtype == "bool":
+        return not low
+    if dtype in ("float16", "bfloat16", "float32", "float64"):
+        return -math.inf if low else math.inf
+    limits = np.iinfo(np.dtype(dtype))
+    return int(limits.min if low else limits.max)
+
+
+def _make_reduce(prim: str) -> Reference:
+    fn = REDUCTIONS[prim].reference
+
     def reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
         x = inputs[0]
-        if x.size == 0 and fn in (np.max, np.min):  # over nothing: the identity of max (min), as ONNX 18 says
-            low = fn is np.max
-            if x.dtype == np.bool_:
-                identity: Any = not low
-            elif np.issubdtype(x.dtype, np.integer):
-                identity = np.iinfo(x.dtype).min if low else np.iinfo(x.dtype).max
-            else:
-                identity = -np.inf if low else np.inf
+        if x.size == 0 and prim in ("reduce_max", "reduce_min"):  # over nothing: the identity, as ONNX 18 says
+            identity = reduction_identity(prim, "bool" if x.dtype == np.bool_ else str(x.dtype))
             return [np.asarray(fn(x, axis=tuple(attrs["axes"]), keepdims=True, initial=identity)).astype(x.dtype)]
         return [np.asarray(fn(x, axis=tuple(attrs["axes"]), keepdims=True)).astype(x.dtype, copy=False)]
 
     return reference
 
 
-for _name, (_rfn, _doc) in _REDUCERS.items():
-    _register(_name, Kind.REDUCE, _reduce_infer, _make_reduce(_rfn), _doc + " (reduced axes kept as 1)")
+for _name, _reduction in REDUCTIONS.items():
+    _register(_name, Kind.REDUCE, _reduce_infer, _make_reduce(_name), _reduction.doc + " (reduced axes kept as 1)")
 
 
 def _window_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:

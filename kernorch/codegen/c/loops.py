@@ -18,6 +18,7 @@ import numpy as np
 
 from kernorch.codegen.gir import SPLIT_MAX_OUTPUTS, STRIP_ROWS
 from kernorch.codegen.loops import C_TYPES
+from kernorch.ir.primitives import REDUCTIONS
 
 UNROLLED_TAPS = 16  # an interchanged reduction over at most this many taps has them written out
 TAP_BLOCK = 8  # at most this many consecutive taps are summed in a register before the running value is stored
@@ -147,20 +148,22 @@ def _elementwise(a: str, b: str, hoisted: list[str], inner: list[str]) -> list[s
 
 
 def reduction_identity(prim: str, dtype: str) -> tuple[str, str]:
-    """(the accumulator's initial value, its update as a format string with {acc} and {x})."""
-    is_float = dtype.startswith("float")
-    if prim == "reduce_sum":
-        return "0", "{acc} += {x};"
-    if prim == "reduce_prod":
-        return "1", "{acc} *= {x};"
-    if prim == "reduce_max":
-        init = "-INFINITY" if is_float else {"int64": "INT64_MIN", "int32": "INT32_MIN", "int16": "INT16_MIN",
-                                             "int8": "INT8_MIN", "bool": "0", "uint16": "0", "uint8": "0"}[dtype]
-        return init, "KO_MAX_INTO({acc}, {x});"
-    init = "INFINITY" if is_float else {"int64": "INT64_MAX", "int32": "INT32_MAX", "int16": "INT16_MAX",
-                                        "int8": "INT8_MAX", "bool": "1", "uint16": "UINT16_MAX",
-                                        "uint8": "UINT8_MAX"}[dtype]
-    return init, "KO_MIN_INTO({acc}, {x});"
+    """(the accumulator's initial value, its update as a format string with {acc} and {x}): the identity is
+    ir/primitives.py's, spelt as C does (math.h's infinities, stdint.h's limits); max and min update through
+    KO_MAX_INTO / KO_MIN_INTO, which propagate a NaN (REDUCTIONS says they must)."""
+    identity = REDUCTIONS[prim].identity
+    update = {"reduce_sum": "{acc} += {x};", "reduce_prod": "{acc} *= {x};", "reduce_max": "KO_MAX_INTO({acc}, {x});",
+              "reduce_min": "KO_MIN_INTO({acc}, {x});"}[prim]  # fmt: skip
+    if identity in ("zero", "one"):
+        return str(int(identity == "one")), update
+    low = identity == "lowest"
+    if dtype.startswith("float"):
+        return "-INFINITY" if low else "INFINITY", update
+    if dtype == "bool":
+        return str(int(not low)), update
+    if dtype.startswith("uint"):
+        return "0" if low else f"{dtype.upper()}_MAX", update
+    return f"{dtype.upper()}_{'MIN' if low else 'MAX'}", update
 
 
 def _tap_block(loops: tuple[tuple[str, int], ...], condition: tuple[list[str], str] | None) -> int:

@@ -15,7 +15,8 @@ import struct
 import numpy as np
 
 from kernorch.codegen.loops import NotGeneratable
-from kernorch.ir.primitives import BOOLEAN_RESULTS
+from kernorch.ir.primitives import BOOLEAN_RESULTS, REDUCTIONS
+from kernorch.ir.primitives import reduction_identity as identity_value
 
 TL_TYPES = {"float32": "tl.float32", "float64": "tl.float64", "int32": "tl.int32", "int64": "tl.int64",
             "bool": "tl.int1"}  # fmt: skip
@@ -197,18 +198,12 @@ def cast(value: str, source: str, target: str) -> str:
 
 
 def reduction_identity(prim: str, dtype: str) -> str:
+    """The accumulator's initial value: ir/primitives.py's identity of the reduction, as a typed scalar."""
     if dtype == "bool":
         raise NotGeneratable("a reduction of booleans is not generated in Triton")
-    is_float = dtype in FLOATS
-    if prim == "reduce_sum":
-        return literal(0, dtype)
-    if prim == "reduce_prod":
-        return literal(1, dtype)
-    if prim == "reduce_max":
-        return literal(-np.inf, dtype) if is_float else literal(INT_LIMITS[dtype][0], dtype)
-    if prim == "reduce_min":
-        return literal(np.inf, dtype) if is_float else literal(INT_LIMITS[dtype][1], dtype)
-    raise NotGeneratable(f"reduction {prim} is not generated in Triton")
+    if prim not in REDUCTIONS:
+        raise NotGeneratable(f"reduction {prim} is not generated in Triton")
+    return literal(identity_value(prim, dtype), dtype)
 
 
 def combine(prim: str, dtype: str, acc: str, value: str) -> str:
@@ -232,7 +227,7 @@ def combined_along(prim: str, dtype: str, acc: str, axis: int) -> str:
         return f"tl.reduce({acc}, {axis}, ko_mul, keep_dims=True)"
     function = "tl.max" if prim == "reduce_max" else "tl.min"
     reduced = f"{function}({acc}, axis={axis}, keep_dims=True)"
-    if dtype not in FLOATS:
+    if dtype not in FLOATS or not REDUCTIONS[prim].propagates_nan:
         return reduced
     nan = f"tl.sum(({acc} != {acc}).to(tl.int32), axis={axis}, keep_dims=True) > 0"
     return f"tl.where({nan}, tl.sum({acc}, axis={axis}, keep_dims=True), {reduced})"  # a sum with a NaN is NaN
