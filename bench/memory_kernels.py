@@ -54,7 +54,7 @@ def main() -> int:
         print("\n".join(table(rows, args.top)))
         print(f"\n{summary(rows)}")
         report[Path(directory).name] = [asdict(r) | {"ratio": r.ratio, "gbs": r.gbs, "floor_ratio": r.floor_ratio,
-                                                     "in_place_ratio": r.in_place_ratio, "model_ratio": r.model_ratio}
+                                                     "in_plan_ratio": r.in_plan_ratio, "model_ratio": r.model_ratio}
                                     for r in rows]  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"levels": [asdict(lv) for lv in levels.levels], "math": math,

@@ -86,7 +86,10 @@ class OrchestrationLimits:
 
 RUNTIMES = ("kernels", "rprogram")
 NEW_SHAPE_POLICIES = ("specialise", "refuse")
-MAX_IN_PLACE_ROUNDS = 8  # re-planning rounds on in-place costs; each compiles and measures a plan
+# fields renamed, by their former names: kernorch.compile(..., in_place=2) and plans saved with them keep working
+# (in_place: "timed inside the running plan", read as buffer reuse)
+RENAMED = {"in_place": "in_plan"}
+MAX_IN_PLAN_ROUNDS = 8  # re-planning rounds on in-plan costs; each compiles and measures a plan
 MAX_VALIDATED_PLANS = 8  # plans compiled and timed end to end by `validate`; each is a full compile
 MAX_BUCKETED_SHAPES = 64  # prepared shapes the buckets' combinations may make; more is refused, not compiled
 
@@ -137,7 +140,7 @@ class Options:
     workers: str = "local"  # where candidate kernels are compiled and timed: "local" (this process), "ray" (a local
     # Ray instance or the cluster RAY_ADDRESS names) or "ray://HOST:PORT"; results merge into the local database
     runtime: str = "kernels"  # how a compiled plan runs: "kernels" (kernel by kernel, each its own parallel loops)
-    # or "rprogram" (rTasks on one persistent region's threads, scheduled from in-place times; schedule/)
+    # or "rprogram" (rTasks on one persistent region's threads, scheduled from in-plan times; schedule/)
     strict: bool = False  # refuse a node no fission rule takes (UnsupportedOperator) instead of running it through
     # onnxruntime as an opaque kernel (with a FallbackWarning naming the operators)
     # Models with symbolic dims (kernorch/shapes/dynamic.py): one plan per concrete shape, made ahead or on first use.
@@ -150,9 +153,9 @@ class Options:
     # plans compiled and timed end to end before one is kept (kernorch/validate/): 1 = the BLP optimum, untimed;
     # k = the optimum and the k - 1 next cheapest distinct plans, the fastest kept
     validate: int = 1
-    # rounds of planning on costs measured in place (kernorch/validate/in_place.py): 0 = isolated profiles only;
+    # rounds of planning on costs measured in place (kernorch/validate/in_plan.py): 0 = isolated profiles only;
     # r = the plan compiled, its kernels timed inside whole inferences, re-planned on those times, up to r times
-    in_place: int = 0
+    in_plan: int = 0
     # workspaces one plan may hold for concurrent calls (None: one per caller running at once, while memory
     # lasts); callers beyond it wait for an idle one (runtime/executor.py)
     max_workspaces: int | None = None
@@ -203,12 +206,12 @@ class Options:
                                 f"{self.validate!r}")  # fmt: skip
         if self.validate > 1 and self.device != "cpu":
             raise KernorchError(f"validate times plans on this CPU; device '{self.device}' plans are not validated")
-        if isinstance(self.in_place, bool) or not isinstance(self.in_place, int) or not \
-                0 <= self.in_place <= MAX_IN_PLACE_ROUNDS:  # fmt: skip
-            raise KernorchError(f"in_place must be a number of rounds from 0 to {MAX_IN_PLACE_ROUNDS}, got "
-                                f"{self.in_place!r}")  # fmt: skip
-        if self.in_place and (self.cost != "profile" or self.device != "cpu"):
-            raise KernorchError("in_place corrects measured profiles with times measured on this CPU: it needs "
+        if isinstance(self.in_plan, bool) or not isinstance(self.in_plan, int) or not \
+                0 <= self.in_plan <= MAX_IN_PLAN_ROUNDS:  # fmt: skip
+            raise KernorchError(f"in_plan must be a number of rounds from 0 to {MAX_IN_PLAN_ROUNDS}, got "
+                                f"{self.in_plan!r}")  # fmt: skip
+        if self.in_plan and (self.cost != "profile" or self.device != "cpu"):
+            raise KernorchError("in_plan corrects measured profiles with times measured on this CPU: it needs "
                                 "cost 'profile' and device 'cpu'")  # fmt: skip
         check_max_workspaces(self.max_workspaces)
         if not isinstance(self.limits, OrchestrationLimits):
@@ -229,7 +232,9 @@ class Options:
         return cache_root(self.cache_dir)
 
     def with_(self, **changes: Any) -> Options:
-        """A copy with some fields changed; an unknown field name is refused in one line."""
+        """A copy with some fields changed (a field's former name, RENAMED, still accepted); an unknown field name
+        is refused in one line."""
+        changes = {RENAMED.get(name, name): value for name, value in changes.items()}
         known = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
@@ -254,6 +259,7 @@ def options_to_json(options: Options) -> dict[str, Any]:
 def options_from_json(values: Any, cache_dir: Path | None) -> Options:
     if not isinstance(values, dict):
         raise ValueError("options must be an object")
+    values = {RENAMED.get(name, name): value for name, value in values.items()}  # a plan saved before a rename
     known = {f.name for f in fields(Options)} - {"cache_dir", "workers", "limits"}
     given = {name: values[name] for name in known if name in values}
     limits = OrchestrationLimits(**values.get("limits", {}))

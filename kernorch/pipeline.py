@@ -124,13 +124,13 @@ def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,
                                        f"{other.plan.cost * 1e3:.3f} ms")  # fmt: skip
         result = chosen
     result.rewrite_report = report
-    if options.in_place:
+    if options.in_plan:
         from kernorch.runtime.feeds import graph_feeds
-        from kernorch.validate.in_place import refine_in_place
+        from kernorch.validate.in_plan import refine_in_plan
 
         if not cost_model.has_signatures:  # an analytic or a caller's own model: nothing to correct by signature
-            raise KernorchError(f"in_place needs a profiled cost model (kernel signatures); {cost_model.name} has none")
-        result = refine_in_place(result, cost_model, options.limits, options.in_place,
+            raise KernorchError(f"in_plan needs a profiled cost model (kernel signatures); {cost_model.name} has none")
+        result = refine_in_plan(result, cost_model, options.limits, options.in_plan,
                                  graph_feeds(result.plan.graph), options.threads, options.cache_dir,
                                  options.runtime)  # fmt: skip
     if options.validate > 1:  # next-best plans of the layout kept only (the other's are never timed)
@@ -184,7 +184,7 @@ def compile_plan(result: OrchestrationResult, options: Options | None = None,
                 "precision": result.precision_report.to_json() if result.precision_report else None,
                 "tuning": result.tuning or None,
                 "validation": result.validation.to_json() if result.validation is not None else None,
-                "in_place": result.in_place.to_json() if result.in_place is not None else None}  # fmt: skip
+                "in_plan": result.in_plan.to_json() if result.in_plan is not None else None}  # fmt: skip
     if options.gpu:
         from kernorch.runtime.gpu_plan import GpuModel, device_preset
 

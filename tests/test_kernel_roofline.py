@@ -51,7 +51,7 @@ def test_generated_kernels_slowest_first_with_bytes_at_their_level() -> None:
     assert floors[2] == 0.0 and abs(floors[0] - (1e-6 + 256 * 512 * 1e-9)) < 1e-12
     exp_row = next(r for r in rows if r.kernel == 0)
     assert exp_row.floor_ratio == exp_row.hot_seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
-    assert exp_row.in_place_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
+    assert exp_row.in_plan_ratio == exp_row.seconds / max(exp_row.roofline_seconds, exp_row.math_seconds)
     assert "math floor" in summary(rows) and "in place:" in summary(rows)
     # the GIR model's time of the kernel as generated (here its exp instructions, more than its bytes' time)
     gir = kernel_gir(kernels[0], executor.threads)

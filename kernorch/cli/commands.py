@@ -62,8 +62,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(result.layout_report.summary())
     if result.precision_report is not None and result.precision_report.precision == "bf16":
         print(result.precision_report.summary())
-    if result.in_place is not None:
-        print(result.in_place.summary())
+    if result.in_plan is not None:
+        print(result.in_plan.summary())
     if result.validation is not None:
         print(result.validation.summary())
     if result.tuning and any(result.tuning.values()):

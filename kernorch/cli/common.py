@@ -100,14 +100,15 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_validate_arg(parser: argparse.ArgumentParser) -> None:
-    from kernorch.options import MAX_IN_PLACE_ROUNDS, MAX_VALIDATED_PLANS
+    from kernorch.options import MAX_IN_PLAN_ROUNDS, MAX_VALIDATED_PLANS
 
-    parser.add_argument("--in-place", type=non_negative_int, default=None, metavar="ROUNDS", dest="in_place",
+    parser.add_argument("--in-plan", "--in-place", type=non_negative_int, default=None, metavar="ROUNDS",
+                        dest="in_plan",
                         help="compile the plan, time each kernel inside whole inferences, and plan again on those "
-                        "in-place times (a kernel never measured in place keeps its isolated profile), up to "
-                        f"ROUNDS times (at most {MAX_IN_PLACE_ROUNDS}); every plan measured is then timed end to end "
+                        "in-plan times (a kernel never timed in the plan keeps its isolated profile), up to "
+                        f"ROUNDS times (at most {MAX_IN_PLAN_ROUNDS}); every plan measured is then timed end to end "
                         "with the others and the fastest kept; prints the prediction error before and after "
-                        "(default 0; needs --cost profile)")  # fmt: skip
+                        "(default 0; needs --cost profile; --in-place is its former name)")  # fmt: skip
 
     parser.add_argument("--validate", type=positive_int, default=None, metavar="K",
                         help="compile the K cheapest distinct plans (the BLP optimum and its K-1 next best, found "
@@ -175,7 +176,7 @@ def make_options(args: argparse.Namespace) -> Options:
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
                                                      "strict", "workers", "screen", "tf32", "precision",
-                                                     "validate", "in_place")
+                                                     "validate", "in_plan")
              if getattr(args, name, None) is not None}  # fmt: skip
     options = Options(limits=limits).with_(**given)
     if getattr(args, "dim", None) or getattr(args, "pad", None):

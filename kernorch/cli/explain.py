@@ -46,8 +46,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
         print(result.precision_report.summary())
         print("precision policy (bf16 mode):\n" + "\n".join(policy_lines()))
-    if result.in_place is not None:
-        print(result.in_place.summary())
+    if result.in_plan is not None:
+        print(result.in_plan.summary())
     if result.validation is not None:
         print(result.validation.summary())
     if result.rewrite_report is not None:

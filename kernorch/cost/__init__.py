@@ -1,7 +1,7 @@
 """Cost models: `cost(candidate) -> seconds` (inf when the kernel cannot be generated).
 
 The interface every stage prices against is `cost/interface.py` (it imports no codegen); the cost models
-(analytic.py, profile.py, gpu_roofline.py, gpu_profile.py, in_place.py) are imported where they are made
+(analytic.py, profile.py, gpu_roofline.py, gpu_profile.py, in_plan.py) are imported where they are made
 (pipeline.make_cost_model), and the names below load on first use.
 """
 

@@ -16,7 +16,7 @@ it and overrides what it has):
   by a value that never got a quiet measurement) and the tuning counters (`measured`, `measured_remotely`,
   `foreign`, `from_database`) mean something. Default False, 0 and 0.
 - `has_signatures`: whether `signature_of(candidate)` gives a key shared by candidates that run the same code on
-  the same shapes (a transformer's layers), which in-place costs are recorded under. Default False, None.
+  the same shapes (a transformer's layers), which in-plan costs are recorded under. Default False, None.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("validation keeps a plan whose outputs differ", "kernorch/validate/plans.py",
            "agrees = [True] + [_same_outputs(expected, model.run(feeds), bf16) for model in models[1:]]",
            "agrees = [True] * len(models)", (VALIDATE,)),
-    Mutant("in-place costs keep the per-launch dispatch", "kernorch/validate/in_place.py",
+    Mutant("in-plan costs keep the per-launch dispatch", "kernorch/validate/in_plan.py",
            "    if excess <= 0:\n        return times", "    if True:\n        return times", (VALIDATE,)),
 )  # fmt: skip
 

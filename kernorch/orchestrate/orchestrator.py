@@ -61,7 +61,7 @@ class OrchestrationResult:
     alternatives: list[Plan] = field(default_factory=list)
     alternative_sources: list[str] = field(default_factory=list)  # what found each alternative, one per plan
     instances: list[Instance] = field(default_factory=list)  # each subgraph's BLP, kept for `add_next_best`
-    in_place: Any = None  # kernorch.validate.in_place.InPlaceReport when costs were measured in place
+    in_plan: Any = None  # kernorch.validate.in_plan.InPlanReport when costs were measured in place
     validation: Any = None  # kernorch.validate.ValidationReport when the alternatives were timed end to end
 
     @property
@@ -89,7 +89,7 @@ class OrchestrationResult:
             "layout": self.layout_report.to_json() if self.layout_report is not None else None,
             "precision": self.precision_report.to_json() if self.precision_report is not None else None,
             "validation": self.validation.to_json() if self.validation is not None else None,
-            "in_place": self.in_place.to_json() if self.in_place is not None else None,
+            "in_plan": self.in_plan.to_json() if self.in_plan is not None else None,
             "kernels": [
                 {"primitives": [graph.nodes[i].prim for i in k.nodes], "nodes": list(k.nodes),
                  "inputs": list(k.inputs), "outputs": list(k.outputs), "cost": cost}

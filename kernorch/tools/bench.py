@@ -351,8 +351,8 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
             **_versus_best_peer(_results(times, errors, float_errors), options.precision),
             "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts,
             "validation": result.validation.to_json() if result.validation is not None else None,
-            "in_place": result.in_place.to_json() if result.in_place is not None else None,
-            "in_place_summary": result.in_place.summary() if result.in_place is not None else None}  # fmt: skip
+            "in_plan": result.in_plan.to_json() if result.in_plan is not None else None,
+            "in_plan_summary": result.in_plan.summary() if result.in_plan is not None else None}  # fmt: skip
 
 
 def _versus_best_peer(contenders: dict[str, ContenderResult], precision: str) -> dict[str, Any]:
@@ -477,8 +477,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
-    if report.get("in_place_summary"):
-        lines.append("  " + report["in_place_summary"])
+    if report.get("in_plan_summary"):
+        lines.append("  " + report["in_plan_summary"])
     if report.get("validation"):
         from kernorch.validate import ValidationReport
 

@@ -73,7 +73,7 @@ class KernelRoofline:
         return self.measured / max(self.roofline_seconds, self.math_seconds)
 
     @property
-    def in_place_ratio(self) -> float:
+    def in_plan_ratio(self) -> float:
         return self.seconds / max(self.roofline_seconds, self.math_seconds)
 
     @property
@@ -141,7 +141,7 @@ def table(rows: list[KernelRoofline], top: int = 20) -> list[str]:
         prims = r.primitives if len(r.primitives) <= 60 else r.primitives[:57] + "..."
         lines.append(f"| {i} | {r.kernel} | {prims} | {r.measured * 1e6:.1f} | {r.seconds * 1e6:.1f} "
                      f"| {r.bytes_moved / 1e6:.2f} | {r.level} | {r.gbs:.1f} | {r.roofline_seconds * 1e6:.1f} "
-                     f"| {r.ratio:.2f} | {r.math_seconds * 1e6:.1f} | {r.floor_ratio:.2f} | {r.in_place_ratio:.2f} "
+                     f"| {r.ratio:.2f} | {r.math_seconds * 1e6:.1f} | {r.floor_ratio:.2f} | {r.in_plan_ratio:.2f} "
                      f"| {r.model_seconds * 1e6:.1f} | {r.model_ratio:.2f} |")
     return lines
 
@@ -150,13 +150,13 @@ def summary(rows: list[KernelRoofline], over_seconds: float = 20e-6, within: flo
     slow = [r for r in rows if r.measured > over_seconds]
     far = [r for r in slow if r.ratio > within]
     beyond_floor = [r for r in slow if r.floor_ratio > within]
-    slow_in_place = [r for r in rows if r.seconds > over_seconds]
-    beyond_in_place = [r for r in slow_in_place if r.in_place_ratio > within]
+    slow_in_plan = [r for r in rows if r.seconds > over_seconds]
+    beyond_in_plan = [r for r in slow_in_plan if r.in_plan_ratio > within]
     total = sum(r.seconds for r in rows)
     hot = sum(r.measured for r in rows)
     roof = sum(r.roofline_seconds for r in rows)
     return (f"{len(rows)} generated kernels, {hot * 1e3:.3f} ms hot, {total * 1e3:.3f} ms in place (roofline "
             f"{roof * 1e3:.3f} ms); hot: {len(slow)} take more than {over_seconds * 1e6:.0f} µs, {len(far)} of them "
             f"beyond {within}x roofline, {len(beyond_floor)} beyond {within}x the higher of roofline and math floor; "
-            f"in place: {len(slow_in_place)} take more than {over_seconds * 1e6:.0f} µs, {len(beyond_in_place)} "
+            f"in place: {len(slow_in_plan)} take more than {over_seconds * 1e6:.0f} µs, {len(beyond_in_plan)} "
             f"beyond {within}x the higher floor")

@@ -32,7 +32,7 @@ ROUND_SECONDS = 0.1  # each plan's share of a round, in runs of its first measur
 @dataclass(frozen=True)
 class PlanTiming:
     rank: int  # 0: the BLP optimum; then the alternatives in `OrchestrationResult.alternatives` order
-    source: str  # "optimum", "next best 1", ..., "in place 1" (kernorch/validate/in_place.py), ...
+    source: str  # "optimum", "next best 1", ..., "in place 1" (kernorch/validate/in_plan.py), ...
     predicted_ms: float  # the plan's cost (sum of its kernels' costs)
     measured_ms: float | None  # median end to end; None when its outputs differed from the optimum's
     kernels: int

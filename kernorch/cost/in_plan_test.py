@@ -1,4 +1,4 @@
-"""InPlaceCost: a kernel measured in place costs the median of what kernels of its signature took there; one
+"""InPlanCost: a kernel measured in place costs the median of what kernels of its signature took there; one
 never measured keeps its profile; views stay free."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kernorch.cost.in_place import InPlaceCost
+from kernorch.cost.in_plan import InPlanCost
 from kernorch.cost.interface import CostModelBase
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
@@ -34,9 +34,9 @@ class _Profiles(CostModelBase):
         return 0.0 if candidate.primitives[0].prim == "reshape" else 1e-6
 
 
-def test_in_place_times_replace_profiles_by_signature() -> None:
+def test_in_plan_times_replace_profiles_by_signature() -> None:
     first, second, view = _kernels()
-    model = InPlaceCost(_Profiles())
+    model = InPlanCost(_Profiles())
     assert model.cost(first) == pytest.approx(1e-6)  # nothing measured yet: the profile
     model.record([first, second, view], [3e-6, 5e-6, 2e-6])
     assert model.cost(first) == model.cost(second) == pytest.approx(4e-6)  # twins share the median

@@ -2,13 +2,13 @@
 
 Round 0 compiles the plan the BLP chose on isolated profiles and times every kernel where it runs in a whole
 inference (`PlanExecutor.kernel_times`). Those times replace the isolated profiles of the kernels measured
-(`kernorch.cost.in_place.InPlaceCost`) and the graph is orchestrated again; a new plan is compiled and measured
+(`kernorch.cost.in_plan.InPlanCost`) and the graph is orchestrated again; a new plan is compiled and measured
 in the next round, until the BLP returns a plan measured before or the rounds run out. Kernels never measured
 in place keep their isolated (optimistic) costs, so the BLP tries them next: each round tests the cheapest
 untested alternative the correction makes plausible. Every plan measured becomes an alternative for the
 end-to-end validation (kernorch/validate), which keeps the fastest.
 
-The report gives, per plan measured, its cost on isolated profiles, its cost on in-place costs and its measured
+The report gives, per plan measured, its cost on isolated profiles, its cost on in-plan costs and its measured
 end-to-end median: the prediction error before and after. A plan's kernels are measured one launch at a time,
 so each carries a dispatch the program does not pay; the excess of their sum over the end-to-end time is
 shared out before the times are recorded (`_without_dispatch`).
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.cost.in_place import InPlaceCost
+from kernorch.cost.in_plan import InPlanCost
 from kernorch.cost.interface import CostModel
 from kernorch.ir.plan import Plan
 from kernorch.options import OrchestrationLimits
@@ -39,7 +39,7 @@ class RoundTiming:
     round: int
     kernels: int
     isolated_ms: float  # the plan's cost on isolated profiles (what the BLP optimized before)
-    in_place_ms: float  # its cost on in-place costs, after every round
+    in_plan_ms: float  # its cost on in-plan costs, after every round
     measured_ms: float  # end to end, median
 
     @property
@@ -48,14 +48,14 @@ class RoundTiming:
 
     @property
     def error_after(self) -> float:
-        return abs(self.in_place_ms - self.measured_ms) / self.measured_ms
+        return abs(self.in_plan_ms - self.measured_ms) / self.measured_ms
 
     def to_json(self) -> dict[str, Any]:
         return {**vars(self), "error_before": round(self.error_before, 4), "error_after": round(self.error_after, 4)}
 
 
 @dataclass(frozen=True)
-class InPlaceReport:
+class InPlanReport:
     rounds: tuple[RoundTiming, ...]
     seconds: float
 
@@ -64,19 +64,19 @@ class InPlaceReport:
 
     def summary(self) -> str:
         rows = "; ".join(f"round {r.round}: {r.kernels} kernels, predicted {r.isolated_ms:.3f} ms isolated / "
-                         f"{r.in_place_ms:.3f} ms in place, measured {r.measured_ms:.3f} ms (error "
+                         f"{r.in_plan_ms:.3f} ms in place, measured {r.measured_ms:.3f} ms (error "
                          f"{r.error_before:.0%} → {r.error_after:.0%})" for r in self.rounds)  # fmt: skip
         return f"costs in place: {len(self.rounds)} plan(s) measured in {self.seconds:.1f} s; {rows}"
 
 
-def refine_in_place(result: OrchestrationResult, cost_model: CostModel, limits: OrchestrationLimits,
+def refine_in_plan(result: OrchestrationResult, cost_model: CostModel, limits: OrchestrationLimits,
                     rounds: int, feeds: Mapping[str, np.ndarray], threads: int, cache_dir: Any = None,
                     runtime: str = "kernels") -> OrchestrationResult:  # fmt: skip
     """Measure `result.plan` in place, re-plan on the corrected costs up to `rounds` times (see the module
-    docstring); every other plan measured is appended to `result.alternatives`, the report to `result.in_place`."""
+    docstring); every other plan measured is appended to `result.alternatives`, the report to `result.in_plan`."""
     started = time.perf_counter()
     graph = result.plan.graph
-    corrected = InPlaceCost(cost_model)
+    corrected = InPlanCost(cost_model)
     measured: list[tuple[Plan, float]] = []  # each plan measured, with its end-to-end median
     plan = result.plan
     for round_index in range(rounds + 1):
@@ -91,13 +91,13 @@ def refine_in_place(result: OrchestrationResult, cost_model: CostModel, limits: 
         if any(p.kernel_keys == replanned.kernel_keys for p, _ in measured):
             break  # the corrected costs choose a plan measured already: nothing new to test
         plan = replanned
-    report = InPlaceReport(tuple(
+    report = InPlanReport(tuple(
         RoundTiming(i, len(p.kernels), sum(cost_model.cost(k) for k in p.kernels) * 1e3,
                     sum(corrected.cost(k) for k in p.kernels) * 1e3, seconds * 1e3)
         for i, (p, seconds) in enumerate(measured)), time.perf_counter() - started)  # fmt: skip
     result.alternatives = [*result.alternatives, *(p for p, _ in measured[1:])]
     result.alternative_sources = [*result.alternative_sources, *(f"in place {i}" for i in range(1, len(measured)))]
-    result.in_place = report
+    result.in_plan = report
     return result
 
 

@@ -2,10 +2,10 @@
 
 A candidate is profiled alone: run again and again on the same buffers, so its inputs and weights are hot in
 cache. Inside a whole inference the kernels before it have evicted its weights and left its inputs wherever
-they were written; efficientnet_b0's plan sums to 5.4 ms of isolated costs and runs in 8.9. `InPlaceCost`
-prices a kernel by its in-place time (`PlanExecutor.kernel_times`: whole inferences, each kernel timed where
+they were written; efficientnet_b0's plan sums to 5.4 ms of isolated costs and runs in 8.9. `InPlanCost`
+prices a kernel by its in-plan time (`PlanExecutor.kernel_times`: whole inferences, each kernel timed where
 it runs) wherever a compiled plan measured one with the same profile signature, and by its isolated profile
-otherwise. Kernels of one signature (a transformer's layers) share the median of their in-place times, so twin
+otherwise. Kernels of one signature (a transformer's layers) share the median of their in-plan times, so twin
 subgraphs stay one BLP instance.
 """
 
@@ -21,8 +21,8 @@ from kernorch.ir.kernel import CandidateKernel
 
 
 @dataclass
-class InPlaceCost(CostModelBase):
-    """A measuring cost model (`has_signatures`) whose costs are the in-place times where a plan measured one;
+class InPlanCost(CostModelBase):
+    """A measuring cost model (`has_signatures`) whose costs are the in-plan times where a plan measured one;
     every other hook is its base's."""
 
     base: CostModel
@@ -33,19 +33,19 @@ class InPlaceCost(CostModelBase):
         return f"{self.base.name}, in place where measured"
 
     def record(self, kernels: list[CandidateKernel], seconds: list[float]) -> None:
-        """Add one compiled plan's in-place kernel times (views excluded: they run no code)."""
+        """Add one compiled plan's in-plan kernel times (views excluded: they run no code)."""
         for kernel, taken in zip(kernels, seconds, strict=True):
             signature = self.base.signature_of(kernel)
             if signature is not None and self.base.cost(kernel) > 0:
                 self.samples.setdefault(signature, []).append(taken)
 
-    def measured_in_place(self, candidate: CandidateKernel) -> float | None:
+    def measured_in_plan(self, candidate: CandidateKernel) -> float | None:
         signature = self.base.signature_of(candidate)
         taken = self.samples.get(signature) if signature is not None else None
         return statistics.median(taken) if taken else None
 
     def cost(self, candidate: CandidateKernel) -> float:
-        taken = self.measured_in_place(candidate)
+        taken = self.measured_in_plan(candidate)
         return taken if taken is not None else self.base.cost(candidate)
 
     def pricing(self) -> AbstractContextManager[None]:
