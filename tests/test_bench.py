@@ -120,10 +120,6 @@ QUANTIZED_STEPS = "tests/test_bench.py::test_a_quantized_model_is_checked_and_be
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
-    here("a drawn input of shape () stays a numpy scalar (no buffer to profile with)",
-         "feeds[name] = np.asarray(rng.random(value_type.shape) < 0.5)",
-         "feeds[name] = rng.random(value_type.shape) < 0.5",
-         file="kernorch/runtime/feeds.py", tests=(QUANTIZED_STEPS,)),
     here("a quantized model is held to float32's tolerance",
          "    if quantized_model:\n        return QUANTIZED_RTOL\n    return BF16_RTOL",
          "    return BF16_RTOL",

@@ -490,11 +490,6 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
-    here("a drawn integer input of shape () stays a numpy scalar (no buffer to profile with)",
-         "feeds[name] = np.asarray(rng.integers(0, bound, value_type.shape).astype(value_type.dtype))",
-         "feeds[name] = rng.integers(0, bound, value_type.shape).astype(value_type.dtype)",
-         file="kernorch/runtime/feeds.py",
-         tests=("kernorch/cost/profile_test.py::test_kernels_with_scalar_inputs_of_every_dtype_are_profiled",)),
     here("a lone primitive a library refuses is dropped, not run by its reference",
          "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
          "    if True:\n        return False\n    _REFUSED",
