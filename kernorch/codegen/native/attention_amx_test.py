@@ -181,10 +181,10 @@ def test_keys_masked_with_minus_infinity_weigh_nothing(monkeypatch: pytest.Monke
 MUTANTS = [
     here("AMX attention skips the last block of keys or values",
          "for (; n < blocks; n++) {",
-         "for (; n < blocks - 1; n++) {"),
+         "for (; n < blocks - 1; n++) {", file="kernorch/codegen/native/preambles.py"),
     here("AMX attention leaves divided weights out of the tiles",
-         "if ({separately} && r < rows) {{",
-         "if (0 && r < rows) {{"),
+         'f"if ({int(separately)} && r < rows)"',
+         'f"if (0 && r < rows)"'),
     here("fused attention rounds the operands of a float32 plan",
          "weights_rounded and q.rounded and kt.rounded and v.rounded",
          "True",

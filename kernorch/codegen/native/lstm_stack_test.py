@@ -83,8 +83,8 @@ def test_saved_plan_with_a_stack_loads(tmp_path: Path) -> None:
 MUTANTS = [
     # stacked LSTM waves
     here("stack rTask does not wait for the layer below",
-         "< chunk + 1) {{",
-         "< chunk) {{"),
+         "__ATOMIC_ACQUIRE) < chunk + 1)",
+         "__ATOMIC_ACQUIRE) < chunk)"),
     here("stack projection drops the bias",
          "acc[i][j] = bp[j];",
          "acc[i][j] = 0;"),
