@@ -65,7 +65,7 @@ def primitive_flops(graph: Graph, node: Node) -> float:
     if node.prim in ("matmul", "matmul_integer"):
         a = graph.types[node.inputs[0]]
         return 2.0 * out.numel * a.shape[-1]
-    if node.prim == "conv":
+    if node.prim in ("conv", "conv_integer"):
         w = graph.types[node.inputs[1]]
         return 2.0 * out.numel * w.numel / w.shape[0]
     if node.prim == "conv_transpose":
@@ -115,9 +115,21 @@ BF16_RATE = 2.0
 INT8_RATE = 4.0
 
 
+# an int8 convolution on NCHW buffers: no int8 kernel takes them (oneDNN 3.2 only by its reference kernel, ~1000x
+# slower), so it runs by kernorch's reference implementation, a float64 convolution called from Python
+REFERENCE_RATE = 0.05
+REFERENCE_CALL = 1e-4  # seconds: the call, its conversions to float64 and back
+
+
+def _by_reference(node: Node) -> bool:
+    return node.prim == "conv_integer" and not node.attr("channels_last", False)
+
+
 def _rate(node: Node) -> float:
     """How many multiply-adds of this primitive's kind the CPU does per float32 one."""
-    if node.prim == "matmul_integer":
+    if _by_reference(node):
+        return REFERENCE_RATE
+    if node.prim in ("matmul_integer", "conv_integer"):
         return INT8_RATE
     return BF16_RATE if node.attr("precision") == "bf16" else 1.0
 
@@ -130,7 +142,7 @@ class AnalyticCostModel(CostModelBase):
     def cost(self, candidate: CandidateKernel) -> float:
         flops = sum(primitive_flops(candidate.graph, node) / _rate(node) for node in candidate.primitives)
         seconds = max(kernel_bytes(candidate) / self.device.bandwidth, flops / self.device.peak_flops)
-        return seconds + self.device.kernel_overhead
+        return seconds + self.device.kernel_overhead + REFERENCE_CALL * sum(map(_by_reference, candidate.primitives))
 
 
 CALIBRATION_VERSION = 4  # 3: one entry per thread count (one was re-measured at every switch); 4: stream bandwidth

@@ -18,6 +18,10 @@ becomes what its quantization means, computed as onnxruntime and OpenVINO comput
    through the rules) unless: the activations' scale and zero point are constant and per tensor, the weights are a
    constant 2-D int8/uint8 matrix with constant scales per tensor or per output column, their distance from the
    zero point fits int8 (the int8 kernel's operand), and K keeps int32 sums exact.
+3. Dequantized convolutions become integer convolutions the same way, their weights' zero points folded into them
+   (centred int8) and their scales per tensor or per output channel:
+
+    Conv(DQ(x, sx, zx), DQ(W, sw, zw), B)  ->  Cast(ConvInteger(x, W - zw, zx, 0), float) * (sx * sw) + B
 """
 
 from __future__ import annotations
@@ -128,9 +132,64 @@ def _integer_product(graph: _Graph, node: onnx.NodeProto, a: str, b: str,
             helper.make_node("Mul", [floats, scales], [out], name=f"{node.name}_int8_scale")]  # fmt: skip
 
 
+def _conv_weights(graph: _Graph, value: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int8 weights with their zero points subtracted, scale () or [O]) of constant convolution weights dequantized
+    per tensor or per output channel, when every centred weight fits int8."""
+    node = graph.dequantized(value)
+    if node is None:
+        return None
+    integers, scale = graph.constants.get(node.input[0]), graph.constants.get(node.input[1])
+    zero = graph.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if integers is None or scale is None or integers.ndim < 3 or integers.dtype not in (np.int8, np.uint8) \
+            or scale.dtype != np.float32 or _attribute(node, "block_size", 0):  # fmt: skip
+        return None
+    zero = np.zeros((), integers.dtype) if zero is None else zero
+    channels = integers.shape[0]
+    per_channel = scale.size != 1
+    if zero.dtype != integers.dtype or per_channel and (scale.shape != (channels,) or _attribute(node, "axis", 1)
+                                                        % integers.ndim != 0) \
+            or zero.size != 1 and zero.shape != (channels,):  # fmt: skip
+        return None
+    along = (-1,) + (1,) * (integers.ndim - 1)
+    centred = integers.astype(np.int32) - zero.astype(np.int32).reshape(along if zero.size != 1 else ())
+    if centred.min() < -128 or centred.max() > 127:
+        return None
+    return centred.astype(np.int8), scale.reshape(scale.shape if per_channel else ())
+
+
+def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+    """The nodes computing Conv `node` of dequantized activations and weights as an integer convolution."""
+    activation = _activation(graph, node.input[0])
+    weights = _conv_weights(graph, node.input[1])
+    if activation is None or weights is None:
+        return None
+    w, w_scale = weights
+    out = node.output[0]
+    channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)  # an operand broadcast along the output channels
+    w_name = graph.constant(f"{out}_int8_weights", w)
+    w_zero = graph.constant(f"{out}_int8_weights_zero", np.zeros((), np.int8))
+    scales = graph.constant(f"{out}_int8_scales", (w_scale * activation[1]).astype(np.float32).reshape(
+        channels if w_scale.size != 1 else ()))  # fmt: skip
+    sums, floats = graph.fresh(f"{out}_int8_sums"), graph.fresh(f"{out}_int8_floats")
+    scaled = graph.fresh(f"{out}_int8_scaled") if len(node.input) > 2 and node.input[2] else out
+    nodes = [helper.make_node("ConvInteger", [activation[0], w_name, activation[2], w_zero], [sums],
+                              name=f"{node.name}_int8"),
+             helper.make_node("Cast", [sums], [floats], to=onnx.TensorProto.FLOAT, name=f"{node.name}_int8_cast"),
+             helper.make_node("Mul", [floats, scales], [scaled], name=f"{node.name}_int8_scale")]  # fmt: skip
+    nodes[0].attribute.extend(node.attribute)  # the geometry, as the Conv has it
+    if scaled != out:
+        shape = graph.constant(f"{out}_int8_bias_shape", np.asarray(channels, np.int64))
+        bias = graph.fresh(f"{out}_int8_bias")
+        nodes += [helper.make_node("Reshape", [node.input[2], shape], [bias], name=f"{node.name}_bias_shape"),
+                  helper.make_node("Add", [scaled, bias], [out], name=f"{node.name}_bias")]  # fmt: skip
+    return nodes
+
+
 def _replacement(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     if node.domain not in ("", "ai.onnx"):
         return None
+    if node.op_type == "Conv":
+        return _integer_convolution(graph, node)
     if node.op_type == "MatMul":
         return _integer_product(graph, node, node.input[0], node.input[1], transposed=False)
     if node.op_type != "Gemm" or _attribute(node, "transA", 0) or _attribute(node, "alpha", 1.0) != 1.0 \
@@ -146,7 +205,7 @@ def _replacement(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | 
 
 # operators whose every output value is one of their (first) input's values: they commute with quantization
 VALUE_MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "MaxPool"})
-PRODUCTS = frozenset({"MatMul", "Gemm"})
+PRODUCTS = frozenset({"MatMul", "Gemm", "Conv"})
 
 
 def _same_grid(graph: _Graph, first: onnx.NodeProto, second: onnx.NodeProto) -> bool:

@@ -1,8 +1,9 @@
 """QDQ patterns (qdq.py): dequantized products as integer products: QDQ MatMul and Gemm (transB, bias) become
-matmul_integer where the pattern holds, and stay float where it does not (a runtime scale, weights too far from
-their zero point for int8, block quantization), with the reason visible in the graph; the results agree with
-onnxruntime (which fuses the same patterns into its own integer kernels) to float rounding, and with onnxruntime's
-unfused float run of the QDQ file within the quantized tolerance."""
+matmul_integer, QDQ Conv (per-channel or per-tensor, grouped, with a bias) conv_integer, where the pattern holds,
+and stay float where it does not (a runtime scale, weights too far from their zero point for int8, block
+quantization), with the reason visible in the graph; the results agree with onnxruntime (which fuses the same
+patterns into its own integer kernels) to float rounding, and with onnxruntime's unfused float run of the QDQ file
+within the quantized tolerance."""
 
 from __future__ import annotations
 
@@ -103,6 +104,67 @@ def test_left_float_where_the_pattern_does_not_hold(change: dict[str, Any]) -> N
                                rtol=1e-5, atol=1e-5)  # fmt: skip
 
 
+def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1, per_channel: bool = True,
+                    bias: bool = True, activations: str = "uint8", runtime_scale: bool = False) -> onnx.ModelProto:
+    """x [1, C, 10, 10] (float) -> Q -> DQ -> Conv 3x3 padded (DQ of constant int8 weights, per output channel or
+    per tensor; a bias) -> Relu: a quantize_static convolution."""
+    w = RNG.integers(-127, 128, (out_channels, channels // group, 3, 3)).astype(np.int8)
+    scale = np.linspace(0.002, 0.02, out_channels).astype(np.float32) if per_channel else np.asarray(0.01, np.float32)
+    zero = 3 if activations == "uint8" else -5
+    constants = {"w": w, "ws": scale, "wz": np.zeros(scale.shape, np.int8), "xs": np.asarray(0.05, np.float32),
+                 "xz": np.asarray(zero, activations), "bias": RNG.standard_normal(out_channels).astype(np.float32)}
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 10, 10])]
+    if runtime_scale:
+        del constants["xs"]
+        inputs.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, []))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", *(["bias"] if bias else [])], ["c"], group=group,
+                              pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "qdq_conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                        [1, out_channels, 10, 10])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+CONV_CASES: dict[str, dict[str, Any]] = {
+    "per-channel scales, a bias": dict(),
+    "per-tensor scale, no bias": dict(per_channel=False, bias=False),
+    "depthwise, per-channel": dict(group=8, out_channels=8),
+    "int8 activations, two groups": dict(activations="int8", group=2),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_integer_convolutions_agree_with_onnxruntime(case: str) -> None:
+    """Conv of dequantized values: an int8 convolution (oneDNN's, its scales and the source's zero point as its
+    attributes, the bias and relu as post-ops), as onnxruntime's own QDQ fusion computes it."""
+    model = _qdq_conv_model(**CONV_CASES[case])
+    graph = fission(import_model(model))
+    assert "conv_integer" in [n.prim for n in graph.nodes] and "conv" not in [n.prim for n in graph.nodes]
+    x = (RNG.standard_normal((1, model.graph.input[0].type.tensor_type.shape.dim[1].dim_value, 10, 10)) * 3)
+    x = x.astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    feeds = {"x": x}
+    expected = run_onnxruntime(model, feeds)["y"]
+    float_run = run_onnxruntime(model, feeds, optimized=False)["y"]
+    scale = float(np.abs(expected).max())
+    compiled = cpu_compile(model, cost="analytic")
+    assert ("conv_integer", "onednn") in [(n.prim, b.name) for k, b in zip(compiled.kernels,
+                                          compiled.executor.backends, strict=True) for n in k.primitives]
+    for got in (run_reference(graph, feeds)["y"], compiled.run(feeds)["y"]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * scale)
+        np.testing.assert_allclose(got, float_run, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_a_convolution_with_a_runtime_scale_stays_float() -> None:
+    model = _qdq_conv_model(runtime_scale=True)
+    prims = [n.prim for n in fission(import_model(model)).nodes]
+    assert "conv_integer" not in prims and "conv" in prims
+
+
 def _moves_model(second_scale: float = 0.05, consumer: str = "Add") -> onnx.ModelProto:
     """x -> Q -> DQ -> Reshape -> Q -> DQ -> Transpose -> Q -> DQ -> consumer: the requantizations around moves that
     quantize_static writes (the second one on `second_scale`'s grid)."""
@@ -172,6 +234,10 @@ MUTANTS = [
          "integers"),
     here("the per-column zero points' range checked along rows", "along = (-1, 1) if transposed else (1, -1)",
          "along = (1, -1) if transposed else (-1, 1)"),
+    here("a convolution's per-channel scales laid along the wrong axis",
+         "channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)", "channels = (w.shape[0],) + (1,) * (w.ndim - 1)"),
+    here("a convolution's bias added before its scale", 'helper.make_node("Mul", [floats, scales], [scaled]',
+         'helper.make_node("Mul", [floats, scales], [scaled + "_unused"]'),
     here("a runtime scale taken",
          "if scale is None or zero is None or scale.size != 1 or zero.size != 1 or scale.dtype",
          "if zero is None or zero.size != 1 or scale is not None and scale.dtype"),

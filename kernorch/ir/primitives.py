@@ -609,9 +609,38 @@ def _conv_like(infer_shape: Callable[..., tuple[int, ...]], compute: Callable[..
     return infer, reference
 
 
-_register("conv", Kind.LINEAR, *_conv_like(K.conv_output_shape, K.conv, ()),
+_conv_infer, _conv_reference = _conv_like(K.conv_output_shape, K.conv, ())
+_register("conv", Kind.LINEAR, _conv_infer, _conv_reference,
           "N-d cross-correlation (grouped, dilated, strided, padded), no bias; "
           "channels_last: activations [N, *spatial, C]")  # fmt: skip
+
+
+def _conv_integer_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    x, w, x_zero, w_zero = types
+    for operand, zero, name in ((x, x_zero, "x"), (w, w_zero, "w")):
+        if operand.dtype not in INTEGER_OPERANDS or zero.dtype != operand.dtype or zero.shape != ():
+            raise ValueError(f"conv_integer: {name} is {operand.dtype} with a {zero.dtype} zero point of shape "
+                             f"{zero.shape} (int8 or uint8, a scalar zero point of its operand's type)")  # fmt: skip
+    if w.rank >= 2 and w.numel // max(w.shape[0], 1) > MAX_INTEGER_K:
+        raise ValueError(f"conv_integer: {w.numel // w.shape[0]} products per output could overflow int32 (at most "
+                         f"{MAX_INTEGER_K})")  # fmt: skip
+    (sums,) = _conv_infer([TensorType(x.shape, "float32"), TensorType(w.shape, "float32")], attrs)
+    return [TensorType(sums.shape, "int32")]
+
+
+def _conv_integer_reference(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    """Sums of the centred operands in float64, where every partial sum of 8-bit products is an integer far below
+    2^53: exact, as int32 accumulation is. Padding contributes 0 (ONNX: the input padded with its zero point)."""
+    x, w, x_zero, w_zero = inputs
+    centred_x = x.astype(np.float64) - float(x_zero)
+    centred_w = w.astype(np.float64) - float(w_zero)
+    (sums,) = _conv_reference([centred_x, centred_w], attrs)
+    return [np.rint(sums).astype(np.int32)]
+
+
+_register("conv_integer", Kind.LINEAR, _conv_integer_infer, _conv_integer_reference,
+          "convolution (x - x_zero) * (w - w_zero) of int8/uint8 operands with int32 sums (ONNX ConvInteger, padding "
+          "counting nothing); zero points per tensor; channels_last: activations [N, *spatial, C]")  # fmt: skip
 _register("conv_transpose", Kind.LINEAR,
           *_conv_like(K.conv_transpose_output_shape, K.conv_transpose, ("output_padding",)),
           "transposed convolution, no bias; channels_last: activations [N, *spatial, C]")  # fmt: skip

@@ -102,10 +102,10 @@ class _Rewriter:
         if mode.as_matmul:
             self.pointwise_conv(node, mode)
             return
-        if mode.channels_last:  # the activation exactly [N, *spatial, C] (even with C = 1); the weights as they are
-            x, w = node.inputs
+        if mode.channels_last:  # the activation exactly [N, *spatial, C] (even with C = 1); the weights (and
+            x, *operands = node.inputs  # conv_integer's scalar zero points) as they are
             inputs = [self.get(x, channels_last(self.old.types[x].rank), origin),
-                      self.get(w, identity(self.old.types[w].rank), origin)]  # fmt: skip
+                      *(self.get(v, identity(self.old.types[v].rank), origin) for v in operands)]  # fmt: skip
         elif mode.frame is not None:  # every operand viewed in the node's frame; lower ranks padded with 1s in front
             inputs = []
             for value in node.inputs:

@@ -34,7 +34,7 @@ from kernorch.layout.layouts import (
 # axis-relabelling primitives: one layout for the (full-rank) inputs and outputs, attributes remapped
 _SAME_LAYOUT = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "window_max", "window_sum", "slice",
                 "concat", "split", "pad", "resize", "expand"}  # fmt: skip
-CONV_PRIMS = ("conv", "conv_transpose")
+CONV_PRIMS = ("conv", "conv_transpose", "conv_integer")  # conv_integer: its zero points are scalars
 AS_MATMUL_FACTOR = 1.07  # a 1x1 conv as a matmul reading one layout and writing the other, vs channels-last
 
 
@@ -80,7 +80,7 @@ def modes_of(graph: Graph, node: Node, candidates: Callable[[str], list[Perm]],
         rank = out_types[0].rank
         modes = [Mode(ids_in, ids_out, conv_cost(node, False))]
         if rank >= 3 and "channels_last" not in node.attr_dict:
-            cl_in = (canonical(channels_last(rank), in_types[0].shape), ids_in[1])
+            cl_in = (canonical(channels_last(rank), in_types[0].shape), *ids_in[1:])
             cl_out = (canonical(channels_last(rank), out_types[0].shape),)
             modes.append(Mode(cl_in, cl_out, conv_cost(node, True), channels_last=True))
             if pointwise_conv(node.prim, node.attr_dict, graph.constants.get(node.inputs[1])) \

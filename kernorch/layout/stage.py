@@ -49,19 +49,20 @@ class LayoutReport:
 
 
 def _conv_kernel(graph: Graph, node: Node, last: bool) -> CandidateKernel:
-    """The conv alone, on a graph of its own, in the layout asked for."""
-    x, w = node.inputs
+    """The conv alone, on a graph of its own, in the layout asked for (conv_integer's zero points with it)."""
+    x, *operands = node.inputs
     x_type, out_type = graph.types[x], graph.types[node.outputs[0]]
     mini = Graph(inputs=[x], outputs=[node.outputs[0]], name="layout-conv")
     if last:
         rank = x_type.rank
         x_type = type(x_type)(permute(x_type.shape, channels_last(rank)), x_type.dtype)
         out_type = type(out_type)(permute(out_type.shape, channels_last(rank)), out_type.dtype)
-    mini.types = {x: x_type, w: graph.types[w], node.outputs[0]: out_type}
-    if w in graph.constants:
-        mini.constants[w] = graph.constants[w]
-    else:
-        mini.inputs.append(w)
+    mini.types = {x: x_type, node.outputs[0]: out_type, **{v: graph.types[v] for v in operands}}
+    for value in dict.fromkeys(operands):
+        if value in graph.constants:
+            mini.constants[value] = graph.constants[value]
+        else:
+            mini.inputs.append(value)
     attrs = {**node.attr_dict, "channels_last": True} if last else node.attr_dict
     mini.nodes = [Node(node.prim, node.inputs, node.outputs, tuple(sorted(attrs.items())), node.origin)]
     return make_kernel(mini, (0,), (node.outputs[0],))

@@ -42,7 +42,8 @@ class LibraryCallBackend(Backend):
         self.runtime_weights = runtime_weights
         self.precisions = precisions  # what its arithmetic can be: kernorch's own convolutions are float32
         # what its operands and destination may be stored as (bf16 mode's bfloat16 values: oneDNN's)
-        self.dtypes = ("float32", "bfloat16") if "bf16" in precisions else ("float32",)
+        self.dtypes = ("float32", *(("bfloat16",) if "bf16" in precisions else ()),
+                       *(("int8", "uint8", "int32") if "int8" in precisions else ()))  # fmt: skip
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         if not any(PRIMITIVES[n.prim].kind == Kind.LINEAR for n in kernel.primitives):
@@ -61,7 +62,7 @@ class LibraryCallBackend(Backend):
         rejection = self.rejection(call)
         if rejection is not None:
             return declines(rejection)
-        precision = " in bf16" if call.precision == "bf16" else ""
+        precision = f" in {call.precision}" if call.precision != "f32" else ""
         return runs(f"{self.what}: {call.op}{precision}" + (f" + {call.epilogue.describe()}" if call.epilogue else ""))
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
@@ -81,4 +82,4 @@ def _tensors(call: LibraryCall) -> list[Tensor]:
 
 
 ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
-                            precisions=("f32", "bf16"), runtime_weights=True)  # fmt: skip
+                            precisions=("f32", "bf16", "int8"), runtime_weights=True)  # fmt: skip

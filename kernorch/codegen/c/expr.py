@@ -42,6 +42,8 @@ def c_cast(value: str, source: str, target: str) -> str:
     to integers by the prelude's conversions (out of range: onnxruntime's result, never undefined behaviour)."""
     if target == "bool":
         return f"((uint8_t)(({value}) != 0))"
+    if source == "float32" and target in FLOAT_TO_INT and target != "int64":
+        return f"{FLOAT_TO_INT[target].replace('ko_f2i32', 'ko_f2i32f')}({value})"
     if source in FLOAT_SUFFIX and target in FLOAT_TO_INT:
         return f"{FLOAT_TO_INT[target]}({value})"
     return f"(({C_TYPES[target]})({value}))"

@@ -51,7 +51,11 @@ class LibraryCall:
     pad_end: tuple[int, ...] = ()
     post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...] = ()
     epilogue: Epilogue | None = None
-    precision: str = "f32"  # "bf16": operands rounded to bfloat16 as they are packed, float32 sums and output
+    # "bf16": operands rounded to bfloat16 as they are packed, float32 sums and output; "int8": int8/uint8 source,
+    # int8 weights, int32 sums, written as int32 or, dequantized by `scales`, as float32
+    precision: str = "f32"
+    src_zero: Tensor | None = None  # int8: the source's zero point (a scalar of its type, read on every run)
+    scales: Tensor | None = None  # int8: float32 per tensor (1,) or per output channel (O,), times the sums
 
 
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
@@ -142,6 +146,8 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     """The oneDNN call that runs `kernel`; NotGeneratable (with the reason) when there is none."""
     graph = kernel.graph
     index, node = linear_node(kernel)
+    if node.prim == "conv_integer":
+        return _integer_convolution(kernel, index, node)
     allowed = OPERAND_DTYPES[node.attr("precision", "f32")]
     for value in node.inputs:
         if graph.types[value].dtype not in allowed:
@@ -169,11 +175,18 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
         if epilogue.output != graph.nodes[stored].inputs[0]:
             raise NotGeneratable("the conversion to bfloat16 is not of the call's result")
         slots[epilogue.output], dst_dtype = slots[graph.nodes[stored].outputs[0]], "bfloat16"
-    out_shape = graph.types[node.outputs[0]].shape
     if node.prim == "matmul":
         call = _matmul(graph, node, sources, views, slots, epilogue)
     else:
         call = _convolution(graph, node, sources, slots, epilogue)
+    described = _with_epilogue(graph, node, call, epilogue, slots, dst_dtype)
+    return rows_merged(described) if described.op == "matmul" else described
+
+
+def _with_epilogue(graph: Graph, node: Node, call: LibraryCall, epilogue: Epilogue, slots: dict[str, int],
+                   dst_dtype: str) -> LibraryCall:  # fmt: skip
+    """`call` with the epilogue's bias and post-ops as oneDNN sees them, writing `dst_dtype` to its output."""
+    out_shape = graph.types[node.outputs[0]].shape
     to_dnnl = _dnnl_order(node, len(out_shape))
     if len(call.dst.dims) != len(out_shape) and (epilogue.bias or epilogue.post_ops):
         raise NotGeneratable("an epilogue on a matmul with a 1-D operand")
@@ -189,11 +202,73 @@ def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
                                  "kernel")  # fmt: skip
     post_ops = tuple((op, _broadcast_tensor(graph, op.operand, out_shape, slots, to_dnnl, len(call.dst.dims))
                       if isinstance(op, Binary) else None) for op in epilogue.post_ops)  # fmt: skip
-    described = LibraryCall(call.op, call.src, call.weights, bias,
-                            Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides, dtype=dst_dtype),
-                            call.strides, call.dilates, call.pad_begin, call.pad_end, post_ops, epilogue,
-                            node.attr("precision", "f32"))  # fmt: skip
-    return rows_merged(described) if described.op == "matmul" else described
+    return replace(call, bias=bias, dst=Tensor(slots[epilogue.output], call.dst.dims, call.dst.strides,
+                                               dtype=dst_dtype),
+                   post_ops=post_ops, epilogue=epilogue, precision=call.precision if call.precision == "int8" else
+                   node.attr("precision", "f32"))  # fmt: skip
+
+
+def _only_consumer(graph: Graph, kernel: CandidateKernel, value: str) -> int | None:
+    """The kernel's one node reading `value`, when no other node (in or out of the kernel) does and the kernel does
+    not write it."""
+    readers = [i for i, n in enumerate(graph.nodes) if value in n.inputs]
+    if len(readers) != 1 or readers[0] not in kernel.nodes or value in kernel.outputs:
+        return None
+    return readers[0]
+
+
+def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> LibraryCall:
+    """conv_integer as oneDNN's int8 convolution: the source's zero point as its attribute, the dequantization
+    that follows (a cast to float32, times a scale per tensor or per output channel) absorbed as its output
+    scales, the rest of the epilogue as post-ops; without the cast it writes the int32 sums."""
+    graph = kernel.graph
+    x, w, x_zero, w_zero = node.inputs
+    if w not in graph.constants or graph.types[w].dtype != "int8":
+        raise NotGeneratable("int8 convolution weights must be constant int8 (packed once)")
+    if w_zero not in graph.constants or np.any(graph.constants[w_zero] != 0):
+        raise NotGeneratable("a weight zero point other than 0 (oneDNN's int8 convolutions take none)")
+    if not node.attr("channels_last", False):
+        raise NotGeneratable("an int8 convolution on NCHW buffers (oneDNN 3.2 runs it only by its reference "
+                             "implementation; the layout stage lays it channels-last)")  # fmt: skip
+    slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
+    for value in (x, x_zero):
+        if value not in slots:
+            raise NotGeneratable(f"conv_integer operand {value} is computed inside the kernel")
+    absorbed, start, scales, dst_dtype = {index}, index, None, "int32"
+    cast = _only_consumer(graph, kernel, node.outputs[0])
+    if cast is not None and graph.nodes[cast].prim == "cast" and graph.nodes[cast].attr("to") == "float32":
+        absorbed, start, dst_dtype = absorbed | {cast}, cast, "float32"
+        floats = graph.nodes[cast].outputs[0]
+        mul = _only_consumer(graph, kernel, floats)
+        scale = next((v for v in graph.nodes[mul].inputs if v != floats), None) if mul is not None else None
+        if mul is not None and graph.nodes[mul].prim == "mul" and scale is not None and scale in slots \
+                and graph.types[scale].dtype == "float32" and _per_channel(graph, scale, node):  # fmt: skip
+            absorbed, start, scales = absorbed | {mul}, mul, scale
+    if dst_dtype == "int32" and len(kernel.nodes) > 1:
+        raise NotGeneratable("an epilogue on int32 sums (only their dequantization is absorbed)")
+    try:
+        epilogue = compile_epilogue(graph, start, kernel.nodes, kernel.outputs, channel_axis(graph, node),
+                                    absorbed - {start})  # fmt: skip
+    except EpilogueError as error:
+        raise NotGeneratable(f"conv_integer epilogue: {error}") from None
+    call = _convolution(graph, node, {x: x, w: w}, slots, epilogue)
+    channels = graph.types[w].shape[0]
+    call = replace(call, precision="int8", src_zero=Tensor(slots[x_zero], (1,), (1,), x_zero in graph.constants,
+                                                           dtype=graph.types[x_zero].dtype),
+                   scales=None if scales is None else Tensor(slots[scales], (channels,) if graph.types[scales].numel > 1
+                                                             else (1,), (1,), scales in graph.constants))  # fmt: skip
+    return _with_epilogue(graph, node, call, epilogue, slots, dst_dtype)
+
+
+def _per_channel(graph: Graph, scale: str, node: Node) -> bool:
+    """A scale per tensor, or one per output channel broadcast along the conv's channel axis only."""
+    if graph.types[scale].numel == 1:
+        return True
+    out_shape = graph.types[node.outputs[0]].shape
+    shape = graph.types[scale].shape
+    axis = channel_axis(graph, node) - (len(out_shape) - len(shape))
+    return 0 <= axis < len(shape) and shape[axis] == out_shape[channel_axis(graph, node)] \
+        and graph.types[scale].numel == shape[axis]  # fmt: skip
 
 
 def _merged_rows(tensor: Tensor) -> tuple[int, int] | None:
@@ -270,7 +345,7 @@ def _broadcast_tensor(graph: Graph, value: str, out_shape: tuple[int, ...], slot
 
 def _convolution(graph: Graph, node: Node, sources: dict[str, str], slots: dict[str, int],
                  epilogue: Epilogue) -> LibraryCall:  # fmt: skip
-    x, w = (sources[value] for value in node.inputs)
+    x, w = (sources[value] for value in node.inputs[:2])
     attrs = node.attr_dict
     x_shape, w_shape = graph.types[x].shape, graph.types[w].shape
     out_shape = graph.types[node.outputs[0]].shape
@@ -284,7 +359,7 @@ def _convolution(graph: Graph, node: Node, sources: dict[str, str], slots: dict[
     kernel_size = w_shape[2:]
     pads = tuple(int(p) for p in attrs["pads"])
     begin, end = pads[:spatial], pads[spatial:]
-    if node.prim == "conv":
+    if node.prim in ("conv", "conv_integer"):
         op = "convolution"
         grouped = (group, w_shape[0] // group, w_shape[1], *kernel_size) if group > 1 else w_shape
         w_dims, w_strides = grouped, row_major(grouped)
@@ -362,5 +437,5 @@ def absorbed_summary(kernel: CandidateKernel) -> str | None:
     parts += ["bias"] if epilogue.bias else []
     parts += [f"{op.alg} tensor" if isinstance(op, Binary) else op.describe() for op in epilogue.post_ops]
     layout = " (channels-last)" if node.attr("channels_last", False) else ""
-    precision = " [bf16]" if call.precision == "bf16" else ""
+    precision = f" [{call.precision}]" if call.precision != "f32" else ""
     return f"{node.prim}{layout}{precision}" + (f" ← {', '.join(parts)}" if parts else "")

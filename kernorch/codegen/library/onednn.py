@@ -80,9 +80,15 @@ def _post_op_positions(call: LibraryCall) -> list[int]:
     return positions
 
 
+# oneDNN's data type and C's element type of each dtype a call's buffers may hold
+DNNL_TYPES = {"float32": "dnnl_f32", "bfloat16": "dnnl_bf16", "int8": "dnnl_s8", "uint8": "dnnl_u8",
+              "int32": "dnnl_s32"}  # fmt: skip
+C_ELEMENTS = {"float32": "float", "bfloat16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}
+
+
 def _pointer(tensor: Tensor) -> str:
     """The tensor's first element: its argument, or an offset into it (a strided view of a slice or split)."""
-    element = "uint16_t" if tensor.dtype == "bfloat16" else "float"
+    element = C_ELEMENTS[tensor.dtype]
     return f"({element} *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
 
 
@@ -127,13 +133,21 @@ def _dense_like(tensor: Tensor) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def scales_mask(call: LibraryCall) -> int:
+    """oneDNN's mask of the weights' scales: 0 per tensor; per output channel, the weights' channel dims (a grouped
+    convolution's weights are (G, O/G, ...): both)."""
+    assert call.scales is not None
+    if call.scales.dims == (1,):
+        return 0
+    return 3 if len(call.weights.dims) == len(call.dst.dims) + 1 else 1
+
+
 def converted_operands(call: LibraryCall) -> tuple[int, ...]:
     """A bf16 call's float32 operands (0 source, 1 weights) converted to bfloat16 on every run, into buffers of
     its own: a source, and weights not known when the plan is created (constant ones are converted once, as
     they are packed). An operand its producer stored as bfloat16 is read as it is (kernorch/precision/)."""
-    if call.precision == "f32":
+    if call.precision != "bf16":
         return ()
-    assert call.precision == "bf16", call.precision
     return tuple(i for i, tensor in enumerate((call.src, call.weights))
                  if tensor.dtype == "float32" and not (i == 1 and tensor.constant))  # fmt: skip
 
@@ -157,6 +171,10 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     for position, (_, tensor) in zip(_post_op_positions(call), call.post_ops, strict=True):
         if tensor is not None:
             memories.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({position}) | DNNL_ARG_SRC_1", tensor, False))
+    if call.scales is not None:
+        memories.append(("DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS", call.scales, False))
+    if call.src_zero is not None:  # oneDNN reads an int32: the state's, set from the zero point on every run
+        memories.append(("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", replace(call.src_zero, dtype="int32"), False))
     count = len(memories) + 1  # + scratchpad
     assert len(memories) <= 16, "more memories than the descriptor array holds"
     converted = converted_operands(call)
@@ -164,12 +182,12 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     # reordered from the plan's buffer into memory of the call's own on every run: a bfloat16 conversion (md_bf),
     # or weights repacked into the layout the primitive chose
     per_run = tuple(sorted({*converted, *([1] if repacked else [])}))
-    element = "dnnl_bf16" if call.precision == "bf16" else "dnnl_f32"  # what the primitive multiplies
+    element = {"bf16": "dnnl_bf16", "int8": "dnnl_s8"}.get(call.precision, "dnnl_f32")  # what it multiplies
     # an operand reordered per run: cvt[j] reorders the plan's buffer (cvt_from[j]) into mem[i], owned
     w = CWriter()
     w.line(f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
            "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
-           f"}} {name}_state;")  # fmt: skip
+           f"{'int32_t zero; ' if call.src_zero is not None else ''}}} {name}_state;")  # fmt: skip
     with w.function(f"static void {name}_destroy(void *state)", returns=None):
         w.line(f"{name}_state *s = ({name}_state *)state;", "if (!s) return;",
                f"for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);")
@@ -181,7 +199,11 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
         _create_body(w, name, call, memories, converted, repacked, per_run, element)
     with w.function(f"static int {name}_run(void *state, dnnl_stream_t stream, void **a)", returns=None):
         w.line(f"{name}_state *s = ({name}_state *)state;")
+        if call.src_zero is not None:
+            w.line(f"s->zero = *(const {C_ELEMENTS[call.src_zero.dtype]} *)a[{call.src_zero.slot}];")
         for i, (_, tensor, packed) in enumerate(memories):
+            if call.src_zero is not None and i == len(memories) - 1:  # the state's int32, set above
+                continue
             if i in per_run:
                 j = per_run.index(i)
                 w.line(f"if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
@@ -211,9 +233,9 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
            'if (!s) { snprintf(ko_error, sizeof ko_error, "%s: out of memory", ko_where); return NULL; }')  # fmt: skip
     for i, (_, tensor, _) in enumerate(memories):
         w.line(_array(f"d{i}", tensor.dims), _array(f"s{i}", tensor.strides))
-        if tensor.dtype == "bfloat16":  # stored so by its producer: read as it is
+        if tensor.dtype != "float32":  # bfloat16 stored so by its producer, read as it is; an int8 call's integers
             w.line(f"KO_CHECK(dnnl_memory_desc_create_with_strides(&md[{i}], {len(tensor.dims)}, d{i}, "
-                   f"dnnl_bf16, s{i}));")  # fmt: skip
+                   f"{DNNL_TYPES[tensor.dtype]}, s{i}));")  # fmt: skip
         else:
             w.line(f"KO_CHECK(ko_md(&md[{i}], {len(tensor.dims)}, d{i}, s{i}));")
     for i in converted:
@@ -232,6 +254,10 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
     w.line("KO_CHECK(dnnl_primitive_attr_create(&attr));",
            "KO_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));",
            "KO_CHECK(dnnl_post_ops_create(&ops));")  # fmt: skip
+    if call.scales is not None:
+        w.line(f"KO_CHECK(dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_WEIGHTS, {scales_mask(call)}));")
+    if call.src_zero is not None:
+        w.line("KO_CHECK(dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_SRC, 0));")
     binary_index = 3 + (call.bias is not None)
     for op in (expanded for given, _ in call.post_ops for expanded in _as_onednn(given)):
         if isinstance(op, Eltwise):
@@ -289,6 +315,8 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
                    "dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
                    f"s->cvt_args[{j}][0].arg = DNNL_ARG_FROM; s->cvt_args[{j}][0].memory = s->cvt_from[{j}];",
                    f"s->cvt_args[{j}][1].arg = DNNL_ARG_TO; s->cvt_args[{j}][1].memory = s->mem[{i}];")  # fmt: skip
+        elif call.src_zero is not None and i == len(memories) - 1:
+            w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, &s->zero));")
         elif not packed:  # pointed at the plan's buffer on every run
             w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
     scratch = len(memories)
@@ -373,6 +401,11 @@ def _enums(include: Path) -> dict[str, int]:
     return values
 
 
+# DNNL_ARG_SRC and DNNL_ARG_WEIGHTS: #defines of dnnl_types.h (not enumerators the header reader finds), part of
+# oneDNN's stable C ABI
+ARG_SRC, ARG_WEIGHTS = 1, 33
+
+
 class _Api:
     """libdnnl through ctypes: one CPU engine, the enum values."""
 
@@ -398,7 +431,7 @@ class _Api:
     def memory(self, dims: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None) -> ctypes.c_void_p:
         md = ctypes.c_void_p()
         array = ctypes.c_int64 * 12
-        kind = self.enum["dnnl_bf16" if dtype == "bfloat16" else "dnnl_f32"]
+        kind = self.enum[DNNL_TYPES[dtype]]
         if strides is None:  # the layout oneDNN chooses (constant weights)
             self.check(self.dnnl.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(dims), array(*dims), kind,
                                                                   self.enum["dnnl_format_tag_any"]))  # fmt: skip
@@ -433,6 +466,8 @@ def library_implementation(call: LibraryCall) -> str | None:
 
     return _implementation(api, replace(call, src=described(call.src), weights=described(call.weights),
                                         dst=described(call.dst), epilogue=None,
+                                        scales=None if call.scales is None else described(call.scales),
+                                        src_zero=None if call.src_zero is None else described(call.src_zero),
                                         bias=None if call.bias is None else described(call.bias),
                                         post_ops=tuple((op, None if t is None else described(t))
                                                        for op, t in call.post_ops)))  # fmt: skip
@@ -441,7 +476,7 @@ def library_implementation(call: LibraryCall) -> str | None:
 @cache
 def _implementation(api: _Api, call: LibraryCall) -> str | None:
     converted = converted_operands(call)
-    multiplied = "bfloat16" if call.precision == "bf16" else "float32"
+    multiplied = {"bf16": "bfloat16", "int8": "int8"}.get(call.precision, "float32")
     created: list[ctypes.c_void_p] = []
     attr, ops, pd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     dnnl = api.dnnl
@@ -470,6 +505,11 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
                     api.check(dnnl.dnnl_post_ops_append_binary(ops, api.enum[f"dnnl_binary_{op.alg}"],
                                                                memory(operand, 4)))  # fmt: skip
         api.check(dnnl.dnnl_primitive_attr_set_post_ops(attr, ops))
+        if call.scales is not None:
+            api.check(dnnl.dnnl_primitive_attr_set_scales_mask(attr, ARG_WEIGHTS,
+                                                               scales_mask(call)))  # fmt: skip
+        if call.src_zero is not None:
+            api.check(dnnl.dnnl_primitive_attr_set_zero_points_mask(attr, ARG_SRC, 0))
         if call.op == "matmul":
             status = dnnl.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), api.engine, src, weights, bias, dst,
                                                             attr)  # fmt: skip
@@ -498,13 +538,16 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
 
 
 def reference_rejection(call: LibraryCall) -> str | None:
-    """Why a matmul or convolution call with a binary post-op is declined: oneDNN would run it by its reference
-    implementation."""
-    if call.op not in ("matmul", "convolution") or not any(operand is not None for _, operand in call.post_ops):
+    """Why a matmul or convolution call with a binary post-op, or an int8 one, is declined: oneDNN would run it by
+    its reference implementation."""
+    if call.op not in ("matmul", "convolution") or \
+            call.precision != "int8" and not any(operand is not None for _, operand in call.post_ops):  # fmt: skip
         return None
     implementation = library_implementation(call)
     if implementation is None or not implementation.startswith("ref"):
         return None
+    if call.precision == "int8":
+        return f"oneDNN runs this int8 {call.op} only by its reference implementation ({implementation})"
     masks = [t.dims for _, t in call.post_ops if t is not None]
     return (f"oneDNN runs this {call.op} ({'x'.join(map(str, call.src.dims))}) with post-op operands {masks} only "
             f"by its reference implementation ({implementation})")

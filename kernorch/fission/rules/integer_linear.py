@@ -3,14 +3,14 @@ quantization's products), QLinearMatMul, ConvInteger and QLinearConv.
 
     MatMulInteger: y = (a - a_zero) @ (b - b_zero), int32 sums         -> matmul_integer (an int8 kernel's primitive)
     QLinearMatMul: y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero), acc as MatMulInteger's
-    ConvInteger:   y = conv(x - x_zero, w - w_zero), int32 sums        -> a float64 conv, exact (see below)
+    ConvInteger:   y = conv(x - x_zero, w - w_zero), int32 sums        -> conv_integer (int8 convolution kernels)
     QLinearConv:   y = saturate(round((acc + bias) * (x_scale * w_scale / y_scale)) + y_zero)
 
 The requantization multiplies by one multiplier per tensor (or per output channel) as onnxruntime's kernels do,
 where the ONNX reference divides the float product by y_scale: both round the same real number, so they differ at
-most where it lies within a float rounding of a tie (one step). A convolution's sums are computed in float64, where
-every partial sum of 8-bit products is an integer far below 2^53 and so exact, until int8 convolution kernels
-arrive: the result equals int32 accumulation's.
+most where it lies within a float rounding of a tie (one step). A convolution over weights that are not constant
+(or whose distance from their zero points leaves int8) is computed in float64, where every partial sum of 8-bit
+products is an integer far below 2^53 and so exact: the result equals int32 accumulation's.
 """
 
 from __future__ import annotations
@@ -102,8 +102,9 @@ def qlinear_matmul(ctx: RuleContext) -> list[str]:
 
 
 def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) -> str:
-    """The int32 sums of an integer convolution: a 2-D one without groups over constant weights as an integer
-    product (`_conv_as_product`), any other in float64 (see the module's docstring)."""
+    """The int32 sums of an integer convolution: over constant weights whose distance from their zero points fits
+    int8 (per-tensor or per-channel zero points folded into them) the conv_integer primitive, which the int8
+    convolution kernels run; any other in float64 (see the module's docstring)."""
     x_type, w_type = ctx.type(x), ctx.type(w)
     x_dtype, w_dtype = _integer_operand(ctx, x, "input"), _integer_operand(ctx, w, "weight")
     if x_type.rank not in (3, 4, 5) or w_type.rank != x_type.rank:
@@ -120,54 +121,26 @@ def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) ->
     strides, pads, dilations = spatial_attrs(ctx, x_type.shape[2:], kernel)
     x_zero_point, _ = _zero_point(ctx, x_zero, x_dtype, None, "the input")
     w_zero_point, per_channel = _zero_point(ctx, w_zero, w_dtype, w_type.shape[0], "the weight")
+    geometry = dict(strides=strides, pads=pads, dilations=dilations, group=group)
     weights = ctx.builder.graph.constants.get(ctx.input(w))
     zeros = ctx.builder.graph.constants.get(w_zero_point)
-    if x_type.rank == 4 and group == 1 and weights is not None and zeros is not None:
-        return _conv_as_product(ctx, ctx.input(x), weights, zeros, x_zero_point, strides, pads, dilations)
+    if weights is not None and zeros is not None:
+        centred = weights.astype(np.int32) - zeros.astype(np.int32).reshape((-1,) + (1,) * (w_type.rank - 1)
+                                                                            if per_channel else ())  # fmt: skip
+        if centred.min() >= -128 and centred.max() <= 127:
+            return ctx.emit("conv_integer", ctx.input(x), ctx.constant(centred.astype(np.int8)), x_zero_point,
+                            ctx.scalar(0, "int8"), **geometry)  # fmt: skip
     if per_channel:
         w_zero_point = channel_param(ctx, w_zero_point, w_type.rank, axis=0)
 
-    def centred(value: str, zero_point: str) -> str:
+    def centred_float(value: str, zero_point: str) -> str:
         wide = ctx.emit("cast", value, to="float64")
         return ctx.emit("sub", wide, ctx.emit("cast", zero_point, to="float64"))
 
     # subtracted before the padding: a padded position contributes 0, as onnxruntime's (padding with the zero point)
-    sums = ctx.emit("conv", centred(ctx.input(x), x_zero_point), centred(ctx.input(w), w_zero_point),
-                    strides=strides, pads=pads, dilations=dilations, group=group)  # fmt: skip
+    sums = ctx.emit("conv", centred_float(ctx.input(x), x_zero_point), centred_float(ctx.input(w), w_zero_point),
+                    **geometry)  # fmt: skip
     return ctx.emit("cast", sums, to="int32")
-
-
-def _conv_as_product(ctx: RuleContext, x: str, weights: np.ndarray, zeros: np.ndarray, x_zero_point: str,
-                     strides: tuple[int, ...], pads: tuple[int, ...], dilations: tuple[int, ...]) -> str:  # fmt: skip
-    """A 2-D convolution without groups as matmul_integer of its windows (im2col) by the weights laid [KH·KW·C, O]:
-    the input padded with 0, each tap's strided slice concatenated along channels, pixels as rows. A padded tap
-    then counts (0 - x_zero) · w' where the convolution counts nothing: x_zero times the sum of those taps' centred
-    weights (a constant per output channel and pixel) is added back, in int32 (every sum below 2^31)."""
-    (n, c, height, width), (o, _, kh, kw) = ctx.builder.type_of(x).shape, weights.shape
-    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilations, pads
-    oh = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    ow = (width + left + right - (kw - 1) * dw - 1) // sw + 1
-    padded = ctx.emit("pad", x, pads=(0, 0, top, left, 0, 0, bottom, right), mode="constant", value=0) \
-        if any(pads) else x  # fmt: skip
-    taps = [ctx.emit("slice", padded, ranges=((0, n, 1), (0, c, 1), (i * dh, i * dh + (oh - 1) * sh + 1, sh),
-                                              (j * dw, j * dw + (ow - 1) * sw + 1, sw)))
-            for i in range(kh) for j in range(kw)]  # fmt: skip
-    windows = ctx.emit("concat", *taps, axis=1) if len(taps) > 1 else taps[0]  # [N, (tap, C), OH, OW]
-    rows = reshape(ctx, ctx.emit("transpose", windows, perm=(0, 2, 3, 1)), (n * oh * ow, kh * kw * c))
-    laid = ctx.constant(np.ascontiguousarray(weights.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)))
-    zero = ctx.constant(zeros.reshape(zeros.shape if zeros.size != 1 else ()))
-    sums = ctx.emit("matmul_integer", rows, laid, x_zero_point, zero)
-    sums = ctx.emit("transpose", reshape(ctx, sums, (n, oh, ow, o)), perm=(0, 3, 1, 2))
-    if not any(pads):
-        return sums
-    centred = weights.astype(np.int64) - zeros.astype(np.int64).reshape((-1, 1, 1, 1) if zeros.size != 1 else ())
-    per_tap = centred.sum(axis=1)  # [O, KH, KW]
-    outside_y = [[not 0 <= y * sh - top + i * dh < height for i in range(kh)] for y in range(oh)]
-    outside_x = [[not 0 <= x_ * sw - left + j * dw < width for j in range(kw)] for x_ in range(ow)]
-    outside = np.logical_or(np.array(outside_y)[:, None, :, None], np.array(outside_x)[None, :, None, :])
-    padded_taps = np.einsum("yxij,oij->oyx", outside.astype(np.int64), per_tap).astype(np.int32)[None]
-    correction = ctx.emit("mul", ctx.emit("cast", x_zero_point, to="int32"), ctx.constant(padded_taps))
-    return ctx.emit("add", sums, correction)
 
 
 @rule("ConvInteger", min_opset=10)

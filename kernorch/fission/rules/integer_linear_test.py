@@ -184,6 +184,45 @@ def test_conv_integer_equals_onnxruntime(case: str) -> None:
     _assert_exact(model, {"x": x}, per=spec.get("per"))
 
 
+# convolutions the int8 kernels take: constant weights within int8 of their zero points, any source zero point
+INT8_CONV_CASES: dict[str, dict[str, Any]] = {
+    "uint8 source at a zero point of 255, padded 3x3": dict(x=(np.uint8, (1, 8, 9, 9)), w=(np.int8, (16, 8, 3, 3)),
+                                                         zx=np.uint8(255), attrs=dict(pads=[1, 1, 1, 1])),
+    "int8 source at -128, depthwise, strided": dict(x=(np.int8, (1, 12, 11, 11)), w=(np.int8, (12, 1, 3, 3)),
+                                                    zx=np.int8(-128), attrs=dict(group=12, strides=[2, 2],
+                                                                                 pads=[1, 1, 1, 1])),
+    "two groups, dilated, unevenly padded": dict(x=(np.uint8, (2, 8, 10, 7)), w=(np.int8, (6, 4, 3, 2)),
+                                                 zx=np.uint8(3), attrs=dict(group=2, dilations=[2, 1],
+                                                                            pads=[1, 0, 2, 1])),
+    "1-D, odd length": dict(x=(np.uint8, (1, 6, 17)), w=(np.int8, (5, 6, 3)), zx=np.uint8(128),
+                            attrs=dict(pads=[1, 1])),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(INT8_CONV_CASES))
+def test_int8_convolutions_run_on_the_int8_kernel_exactly(case: str) -> None:
+    spec = INT8_CONV_CASES[case]
+    x, w = _integers(*spec["x"]), _integers(*spec["w"])
+    model = single_op_model("ConvInteger", {"x": x}, spec["attrs"], {"w": w, "zx": np.asarray(spec["zx"])},
+                            input_order=["x", "w", "zx"])  # fmt: skip
+    compiled = cpu_compile(model, cost="analytic")
+    assert [(n.prim, b.name) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+            for n in k.primitives if n.prim.startswith("conv")] == [("conv_integer", "onednn")]  # fmt: skip
+    np.testing.assert_array_equal(compiled.run({"x": x})["out0"], run_onnxruntime(model, {"x": x})["out0"])
+
+
+def test_a_zero_point_given_at_run_time_is_read_on_every_run() -> None:
+    x, w = _integers(np.uint8, (1, 4, 7, 7)), _integers(np.int8, (8, 4, 3, 3))
+    model = single_op_model("ConvInteger", {"x": x, "zx": np.asarray(np.uint8(0))}, dict(pads=[1, 1, 1, 1]),
+                            {"w": w}, input_order=["x", "w", "zx"])  # fmt: skip
+    compiled = cpu_compile(model, cost="analytic")
+    assert "onednn" in [b.name for b in compiled.executor.backends]
+    for zero in (0, 200, 255, 17):
+        feeds = {"x": x, "zx": np.asarray(np.uint8(zero))}
+        np.testing.assert_array_equal(compiled.run(feeds)["out0"], run_onnxruntime(model, feeds)["out0"],
+                                      err_msg=f"zero point {zero}")  # fmt: skip
+
+
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_qlinear_conv_within_one_step_of_onnxruntime(per_channel: bool) -> None:
     x, w = _integers(np.uint8, (1, 8, 10, 10)), _integers(np.int8, (16, 8, 3, 3))
@@ -221,11 +260,18 @@ MUTANTS = [
          'multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, acc,',
          'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, '
          'acc,'),
-    here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred(ctx.input(x), '
-         'x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
-    here("padded taps not corrected", "    return ctx.emit(\"add\", sums, correction)", "    return sums"),
-    here("windows sliced without the stride", "(i * dh, i * dh + (oh - 1) * sh + 1, sh)",
-         "(i * dh, i * dh + (oh - 1) * sh + 1, 1)"),
+    here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred_float('
+         'ctx.input(x), x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
+    here("per-channel weight zero points folded along the wrong axis",
+         "reshape((-1,) + (1,) * (w_type.rank - 1)", "reshape((1, -1) + (1,) * (w_type.rank - 2)"),
+    here("the int8 convolution's source zero point is ignored", "ctx.constant(centred.astype(np.int8)), x_zero_point,",
+         "ctx.constant(centred.astype(np.int8)), ctx.scalar(0, x_dtype),"),
+    here("oneDNN's scales of a grouped convolution taken per group", "return 3 if len(call.weights.dims) == "
+         "len(call.dst.dims) + 1 else 1", "return 1", file="kernorch/codegen/library/onednn.py",
+         tests=("kernorch/fission/qdq_test.py",)),
+    here("the zero point read once, when the plan is created", "            w.line(f\"s->zero = *(const "
+         "{C_ELEMENTS[call.src_zero.dtype]} *)a[{call.src_zero.slot}];\")", "            pass",
+         file="kernorch/codegen/library/onednn.py"),
     here("QLinearConv's bias taken as a bound", 'sums = ctx.emit("add", sums, channel_param(',
          'sums = ctx.emit("max", sums, channel_param('),
 ]  # fmt: skip
