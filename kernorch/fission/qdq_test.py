@@ -7,6 +7,7 @@ within the quantized tolerance."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.codegen.backends.library_calls import ONEDNN, library_call
+from kernorch.cost.profile import isolate
 from kernorch.devtools.mutate import here
 from kernorch.fission import fission
 from kernorch.frontend import import_model
+from kernorch.ir.kernel import make_kernel
 from kernorch.runtime import run_reference
+from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.feeds import seeded_feeds
 from kernorch.testing import cpu_compile
 from kernorch.tools.check import run_onnxruntime
 
@@ -107,7 +113,8 @@ def test_left_float_where_the_pattern_does_not_hold(change: dict[str, Any]) -> N
 def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1, per_channel: bool = True,
                     bias: bool = True, activations: str = "uint8", runtime_scale: bool = False) -> onnx.ModelProto:
     """x [1, C, 10, 10] (float) -> Q -> DQ -> Conv 3x3 padded (DQ of constant int8 weights, per output channel or
-    per tensor; a bias) -> Relu: a quantize_static convolution."""
+    per tensor; a bias) -> Relu -> GlobalAveragePool: a quantize_static convolution, and a classifier's pooling
+    (whose [1, O, 1, 1] output is the same bytes in either layout, so the relu stays with the convolution)."""
     w = RNG.integers(-127, 128, (out_channels, channels // group, 3, 3)).astype(np.int8)
     scale = np.linspace(0.002, 0.02, out_channels).astype(np.float32) if per_channel else np.asarray(0.01, np.float32)
     zero = 3 if activations == "uint8" else -5
@@ -122,9 +129,9 @@ def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
              helper.make_node("Conv", ["xd", "wd", *(["bias"] if bias else [])], ["c"], group=group,
                               pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
-             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])]  # fmt: skip
     graph = helper.make_graph(nodes, "qdq_conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                                                        [1, out_channels, 10, 10])],
+                                                                                        [1, out_channels, 1, 1])],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -157,6 +164,25 @@ def test_integer_convolutions_agree_with_onnxruntime(case: str) -> None:
     for got in (run_reference(graph, feeds)["y"], compiled.run(feeds)["y"]):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * scale)
         np.testing.assert_allclose(got, float_run, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_the_dequantization_bias_and_relu_run_inside_the_int8_convolution(case: str, tmp_path: Path) -> None:
+    """The whole epilogue of a QDQ convolution as one oneDNN call — the dequantization as its output scales (per
+    output channel of a grouped convolution too), the bias, the relu — against the reference, whatever the plan
+    chooses to fuse."""
+    graph = cpu_compile(_qdq_conv_model(**CONV_CASES[case]), cost="analytic").kernels[0].graph
+    chain = [next(i for i, n in enumerate(graph.nodes) if n.prim == "conv_integer")]
+    while graph.nodes[chain[-1]].prim != "relu":
+        chain.append(next(i for i, n in enumerate(graph.nodes) if graph.nodes[chain[-1]].outputs[0] in n.inputs))
+    assert [graph.nodes[i].prim for i in chain] in (["conv_integer", "cast", "mul", "add", "relu"],
+                                                    ["conv_integer", "cast", "mul", "relu"])  # fmt: skip
+    kernel = isolate(make_kernel(graph, tuple(chain), (graph.nodes[chain[-1]].outputs[0],)))
+    assert ONEDNN.applies(kernel).runs and library_call(kernel).scales is not None
+    feeds = seeded_feeds({v: kernel.graph.types[v] for v in kernel.graph.inputs}, seed=4)
+    got = PlanExecutor(kernel.graph, [kernel], 2, tmp_path)(feeds)
+    for name, want in run_reference(kernel.graph, feeds).items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 def test_a_convolution_with_a_runtime_scale_stays_float() -> None:
