@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from kernorch.fission.rules.common import centred_int8
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.primitives import MAX_INTEGER_K
 
@@ -104,9 +105,8 @@ def _weights(graph: _Graph, value: str, transposed: bool) -> tuple[np.ndarray, n
         return None
     if zero.size != 1 and zero.shape != scale.shape:
         return None
-    along = (-1, 1) if transposed else (1, -1)  # a zero point per column, against the stored matrix
-    centred = integers.astype(np.int32) - zero.astype(np.int32).reshape(() if zero.size == 1 else along)
-    if centred.min() < -128 or centred.max() > 127 or integers.shape[1 - columns_axis] > MAX_INTEGER_K:
+    # a zero point per column, against the stored matrix
+    if centred_int8(integers, zero, columns_axis) is None or integers.shape[1 - columns_axis] > MAX_INTEGER_K:
         return None
     return (integers.T.copy() if transposed else integers), scale.reshape(scale.shape if per_column else ()), \
         zero.reshape(zero.shape if zero.size != 1 else ())  # fmt: skip
@@ -156,11 +156,8 @@ def _conv_weights(graph: _Graph, value: str) -> tuple[np.ndarray, np.ndarray] | 
                                                         % integers.ndim != 0) \
             or zero.size != 1 and zero.shape != (channels,):  # fmt: skip
         return None
-    along = (-1,) + (1,) * (integers.ndim - 1)
-    centred = integers.astype(np.int32) - zero.astype(np.int32).reshape(along if zero.size != 1 else ())
-    if centred.min() < -128 or centred.max() > 127:
-        return None
-    return centred.astype(np.int8), scale.reshape(scale.shape if per_channel else ())
+    centred = centred_int8(integers, zero, 0)
+    return None if centred is None else (centred, scale.reshape(scale.shape if per_channel else ()))
 
 
 def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:

@@ -272,7 +272,6 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             prepared = answer
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
-        errors: dict[str, float] = {}
         quantized_model = quantized(onnx.load(model_path, load_external_data=False))
         spread = _worst(run_onnxruntime(onnx.load(model_path), feeds, threads, optimized=False), reference) \
             if quantized_model else 0.0  # fmt: skip

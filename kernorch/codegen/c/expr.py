@@ -29,6 +29,9 @@ _UNSIGNED = {"int32": "uint32_t", "int64": "uint64_t", "int16": "uint16_t", "int
 # truncating conversion narrowed, which is what onnxruntime's casts compute)
 FLOAT_TO_INT = {"int32": "ko_f2i32", "int64": "ko_f2i64", "int16": "(int16_t)ko_f2i32", "uint16": "(uint16_t)ko_f2i32",
                 "int8": "(int8_t)ko_f2i32", "uint8": "(uint8_t)ko_f2i32"}  # fmt: skip
+# from float32 to the 32-bit and narrower integers: the prelude's conversion that loops vectorize
+FLOAT32_TO_INT = {target: call.replace("ko_f2i32", "ko_f2i32f") for target, call in FLOAT_TO_INT.items()
+                  if target != "int64"}  # fmt: skip
 
 
 def _wrapping(dtype: str, operator: str, a: str, b: str) -> str:
@@ -42,8 +45,8 @@ def c_cast(value: str, source: str, target: str) -> str:
     to integers by the prelude's conversions (out of range: onnxruntime's result, never undefined behaviour)."""
     if target == "bool":
         return f"((uint8_t)(({value}) != 0))"
-    if source == "float32" and target in FLOAT_TO_INT and target != "int64":
-        return f"{FLOAT_TO_INT[target].replace('ko_f2i32', 'ko_f2i32f')}({value})"
+    if source == "float32" and target in FLOAT32_TO_INT:
+        return f"{FLOAT32_TO_INT[target]}({value})"
     if source in FLOAT_SUFFIX and target in FLOAT_TO_INT:
         return f"{FLOAT_TO_INT[target]}({value})"
     return f"(({C_TYPES[target]})({value}))"

@@ -21,6 +21,17 @@ def channel_param(ctx: RuleContext, value: str, rank: int, axis: int = 1) -> str
     return reshape(ctx, value, [size if i == axis else 1 for i in range(rank)])
 
 
+def centred_int8(integers: np.ndarray, zero: np.ndarray, axis: int) -> np.ndarray | None:
+    """Constant 8-bit `integers` minus their zero point (a scalar, or one per index along `axis`), in int8, when
+    every difference fits int8 (the int8 kernels' operand); else None."""
+    along = [1] * integers.ndim
+    along[axis] = -1
+    centred = integers.astype(np.int32) - zero.astype(np.int32).reshape(() if zero.size == 1 else tuple(along))
+    if centred.size and (centred.min() < -128 or centred.max() > 127):
+        return None
+    return centred.astype(np.int8)
+
+
 def reduce_axes(ctx: RuleContext, rank: int, axes: Sequence[int] | None) -> tuple[int, ...]:
     if axes is None:
         return tuple(range(rank))

@@ -15,10 +15,8 @@ products is an integer far below 2^53 and so exact: the result equals int32 accu
 
 from __future__ import annotations
 
-import numpy as np
-
 from kernorch.fission.registry import RuleContext, rule
-from kernorch.fission.rules.common import channel_param, reshape, spatial_attrs
+from kernorch.fission.rules.common import centred_int8, channel_param, reshape, spatial_attrs
 from kernorch.fission.rules.quantize import RANGES, saturate
 from kernorch.ir.primitives import INTEGER_OPERANDS, MAX_INTEGER_K
 
@@ -124,12 +122,10 @@ def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) ->
     geometry = dict(strides=strides, pads=pads, dilations=dilations, group=group)
     weights = ctx.builder.graph.constants.get(ctx.input(w))
     zeros = ctx.builder.graph.constants.get(w_zero_point)
-    if weights is not None and zeros is not None:
-        centred = weights.astype(np.int32) - zeros.astype(np.int32).reshape((-1,) + (1,) * (w_type.rank - 1)
-                                                                            if per_channel else ())  # fmt: skip
-        if centred.min() >= -128 and centred.max() <= 127:
-            return ctx.emit("conv_integer", ctx.input(x), ctx.constant(centred.astype(np.int8)), x_zero_point,
-                            ctx.scalar(0, "int8"), **geometry)  # fmt: skip
+    centred = centred_int8(weights, zeros, 0) if weights is not None and zeros is not None else None
+    if centred is not None:
+        return ctx.emit("conv_integer", ctx.input(x), ctx.constant(centred), x_zero_point, ctx.scalar(0, "int8"),
+                        **geometry)  # fmt: skip
     if per_channel:
         w_zero_point = channel_param(ctx, w_zero_point, w_type.rank, axis=0)
 

@@ -262,10 +262,10 @@ MUTANTS = [
          'acc,'),
     here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred_float('
          'ctx.input(x), x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
-    here("per-channel weight zero points folded along the wrong axis",
-         "reshape((-1,) + (1,) * (w_type.rank - 1)", "reshape((1, -1) + (1,) * (w_type.rank - 2)"),
-    here("the int8 convolution's source zero point is ignored", "ctx.constant(centred.astype(np.int8)), x_zero_point,",
-         "ctx.constant(centred.astype(np.int8)), ctx.scalar(0, x_dtype),"),
+    here("per-channel weight zero points folded along the wrong axis", "    along[axis] = -1", "    along[1] = -1",
+         file="kernorch/fission/rules/common.py"),
+    here("the int8 convolution's source zero point is ignored", "ctx.constant(centred), x_zero_point,",
+         "ctx.constant(centred), ctx.scalar(0, x_dtype),"),
     here("oneDNN's scales of a grouped convolution taken per group", "return 3 if len(call.weights.dims) == "
          "len(call.dst.dims) + 1 else 1", "return 1", file="kernorch/codegen/library/onednn.py",
          tests=("kernorch/fission/qdq_test.py",)),
