@@ -9,7 +9,7 @@ import onnx
 from kernorch.errors import UnsupportedOperator
 from kernorch.fission.fallback import fallback_node
 from kernorch.fission.qdq import simplify_qdq
-from kernorch.fission.registry import FISSION_RULES, RuleContext
+from kernorch.fission.registry import RuleContext, find_rule
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.builder import PrimitiveBuilder
 from kernorch.ir.graph import Graph, Node, eliminate_dead_nodes, verify
@@ -70,13 +70,7 @@ def fission(model: ImportedModel, strict: bool = True) -> Graph:
 def _apply_rule(node: onnx.NodeProto, node_name: str, inputs: list[str | None], opset: int,
                 builder: PrimitiveBuilder) -> list[str]:  # fmt: skip
     """The node's rule applied: its output values, or UnsupportedOperator naming what the rule cannot take."""
-    if node.domain not in ("", "ai.onnx"):
-        raise UnsupportedOperator(node.op_type, node_name, f"operators of domain '{node.domain}' are not supported")
-    fission_rule = FISSION_RULES.get(node.op_type)
-    if fission_rule is None:
-        raise UnsupportedOperator(node.op_type, node_name, "no fission rule for this operator")
-    if opset < fission_rule.min_opset:
-        raise UnsupportedOperator(node.op_type, node_name, f"opset {opset} < {fission_rule.min_opset}")
+    fission_rule = find_rule(node.domain, node.op_type, opset, node_name)
     context = RuleContext(node, inputs, opset, builder)
     try:
         outputs = list(fission_rule.fn(context))

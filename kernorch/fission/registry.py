@@ -1,6 +1,7 @@
 """Fission rule registry and the context a rule sees.
 
-A rule is a small function registered for one ONNX op type. It reads attributes through the context
+A rule is a small function registered for one op type of a domain (ONNX's by default; onnxruntime's
+`com.microsoft` for the contrib operators its tools write). It reads attributes through the context
 (every attribute present on the node must be read, otherwise the node is refused — so an attribute a
 rule does not know can never be silently ignored), emits primitives, and returns the value names of
 the node's outputs.
@@ -95,6 +96,24 @@ class RuleContext:
         return axis % rank if rank else 0
 
     # -------------------------------------------------------------------- emitting
+    def apply(self, op_type: str, *inputs: str | None, at_opset: int | None = None,
+              **attributes: Any) -> list[str]:  # fmt: skip
+        """The outputs of ONNX operator `op_type` on these values, as its own rule fissions it (at this context's
+        opset unless `at_opset`): a quantized operator's float computation is its float operator's (same checks,
+        same refusals, given in this node's name). Every attribute given must be one the rule reads."""
+        node = onnx.helper.make_node(op_type, [value or "" for value in inputs], [f"{self.node.name}.{op_type}"],
+                                     name=self.node.name, **attributes)  # fmt: skip
+        opset = self.opset if at_opset is None else at_opset
+        context = RuleContext(node, list(inputs), opset, self.builder)
+        try:
+            outputs = list(find_rule("", op_type, opset, node.name).fn(context))
+            unread = context.unread_attributes()
+            if unread:
+                context.refuse("attribute not supported by kernorch's rule", unread[0])
+        except UnsupportedOperator as refusal:
+            self.refuse(f"its {op_type}: {refusal.reason}", refusal.attribute)
+        return outputs
+
     def emit(self, prim: str, *inputs: str, **attrs: Any) -> str:
         (output,) = self.builder.emit(prim, inputs, attrs)
         return output
@@ -117,20 +136,40 @@ class FissionRule:
     op_type: str
     fn: RuleFn
     static_inputs: tuple[int, ...]  # inputs that must be compile-time constants
-    min_opset: int
+    min_opset: int  # of the ONNX domain
+    domain: str = ""
 
 
-FISSION_RULES: dict[str, FissionRule] = {}
+# domain ("" for ONNX's, which "ai.onnx" also names) -> op type -> rule
+DOMAIN_RULES: dict[str, dict[str, FissionRule]] = {"": {}, "com.microsoft": {}}
+FISSION_RULES = DOMAIN_RULES[""]  # ONNX's operators
 
 
-def rule(*op_types: str, static_inputs: tuple[int, ...] = (), min_opset: int = 1) -> Callable[[RuleFn], RuleFn]:
-    """Register a fission rule for one or more ONNX op types (default domain)."""
+def rule(*op_types: str, static_inputs: tuple[int, ...] = (), min_opset: int = 1,
+         domain: str = "") -> Callable[[RuleFn], RuleFn]:  # fmt: skip
+    """Register a fission rule for one or more op types of `domain` (default: ONNX's)."""
+    rules = DOMAIN_RULES[domain]
 
     def register(fn: RuleFn) -> RuleFn:
         for op_type in op_types:
-            if op_type in FISSION_RULES:
-                raise ValueError(f"two fission rules for {op_type}")
-            FISSION_RULES[op_type] = FissionRule(op_type, fn, static_inputs, min_opset)
+            if op_type in rules:
+                raise ValueError(f"two fission rules for {domain or 'ai.onnx'}.{op_type}")
+            rules[op_type] = FissionRule(op_type, fn, static_inputs, min_opset, domain)
         return fn
 
     return register
+
+
+def find_rule(domain: str, op_type: str, opset: int, node_name: str) -> FissionRule:
+    """The rule for a node of `op_type` in `domain` at the model's ONNX `opset`, or UnsupportedOperator saying
+    why there is none."""
+    rules = DOMAIN_RULES.get("" if domain == "ai.onnx" else domain)
+    if rules is None:
+        raise UnsupportedOperator(op_type, node_name, f"operators of domain '{domain}' are not supported")
+    found = rules.get(op_type)
+    if found is None:
+        raise UnsupportedOperator(op_type, node_name, "no fission rule for this operator"
+                                  + (f" of domain '{domain}'" if domain not in ("", "ai.onnx") else ""))  # fmt: skip
+    if opset < found.min_opset:
+        raise UnsupportedOperator(op_type, node_name, f"opset {opset} < {found.min_opset}")
+    return found

@@ -10,6 +10,7 @@ from kernorch.fission.rules import (  # noqa: F401
     layout,
     linear,
     normalization,
+    qoperator,
     quantize,
     recurrent,
     reduce,

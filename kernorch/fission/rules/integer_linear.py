@@ -44,7 +44,7 @@ def _zero_point(ctx: RuleContext, index: int, dtype: str, per: int | None, what:
                + (f" or one per {per}" if per is not None else "") + ")")  # fmt: skip
 
 
-def _scalar_scale(ctx: RuleContext, index: int, what: str) -> str:
+def scalar_scale(ctx: RuleContext, index: int, what: str) -> str:
     scale_type = ctx.type(index)
     if scale_type.dtype != "float32":
         ctx.refuse(f"a {scale_type.dtype} {what} (float32 only)")
@@ -53,27 +53,34 @@ def _scalar_scale(ctx: RuleContext, index: int, what: str) -> str:
     return reshape(ctx, ctx.input(index), ())
 
 
-def _matmul_integer(ctx: RuleContext, a: int, b: int, a_zero: int, b_zero: int) -> str:
-    """matmul_integer of inputs `a` and `b` with their zero points (absent: 0), checked as the primitive needs."""
+def integer_sums(ctx: RuleContext, a: int, b: int, a_zero: int, b_zero: int, b_transposed: bool = False) -> str:
+    """matmul_integer of inputs `a` and `b` (a 2-D `b` stored transposed where `b_transposed`, as QGemm's transB
+    reads it) with their zero points (absent: 0), checked as the primitive needs."""
     a_type, b_type = ctx.type(a), ctx.type(b)
     a_dtype, b_dtype = _integer_operand(ctx, a, "a"), _integer_operand(ctx, b, "b")
     if a_type.rank < 2 or b_type.rank < 2:
         ctx.refuse(f"a {a_type.rank}-D by {b_type.rank}-D product (2-D and more only)")
     if a_type.shape[-1] > MAX_INTEGER_K:
         ctx.refuse(f"K = {a_type.shape[-1]}: int32 sums could overflow beyond K = {MAX_INTEGER_K}")
+    b_value = ctx.input(b)
+    if b_transposed:
+        if b_type.rank != 2:
+            ctx.refuse(f"a transposed {b_type.rank}-D b (2-D only)")
+        b_value = ctx.emit("transpose", b_value, perm=(1, 0))
+        b_type = ctx.builder.type_of(b_value)
     a_zero_point, per_row = _zero_point(ctx, a_zero, a_dtype, a_type.shape[-2] if a_type.rank == 2 else None, "a")
     b_zero_point, _ = _zero_point(ctx, b_zero, b_dtype, b_type.shape[-1] if b_type.rank == 2 else None, "b")
     if per_row:
         a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))
-    return ctx.emit("matmul_integer", ctx.input(a), ctx.input(b), a_zero_point, b_zero_point)
+    return ctx.emit("matmul_integer", ctx.input(a), b_value, a_zero_point, b_zero_point)
 
 
 @rule("MatMulInteger", min_opset=10)
 def matmul_integer(ctx: RuleContext) -> list[str]:
-    return [_matmul_integer(ctx, 0, 1, 2, 3)]
+    return [integer_sums(ctx, 0, 1, 2, 3)]
 
 
-def _requantized(ctx: RuleContext, acc: str, multiplier: str, zero_index: int) -> str:
+def requantized(ctx: RuleContext, acc: str, multiplier: str, zero_index: int) -> str:
     """The int32 sums `acc` requantized to the type of the zero point at input `zero_index`."""
     target = ctx.type(zero_index).dtype
     if target not in RANGES:
@@ -84,8 +91,8 @@ def _requantized(ctx: RuleContext, acc: str, multiplier: str, zero_index: int) -
 
 @rule("QLinearMatMul", min_opset=10)
 def qlinear_matmul(ctx: RuleContext) -> list[str]:
-    acc = _matmul_integer(ctx, 0, 3, 2, 5)
-    a_scale, y_scale = _scalar_scale(ctx, 1, "a_scale"), _scalar_scale(ctx, 6, "y_scale")
+    acc = integer_sums(ctx, 0, 3, 2, 5)
+    a_scale, y_scale = scalar_scale(ctx, 1, "a_scale"), scalar_scale(ctx, 6, "y_scale")
     b_type, b_scale_type = ctx.type(3), ctx.type(4)
     if b_scale_type.dtype != "float32":
         ctx.refuse(f"a {b_scale_type.dtype} b_scale (float32 only)")
@@ -96,7 +103,7 @@ def qlinear_matmul(ctx: RuleContext) -> list[str]:
     else:
         ctx.refuse(f"a b_scale of shape {list(b_scale_type.shape)} (per tensor or per column of a 2-D b)")
     multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)
-    return [_requantized(ctx, acc, multiplier, 7)]
+    return [requantized(ctx, acc, multiplier, 7)]
 
 
 def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) -> str:
@@ -153,7 +160,7 @@ def qlinear_conv(ctx: RuleContext) -> list[str]:
         if bias_type.dtype != "int32" or bias_type.shape != (channels,):
             ctx.refuse(f"a bias {bias_type} (int32, one per output channel)")
         sums = ctx.emit("add", sums, channel_param(ctx, ctx.input(8), rank))  # int32, as onnxruntime adds it
-    x_scale, y_scale = _scalar_scale(ctx, 1, "x_scale"), _scalar_scale(ctx, 6, "y_scale")
+    x_scale, y_scale = scalar_scale(ctx, 1, "x_scale"), scalar_scale(ctx, 6, "y_scale")
     w_scale_type = ctx.type(4)
     if w_scale_type.dtype != "float32":
         ctx.refuse(f"a {w_scale_type.dtype} w_scale (float32 only)")
@@ -164,4 +171,4 @@ def qlinear_conv(ctx: RuleContext) -> list[str]:
     else:
         ctx.refuse(f"a w_scale of shape {list(w_scale_type.shape)} (per tensor or per output channel)")
     multiplier = ctx.emit("div", ctx.emit("mul", x_scale, w_scale), y_scale)
-    return [_requantized(ctx, sums, multiplier, 7)]
+    return [requantized(ctx, sums, multiplier, 7)]

@@ -257,8 +257,8 @@ MUTANTS = [
     here("a per-row zero point read per column", "a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))",
          "a_zero_point = a_zero_point"),
     here("QLinearMatMul multiplies by the output scale",
-         'multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, acc,',
-         'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [_requantized(ctx, '
+         'multiplier = ctx.emit("div", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [requantized(ctx, acc,',
+         'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [requantized(ctx, '
          'acc,'),
     here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred_float('
          'ctx.input(x), x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
