@@ -11,10 +11,12 @@ from kernorch.ir.types import FLOAT_DTYPES
 @rule("Resize", static_inputs=(1, 2, 3), min_opset=11)
 def resize(ctx: RuleContext) -> list[str]:
     x_type = ctx.type(0)
-    if x_type.dtype not in FLOAT_DTYPES:
-        ctx.refuse(f"dtype {x_type.dtype} is not supported")
     rank = x_type.rank
     mode = ctx.allow("mode", "nearest", "linear", "cubic", default="nearest")
+    # nearest moves values, whatever their type (a QOperator model resizes its uint8 activations); the
+    # interpolating modes compute in float
+    if x_type.dtype not in FLOAT_DTYPES and (mode != "nearest" or x_type.dtype == "bool"):
+        ctx.refuse(f"dtype {x_type.dtype} is supported in nearest mode only")
     coordinate_mode = ctx.allow(
         "coordinate_transformation_mode",
         "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric",

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernorch.testing import fission_and_compare, primitive_names, random_array, single_op_model
+from kernorch.errors import UnsupportedOperator
+from kernorch.fission import fission
+from kernorch.frontend import import_model
+from kernorch.testing import cpu_compile, fission_and_compare, primitive_names, random_array, single_op_model
+from kernorch.tools.check import run_onnxruntime
 
 X = random_array((1, 2, 5, 7))
 
@@ -32,6 +36,26 @@ def test_resize_sizes() -> None:
     constants = {"sizes": np.array([1, 2, 16, 3], np.int64)}
     model = single_op_model("Resize", {"x": X}, {"mode": "linear"}, constants, input_order=["x", "", "", "sizes"])
     assert primitive_names(fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)) == ["resize"]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])  # what onnxruntime resizes
+def test_nearest_resize_moves_integers(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(3).integers(info.min, info.max, (1, 3, 5, 7), endpoint=True).astype(dtype)
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    model = single_op_model("Resize", {"x": x}, {"mode": "nearest"}, constants, input_order=["x", "roi", "scales"])
+    graph = fission_and_compare(model, {"x": x}, rtol=0, atol=0)
+    assert primitive_names(graph) == ["resize"]
+    expected = run_onnxruntime(model, {"x": x})["out0"]
+    np.testing.assert_array_equal(cpu_compile(model, cost="analytic").run({"x": x})["out0"], expected)
+
+
+def test_interpolating_an_integer_resize_is_refused() -> None:
+    x = np.zeros((1, 1, 2, 2), np.uint8)
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
+    model = single_op_model("Resize", {"x": x}, {"mode": "linear"}, constants, input_order=["x", "roi", "scales"])
+    with pytest.raises(UnsupportedOperator, match="nearest mode only"):
+        fission(import_model(model))
 
 
 @pytest.mark.parametrize("mode, opset", [("nearest", 9), ("linear", 9), ("nearest", 7)])
