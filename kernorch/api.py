@@ -51,9 +51,11 @@ def compile(  # noqa: A001 - the public name the docs promise
     lets its matmuls use TF32; interpret=True runs it in Triton's interpreter on a machine without a GPU.
 
     A model with symbolic dims that `input_shapes` does not bind compiles to a `DynamicModel` (kernorch/shapes/):
-    a plan per concrete shape, those of shapes=[{...}, ...] and buckets={"batch": (1, 2, 4, 8)} prepared now,
-    any other on first use (new_shapes="refuse" refuses it; pad=("batch",) pads up to a bucket where that is
-    proven exact; background_tuning=True serves an analytic plan while the measured one is tuned).
+    a plan per concrete shape, those of shapes=[{...}, ...] and buckets={"batch": (1, 2, 4, 8)} prepared now;
+    any other is served at once by onnxruntime and planned in the background once it is called again and again
+    (new_shapes="specialise" plans it on first use, on the caller's thread; "refuse" refuses it; pad=("batch",)
+    pads up to a bucket where that is proven exact; background_tuning=True, with "specialise", serves an
+    analytic plan while the measured one is tuned).
     """
     chosen = (options or Options()).with_(**option_overrides)
     if is_torch_module(model):

@@ -85,7 +85,7 @@ class OrchestrationLimits:
 
 
 RUNTIMES = ("kernels", "rprogram")
-NEW_SHAPE_POLICIES = ("specialise", "refuse")
+NEW_SHAPE_POLICIES = ("specialise", "serve", "refuse")
 # fields renamed, by their former names: kernorch.compile(..., in_place=2) and plans saved with them keep working
 # (in_place: "timed inside the running plan", read as buffer reuse)
 RENAMED = {"in_place": "in_plan"}
@@ -147,7 +147,10 @@ class Options:
     shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()  # shape sets to prepare ahead of time
     buckets: tuple[tuple[str, tuple[int, ...]], ...] = ()  # symbolic dim -> sizes prepared (every combination)
     pad: tuple[str, ...] = ()  # symbolic dims a call may be padded along, to the next bucket, where that is exact
-    new_shapes: str = "specialise"  # a shape not prepared: "specialise" it on the spot (logged) or "refuse" it
+    # a shape not prepared: "serve" it at once by onnxruntime and plan it in the background once it is called
+    # again and again (shapes/serving.py; "specialise" where onnxruntime is not installed), "specialise" it on
+    # the spot (planned and compiled on the caller's thread, logged), or "refuse" it
+    new_shapes: str = "serve"
     background_tuning: bool = False  # cost "profile": a new shape runs first on an analytic plan while its
     # measured plan is tuned in a background thread and swapped in when ready
     # plans compiled and timed end to end before one is kept (kernorch/validate/): 1 = the BLP optimum, untimed;

@@ -7,7 +7,9 @@ Policy (the `Options` fields):
 - `shapes` and `buckets` name the shape sets prepared when the model is compiled (`buckets`: every combination
   of the listed sizes of each symbolic dim);
 - a call with a shape set not prepared is specialised on the spot — planned and compiled on first use, logged
-  on the `kernorch.shapes` logger, later calls instant — unless `new_shapes="refuse"`, which refuses it;
+  on the `kernorch.shapes` logger, later calls instant — unless `new_shapes="refuse"`, which refuses it, or
+  `new_shapes="serve"`: onnxruntime answers it at once, and a shape set called again and again is planned in
+  a background thread and runs on its plan once that is ready (shapes/serving.py);
 - `pad` names symbolic dims a call may be padded along to the next bucket (kernorch/shapes/padding.py proves
   per primitive that the rows beyond the call's size do not reach its rows; where it cannot, the shape is
   specialised instead, and the log says why);
@@ -69,6 +71,7 @@ from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
 from kernorch.shapes.padding import PaddingProof, prove_paddable
+from kernorch.shapes.serving import GenericServer, HotShapes, onnxruntime_available
 from kernorch.signing import private_dir, sign, signed
 
 LOGGER = logging.getLogger("kernorch.shapes")
@@ -143,6 +146,12 @@ class DynamicModel:
         self.model_sha256 = hashlib.sha256(model).hexdigest()
         self._model_key = _digest(model, json.dumps(plan_shaping(options), sort_keys=True).encode())
         self.specialised_here = 0  # shape sets planned and compiled by this object (not read from a cache)
+        # new_shapes="serve": shape sets without a plan answered by onnxruntime, the hot ones planned aside
+        self._serving = options.new_shapes == "serve" and onnxruntime_available()
+        if options.new_shapes == "serve" and not self._serving:
+            LOGGER.warning("kernorch: onnxruntime is not installed: shapes without a plan are planned on first use")
+        self._generic = GenericServer(model, options.threads, self.output_names)
+        self._hot = HotShapes(self.specialisation)
 
     # -- what it is ---------------------------------------------------------------------------------------------
     @property
@@ -191,7 +200,10 @@ class DynamicModel:
     def describe(self) -> str:
         inputs = "; ".join(s.describe() for s in self.signature)
         made = ", ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none yet"
-        return f"{inputs} — specialisations: {made}"
+        served = self._hot.served
+        generic = f"; served by onnxruntime without a plan: {len(served)} shape set(s), " \
+            f"{sum(served.values())} call(s)" if served else ""  # fmt: skip
+        return f"{inputs} — specialisations: {made}{generic}"
 
     def prepared_shape_sets(self) -> list[ShapeSet]:
         """The shape sets `options.shapes` and `options.buckets` name, each checked against the signature."""
@@ -217,9 +229,12 @@ class DynamicModel:
 
     # -- specialising -------------------------------------------------------------------------------------------
     def prepare(self) -> DynamicModel:
-        """Plan and compile every prepared shape set now (the ones already made are kept)."""
+        """Plan and compile every prepared shape set now (the ones already made are kept); load the session that
+        serves shape sets without a plan, where new shapes are served."""
         for shapes in self.prepared_shape_sets():
             self.specialisation(shapes)
+        if self._serving:
+            self._generic.prepare()
         return self
 
     def specialisation(self, shapes: ShapeSet | Mapping[str, Sequence[int]]) -> CompiledModel:
@@ -313,10 +328,11 @@ class DynamicModel:
         thread.start()
 
     def wait_for_tuning(self, timeout: float | None = None) -> bool:
-        """Wait for the background tuning started so far; True when none is left running."""
+        """Wait for the background tuning and planning started so far; True when none is left running."""
         for thread in list(self._tuning.values()):
             thread.join(timeout)
-        return not any(t.is_alive() for t in self._tuning.values())
+        planned = self._hot.wait(timeout)
+        return planned and not any(t.is_alive() for t in self._tuning.values())
 
     # -- running ------------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -326,9 +342,12 @@ class DynamicModel:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         shapes = shape_set({name: np.shape(value) for name, value in feeds.items()})
         plan, padding = self._dispatch(shapes)
+        if plan is None:
+            return self._generic.run(feeds)
         return plan.run(feeds) if padding is None else padding.run(plan, dict(feeds))
 
-    def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel, PaddingProof | None]:
+    def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel | None, PaddingProof | None]:
+        """The plan (and padding proof) a call of these shapes runs on; None: served by onnxruntime."""
         known = self._plans.lookup(shapes)
         if known is not None:
             return known, None
@@ -340,6 +359,9 @@ class DynamicModel:
             made = "; ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none"
             raise InputMismatch(f"no plan for [{describe_shapes(shapes)}] and new shapes are refused "
                                 f"(prepared: {made})")  # fmt: skip
+        if self._serving:
+            self._hot.called(shapes)
+            return None, None
         return self.specialisation(shapes), None
 
     def _padded(self, values: dict[str, int], call: ShapeSet) -> tuple[CompiledModel, PaddingProof] | None:

@@ -26,6 +26,9 @@ from kernorch.tools.check import run_onnxruntime
 # kernels keep each specialisation's BLP quick: these tests are about shapes, not about the best plan
 FAST: dict[str, Any] = {"cost": "analytic", "device": "cpu-nominal", "rewrite_budget": 0.0,
                         "limits": OrchestrationLimits(max_kernel_size=4)}
+# the tests of planning on first use: a shape without a plan is specialised on the caller's thread (the default
+# serves it by onnxruntime and plans it aside once it is hot)
+SPECIALISE: dict[str, Any] = {**FAST, "new_shapes": "specialise"}
 RNG = np.random.default_rng(7)
 
 
@@ -103,7 +106,7 @@ def assert_matches(model: onnx.ModelProto, compiled: object, feeds: dict[str, np
 
 def test_a_symbolic_batch_compiles_once_and_runs_five_batches(tmp_path: Path) -> None:
     model = cnn_with_symbolic_batch()
-    compiled = kernorch.compile(model, cache_dir=tmp_path, **FAST)
+    compiled = kernorch.compile(model, cache_dir=tmp_path, **SPECIALISE)
     assert isinstance(compiled, DynamicModel)
     assert compiled.specialisations == {}  # nothing named ahead: each batch is specialised on first use
     for batch in (1, 2, 3, 8, 16):
@@ -125,7 +128,7 @@ def test_a_symbolic_sequence_compiles_once_and_runs_five_lengths(tmp_path: Path)
 
 def test_the_saved_plan_holds_every_specialisation_each_verified(tmp_path: Path) -> None:
     model = cnn_with_symbolic_batch()
-    compiled = kernorch.compile(model, cache_dir=tmp_path / "cache", buckets={"batch": (1, 4)}, **FAST)
+    compiled = kernorch.compile(model, cache_dir=tmp_path / "cache", buckets={"batch": (1, 4)}, **SPECIALISE)
     assert isinstance(compiled, DynamicModel)
     assert sorted(s[0][1][0] for s in compiled.specialisations) == [1, 4]
     saved = compiled.save(tmp_path / "plan")
@@ -179,7 +182,7 @@ def test_specialisations_are_cached_on_disk_and_a_corrupt_one_is_rebuilt(tmp_pat
 
 def test_concurrent_first_calls_of_one_shape_specialise_it_once(tmp_path: Path) -> None:
     model = cnn_with_symbolic_batch()
-    compiled = kernorch.compile(model, cache_dir=tmp_path, **FAST)
+    compiled = kernorch.compile(model, cache_dir=tmp_path, **SPECIALISE)
     assert isinstance(compiled, DynamicModel)
     x = RNG.standard_normal((5, 3, 8, 8)).astype(np.float32)
     results: list[np.ndarray] = []
@@ -214,7 +217,7 @@ def test_batch_padding_is_exact_where_proven_and_logged_where_not(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = cnn_with_symbolic_batch()
-    compiled = kernorch.compile(model, cache_dir=tmp_path, buckets={"batch": (4, 8)}, pad=("batch",), **FAST)
+    compiled = kernorch.compile(model, cache_dir=tmp_path, buckets={"batch": (4, 8)}, pad=("batch",), **SPECIALISE)
     assert isinstance(compiled, DynamicModel)
     for batch in (1, 3, 5):
         assert_matches(model, compiled, {"x": RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)})
@@ -223,7 +226,8 @@ def test_batch_padding_is_exact_where_proven_and_logged_where_not(
     # attention mixes the padding into every row (QKᵀ is padded on rows and columns, the softmax reduces over
     # the padded keys): refused at the first such primitive, the call specialised instead
     sequence = attention_with_symbolic_sequence()
-    padded = kernorch.compile(sequence, cache_dir=tmp_path, buckets={"sequence": (8,)}, pad=("sequence",), **FAST)
+    padded = kernorch.compile(sequence, cache_dir=tmp_path, buckets={"sequence": (8,)}, pad=("sequence",),
+                                **SPECIALISE)
     with caplog.at_level(logging.INFO, logger="kernorch.shapes"):
         assert_matches(sequence, padded, {"ids": RNG.integers(0, 50, (1, 5)).astype(np.int64)})
     assert "not padding sequence to [ids=1x8]: matmul" in caplog.text and "both operands padded" in caplog.text
@@ -255,7 +259,8 @@ def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> Non
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
                               [_const("scale", 16)])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    compiled = kernorch.compile(model, cache_dir=tmp_path, cost="profile", background_tuning=True, rewrite=False)
+    compiled = kernorch.compile(model, cache_dir=tmp_path, cost="profile", background_tuning=True, rewrite=False,
+                                new_shapes="specialise")
     assert isinstance(compiled, DynamicModel)
     x = RNG.standard_normal((2, 16)).astype(np.float32)
     assert_matches(model, compiled, {"x": x})
@@ -265,6 +270,60 @@ def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> Non
     tuned = next(iter(compiled.specialisations.values()))
     assert tuned.metadata["cost_model"].startswith("profile")
     assert_matches(model, compiled, {"x": x})
+
+
+def _counting_planner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that plan (compile_model) from now on, one per call."""
+    planners: list[str] = []
+    plan = kernorch.shapes.dynamic.compile_model
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        planners.append(threading.current_thread().name)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernorch.shapes.dynamic, "compile_model", counted)
+    return planners
+
+
+def test_new_shapes_are_served_at_once_and_the_hot_ones_planned_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = attention_with_symbolic_sequence()
+    compiled = kernorch.compile(model, cache_dir=tmp_path, shapes=[{"ids": (1, 8)}], new_shapes="serve", **FAST)
+    assert isinstance(compiled, DynamicModel) and len(compiled.specialisations) == 1
+    planners = _counting_planner(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="kernorch.shapes"):
+        for length in (1, 2, 7, 13, 100, 8):  # 1, 2, odd, prime, beyond the prepared size, and the prepared one
+            assert_matches(model, compiled, {"ids": RNG.integers(0, 50, (1, length)).astype(np.int64)})
+    assert planners == [] and len(compiled.specialisations) == 1  # nothing planned on the caller's thread
+    assert "[ids=1x7] has no plan: served by onnxruntime" in caplog.text
+    assert "served by onnxruntime without a plan: 5 shape set(s), 5 call(s)" in compiled.describe()
+
+    hot = {"ids": RNG.integers(0, 50, (1, 5)).astype(np.int64)}
+    for _ in range(kernorch.shapes.serving.HOT_CALLS):
+        assert_matches(model, compiled, hot)
+    assert compiled.wait_for_tuning(timeout=300)
+    assert planners == ["kernorch-hot-shapes"]  # planned once, aside
+    assert sorted(s[0][1][1] for s in compiled.specialisations) == [5, 8]
+    assert_matches(model, compiled, hot)  # now on its plan
+
+
+def test_serving_without_onnxruntime_plans_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(kernorch.shapes.dynamic, "onnxruntime_available", lambda: False)
+    model = cnn_with_symbolic_batch()
+    with caplog.at_level(logging.WARNING, logger="kernorch.shapes"):
+        compiled = kernorch.compile(model, cache_dir=tmp_path, new_shapes="serve", **FAST)
+    assert "onnxruntime is not installed" in caplog.text
+    assert_matches(model, compiled, {"x": RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)})
+    assert isinstance(compiled, DynamicModel) and compiled.specialised_here == 1
+
+
+def test_a_served_call_of_the_wrong_type_is_a_one_line_refusal(tmp_path: Path) -> None:
+    compiled = kernorch.compile(cnn_with_symbolic_batch(), cache_dir=tmp_path, new_shapes="serve", **FAST)
+    with pytest.raises(InputMismatch, match="onnxruntime refused the call it serves"):
+        compiled(np.zeros((2, 3, 8, 8), np.float64))
 
 
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
@@ -278,4 +337,10 @@ MUTANTS = [
          "index[output_axis] = slice(0, self.sizes[dim])",
          "index[output_axis] = slice(1, self.sizes[dim] + 1)",
          file="kernorch/shapes/padding.py"),
+    here("shapes: a served shape planned on its first call",
+         "            if count != HOT_CALLS:\n                return",
+         "            if count > HOT_CALLS:\n                return", file="kernorch/shapes/serving.py"),
+    here("shapes: new shapes planned on the caller's thread though served",
+         "        if self._serving:\n            self._hot.called(shapes)",
+         "        if False:\n            self._hot.called(shapes)", file="kernorch/shapes/dynamic.py"),
 ]  # fmt: skip
