@@ -76,9 +76,11 @@ def describe_shapes(shapes: ShapeSet) -> str:
     return ", ".join(f"{name}={'x'.join(map(str, shape)) or 'scalar'}" for name, shape in shapes)
 
 
-def bind(signature: Sequence[InputSignature], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+def bind(signature: Sequence[InputSignature], shapes: Mapping[str, Sequence[int]],
+         empty: bool = False) -> dict[str, int]:  # fmt: skip
     """The value of every symbolic dim under `shapes` (one shape per input); a shape that contradicts the
-    signature — another rank, another static size, one symbol two sizes — is refused in one line."""
+    signature — another rank, another static size, one symbol two sizes — is refused in one line, and so is an
+    empty axis unless `empty` (a call onnxruntime serves: kernorch plans non-empty tensors)."""
     by_name = {s.name: s for s in signature}
     unknown = sorted(set(shapes) - set(by_name))
     if unknown:
@@ -98,7 +100,7 @@ def bind(signature: Sequence[InputSignature], shapes: Mapping[str, Sequence[int]
             elif values.setdefault(dim, size) != size:
                 raise InputMismatch(f"symbolic dim '{dim}' is {values[dim]} in one input and {size} in "
                                     f"'{entry.name}' (axis {axis})")  # fmt: skip
-            if size < 1:
+            if size < 1 and not empty:
                 raise InputMismatch(f"input '{entry.name}' has an empty axis {axis}; kernorch plans non-empty "
                                     "tensors")  # fmt: skip
     return values

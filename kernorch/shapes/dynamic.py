@@ -351,7 +351,10 @@ class DynamicModel:
         known = self._plans.lookup(shapes)
         if known is not None:
             return known, None
-        values = bind(self.signature, dict(shapes))  # refuses a shape the signature does not allow
+        values = bind(self.signature, dict(shapes), empty=self._serving)  # refuses what the signature does not allow
+        if any(0 in shape for _, shape in shapes):  # bind let it through: served, never planned
+            self._hot.called(shapes, plannable=False)
+            return None, None
         padded = self._padded(values, shapes)
         if padded is not None:
             return padded

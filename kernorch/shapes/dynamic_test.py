@@ -253,12 +253,16 @@ def test_a_model_that_computes_with_its_batch_size_is_not_padded() -> None:
     assert proof.exact  # at its own size nothing differs
 
 
-def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> None:
+def elementwise_with_symbolic_batch() -> onnx.ModelProto:
     nodes = [helper.make_node("Mul", ["x", "scale"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
                               [_const("scale", 16)])  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_background_tuning_serves_the_analytic_plan_first(tmp_path: Path) -> None:
+    model = elementwise_with_symbolic_batch()
     compiled = kernorch.compile(model, cache_dir=tmp_path, cost="profile", background_tuning=True, rewrite=False,
                                 new_shapes="specialise")
     assert isinstance(compiled, DynamicModel)
@@ -320,6 +324,19 @@ def test_serving_without_onnxruntime_plans_on_first_use(
     assert isinstance(compiled, DynamicModel) and compiled.specialised_here == 1
 
 
+def test_an_empty_tensor_is_served_and_never_planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = elementwise_with_symbolic_batch()
+    compiled = kernorch.compile(model, cache_dir=tmp_path, **FAST)  # the default policy: serve
+    planners = _counting_planner(monkeypatch)
+    for _ in range(kernorch.shapes.serving.HOT_CALLS + 1):
+        assert_matches(model, compiled, {"x": np.zeros((0, 16), np.float32)})  # as a prefill's empty cache
+    assert isinstance(compiled, DynamicModel) and compiled.wait_for_tuning(timeout=60)
+    assert planners == [] and compiled.specialisations == {}
+    refusing = kernorch.compile(model, cache_dir=tmp_path, new_shapes="specialise", **FAST)
+    with pytest.raises(InputMismatch, match="empty axis 0; kernorch plans non-empty"):
+        refusing(np.zeros((0, 16), np.float32))
+
+
 def test_a_served_call_of_the_wrong_type_is_a_one_line_refusal(tmp_path: Path) -> None:
     compiled = kernorch.compile(cnn_with_symbolic_batch(), cache_dir=tmp_path, new_shapes="serve", **FAST)
     with pytest.raises(InputMismatch, match="onnxruntime refused the call it serves"):
@@ -340,6 +357,8 @@ MUTANTS = [
     here("shapes: a served shape planned on its first call",
          "            if count != HOT_CALLS:\n                return",
          "            if count > HOT_CALLS:\n                return", file="kernorch/shapes/serving.py"),
+    here("shapes: an empty tensor's shape planned once hot", "if count != HOT_CALLS or not plannable:",
+         "if count != HOT_CALLS:", file="kernorch/shapes/serving.py"),
     here("shapes: new shapes planned on the caller's thread though served",
          "        if self._serving:\n            self._hot.called(shapes)",
          "        if False:\n            self._hot.called(shapes)", file="kernorch/shapes/dynamic.py"),

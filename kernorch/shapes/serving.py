@@ -94,13 +94,14 @@ class HotShapes:
         with self._lock:
             return dict(self._calls)
 
-    def called(self, shapes: ShapeSet) -> None:
+    def called(self, shapes: ShapeSet, plannable: bool = True) -> None:
+        """Count a call served without a plan (`plannable` False: one never to be planned, an empty tensor's)."""
         with self._lock:
             count = self._calls[shapes] = self._calls.get(shapes, 0) + 1
             if count == 1:
-                LOGGER.info("kernorch: [%s] has no plan: served by onnxruntime (planned after %d calls)",
-                            describe_shapes(shapes), HOT_CALLS)  # fmt: skip
-            if count != HOT_CALLS:
+                LOGGER.info("kernorch: [%s] has no plan: served by onnxruntime%s", describe_shapes(shapes),
+                            f" (planned after {HOT_CALLS} calls)" if plannable else "")  # fmt: skip
+            if count != HOT_CALLS or not plannable:
                 return
             self._pending += 1
             if self._worker is None:
