@@ -41,7 +41,7 @@ def test_resize_sizes() -> None:
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])  # what onnxruntime resizes
 def test_nearest_resize_moves_integers(dtype: type) -> None:
     info = np.iinfo(dtype)
-    x = np.random.default_rng(3).integers(info.min, info.max, (1, 3, 5, 7), endpoint=True).astype(dtype)
+    x: np.ndarray = np.random.default_rng(3).integers(info.min, info.max, (1, 3, 5, 7), endpoint=True).astype(dtype)
     constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
     model = single_op_model("Resize", {"x": x}, {"mode": "nearest"}, constants, input_order=["x", "roi", "scales"])
     graph = fission_and_compare(model, {"x": x}, rtol=0, atol=0)
