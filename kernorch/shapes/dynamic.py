@@ -233,6 +233,11 @@ class DynamicModel:
         serves shape sets without a plan, where new shapes are served."""
         for shapes in self.prepared_shape_sets():
             self.specialisation(shapes)
+        return self.load_server()
+
+    def load_server(self) -> DynamicModel:
+        """Load onnxruntime's session that serves shape sets without a plan, where new shapes are served (else its
+        first such call would)."""
         if self._serving:
             self._generic.prepare()
         return self
@@ -499,4 +504,4 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
     declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
     if declared != family.get("inputs"):
         raise ArtifactError(f"{manifest} declares inputs that are not the model's")
-    return loaded
+    return loaded.load_server()
