@@ -223,7 +223,7 @@ def test_requantizing_moved_values_on_the_same_grid_is_dropped(second_scale: flo
     it, on its grid, goes)."""
     model = _moves_model(second_scale)
     graph = fission(import_model(model))
-    assert [n.prim for n in graph.nodes].count("round") == 3 - bypassed
+    assert [n.prim for n in graph.nodes].count("saturating_round") == 3 - bypassed
     x = (RNG.standard_normal((2, 12)) * 4).astype(np.float32)
     x[0, :3] = [np.nan, 1e9, 0.075]  # NaN to the lowest step, saturation, a tie
     feeds = {"x": x}
@@ -248,7 +248,7 @@ def test_a_requantization_after_arithmetic_stays() -> None:
                                numpy_helper.from_array(np.asarray(0, np.uint8), "z")])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     graph_ = fission(import_model(model))
-    assert [n.prim for n in graph_.nodes].count("round") == 2
+    assert [n.prim for n in graph_.nodes].count("saturating_round") == 2
     feeds = {"x": (RNG.random((3, 5)) * 5).astype(np.float32)}
     expected = run_onnxruntime(model, feeds, optimized=False)["y"]
     np.testing.assert_array_equal(run_reference(graph_, feeds)["y"], expected)

@@ -191,6 +191,29 @@ def _where_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
 _register("where", Kind.ELEMENTWISE, _where_infer,
           lambda inputs, attrs: [np.where(inputs[0], inputs[1], inputs[2])], "cond ? a : b")  # fmt: skip
 
+
+def _saturating_round_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
+    if _same_dtype(types) != "float32":
+        raise ValueError(f"saturating_round takes float32, got {types[0].dtype}")
+    return [TensorType(_broadcast(types), "float32")]
+
+
+def _saturating_round(inputs: Sequence[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
+    x, offset, low, high = inputs
+    shifted = np.round(x) + offset
+    above = np.where(shifted > low, shifted, low)  # NaN compares false: low
+    return [np.asarray(np.where(above < high, above, high), np.float32)]
+
+
+# QuantizeLinear's (and a requantization's) integer step as one primitive: a quantizer is then three primitives
+# (x / scale, this, the cast) rather than eight, so its chains fit kernels and subgraphs, and planning a quantized
+# model enumerates candidates over a graph not 6x its float model's
+_register("saturating_round", Kind.ELEMENTWISE, _saturating_round_infer, _saturating_round,
+          "round half to even(x) + offset, saturated to [low, high] (NaN: low)")  # fmt: skip
+# Functions constant between jumps: a rounding difference in their operand becomes a whole step in their result
+# (a quotient x / c rewritten x · (1/c) lands one quantization step off), and no smooth post-op computes them
+STEP_FUNCTIONS = frozenset({"round", "floor", "ceil", "sign", "saturating_round"})
+
 def _cast_infer(types: Sequence[TensorType], attrs: Attrs) -> list[TensorType]:
     if "bfloat16" in (attrs["to"], types[0].dtype) and {attrs["to"], types[0].dtype} != {"float32", "bfloat16"}:
         raise ValueError(f"bfloat16 converts from and to float32 only, not {types[0].dtype} to {attrs['to']}")

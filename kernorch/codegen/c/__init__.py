@@ -3,7 +3,7 @@ in registers by render_permuted.py and loop nests by loops.py), C expressions (e
 generated translation unit starts with (prelude.py); every C emitter writes through one indenting buffer
 (writer.py)."""
 
-from kernorch.codegen.c.expr import c_binary, c_cast, c_literal, c_unary
+from kernorch.codegen.c.expr import c_binary, c_cast, c_literal, c_quaternary, c_unary
 from kernorch.codegen.c.kernel import render_kernel, scratch_bytes
 from kernorch.codegen.c.loops import Sharing
 from kernorch.codegen.c.prelude import PRELUDE, prelude_used_by
@@ -17,6 +17,7 @@ __all__ = [
     "c_binary",
     "c_cast",
     "c_literal",
+    "c_quaternary",
     "c_unary",
     "prelude_used_by",
     "render",

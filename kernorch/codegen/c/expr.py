@@ -68,6 +68,13 @@ def c_binary(prim: str, dtype: str, a: str, b: str) -> str:
     return table[prim]
 
 
+def c_quaternary(prim: str, x: str, offset: str, low: str, high: str) -> str:
+    """The four-operand primitive (float32): saturating_round, QuantizeLinear's integer step."""
+    if prim != "saturating_round":
+        raise KeyError(prim)
+    return f"ko_satroundf({x}, {offset}, {low}, {high})"
+
+
 def c_bound(prim: str, a: str, number: str) -> str:
     """max/min of `a` and a `number` that is not NaN (a literal): one compare and select (GCC: a compare and a
     blend per vector), against KO_MAX's seven operations; a NaN in `a` passes through (the compare is false)."""

@@ -75,6 +75,13 @@ static inline int32_t ko_f2i32f(float x) {
     const float below = x < 2147483648.0f ? x : -2147483648.0f;  /* NaN, +inf, too large: the most negative */
     return (int32_t)(below >= -2147483648.0f ? below : -2147483648.0f);
 }
+/* QuantizeLinear's integer step (ir/primitives.py saturating_round): nearest even, an offset, saturated by two
+   selects (a NaN compares false: low) */
+static inline float ko_satroundf(float x, float offset, float low, float high) {
+    const float shifted = nearbyintf(x) + offset;
+    const float above = shifted > low ? shifted : low;
+    return above < high ? above : high;
+}
 static inline int64_t ko_f2i64(double x) {
     return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (int64_t)x : INT64_MIN;
 }

@@ -36,6 +36,7 @@ from kernorch.codegen.c.expr import (
     c_cond,
     c_index,
     c_literal,
+    c_quaternary,
     c_unary,
     c_value_type,
 )
@@ -617,7 +618,7 @@ class _Phase:
             number = 0 if op.reads[0] in self.numbers else 1
             return [self.temp(op.writes[0], C_TYPES[dtype], c_bound(op.name, args[1 - number], args[number]))]
         expression = c_unary(op.name, dtype, args[0]) if len(args) == 1 else \
-            c_binary(op.name, dtype, args[0], args[1])  # fmt: skip
+            c_binary(op.name, dtype, args[0], args[1]) if len(args) == 2 else c_quaternary(op.name, *args)  # fmt: skip
         return [self.temp(op.writes[0], c_value_type(op.name, dtype), expression)]
 
 

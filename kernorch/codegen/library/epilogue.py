@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from kernorch.ir.graph import Graph
-from kernorch.ir.primitives import PRIMITIVES, Kind, run_primitive
+from kernorch.ir.primitives import PRIMITIVES, STEP_FUNCTIONS, Kind, run_primitive
 
 MAX_POST_OPS = 8
 BINARY_ALGS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max", "min": "min"}
@@ -317,10 +317,9 @@ def _region_key(graph: Graph, region: list[int], current: str, exit_value: str) 
     return tuple(steps)
 
 
-# Functions constant between jumps: sampled, one is the smooth function it equals on the samples' range (a quotient
-# by 50 rounded is 0 on [-12, 12], which "linear 0, 0" fits), and no oneDNN post-op computes one. Found wrong on
-# a static-QDQ gpt2 (its requantized attention scores written as zeros by a oneDNN matmul).
-STEP_FUNCTIONS = frozenset({"round", "floor", "ceil", "sign"})
+# Step functions (ir/primitives.py) are never fitted: sampled, one is the smooth function it equals on the samples'
+# range (a quotient by 50 rounded is 0 on [-12, 12], which "linear 0, 0" fits), and no oneDNN post-op computes one.
+# Found wrong on a static-QDQ gpt2 (its requantized attention scores written as zeros by a oneDNN matmul).
 
 
 def _fit_region(graph: Graph, region: list[int], current: str, exit_value: str, dtype: str) -> list[Eltwise]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c import CWriter, c_binary, c_cast, c_unary
+from kernorch.codegen.c import CWriter, c_binary, c_cast, c_quaternary, c_unary
 from kernorch.codegen.native.skeleton import create_function
 from kernorch.ir.graph import Node
 from kernorch.ir.kernel import CandidateKernel
@@ -99,7 +99,7 @@ def _step(node: Node, operands: list[Operand], dtypes: list[str], result: str) -
     if node.prim == "cast":
         if (dtypes[0], result) != ("int32", "float32") and (dtypes[0] != "float32" or result not in _WRITTEN):
             return f"a cast from {dtypes[0]} to {result}"
-    elif node.prim in _ARITHMETIC or node.prim == "round" or node.prim in _COMPARISONS:
+    elif node.prim in _ARITHMETIC or node.prim in ("round", "saturating_round") or node.prim in _COMPARISONS:
         if any(d != "float32" for d in dtypes):
             return f"{node.prim} of {' and '.join(dtypes)}"
     elif node.prim == "where":
@@ -215,6 +215,9 @@ def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str) -> Non
                 step.dtype, f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({x[0]}))")  # 8-bit: the low byte, as C's
         elif step.prim == "round":
             value = f"_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"
+        elif step.prim == "saturating_round":  # max_ps gives its second operand where the first is NaN: low
+            rounded = f"_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"
+            value = f"_mm512_min_ps(_mm512_max_ps(_mm512_add_ps({rounded}, {x[1]}), {x[2]}), {x[3]})"
         elif step.prim in _COMPARISONS:
             value = f"_mm512_cmp_ps_mask({x[0]}, {x[1]}, {_COMPARISONS[step.prim]})"
         elif step.prim == "where":
@@ -302,6 +305,8 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
                     value = c_cast(x[0], source, step.dtype)
                 elif step.prim == "round":
                     value = c_unary("round", "float32", x[0])
+                elif step.prim == "saturating_round":
+                    value = c_quaternary(step.prim, *x)
                 elif step.prim == "where":
                     value = f"({x[0]} ? {x[1]} : {x[2]})"
                 else:

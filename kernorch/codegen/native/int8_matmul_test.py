@@ -166,6 +166,16 @@ def _sums_to_int8(scale: int, low: int, high: int) -> tuple[Step, ...]:
             Step("where", (step(5), step(4), Operand("input", high)), "float32"), Step("cast", (step(6),), "int8"))
 
 
+def _saturating_round_to_int8() -> tuple[Step, ...]:
+    """The requantization as the QuantizeLinear rule writes it now: the quotient, one saturating round with the
+    zero point (here input 5, one per column) and bounds (inputs 6 and 7), the cast."""
+    return (Step("cast", (Operand("sums"),), "float32"),
+            Step("div", (Operand("step", 0), Operand("input", 4)), "float32"),
+            Step("saturating_round", (Operand("step", 1), Operand("input", 5, per_column=True), Operand("input", 6),
+                                      Operand("input", 7)), "float32"),
+            Step("cast", (Operand("step", 2),), "int8"))
+
+
 EPILOGUES: dict[str, tuple[Step, ...]] = {
     "none": (),
     "dequantize, swapped difference": (Step("cast", (Operand("sums"),), "float32"),
@@ -174,6 +184,8 @@ EPILOGUES: dict[str, tuple[Step, ...]] = {
                                             "float32")),
     "requantize to int8": _sums_to_int8(4, 6, 7),
     "requantize by a zero scale (NaN and infinities saturate)": _sums_to_int8(4, 6, 7),
+    "requantize in one saturating round, a zero point per column": _saturating_round_to_int8(),
+    "requantize in one saturating round by a zero scale, a zero point per column": _saturating_round_to_int8(),
 }  # fmt: skip
 
 
@@ -197,6 +209,8 @@ def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, epilogue: s
     sums = ((x.astype(np.int64) - int(zero)) @ (w.astype(np.int64) - int(wz))).astype(np.int32)
     with np.errstate(divide="ignore", invalid="ignore"):
         rounded = np.round(sums.astype(np.float32) / scale)
+    if "zero point per column" in epilogue:
+        rounded = rounded + vector
     above = np.where(rounded > -128, rounded, np.float32(-128))  # NaN: the lowest value, as the selects give it
     saturated = np.where(above < 127, above, np.float32(127)).astype(np.int8)
     expected: np.ndarray = saturated if "requantize" in epilogue else sums if epilogue == "none" else \
@@ -231,6 +245,9 @@ MUTANTS = [
     here("rounding toward zero", "_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
          "_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)"),
     here("a compare true on NaN", '"greater": "_CMP_GT_OQ"', '"greater": "_CMP_GT_UQ"'),
+    here("a saturating round keeps NaN", "_mm512_max_ps(_mm512_add_ps({rounded}, {x[1]}), {x[2]})",
+         "_mm512_max_ps({x[2]}, _mm512_add_ps({rounded}, {x[1]}))"),
+    here("a saturating round without its offset", "_mm512_add_ps({rounded}, {x[1]})", "{rounded}"),
     here("uint8 weights beyond int8 taken", "if centred.size and (centred.min() < -128 or centred.max() > 127):",
          "if centred.size and (centred.min() < -256 or centred.max() > 255):"),
 ]  # fmt: skip

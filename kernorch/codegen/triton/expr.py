@@ -182,6 +182,16 @@ def binary(prim: str, dtype: str, a: str, b: str, error: list[str]) -> str:
     return table[prim]
 
 
+def quaternary(prim: str, x: str, offset: str, low: str, high: str) -> str:
+    """The four-operand primitive (float32): saturating_round, QuantizeLinear's integer step (a NaN compares
+    false: low)."""
+    if prim != "saturating_round":
+        raise NotGeneratable(f"{prim} is not generated in Triton")
+    shifted = f"(ko_rint({x}) + {offset})"
+    above = f"tl.where({shifted} > {low}, {shifted}, {low})"
+    return f"tl.where({above} < {high}, {above}, {high})"
+
+
 def cast(value: str, source: str, target: str) -> str:
     """ONNX Cast: to bool anything non-zero (NaN too) is true; a float out of an integer's range (or NaN) becomes
     the integer's minimum, as x86 and onnxruntime give (a GPU would saturate)."""

@@ -41,6 +41,7 @@ from kernorch.codegen.triton.expr import (
     combine,
     combined_along,
     literal,
+    quaternary,
     reduction_identity,
     unary,
     value_dtype,
@@ -209,6 +210,8 @@ class Writer:
             operands = [self.value(a, ctx)[0] for a in args]
             if len(operands) == 1:
                 return self.temp(unary(prim, dtype, operands[0]), value_dtype(prim, dtype), key)
+            if len(operands) == 4:
+                return self.temp(quaternary(prim, *operands), dtype, key)
             errors: list[str] = []
             text = binary(prim, dtype, operands[0], operands[1], errors)
             for condition in errors:

@@ -77,6 +77,18 @@ def test_unary_primitives_on_edge_values(prim: str) -> None:
         _check(graph, {"x": x}, rtol=4e-6 if prim in ("sin", "cos", "erf") else 2e-6, atol=1e-7)
 
 
+def test_saturating_round_on_edge_values() -> None:
+    """QuantizeLinear's integer step: ties to even, the offset, both bounds, NaN to the lower one, ±inf saturated."""
+    x = EDGES.reshape(5, 5) * np.float32(50)
+    constants = {"offset": np.asarray(3.0, np.float32), "low": np.asarray(-128.0, np.float32),
+                 "high": np.asarray(127.0, np.float32)}  # fmt: skip
+    graph = _graph({"x": TensorType(x.shape, "float32")}, [("saturating_round", ["x", "offset", "low", "high"], {})],
+                   constants)  # fmt: skip
+    expected = run_reference(graph, {"x": x})[graph.outputs[0]]
+    assert {-128.0, 127.0} <= set(expected.reshape(-1).tolist())
+    _check(graph, {"x": x}, atol=0)
+
+
 @pytest.mark.parametrize("prim", ["add", "sub", "mul", "div", "max", "min", "equal", "less", "greater",
                                   "less_equal", "greater_equal"])  # fmt: skip
 def test_binary_float_primitives_on_edge_values(prim: str) -> None:

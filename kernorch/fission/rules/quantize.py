@@ -58,13 +58,9 @@ def saturate(ctx: RuleContext, scaled: str, zero_point: str | None, target: str)
     """A float32 value already in steps of the quantized type, rounded half to even, shifted by the zero point
     and saturated to `target`'s range (NaN: its lowest value)."""
     low, high = RANGES[target]
-    scaled = ctx.emit("round", scaled)
-    if zero_point is not None:
-        scaled = ctx.emit("add", scaled, ctx.emit("cast", zero_point, to="float32"))
+    offset = ctx.emit("cast", zero_point, to="float32") if zero_point is not None else ctx.scalar(0.0, "float32")
     # saturated by selects, not max/min (which keep NaN): a NaN quantizes to qmin, as onnxruntime's does
-    floor, ceiling = ctx.scalar(low, "float32"), ctx.scalar(high, "float32")
-    above = ctx.emit("where", ctx.emit("greater", scaled, floor), scaled, floor)
-    clamped = ctx.emit("where", ctx.emit("less", above, ceiling), above, ceiling)
+    clamped = ctx.emit("saturating_round", scaled, offset, ctx.scalar(low, "float32"), ctx.scalar(high, "float32"))
     return ctx.emit("cast", clamped, to=target)
 
 

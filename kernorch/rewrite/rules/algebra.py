@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.ir.graph import Node
-from kernorch.ir.primitives import PRIMITIVES, Kind
+from kernorch.ir.primitives import PRIMITIVES, STEP_FUNCTIONS, Kind
 from kernorch.ir.types import FLOAT_DTYPES
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
 
@@ -104,7 +104,7 @@ def division_by_constant(ctx: RewriteContext) -> Replacement | None:
 
 def _needs_exact(consumer: Node, value: str) -> bool:
     """Whether `consumer` turns a rounding difference in `value` into a different integer or quotient."""
-    if consumer.prim in ("round", "floor", "ceil"):
+    if consumer.prim in STEP_FUNCTIONS:
         return True
     if consumer.prim == "cast" and consumer.attr("to") not in FLOAT_DTYPES:
         return True
