@@ -227,6 +227,16 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
         b, "matmul", emit(b, "transpose", "x", perm=(1, 0, 2)), const(b, np.ones((4, 5))))))],
     "transpose-noop": [("a single real transpose", lambda: build({"x": (2, 3)}, lambda b: emit(
         b, "transpose", "x", perm=(1, 0))))],
+    "quantization-round-trip": [
+        ("a plain float through int8: truncated", lambda: build({"x": (7,)}, lambda b: emit(
+            b, "cast", emit(b, "cast", "x", to="int8"), to="float32"))),
+        ("a fractional offset: the cast truncates it", lambda: build({"x": (7,)}, lambda b: emit(
+            b, "cast", emit(b, "cast", emit(b, "saturating_round", "x", const(b, 0.5), const(b, -128), const(b, 127)),
+                            to="int8"), to="float32"))),
+        ("bounds beyond the integer type: the cast wraps", lambda: build({"x": (7,)}, lambda b: emit(
+            b, "cast", emit(b, "cast", emit(b, "saturating_round", "x", const(b, 0), const(b, 0), const(b, 300)),
+                            to="uint8"), to="float32"))),
+    ],
     "transpose-of-matmul": [("not the last two axes", lambda: build({"a": (2, 3, 4)}, lambda b: emit(
         b, "transpose", emit(b, "matmul", "a", const(b, np.ones((4, 5)))), perm=(1, 0, 2))))],
 }  # fmt: skip
