@@ -16,13 +16,12 @@ downloads; the sizes are a small model's (hidden 512), not a toy's.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
+from export import export_all  # bench/dynamic/export.py: this script's directory is on the path
 from torch import nn
 
 VOCAB = 8192
@@ -176,19 +175,7 @@ def export(name: str, target: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--only", nargs="*", choices=sorted(MODELS))
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in args.only or sorted(MODELS):
-        target = args.out / f"{name}.onnx"
-        if target.exists():
-            continue
-        started = time.perf_counter()
-        export(name, target)
-        print(f"{name}: {target.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - started:.1f} s")
-    return 0
+    return export_all(__doc__, list(MODELS), export)
 
 
 if __name__ == "__main__":

@@ -142,26 +142,32 @@ def export(name: str, target: Path) -> None:
                           dynamo=False)  # fmt: skip
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def export_all(description: str | None, names: list[str], export_one: Callable[[str, Path], None]) -> int:
+    """The command line of an exporter: OUT_DIR [--only NAME ...]; each model not yet in OUT_DIR exported, a
+    failure reported without stopping the others (exit 1 if any failed)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--only", nargs="*", choices=sorted(MODELS))
+    parser.add_argument("--only", nargs="*", choices=sorted(names))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for name in args.only or sorted(MODELS):
+    for name in args.only or sorted(names):
         target = args.out / f"{name}.onnx"
         if target.exists():
             continue
         start = time.perf_counter()
         try:
-            export(name, target)
+            export_one(name, target)
         except Exception as error:  # noqa: BLE001 - one architecture failing must not stop the others
             failed += 1
             print(f"{name}: FAILED {type(error).__name__}: {str(error).splitlines()[0][:200]}", file=sys.stderr)
             continue
         print(f"{name}: {target.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s")
     return 1 if failed else 0
+
+
+def main() -> int:
+    return export_all(__doc__, list(MODELS), export)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ from kernorch.testing.models import (
     branchy_model,
     cpu_compile,
     fission_and_compare,
+    integer_extremes,
     primitive_names,
     random_array,
     single_op_model,
 )
 
-__all__ = ["branchy_model", "cpu_compile", "fission_and_compare", "primitive_names", "random_array",
-           "single_op_model"]  # fmt: skip
+__all__ = ["branchy_model", "cpu_compile", "fission_and_compare", "integer_extremes", "primitive_names",
+           "random_array", "single_op_model"]  # fmt: skip

@@ -74,6 +74,16 @@ def random_array(shape: Sequence[int], dtype: str = "float32", seed: int = 0) ->
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
+def integer_extremes(rng: np.random.Generator, dtype: Any, shape: Sequence[int]) -> np.ndarray:
+    """Random values of an integer `dtype` with its extremes (and 0, 1) planted at the front: quantized operands."""
+    info = np.iinfo(dtype)
+    x: np.ndarray = rng.integers(info.min, int(info.max) + 1, tuple(shape)).astype(dtype)
+    flat = x.reshape(-1)
+    planted: np.ndarray = np.array([info.min, info.max, 0, info.max, info.min, 1], dtype)
+    flat[: min(len(planted), flat.size)] = planted[: flat.size]
+    return x
+
+
 def branchy_model(cells: int = 3, branches: int = 8, channels: int = 16, size: int = 14,
                   seed: int = 0) -> onnx.ModelProto:  # fmt: skip
     """An irregular, NAS-cell-like model: each cell applies `branches` small independent operator chains to

@@ -18,7 +18,7 @@ from kernorch.errors import UnsupportedOperator
 from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
 from kernorch.runtime import run_reference
-from kernorch.testing import cpu_compile
+from kernorch.testing import cpu_compile, integer_extremes
 from kernorch.tools.check import run_onnxruntime
 
 RNG = np.random.default_rng(5)
@@ -26,13 +26,7 @@ CONTRIB = "com.microsoft"
 
 
 def _integers(dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-    """Random values of `dtype` with its extremes planted at the front."""
-    info = np.iinfo(dtype)
-    x: np.ndarray = RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype)
-    flat = x.reshape(-1)
-    planted: np.ndarray = np.array([info.min, info.max, 0, info.max, info.min, 1], dtype)
-    flat[: min(len(planted), flat.size)] = planted[: flat.size]
-    return x
+    return integer_extremes(RNG, dtype, shape)
 
 
 def _scalar(value: float | int, dtype: Any) -> np.ndarray:
