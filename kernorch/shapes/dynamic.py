@@ -239,7 +239,11 @@ class DynamicModel:
         """Load onnxruntime's session that serves shape sets without a plan, where new shapes are served (else its
         first such call would)."""
         if self._serving:
-            self._generic.prepare()
+            try:
+                self._generic.prepare()
+            except KernorchError as error:  # a model onnxruntime cannot run: new shapes are planned instead
+                LOGGER.warning("kernorch: %s; shapes without a plan are planned on first use", error)
+                self._serving = False
         return self
 
     def specialisation(self, shapes: ShapeSet | Mapping[str, Sequence[int]]) -> CompiledModel:

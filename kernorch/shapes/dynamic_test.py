@@ -337,6 +337,21 @@ def test_an_empty_tensor_is_served_and_never_planned(tmp_path: Path, monkeypatch
         refusing(np.zeros((0, 16), np.float32))
 
 
+def test_a_model_onnxruntime_cannot_load_is_planned_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(self: Any) -> None:
+        raise KernorchError("onnxruntime cannot load the model to serve shapes without a plan: no kernel")
+
+    monkeypatch.setattr(kernorch.shapes.serving.GenericServer, "prepare", refuse)
+    model = elementwise_with_symbolic_batch()
+    with caplog.at_level(logging.WARNING, logger="kernorch.shapes"):
+        compiled = kernorch.compile(model, cache_dir=tmp_path, **FAST)
+    assert "shapes without a plan are planned on first use" in caplog.text
+    assert_matches(model, compiled, {"x": RNG.standard_normal((3, 16)).astype(np.float32)})
+    assert isinstance(compiled, DynamicModel) and compiled.specialised_here == 1
+
+
 def test_a_served_call_of_the_wrong_type_is_a_one_line_refusal(tmp_path: Path) -> None:
     compiled = kernorch.compile(cnn_with_symbolic_batch(), cache_dir=tmp_path, new_shapes="serve", **FAST)
     with pytest.raises(InputMismatch, match="onnxruntime refused the call it serves"):
