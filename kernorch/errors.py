@@ -28,8 +28,17 @@ class UnsupportedOperator(KernorchError):
         super().__init__(f"unsupported: {where}{op_type} node '{node_name}': {reason}")
 
 
-class FallbackWarning(UserWarning):
+class KernorchWarning(UserWarning):
+    """A warning about the model or the run, which the CLI prints in one line."""
+
+
+class FallbackWarning(KernorchWarning):
     """Some nodes had no kernorch rule and run whole through onnxruntime (not optimized, still exact)."""
+
+
+class PeerWarning(KernorchWarning):
+    """A peer of a benchmark cannot run the model (OpenVINO and onnxruntime's contrib operators): left out of the
+    timing, said so."""
 
 
 class NeedsTorch(KernorchError):

@@ -128,6 +128,10 @@ MUTANTS = [
          "        while time.perf_counter() < warm_until:\n            run()\n",
          "",
          file="kernorch/tools/bench.py"),
+    here("a peer that cannot load the model stops the bench",
+         'if name not in (*PEERS, THROUGHPUT_PEER) or name == "onnxruntime":', "if True:",
+         file="kernorch/tools/bench.py",
+         tests=("tests/test_bench.py::test_a_peer_that_cannot_run_the_model_is_left_out_and_said_so",)),
 ]  # fmt: skip
 
 
@@ -149,3 +153,28 @@ def test_a_quantized_model_is_checked_and_benched_in_quantization_steps() -> Non
     assert report.rtol == DEFAULT_RTOL
     assert tolerance("kernorch", "fp32", quantized_model=True) == QUANTIZED_RTOL  # no spread: the fixed tolerance
     assert tolerance("kernorch", "fp32") == DEFAULT_RTOL
+
+
+@pytest.mark.skipif(not openvino_available(), reason="OpenVINO is not installed")
+def test_a_peer_that_cannot_run_the_model_is_left_out_and_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenVINO loads no QLinearGlobalAveragePool or QGemm (every QOperator CNN file has one): the bench times the
+    others and warns in one line (it exited with OpenVINO's error before)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    scalars = [numpy_helper.from_array(np.asarray(value, dtype), name) for name, value, dtype in (
+        ("s", 0.05, np.float32), ("z", 128, np.uint8), ("sy", 0.1, np.float32), ("zy", 100, np.uint8))]  # fmt: skip
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "sy", "zy"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "qpool", [helper.make_tensor_value_info("x", TensorProto.UINT8, (1, 4, 5, 5))],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, (1, 4, 1, 1))], scalars)
+    model = tmp_path / "qpool.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                              helper.make_opsetid("com.microsoft", 1)],
+                                        ir_version=8).SerializeToString())  # fmt: skip
+    assert main(["bench", str(model), "--quick", "--runs", "4", "--cost", "analytic", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert set(report["contenders"]) == {"onnxruntime", "kernorch"} and report["best_peer"] == "onnxruntime"
+    assert "kernorch: warning: openvino" in captured.err and "left out of the timing" in captured.err

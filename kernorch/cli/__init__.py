@@ -17,13 +17,13 @@ from kernorch.errors import KernorchError
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
-    from kernorch.errors import FallbackWarning
+    from kernorch.errors import KernorchWarning
 
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     with warnings.catch_warnings(record=True) as caught:  # kernorch's warnings are about the model: one line
-        warnings.simplefilter("always", FallbackWarning)
+        warnings.simplefilter("always", KernorchWarning)
         try:
             code = handler(args)
         except KernorchError as error:  # the error alone names the cause (a fallback's failure says so)
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "KERNORCH_DEBUG=1 prints the traceback)", file=sys.stderr)  # fmt: skip
             return 2
     for warning in caught:
-        if issubclass(warning.category, FallbackWarning):
+        if issubclass(warning.category, KernorchWarning):
             print(f"kernorch: warning: {warning.message}", file=sys.stderr)
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
