@@ -91,7 +91,16 @@ def _worker(connection: Connection, contender: str, model_path: str, plan_dir: s
     try:
         _serve(connection, contender, model_path, plan_dir, threads)
     except Exception as error:  # noqa: BLE001 - reported to the parent in one line, which stops the bench
-        connection.send(WorkerFailed(f"{contender}: {type(error).__name__}: {str(error).splitlines()[0][:300]}"))
+        connection.send(WorkerFailed(f"{contender}: {type(error).__name__}: {_cause(error)}"))
+
+
+def _cause(error: Exception) -> str:
+    """The line of an error message that says why: OpenVINO's start with source locations ("Exception from
+    src/...:"), and its summary names the operators it has no rule for."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("Exception from ", "Check '"))]
+    summary = [line.lstrip("- ") for line in said if line.startswith("-- No conversion rule")]
+    return (summary or said or lines or [""])[0][:300]
 
 
 def _serve(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
