@@ -274,7 +274,7 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
         for name, failure in list(outputs.items()):
             if not isinstance(failure, WorkerFailed):
                 continue
-            if name not in (*PEERS, THROUGHPUT_PEER) or name == "onnxruntime":  # kernorch's plans, the reference
+            if name not in (*PEERS, THROUGHPUT_PEER) or name == BEST_PEERS[0]:  # kernorch's plans, the reference
                 raise failure
             warnings.warn(f"{failure}: left out of the timing", PeerWarning, stacklevel=1)
             del outputs[name]

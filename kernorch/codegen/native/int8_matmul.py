@@ -202,6 +202,7 @@ def _vector_operand(operand: Operand, column: str) -> str:
         f"_mm512_set1_ps(e{operand.index}[0])"  # fmt: skip
 
 
+_NEAREST_EVEN = "_mm512_roundscale_ps({}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"  # round half to even
 _VECTOR_TYPES = {"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i", "uint8": "__m128i"}
 
 
@@ -214,9 +215,9 @@ def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str) -> Non
             value = {"float32": f"_mm512_cvtepi32_ps({x[0]})", "int32": f"_mm512_cvttps_epi32({x[0]})"}.get(
                 step.dtype, f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({x[0]}))")  # 8-bit: the low byte, as C's
         elif step.prim == "round":
-            value = f"_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"
+            value = _NEAREST_EVEN.format(x[0])
         elif step.prim == "saturating_round":  # max_ps gives its second operand where the first is NaN: low
-            rounded = f"_mm512_roundscale_ps({x[0]}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"
+            rounded = _NEAREST_EVEN.format(x[0])
             value = f"_mm512_min_ps(_mm512_max_ps(_mm512_add_ps({rounded}, {x[1]}), {x[2]}), {x[3]})"
         elif step.prim in _COMPARISONS:
             value = f"_mm512_cmp_ps_mask({x[0]}, {x[1]}, {_COMPARISONS[step.prim]})"
