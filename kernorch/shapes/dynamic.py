@@ -6,10 +6,11 @@ kernorch plans static shapes (the orchestration's costs are of concrete kernels)
 Policy (the `Options` fields):
 - `shapes` and `buckets` name the shape sets prepared when the model is compiled (`buckets`: every combination
   of the listed sizes of each symbolic dim);
-- a call with a shape set not prepared is specialised on the spot — planned and compiled on first use, logged
-  on the `kernorch.shapes` logger, later calls instant — unless `new_shapes="refuse"`, which refuses it, or
-  `new_shapes="serve"`: onnxruntime answers it at once, and a shape set called again and again is planned in
-  a background thread and runs on its plan once that is ready (shapes/serving.py);
+- a call with a shape set not prepared is answered at once by onnxruntime (`new_shapes="serve"`, the default;
+  logged on the `kernorch.shapes` logger), and a shape set called again and again is planned in a background
+  thread and runs on its plan once that is ready (shapes/serving.py); `new_shapes="specialise"` plans and
+  compiles it on the caller's thread on first use (later calls instant; also where onnxruntime is missing or
+  cannot load the model), `new_shapes="refuse"` refuses it;
 - `pad` names symbolic dims a call may be padded along to the next bucket (kernorch/shapes/padding.py proves
   per primitive that the rows beyond the call's size do not reach its rows; where it cannot, the shape is
   specialised instead, and the log says why);
