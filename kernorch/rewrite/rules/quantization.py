@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernorch.ir.types import STORAGE_DTYPES
 from kernorch.rewrite.engine import Replacement, RewriteContext, rewrite_rule
-
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
-           "int32": (-(2**31), 2**31 - 1)}  # fmt: skip
 
 
 def _whole(array: np.ndarray | None) -> bool:
@@ -30,15 +28,15 @@ def quantization_round_trip(ctx: RewriteContext) -> Replacement | None:
         return None
     rounded = narrowed.inputs[0]
     step = ctx.producer(rounded)
-    bounds = _RANGES.get(str(narrowed.attr("to")))
-    if step is None or step.prim != "saturating_round" or bounds is None or ctx.type(rounded).dtype != "float32":
+    target = ctx.type(narrowed.outputs[0]).dtype  # bfloat16 has no numpy dtype: its kind is not asked
+    if step is None or step.prim != "saturating_round" or ctx.type(rounded).dtype != "float32" \
+            or target in STORAGE_DTYPES or np.dtype(target).kind not in "iu":  # fmt: skip
         return None
+    bounds = np.iinfo(target)
     offset, low, high = (ctx.const(v) for v in step.inputs[1:])
     if not (_whole(offset) and _whole(low) and _whole(high)):
         return None
     assert low is not None and high is not None  # _whole says so
-    if float(low.min()) < bounds[0] or float(high.max()) > bounds[1]:
-        return None
-    if ctx.type(rounded) != ctx.type(ctx.node.outputs[0]):
+    if float(low.min()) < bounds.min or float(high.max()) > bounds.max:
         return None
     return {ctx.node.outputs[0]: rounded}

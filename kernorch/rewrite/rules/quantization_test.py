@@ -60,8 +60,8 @@ def test_a_round_trip_that_could_change_a_value_stays(target: str, offset: float
 
 
 MUTANTS = [
-    here("a round trip through a narrower type's range dropped", "if float(low.min()) < bounds[0] or "
-         "float(high.max()) > bounds[1]:", "if False:"),
+    here("a round trip through a narrower type's range dropped", "if float(low.min()) < bounds.min or "
+         "float(high.max()) > bounds.max:", "if False:"),
     here("a fractional offset's round trip dropped", "if not (_whole(offset) and _whole(low) and _whole(high)):",
          "if not (_whole(low) and _whole(high)):"),
 ]
