@@ -137,7 +137,6 @@ class FissionRule:
     fn: RuleFn
     static_inputs: tuple[int, ...]  # inputs that must be compile-time constants
     min_opset: int  # of the ONNX domain
-    domain: str = ""
 
 
 # domain ("" for ONNX's, which "ai.onnx" also names) -> op type -> rule
@@ -154,7 +153,7 @@ def rule(*op_types: str, static_inputs: tuple[int, ...] = (), min_opset: int = 1
         for op_type in op_types:
             if op_type in rules:
                 raise ValueError(f"two fission rules for {domain or 'ai.onnx'}.{op_type}")
-            rules[op_type] = FissionRule(op_type, fn, static_inputs, min_opset, domain)
+            rules[op_type] = FissionRule(op_type, fn, static_inputs, min_opset)
         return fn
 
     return register

@@ -90,7 +90,8 @@ class BenchMismatch(KernorchError):
 def _worker(connection: Connection, contender: str, model_path: str, plan_dir: str, threads: int) -> None:
     try:
         _serve(connection, contender, model_path, plan_dir, threads)
-    except Exception as error:  # noqa: BLE001 - reported to the parent in one line, which stops the bench
+    except Exception as error:  # noqa: BLE001 - reported to the parent in one line: it stops the bench, or a
+        # peer that cannot run the model is left out (time_contenders)
         connection.send(WorkerFailed(f"{contender}: {type(error).__name__}: {_cause(error)}"))
 
 
