@@ -28,7 +28,7 @@ def _integer_operand(ctx: RuleContext, index: int, what: str) -> str:
     return dtype
 
 
-def _zero_point(ctx: RuleContext, index: int, dtype: str, per: int | None, what: str) -> tuple[str, bool]:
+def zero_point_of(ctx: RuleContext, index: int, dtype: str, per: int | None, what: str) -> tuple[str, bool]:
     """The zero point at input `index` (0 of `dtype` when absent) as a scalar, or as a vector of `per` values when
     it has one per row or column; with whether it is a vector."""
     if not ctx.has_input(index):
@@ -68,8 +68,8 @@ def integer_sums(ctx: RuleContext, a: int, b: int, a_zero: int, b_zero: int, b_t
             ctx.refuse(f"a transposed {b_type.rank}-D b (2-D only)")
         b_value = ctx.emit("transpose", b_value, perm=(1, 0))
         b_type = ctx.builder.type_of(b_value)
-    a_zero_point, per_row = _zero_point(ctx, a_zero, a_dtype, a_type.shape[-2] if a_type.rank == 2 else None, "a")
-    b_zero_point, _ = _zero_point(ctx, b_zero, b_dtype, b_type.shape[-1] if b_type.rank == 2 else None, "b")
+    a_zero_point, per_row = zero_point_of(ctx, a_zero, a_dtype, a_type.shape[-2] if a_type.rank == 2 else None, "a")
+    b_zero_point, _ = zero_point_of(ctx, b_zero, b_dtype, b_type.shape[-1] if b_type.rank == 2 else None, "b")
     if per_row:
         a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))
     return ctx.emit("matmul_integer", ctx.input(a), b_value, a_zero_point, b_zero_point)
@@ -86,7 +86,7 @@ def requantized(ctx: RuleContext, acc: str, multiplier: str, zero_index: int) ->
     if target not in RANGES:
         ctx.refuse(f"a {target} output (8- and 16-bit integers only)")
     scaled = ctx.emit("mul", ctx.emit("cast", acc, to="float32"), multiplier)
-    return saturate(ctx, scaled, _zero_point(ctx, zero_index, target, None, "the output")[0], target)
+    return saturate(ctx, scaled, zero_point_of(ctx, zero_index, target, None, "the output")[0], target)
 
 
 @rule("QLinearMatMul", min_opset=10)
@@ -124,8 +124,8 @@ def _conv_integer(ctx: RuleContext, x: int, w: int, x_zero: int, w_zero: int) ->
     if w_type.numel // w_type.shape[0] > MAX_INTEGER_K:
         ctx.refuse(f"{w_type.numel // w_type.shape[0]} products per output: int32 sums could overflow")
     strides, pads, dilations = spatial_attrs(ctx, x_type.shape[2:], kernel)
-    x_zero_point, _ = _zero_point(ctx, x_zero, x_dtype, None, "the input")
-    w_zero_point, per_channel = _zero_point(ctx, w_zero, w_dtype, w_type.shape[0], "the weight")
+    x_zero_point, _ = zero_point_of(ctx, x_zero, x_dtype, None, "the input")
+    w_zero_point, per_channel = zero_point_of(ctx, w_zero, w_dtype, w_type.shape[0], "the weight")
     geometry = dict(strides=strides, pads=pads, dilations=dilations, group=group)
     weights = ctx.builder.graph.constants.get(ctx.input(w))
     zeros = ctx.builder.graph.constants.get(w_zero_point)

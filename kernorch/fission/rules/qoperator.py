@@ -22,7 +22,7 @@ from typing import Any
 
 from kernorch.fission.registry import RuleContext, rule
 from kernorch.fission.rules.common import reshape
-from kernorch.fission.rules.integer_linear import integer_sums, requantized, scalar_scale
+from kernorch.fission.rules.integer_linear import integer_sums, requantized, scalar_scale, zero_point_of
 from kernorch.ir.primitives import INTEGER_OPERANDS
 
 CONTRIB = "com.microsoft"
@@ -33,25 +33,16 @@ def _dequantized(ctx: RuleContext, value: int, scale: int, zero_point: int) -> s
     dtype = ctx.type(value).dtype
     if dtype not in INTEGER_OPERANDS:
         ctx.refuse(f"a {dtype} input {value} (int8 or uint8 only)")
-    zero = _zero(ctx, zero_point, dtype)
+    zero, _ = zero_point_of(ctx, zero_point, dtype, None, f"input {value}")
     (result,) = ctx.apply("DequantizeLinear", ctx.input(value), scalar_scale(ctx, scale, f"scale {scale}"), zero)
     return result
 
 
 def _quantized(ctx: RuleContext, value: str, scale: int, zero_point: int, dtype: str) -> str:
     """`value` quantized to `dtype` with the per-tensor scale and zero point (absent: 0) at these inputs."""
-    zero = _zero(ctx, zero_point, dtype)
+    zero, _ = zero_point_of(ctx, zero_point, dtype, None, "the output")
     (result,) = ctx.apply("QuantizeLinear", value, scalar_scale(ctx, scale, f"scale {scale}"), zero)
     return result
-
-
-def _zero(ctx: RuleContext, index: int, dtype: str) -> str:
-    if not ctx.has_input(index):
-        return ctx.scalar(0, dtype)
-    zero_type = ctx.type(index)
-    if zero_type.dtype != dtype or zero_type.numel != 1 or zero_type.rank > 1:
-        ctx.refuse(f"a zero point {zero_type} for {dtype} values (one {dtype} per tensor only)")
-    return reshape(ctx, ctx.input(index), ())
 
 
 @rule("QLinearAdd", "QLinearMul", domain=CONTRIB)
