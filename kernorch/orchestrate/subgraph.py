@@ -7,11 +7,13 @@ across them (the "narrow frontier"), and a range whose execution states exceed t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from kernorch.ir.graph import Graph
+from kernorch.ir.graph import Graph, Node
 from kernorch.ir.patterns import attention_spans
+from kernorch.ir.primitives import PRIMITIVES, STRIDED_VIEW_PRIMS, Kind
 
 
 @dataclass
@@ -90,23 +92,29 @@ def is_convex(sub: Subgraph, mask: int) -> bool:
     return (ancestors & descendants & ~mask) == 0
 
 
-def cut_widths(graph: Graph) -> list[int]:
-    """widths[i]: number of values produced before position i and consumed at or after it."""
+def values_spanning(graph: Graph, counted: Callable[[Node, Node], bool]) -> list[int]:
+    """counts[i]: values produced before position i with a consumer at or after it that `counted(producer,
+    consumer)` accepts."""
     position = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
     last_use: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
         for value in node.inputs:
-            if value in position:
+            if value in position and counted(graph.nodes[position[value]], node):
                 last_use[value] = i
     delta = [0] * (len(graph.nodes) + 1)
     for value, last in last_use.items():
         delta[position[value] + 1] += 1
         delta[last + 1] -= 1
-    widths, running = [], 0
+    counts, running = [], 0
     for i in range(len(graph.nodes) + 1):
         running += delta[i]
-        widths.append(running)
-    return widths
+        counts.append(running)
+    return counts
+
+
+def cut_widths(graph: Graph) -> list[int]:
+    """widths[i]: number of values produced before position i and consumed at or after it."""
+    return values_spanning(graph, lambda producer, consumer: True)
 
 
 # What a cut inside an attention costs on top of its width: the fused-attention candidate needs the whole
@@ -123,9 +131,29 @@ def _attention_end(graph: Graph, second: int) -> int:
     return divisions[0] if len(divisions) == 1 else second
 
 
+# What a cut costs per value crossing it that a kernel could have kept inside, on top of the width: a cut before a
+# convolution's operand loses nothing (the library call reads it from memory anyway), one inside an elementwise
+# chain separates primitives one kernel could hold (a static-QDQ candy's quantizer chains were cut between the
+# rounding and its cast to int8, each half a kernel of its own writing the map once more). Four: one more
+# subgraph (a cut of one value, 1 + 1) costs less than one such cut inside a chain
+FUSED_CUT = 4.0
+
+
+def fusable(producer: Node, consumer: Node) -> bool:
+    """Whether one kernel could hold both: not an opaque primitive; a library call with what it absorbs (operand
+    views and bfloat16 conversions before it, elementwise epilogues after it); anything else with anything."""
+    kinds = PRIMITIVES[producer.prim].kind, PRIMITIVES[consumer.prim].kind
+    if Kind.OPAQUE in kinds:
+        return False
+    if kinds[1] == Kind.LINEAR:
+        return producer.prim in STRIDED_VIEW_PRIMS or producer.prim == "cast" and producer.attr("to") == "bfloat16"
+    return kinds[0] != Kind.LINEAR or kinds[1] == Kind.ELEMENTWISE
+
+
 def cut_costs(graph: Graph) -> list[float]:
-    """What cutting before each position costs: its width, plus ATTENTION_CUT inside each attention span."""
-    costs = [float(w) for w in cut_widths(graph)]
+    """What cutting before each position costs: its width, FUSED_CUT per value it keeps from a kernel that could
+    hold its producer and a consumer, and ATTENTION_CUT inside each attention span."""
+    costs = [w + FUSED_CUT * f for w, f in zip(cut_widths(graph), values_spanning(graph, fusable), strict=True)]
     for first, second in attention_spans(graph):
         for position in range(first + 1, _attention_end(graph, second) + 1):
             costs[position] += ATTENTION_CUT

@@ -51,6 +51,35 @@ def test_partition_cuts_at_the_narrow_frontier() -> None:
     assert [start for start, _ in partition(graph, 11)[1:]] == [11]
 
 
+def _convolution_chain(blocks: int, chain: int) -> Graph:
+    """Blocks of a convolution followed by `chain` elementwise primitives, each block's last value the next one's
+    operand: every position between two primitives is crossed by one value."""
+    t = TensorType((1, 4, 6, 6), "float32")
+    graph = Graph(inputs=["x"], types={"x": t, "w": TensorType((4, 4, 1, 1), "float32")})
+    graph.constants = {"w": __import__("numpy").ones((4, 4, 1, 1), "float32")}
+    current = "x"
+    for b in range(blocks):
+        graph.nodes.append(Node("conv", (current, "w"), (f"b{b}_conv",), {"pads": (0, 0, 0, 0)}))
+        current = f"b{b}_conv"
+        graph.types[current] = t
+        for k in range(chain):
+            graph.nodes.append(Node("exp" if k % 2 else "neg", (current,), (f"b{b}_{k}",)))
+            current = f"b{b}_{k}"
+            graph.types[current] = t
+    graph.outputs = [current]
+    return graph
+
+
+def test_partition_cuts_before_a_convolution_not_inside_a_chain() -> None:
+    """Every position is one value wide, but only a cut at a convolution's operand keeps no primitives apart that a
+    kernel could hold (a library call reads its operand from memory anyway): the partition cuts there."""
+    graph = _convolution_chain(blocks=4, chain=5)
+    assert set(cut_widths(graph)[1:-1]) == {1}
+    starts = [start for start, _ in partition(graph, 8)[1:]]
+    assert starts and all(graph.nodes[s].prim == "conv" for s in starts), starts
+    assert [s for s, _ in partition(graph, 13)[1:]] == [12]  # two blocks a range: the cut between them
+
+
 def test_state_cap_splits_subgraphs() -> None:
     graph = fission(import_model(self_attention_block()))
     roomy = plan_subgraphs(graph, OrchestrationLimits(max_subgraph_size=64, max_states=100_000))
@@ -82,7 +111,7 @@ def test_an_attention_that_divides_after_its_product_is_not_cut_before_the_divis
     between the product and it costs as much as one inside (a cut there left pit_ti's 730-token attention unfused)."""
     from onnx import TensorProto, helper
 
-    from kernorch.orchestrate.subgraph import ATTENTION_CUT, cut_costs
+    from kernorch.orchestrate.subgraph import ATTENTION_CUT, FUSED_CUT, cut_costs, fusable, values_spanning
 
     shape = [1, 2, 24, 16]
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
@@ -101,8 +130,10 @@ def test_an_attention_that_divides_after_its_product_is_not_cut_before_the_divis
     ((first, second),) = attention_spans(graph)
     (division,) = [i for i, node in enumerate(graph.nodes) if node.prim == "div"]
     assert graph.nodes[division].inputs[0] == graph.nodes[second].outputs[0] and division > second
-    costs, widths = cut_costs(graph), cut_widths(graph)
-    assert all(costs[p] == widths[p] + ATTENTION_CUT for p in range(first + 1, division + 1))
+    fused = values_spanning(graph, fusable)
+    attention_free = [w + FUSED_CUT * f for w, f in zip(cut_widths(graph), fused, strict=True)]
+    costs = cut_costs(graph)
+    assert all(costs[p] == attention_free[p] + ATTENTION_CUT for p in range(first + 1, division + 1))
     for size in range(division - first + 1, len(graph.nodes)):
         assert not [s for s, _ in partition(graph, size)[1:] if first < s <= division], size
 
@@ -110,6 +141,12 @@ def test_an_attention_that_divides_after_its_product_is_not_cut_before_the_divis
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("the partition cuts inside elementwise chains as readily as before a library call",
+         "FUSED_CUT = 4.0",
+         "FUSED_CUT = 0.0"),
+    here("the partition takes a convolution's operand for an epilogue it could absorb",
+         "return producer.prim in STRIDED_VIEW_PRIMS or producer.prim == \"cast\"",
+         "return True or producer.prim in STRIDED_VIEW_PRIMS or producer.prim == \"cast\""),
     here("the partition cuts attentions as freely as anything",
          "ATTENTION_CUT = 8.0",
          "ATTENTION_CUT = 0.0"),
