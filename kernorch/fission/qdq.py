@@ -132,12 +132,6 @@ def _integer_product(graph: _Graph, node: onnx.NodeProto, a: str, b: str,
             helper.make_node("Mul", [floats, scales], [out], name=f"{node.name}_int8_scale")]  # fmt: skip
 
 
-# Convolutions to fewer output channels stay float, where kernorch's direct convolution runs them: oneDNN's int8
-# kernels are slow there (candy's last 32 -> 3 9x9 convolution at 224x224: 5.4 ms in int8, 4.3 ms float, in place;
-# its first, 3 -> 32, is faster in int8: 2.1 against 3.4 ms)
-FEW_OUTPUT_CHANNELS = 8
-
-
 def _conv_weights(graph: _Graph, value: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(int8 weights with their zero points subtracted, scale () or [O]) of constant convolution weights dequantized
     per tensor or per output channel, when every centred weight fits int8."""
@@ -164,7 +158,7 @@ def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeP
     """The nodes computing Conv `node` of dequantized activations and weights as an integer convolution."""
     activation = _activation(graph, node.input[0])
     weights = _conv_weights(graph, node.input[1])
-    if activation is None or weights is None or weights[0].shape[0] < FEW_OUTPUT_CHANNELS:
+    if activation is None or weights is None:
         return None
     w, w_scale = weights
     out = node.output[0]

@@ -187,7 +187,6 @@ def test_the_dequantization_bias_and_relu_run_inside_the_int8_convolution(case: 
 
 @pytest.mark.parametrize("change", [
     dict(runtime_scale=True),  # the activations' scale is a graph input
-    dict(out_channels=3),  # few output channels: kernorch's float direct convolution beats oneDNN's int8 there
 ])  # fmt: skip
 def test_a_convolution_stays_float_where_the_pattern_does_not_pay(change: dict[str, Any]) -> None:
     model = _qdq_conv_model(**change)
@@ -268,7 +267,6 @@ MUTANTS = [
          "channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)", "channels = (w.shape[0],) + (1,) * (w.ndim - 1)"),
     here("a convolution's bias added before its scale", 'helper.make_node("Mul", [floats, scales], [scaled]',
          'helper.make_node("Mul", [floats, scales], [scaled + "_unused"]'),
-    here("few output channels taken to int8", "or weights[0].shape[0] < FEW_OUTPUT_CHANNELS:", ":"),
     here("a runtime scale taken",
          "if scale is None or zero is None or scale.size != 1 or zero.size != 1 or scale.dtype",
          "if zero is None or zero.size != 1 or scale is not None and scale.dtype"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernorch.devtools.mutate import here
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -56,10 +58,10 @@ def _convolution_chain(blocks: int, chain: int) -> Graph:
     operand: every position between two primitives is crossed by one value."""
     t = TensorType((1, 4, 6, 6), "float32")
     graph = Graph(inputs=["x"], types={"x": t, "w": TensorType((4, 4, 1, 1), "float32")})
-    graph.constants = {"w": __import__("numpy").ones((4, 4, 1, 1), "float32")}
+    graph.constants = {"w": np.ones((4, 4, 1, 1), np.float32)}
     current = "x"
     for b in range(blocks):
-        graph.nodes.append(Node("conv", (current, "w"), (f"b{b}_conv",), {"pads": (0, 0, 0, 0)}))
+        graph.nodes.append(Node("conv", (current, "w"), (f"b{b}_conv",)))
         current = f"b{b}_conv"
         graph.types[current] = t
         for k in range(chain):

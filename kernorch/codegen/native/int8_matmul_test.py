@@ -131,7 +131,7 @@ def _whole(kernel: CandidateKernel) -> CandidateKernel:
     return make_kernel(graph, nodes, (graph.nodes[-1].outputs[0],))
 
 
-def _run_library(source: str, isa: str, directory: Path, arrays: list[np.ndarray]) -> None:
+def run_library(source: str, isa: str, directory: Path, arrays: list[np.ndarray]) -> None:
     """Compile `source` (kernel `k`) for `isa`, create its state and run it once on `arrays` (the last written)."""
     path = directory / f"k_{isa}.c"
     path.write_text(ERROR_BUFFER + PRELUDE + source +
@@ -220,7 +220,7 @@ def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, epilogue: s
     outputs = {}
     for isa in ("x86-64-v3", *(("native",) if VNNI else ())):
         out = np.zeros((rows, columns), expected.dtype)
-        _run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, low, high, out])
+        run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, low, high, out])
         outputs[isa] = out
     np.testing.assert_array_equal(outputs["x86-64-v3"], expected)
     if VNNI:
