@@ -179,3 +179,32 @@ def test_a_peer_that_cannot_run_the_model_is_left_out_and_said_so(
     assert set(report["contenders"]) == {"onnxruntime", "kernorch"} and report["best_peer"] == "onnxruntime"
     assert "kernorch: warning: openvino" in captured.err and "left out of the timing" in captured.err
     assert "QLinearGlobalAveragePool" in captured.err  # the cause, not the location OpenVINO starts with
+
+
+def test_a_quantized_model_is_timed_beside_kernorchs_plan_of_its_float_original(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--float-model`: kernorch's plan of the float original runs beside the quantized one (what quantizing gained
+    kernorch), held to the float model's onnxruntime outputs; every contender's error against those is reported."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import quantize_dynamic
+
+    from kernorch.tools.bench import KERNORCH_FLOAT
+
+    weights = numpy_helper.from_array(np.random.default_rng(1).standard_normal((64, 48)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "product",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (16, 64))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (16, 48))], [weights])  # fmt: skip
+    original, quantized = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    original.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                           ir_version=8).SerializeToString())  # fmt: skip
+    quantize_dynamic(str(original), str(quantized))
+    assert main(["bench", str(quantized), "--quick", "--runs", "4", "--cost", "analytic", "--json",
+                 "--float-model", str(original)]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert {"kernorch", KERNORCH_FLOAT} <= set(report["contenders"]) and report["kernels"][KERNORCH_FLOAT] >= 1
+    floats = report["contenders"][KERNORCH_FLOAT]
+    assert floats["rel_err"] == floats["fp32_err"] <= 1e-4  # the float plan against the float model
+    assert 1e-4 < report["contenders"]["kernorch"]["fp32_err"] < 0.1  # the int8 plan: quantization's error
+    assert any("the quantized plan runs" in line for line in format_report(report))

@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--float-model", metavar="FLOAT.onnx", default=None,
                        help="a quantized model's float original: every contender's error against its onnxruntime "
                        "outputs is printed beside the error against onnxruntime on the quantized file (what "
-                       "quantizing cost each contender)")
+                       "quantizing cost each contender), and kernorch's plan of the float model is timed too "
+                       "(kernorch-float: what quantizing gained kernorch)")
     add_validate_arg(bench)
     bench.add_argument("--rewrite-budget", type=seconds, default=None, metavar="SECONDS",
                        help="time for trying the cost-guided rewrites (default: as optimize)")

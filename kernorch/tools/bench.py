@@ -53,6 +53,9 @@ PEERS = ("onnxruntime", "openvino", OPENVINO_DEFAULT, "onnxruntime-noopt")
 BEST_PEERS = ("onnxruntime", "openvino")  # "best peer" is the faster of these; the first is the reference
 BEST_PEERS_BF16 = ("onnxruntime", OPENVINO_DEFAULT)  # with --precision bf16
 KERNORCH_FP32 = "kernorch-fp32"  # with --precision bf16: the float32 plan beside the bf16 one
+# with --float-model: kernorch's plan of the quantized model's float original, beside its plan of the quantized one
+# (what quantizing gains kernorch), held to the float model's onnxruntime outputs
+KERNORCH_FLOAT = "kernorch-float"
 # OpenVINO's THROUGHPUT hint (`--throughput`): its streams split the threads and serve several requests at once, so
 # a timed run submits as many copies of the batch as it asks for and counts the time per batch
 THROUGHPUT_PEER = "openvino-throughput"
@@ -259,7 +262,7 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
     `tolerance`); `runs` timed runs each, interleaved over `rounds` rounds. With RPROGRAM among `names`, its worker
     schedules the plan first (returned as the second value). Returns seconds per contender, the schedule, each
     contender's relative error, and with `float_model` (a quantized model's float original) each one's error
-    against that model's onnxruntime outputs."""
+    against that model's onnxruntime outputs (KERNORCH_FLOAT, that model's plan, is held to those outputs only)."""
     context = multiprocessing.get_context("spawn")
     workers: dict[str, tuple[Any, Connection]] = {}
     prepared: dict[str, Any] = {}
@@ -294,11 +297,12 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
         float_reference = run_onnxruntime(checked_proto(float_model)[0], feeds, threads) if float_model else None
         float_errors = {name: _worst(got, float_reference) for name, got in outputs.items()} \
             if float_reference is not None else {}  # fmt: skip
-        errors = {name: _worst(got, reference) for name, got in outputs.items()}
+        errors = {name: float_errors[name] if name == KERNORCH_FLOAT else _worst(got, reference)
+                  for name, got in outputs.items()}  # fmt: skip
         if quantized_model:  # the other int8 engine's distance from onnxruntime is as much a spread as its own two runs
             spread = max([spread, *(errors[peer] for peer in BEST_PEERS[1:] if peer in errors)])  # [0]: reference
         for name, worst in errors.items():
-            allowed = tolerance(name, precision, quantized_model, spread)
+            allowed = tolerance(name, precision, quantized_model and name != KERNORCH_FLOAT, spread)
             if not worst <= allowed:
                 raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
                                     f"{allowed:.0e}); nothing timed")  # fmt: skip
@@ -360,19 +364,26 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     from kernorch.pipeline import compile_plan, import_graph, make_cost_model, plan_graph
 
     options = options or Options()
+    progress = progress or Progress()
     fissioned = import_graph(model_path, input_shapes, strict=options.strict)
-    result = plan_graph(fissioned, options, progress or Progress(), make_cost_model(options, progress or Progress()))
+    cost_model = make_cost_model(options, progress)
+    plans = {"kernorch": plan_graph(fissioned, options, progress, cost_model)}
+    if float_model:
+        plans[KERNORCH_FLOAT] = plan_graph(import_graph(float_model, input_shapes, strict=options.strict), options,
+                                           progress, cost_model)  # fmt: skip
+    result = plans["kernorch"]
     peers = available_peers(BEST_PEERS if options.precision == "fp32" else (*BEST_PEERS, OPENVINO_DEFAULT), throughput)
     with tempfile.TemporaryDirectory() as work:
-        plan_dir = str(compile_plan(result, options, result.plan).save(Path(work) / "kernorch"))
-        times, _, errors, float_errors = time_contenders(model_path, [*peers, "kernorch"], {"kernorch": plan_dir},
+        plan_dirs = {name: str(compile_plan(origin, options, origin.plan).save(Path(work) / name))
+                     for name, origin in plans.items()}  # fmt: skip
+        times, _, errors, float_errors = time_contenders(model_path, [*peers, *plans], plan_dirs,
                                                          graph_feeds(fissioned), options.threads, runs, rounds,
                                                          options.precision, float_model)  # fmt: skip
-        parts = _breakdown(plan_dir, graph_feeds(fissioned), options.threads) if breakdown else None
+        parts = _breakdown(plan_dirs["kernorch"], graph_feeds(fissioned), options.threads) if breakdown else None
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             **_versus_best_peer(_results(times, errors, float_errors), options.precision),
-            "kernels": {"kernorch": len(result.plan.kernels)}, "breakdown": parts,
+            "kernels": {name: len(origin.plan.kernels) for name, origin in plans.items()}, "breakdown": parts,
             "validation": result.validation.to_json() if result.validation is not None else None,
             "in_plan": result.in_plan.to_json() if result.in_plan is not None else None,
             "in_plan_summary": result.in_plan.summary() if result.in_plan is not None else None}  # fmt: skip
@@ -414,6 +425,10 @@ def bench_model(model_path: str, runs: int = 20, options: Options | None = None,
     if options.precision == "bf16":  # what bf16 gains over kernorch's own float32 plan
         fp32 = plan_graph(fissioned, options.with_(precision="fp32"), progress, cost_model)
         plans[KERNORCH_FP32] = (fp32, fp32.plan)
+    if float_model:  # what quantizing gains: kernorch's plan of the float original
+        floats = plan_graph(import_graph(float_model, input_shapes, strict=options.strict), options, progress,
+                            cost_model)  # fmt: skip
+        plans[KERNORCH_FLOAT] = (floats, floats.plan)
     layouts = {"kernorch": result.layout_report}
     if compare_layouts and any(n.prim in ("conv", "conv_transpose") for n in fissioned.nodes):
         for name, policy in LAYOUT_CONTENDERS.items():
@@ -497,6 +512,11 @@ def format_report(report: dict[str, Any]) -> list[str]:
         float_error = f" {r['fp32_err']:>9.1e}" if against_float and r.get("fp32_err") is not None else ""
         lines.append(f"  {name:<22} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} "
                      f"{report['speedups'][name]:>12.2f}x {kernels!s:>8} {error:>9.1e}{float_error}")  # fmt: skip
+    if KERNORCH_FLOAT in report["contenders"]:
+        contenders = report["contenders"]
+        lines.append(f"  {KERNORCH_FLOAT}: kernorch's plan of the float model (its rel err against that model's "
+                     "onnxruntime outputs); the quantized plan runs "
+                     f"{contenders[KERNORCH_FLOAT]['median_ms'] / contenders['kernorch']['median_ms']:.2f}x as fast")
     if report.get("precision_choice"):
         choice = report["precision_choice"]
         lines.append(f"  precision: {choice['bf16']} of {choice['linear']} linear primitives in bf16")
