@@ -201,9 +201,8 @@ class DynamicModel:
     def describe(self) -> str:
         inputs = "; ".join(s.describe() for s in self.signature)
         made = ", ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none yet"
-        served = self._hot.served
-        generic = f"; served by onnxruntime without a plan: {len(served)} shape set(s), " \
-            f"{sum(served.values())} call(s)" if served else ""  # fmt: skip
+        sets, calls = self._hot.totals
+        generic = f"; served by onnxruntime without a plan: {sets} shape set(s), {calls} call(s)" if sets else ""
         return f"{inputs} — specialisations: {made}{generic}"
 
     def prepared_shape_sets(self) -> list[ShapeSet]:

@@ -17,6 +17,7 @@ import logging
 import os
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from kernorch.frontend import ShapeSet, describe_shapes
 
 LOGGER = logging.getLogger("kernorch.shapes")
 HOT_CALLS = 3  # calls of one shape set without a plan before it is planned in the background
+# shape sets counted at once: a server that sees a new length on every call (each step of every generation) keeps
+# the most recently called ones, so its memory stays bounded; a set evicted before it turned hot starts again at 1
+MAX_COUNTED = 4096
 BACKGROUND_NICENESS = 10  # the planner's thread (and the compilers it starts) yields to the callers' threads
 
 
@@ -79,10 +83,12 @@ class HotShapes:
     """Counts the calls of each shape set served without a plan; at `HOT_CALLS` it is handed to `plan`, run by
     one background worker, one shape set at a time (a 2-core machine has no room for more)."""
 
-    def __init__(self, plan: Callable[[ShapeSet], object]) -> None:
+    def __init__(self, plan: Callable[[ShapeSet], object], max_counted: int = MAX_COUNTED) -> None:
         self._plan = plan
         self._lock = threading.Lock()
-        self._calls: dict[ShapeSet, int] = {}
+        self._calls: OrderedDict[ShapeSet, int] = OrderedDict()  # least recently called first
+        self._max_counted = max_counted
+        self._totals = [0, 0]  # shape sets and calls served without a plan, evicted ones included
         self._queue: queue.Queue[ShapeSet] = queue.Queue()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
@@ -90,14 +96,26 @@ class HotShapes:
 
     @property
     def served(self) -> dict[ShapeSet, int]:
-        """Calls served without a plan, by shape set."""
+        """Calls served without a plan, by shape set (the MAX_COUNTED most recently called)."""
         with self._lock:
             return dict(self._calls)
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        """(shape sets, calls) served without a plan so far, those no longer counted included (a set evicted and
+        called again counts again)."""
+        with self._lock:
+            return self._totals[0], self._totals[1]
 
     def called(self, shapes: ShapeSet, plannable: bool = True) -> None:
         """Count a call served without a plan (`plannable` False: one never to be planned, an empty tensor's)."""
         with self._lock:
             count = self._calls[shapes] = self._calls.get(shapes, 0) + 1
+            self._calls.move_to_end(shapes)
+            if len(self._calls) > self._max_counted:
+                self._calls.popitem(last=False)
+            self._totals[0] += count == 1
+            self._totals[1] += 1
             if count == 1:
                 LOGGER.info("kernorch: [%s] has no plan: served by onnxruntime%s", describe_shapes(shapes),
                             f" (planned after {HOT_CALLS} calls)" if plannable else "")  # fmt: skip
