@@ -67,6 +67,9 @@ class OrchestrationLimits:
     """Bounds on the orchestration search (Korch §4); see `kernorch optimize --help`."""
 
     max_kernel_size: int = 12  # primitives per kernel
+    # primitives per kernel of elementwise primitives only: a chain's candidates grow linearly with it, and a
+    # static-QDQ model's activation is one (GELU's eight steps, each quantized: 32 primitives)
+    max_elementwise_kernel_size: int = 24
     max_subgraph_size: int = 32  # primitives per subgraph before partitioning
     max_states: int = 4000  # execution states per subgraph before it is split
     max_candidates: int = 30000  # candidate node sets per subgraph
@@ -74,7 +77,8 @@ class OrchestrationLimits:
     solver_time_limit: float = 60.0  # seconds per subgraph BLP
 
     def __post_init__(self) -> None:
-        for name in ("max_kernel_size", "max_subgraph_size", "max_states", "max_candidates"):
+        for name in ("max_kernel_size", "max_elementwise_kernel_size", "max_subgraph_size", "max_states",
+                     "max_candidates"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise KernorchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not (isinstance(self.max_optional_outputs, int) and self.max_optional_outputs >= 0):
@@ -82,6 +86,11 @@ class OrchestrationLimits:
                                 f"got {self.max_optional_outputs!r}")
         if not self.solver_time_limit > 0:
             raise KernorchError(f"solver_time_limit must be positive, got {self.solver_time_limit!r}")
+
+    @property
+    def elementwise_kernel_size(self) -> int:
+        """Primitives a kernel of elementwise primitives only may hold: never fewer than any kernel."""
+        return max(self.max_kernel_size, self.max_elementwise_kernel_size)
 
 
 RUNTIMES = ("kernels", "rprogram")

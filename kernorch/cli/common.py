@@ -85,6 +85,10 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     add_device_args(parser)
     parser.add_argument("--max-kernel-size", type=positive_int, default=defaults.max_kernel_size,
                         help=f"max primitives per kernel (default {defaults.max_kernel_size})")
+    parser.add_argument("--max-elementwise-kernel-size", type=positive_int,
+                        default=defaults.max_elementwise_kernel_size,
+                        help="max primitives per kernel of elementwise primitives only (default "
+                        f"{defaults.max_elementwise_kernel_size})")
     parser.add_argument("--max-subgraph-size", type=positive_int, default=defaults.max_subgraph_size,
                         help=f"max primitives per subgraph before partitioning (default {defaults.max_subgraph_size})")
     parser.add_argument("--time-limit", type=positive_float, default=defaults.solver_time_limit,
@@ -172,7 +176,9 @@ def make_options(args: argparse.Namespace) -> Options:
 
     limits = OrchestrationLimits()
     if hasattr(args, "max_kernel_size"):
-        limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size, max_subgraph_size=args.max_subgraph_size,
+        limits = OrchestrationLimits(max_kernel_size=args.max_kernel_size,
+                                     max_elementwise_kernel_size=args.max_elementwise_kernel_size,
+                                     max_subgraph_size=args.max_subgraph_size,
                                      solver_time_limit=args.time_limit)  # fmt: skip
     given = {name: getattr(args, name) for name in ("threads", "cost", "device", "rewrite", "rewrite_budget", "layout",
                                                      "strict", "workers", "screen", "tf32", "precision",

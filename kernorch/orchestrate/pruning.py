@@ -112,9 +112,17 @@ def node_kinds(sub: Subgraph, mask: int) -> list[tuple[int, Kind]]:
 
 
 def _max_size(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEpilogues) -> str | None:
+    """At most max_kernel_size primitives, or max_elementwise_kernel_size when all are elementwise. Monotone: a set
+    over the first limit with another kind keeps it in every superset, and every superset is larger."""
     size = mask.bit_count()
-    return f"{size} primitives exceed the max kernel size {limits.max_kernel_size}" \
-        if size > limits.max_kernel_size else None  # fmt: skip
+    if size <= limits.max_kernel_size:
+        return None
+    if size > limits.elementwise_kernel_size:
+        return f"{size} primitives exceed the max kernel size {limits.elementwise_kernel_size} (elementwise only)"
+    other = next((kind for _, kind in node_kinds(sub, mask) if kind != Kind.ELEMENTWISE), None)
+    if other is None:
+        return None
+    return f"{size} primitives exceed the max kernel size {limits.max_kernel_size} (with a {other.value} primitive)"
 
 
 def _one_linear(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEpilogues) -> str | None:
