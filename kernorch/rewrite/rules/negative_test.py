@@ -237,6 +237,15 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
             b, "cast", emit(b, "cast", emit(b, "saturating_round", "x", const(b, 0), const(b, 0), const(b, 300)),
                             to="uint8"), to="float32"))),
     ],
+    "requantization-same-grid": [
+        ("a plain value quantized twice: the first is not a rounding", lambda: build({"x": (7,)}, lambda b: emit(
+            b, "saturating_round", emit(b, "div", emit(b, "mul", emit(b, "add", "x", const(b, -4)), const(b, 0.5)),
+                                        const(b, 0.5)), const(b, 4), const(b, -128), const(b, 127)))),
+        ("another scale for the quotient", lambda: build({"x": (7,)}, lambda b: emit(
+            b, "saturating_round", emit(b, "div", emit(b, "mul", emit(b, "add", emit(
+                b, "saturating_round", "x", const(b, 4), const(b, -128), const(b, 127)), const(b, -4)),
+                const(b, 0.5)), const(b, 0.25)), const(b, 4), const(b, -128), const(b, 127)))),
+    ],
     "transpose-of-matmul": [("not the last two axes", lambda: build({"a": (2, 3, 4)}, lambda b: emit(
         b, "transpose", emit(b, "matmul", "a", const(b, np.ones((4, 5)))), perm=(1, 0, 2))))],
 }  # fmt: skip
