@@ -93,7 +93,7 @@ def assign_layouts(graph: Graph, conv_cost: Callable[[Node, bool], float],
     for node in graph.nodes:
         modes = [m for m in modes_of(graph, node, cands, conv_cost, transpose_cost)
                  if all(layout in cands(v) for v, layout in zip(node.outputs, m.outputs, strict=True))]  # fmt: skip
-        nchw_cost += next(m.cost for m in modes if row_major_mode(m))
+        nchw_cost += next(m.cost for m in modes if _row_major(m))
         if policy == "channels-last" and node.prim in CONV_PRIMS and any(m.channels_last for m in modes):
             # every conv reads channels-last (a 1x1 conv run as a matmul may write either layout)
             modes = [m for m in modes if m.reads_channels_last]
@@ -173,8 +173,5 @@ def assign_layouts(graph: Graph, conv_cost: Callable[[Node, bool], float],
                       candidates)  # fmt: skip
 
 
-def row_major_mode(mode: Mode) -> bool:
-    """Whether the node runs as it is: every operand row-major, no convolution relabelled channels-last, no 1x1
-    convolution as a matmul."""
-    return all(layout == identity(len(layout)) for layout in (*mode.inputs, *mode.outputs)) \
-        and not mode.channels_last and not mode.as_matmul  # fmt: skip
+def _row_major(mode: Mode) -> bool:
+    return all(layout == identity(len(layout)) for layout in (*mode.inputs, *mode.outputs))

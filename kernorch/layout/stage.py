@@ -18,7 +18,7 @@ from kernorch.cost.interface import CostModel
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES
-from kernorch.layout.assign import POLICIES, Assignment, assign_layouts, row_major_mode
+from kernorch.layout.assign import POLICIES, Assignment, assign_layouts
 from kernorch.layout.layouts import Perm, between, canonical, channels_last, permute
 from kernorch.layout.materialize import materialize
 from kernorch.layout.modes import CONV_PRIMS
@@ -107,11 +107,12 @@ def choose_layouts(graph: Graph, cost_model: CostModel, policy: str = "auto") ->
     report = LayoutReport(policy, len(convs), sum(assignment.modes[i].reads_channels_last for i in convs),
                           assignment.transposes, assignment.cost, assignment.nchw_cost, assignment.seconds,
                           assignment.status)  # fmt: skip
-    # everything row-major, every node in its row-major mode: nothing to rewrite. A mode alone may differ: a
-    # convolution to one channel reads its input channels-last through a transpose, its output the same bytes in
-    # either layout (without its `channels_last` attribute an int8 one ran in the reference implementation)
+    # everything row-major: nothing to rewrite, unless an int8 convolution runs channels-last on the same bytes (a
+    # convolution to one channel reading its input through a transpose): it needs its `channels_last` attribute,
+    # without which it runs in the reference implementation (oneDNN 3.2 has no other for NCHW int8)
     if not any(layout != canonical(tuple(range(len(layout))), graph.types[v].shape)
                for v, layout in assignment.layouts.items()) \
-            and all(row_major_mode(mode) for mode in assignment.modes.values()):  # fmt: skip
+            and not any(mode.channels_last and graph.nodes[i].prim == "conv_integer"
+                        for i, mode in assignment.modes.items()):  # fmt: skip
         return graph, report
     return materialize(graph, assignment), report
