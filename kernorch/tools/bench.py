@@ -304,7 +304,8 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
         for name, worst in errors.items():
             allowed = tolerance(name, precision, quantized_model and name != KERNORCH_FLOAT, spread)
             if not worst <= allowed:
-                raise BenchMismatch(f"{name} outputs differ from onnxruntime (rel err {worst:.2e}, tolerance "
+                against = "onnxruntime on the float model" if name == KERNORCH_FLOAT else "onnxruntime"
+                raise BenchMismatch(f"{name} outputs differ from {against} (rel err {worst:.2e}, tolerance "
                                     f"{allowed:.0e}); nothing timed")  # fmt: skip
         times: dict[str, list[float]] = {name: [] for name in workers}
         per_round = max(1, runs // rounds)
