@@ -127,6 +127,35 @@ def _buckets(value: object) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return normal
 
 
+SizeBounds = tuple[tuple[str, int, int], ...]  # every symbolic dim: (name, smallest, largest); equal: a fixed size
+
+
+def parse_size_range(spec: object) -> SizeBounds:
+    """A range of sizes for a shape-generic plan (shapes/generic.py): `sequence=1,past=1..256` (each symbolic dim
+    a size or an inclusive range), or its normal form."""
+    if not isinstance(spec, str):
+        try:
+            bounds = tuple((str(name), int(lo), int(hi)) for name, lo, hi in spec)  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            raise KernorchError("a range must be 'NAME=SIZE,NAME=LOW..HIGH,...', e.g. 'sequence=1,past=1..256'") \
+                from None
+        spec = ",".join(f"{name}={lo}..{hi}" for name, lo, hi in bounds)
+    parsed = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        name, _, sizes = part.partition("=")
+        low, _, high = sizes.partition("..")
+        try:
+            lo, hi = int(low), int(high or low)
+        except ValueError:
+            raise KernorchError(f"range {spec!r}: {part!r} is not NAME=SIZE or NAME=LOW..HIGH") from None
+        if not name.strip() or lo < 1 or hi < lo:
+            raise KernorchError(f"range {spec!r}: {part!r} needs a name and 1 <= LOW <= HIGH")
+        parsed.append((name.strip(), lo, hi))
+    if not parsed or len({name for name, _, _ in parsed}) != len(parsed):
+        raise KernorchError(f"range {spec!r} names no dim, or one dim twice")
+    return tuple(parsed)
+
+
 @dataclass(frozen=True)
 class Options:
     """Everything that shapes a compiled plan. Frozen: derive variants with `with_(...)`."""
@@ -156,6 +185,9 @@ class Options:
     shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()  # shape sets to prepare ahead of time
     buckets: tuple[tuple[str, tuple[int, ...]], ...] = ()  # symbolic dim -> sizes prepared (every combination)
     pad: tuple[str, ...] = ()  # symbolic dims a call may be padded along, to the next bucket, where that is exact
+    # ranges of sizes each served by one shape-generic plan, made when the model is compiled (shapes/generic.py):
+    # a call inside one runs at once on it (`sequence=1,past=1..256`: a decoder's steps)
+    ranges: tuple[SizeBounds, ...] = ()
     # a shape not prepared: "serve" it at once by onnxruntime and plan it in the background once it is called
     # again and again (shapes/serving.py; "specialise" where onnxruntime is not installed), "specialise" it on
     # the spot (planned and compiled on the caller's thread, logged), or "refuse" it
@@ -196,6 +228,8 @@ class Options:
             raise KernorchError(f"unknown runtime '{self.runtime}' (choose {' or '.join(RUNTIMES)})")
         object.__setattr__(self, "shapes", _shape_sets(self.shapes))
         object.__setattr__(self, "buckets", _buckets(self.buckets))
+        ranges = [self.ranges] if isinstance(self.ranges, str) else self.ranges
+        object.__setattr__(self, "ranges", tuple(dict.fromkeys(parse_size_range(r) for r in ranges)))
         object.__setattr__(self, "pad", tuple(sorted({str(d) for d in ([self.pad] if isinstance(self.pad, str)
                                                                        else self.pad)})))
         bucketed = {dim for dim, _ in self.buckets}
@@ -256,7 +290,7 @@ class Options:
 
 # Options that decide nothing about one plan's content: how shapes are dispatched, where caches live, how a plan is
 # run. Left out of what a plan records as its options (runtime/origin.py) and of the specialisation cache's key.
-SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "new_shapes", "background_tuning")
+SHAPE_POLICY_FIELDS = ("shapes", "buckets", "pad", "ranges", "new_shapes", "background_tuning")
 NOT_PLAN_SHAPING = (*SHAPE_POLICY_FIELDS, "cache_dir", "workers", "runtime", "interpret", "max_workspaces")
 
 

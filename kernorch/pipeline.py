@@ -7,11 +7,12 @@ here, so a stage is wired in once and every entry point sees the same defaults (
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import onnx
 
@@ -21,6 +22,7 @@ from kernorch.errors import FallbackWarning, KernorchError
 from kernorch.fission import fallback_nodes, fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.plan import Plan
 from kernorch.layout import choose_layouts
 from kernorch.machine import check_bf16_supported
@@ -163,6 +165,44 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
     result.layout_report = layout_report
     result.precision_report = precision_report
     return result
+
+
+def generic_stages(graph: Graph, options: Options) -> Graph:
+    """The stages between fission and orchestration as a shape-generic plan runs them (shapes/generic.py): what
+    they decide must follow from the graph's structure, the same at every size of a range, so the graphs at the
+    range's probe sizes line up primitive by primitive. The safe rewrite rules only (the cost-guided search
+    judges sizes), layouts priced by the analytic model, float32."""
+    analytic = make_cost_model(options.with_(cost="analytic"))
+    graph, _ = rewrite(graph)
+    laid_out, layout_report = choose_layouts(graph, analytic, options.layout)
+    if layout_report.channels_last_convs:
+        laid_out, _ = rewrite(laid_out)
+    return laid_out
+
+
+class ExcludedKernels:
+    """A cost model in which the kernels named by their primitives (`excluded`) cost infinity: a shape-generic
+    plan orchestrated again without the kernels whose code is not the same program at every size."""
+
+    def __init__(self, base: CostModel, excluded: frozenset[tuple[int, ...]]) -> None:
+        self._base, self.excluded = base, excluded
+
+    @property
+    def name(self) -> str:
+        return self._base.name
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        return math.inf if candidate.nodes in self.excluded else self._base.cost(candidate)
+
+    def __getattr__(self, attribute: str) -> Any:  # every other hook is the base model's
+        return getattr(self._base, attribute)
+
+
+def orchestrate_generic(graph: Graph, options: Options, excluded: frozenset[tuple[int, ...]],
+                        cost_model: CostModel | None = None) -> OrchestrationResult:  # fmt: skip
+    """The optimal plan of a graph `generic_stages` prepared, without the `excluded` kernels."""
+    base = cost_model or make_cost_model(options)
+    return orchestrate(graph, cast(CostModel, ExcludedKernels(base, excluded)), options.limits)
 
 
 def plan_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,

@@ -36,7 +36,8 @@ ALLOWED = {
     "pipeline": {"ir", "frontend", "fission", "rewrite", "layout", "precision", "orchestrate", "cost", "runtime",
                  "validate"},
     # one plan per concrete shape of a model with symbolic dims; fission: the padding proof reads the primitives
-    "shapes": {"ir", "frontend", "fission", "pipeline", "runtime"},
+    # codegen: a range's generic plan unifies its kernels' code rendered at several sizes (shapes/generic.py)
+    "shapes": {"ir", "frontend", "fission", "pipeline", "runtime", "codegen"},
     "api": {"pipeline", "runtime", "frontend", "shapes"},  # frontend: a torch module is exported to ONNX first
     "torch_backend": {"api", "frontend", "shapes"},
     "tools": {"ir", "frontend", "fission", "rewrite", "orchestrate", "cost", "codegen", "runtime", "pipeline", "api",
@@ -199,6 +200,7 @@ CODEGEN_ALLOWED = {
     "triton": {"loops", "gir", "target"},  # Triton from the loop description; gir: which phases read transposed
     "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target", "triton"},  # the registry
     "program": {"backends", "backend", "c", "library", "target", "triton"},  # the whole-plan program, compiler
+    "generic": {"backend"},  # one kernel's code for a range of sizes, and its entry point in a plan
 }
 
 

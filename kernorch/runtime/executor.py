@@ -20,7 +20,7 @@ import ctypes
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -179,15 +179,15 @@ class PlanExecutor:
 
     def __init__(self, graph: Graph, kernels: list[CandidateKernel], threads: int = 2, cache_dir: Path | None = None,
                  share_memory: bool = True, runtime: str = "kernels",
-                 max_workspaces: int | None = None) -> None:  # fmt: skip
+                 max_workspaces: int | None = None, backends: Sequence[Backend] | None = None) -> None:  # fmt: skip
         if runtime not in RUNTIMES:
             raise KernorchError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
         self.max_workspaces = check_max_workspaces(max_workspaces)
         self.graph = graph
         self.kernels = kernels
         self.threads = threads
-        self.backends: list[Backend] = []
-        for i, kernel in enumerate(kernels):
+        self.backends: list[Backend] = list(backends or [])  # given: a shape-generic plan's (runtime/generic.py)
+        for i, kernel in enumerate(kernels if backends is None else []):
             backend, reason = choose_backend(kernel)
             if backend is None:
                 raise KernorchError(f"no backend can run kernel {i} ({kernel.describe()}): {reason}")

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -71,6 +72,7 @@ from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
+from kernorch.shapes.generic import GenericPlan, NotGeneric, SizeRange, build_generic_plan
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 from kernorch.shapes.serving import GenericServer, HotShapes, onnxruntime_available
 from kernorch.signing import private_dir, sign, signed
@@ -153,6 +155,8 @@ class DynamicModel:
             LOGGER.warning("kernorch: onnxruntime is not installed: shapes without a plan are planned on first use")
         self._generic = GenericServer(model, options.threads, self.output_names)
         self._hot = HotShapes(self.specialisation)
+        self.generic_plans: list[GenericPlan] = []  # one per range of options.ranges that has one (prepare)
+        self.range_refusals: dict[str, str] = {}  # range -> why it has no generic plan
 
     # -- what it is ---------------------------------------------------------------------------------------------
     @property
@@ -203,7 +207,9 @@ class DynamicModel:
         made = ", ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none yet"
         sets, calls = self._hot.totals
         generic = f"; served by onnxruntime without a plan: {sets} shape set(s), {calls} call(s)" if sets else ""
-        return f"{inputs} — specialisations: {made}{generic}"
+        ranges = "".join(f"; generic plan {plan.describe()}" for plan in self.generic_plans)
+        refused = "".join(f"; no generic plan for [{spec}]: {why}" for spec, why in self.range_refusals.items())
+        return f"{inputs} — specialisations: {made}{ranges}{refused}{generic}"
 
     def prepared_shape_sets(self) -> list[ShapeSet]:
         """The shape sets `options.shapes` and `options.buckets` name, each checked against the signature."""
@@ -229,11 +235,35 @@ class DynamicModel:
 
     # -- specialising -------------------------------------------------------------------------------------------
     def prepare(self) -> DynamicModel:
-        """Plan and compile every prepared shape set now (the ones already made are kept); load the session that
-        serves shape sets without a plan, where new shapes are served."""
+        """Plan and compile every prepared shape set and every range's generic plan now (the ones already made
+        are kept); load the session that serves shape sets without a plan, where new shapes are served."""
         for shapes in self.prepared_shape_sets():
             self.specialisation(shapes)
-        return self.load_server()
+        self.load_server()
+        self.prepare_ranges()
+        return self
+
+    def prepare_ranges(self) -> None:
+        """A generic plan for each range of options.ranges not planned yet (shapes/generic.py): checked against
+        onnxruntime before it serves; a range without one is logged with the reason and served as before."""
+        made = {plan.size_range for plan in self.generic_plans}
+        for bounds in self.options.ranges:
+            size_range = SizeRange(bounds)
+            if size_range in made or size_range.describe() in self.range_refusals:
+                continue
+            size_range.checked(self.signature)  # a range the model does not have is the caller's error
+            try:
+                if not onnxruntime_available():
+                    raise NotGeneric("onnxruntime is needed to check it")
+                self._generic.prepare()
+                plan = build_generic_plan(self.model_bytes, self.signature, size_range, plan_options(self.options),
+                                          self._generic.run)  # fmt: skip
+            except KernorchError as reason:  # NotGeneric, or a kernel that failed to compile or run: served as before
+                self.range_refusals[size_range.describe()] = str(reason)
+                LOGGER.warning("kernorch: no generic plan for [%s]: %s; its shapes are served as other new shapes",
+                               size_range.describe(), reason)  # fmt: skip
+                continue
+            self.generic_plans.append(plan)
 
     def load_server(self) -> DynamicModel:
         """Load onnxruntime's session that serves shape sets without a plan, where new shapes are served (else its
@@ -353,10 +383,13 @@ class DynamicModel:
         plan, padding = self._dispatch(shapes)
         if plan is None:
             return self._generic.run(feeds)
+        if isinstance(plan, _InRange):
+            return plan.run(feeds)
         return plan.run(feeds) if padding is None else padding.run(plan, dict(feeds))
 
-    def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel | None, PaddingProof | None]:
-        """The plan (and padding proof) a call of these shapes runs on; None: served by onnxruntime."""
+    def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel | _InRange | None, PaddingProof | None]:
+        """The plan (and padding proof) a call of these shapes runs on: its own, a padded bucket's, a range's
+        generic plan; None: served by onnxruntime."""
         known = self._plans.lookup(shapes)
         if known is not None:
             return known, None
@@ -367,6 +400,11 @@ class DynamicModel:
         padded = self._padded(values, shapes)
         if padded is not None:
             return padded
+        # a range's generic plan serves every size in it at once; its shapes are not specialised in the background
+        # (a specialised plan is not known to be faster, and a generation's lengths would all turn hot)
+        for generic in self.generic_plans:
+            if generic.size_range.contains(values):
+                return _InRange(generic, values), None
         if self.options.new_shapes == "refuse":
             made = "; ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none"
             raise InputMismatch(f"no plan for [{describe_shapes(shapes)}] and new shapes are refused "
@@ -424,6 +462,17 @@ class DynamicModel:
         family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
         return target
+
+
+@dataclass(frozen=True)
+class _InRange:
+    """A call's sizes on the generic plan of the range holding them."""
+
+    plan: GenericPlan
+    sizes: dict[str, int]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.plan.run(self.sizes, {name: np.asarray(array) for name, array in feeds.items()})
 
 
 def _slot_place(slot: Path) -> bytes:

@@ -68,6 +68,13 @@ class Backend:
         """The C definitions of the kernel, its symbols prefixed by `name`."""
         return ""
 
+    def generic_source(self, name: str, kernel: CandidateKernel) -> str:
+        """The C definitions in the form a shape-generic plan unifies across sizes (codegen/generic/): sizes only
+        in integer literals of its function bodies, each a polynomial of the sizes where the code is the same
+        program of them (no extent rounded up in a literal, no size in a macro or a static table). By default
+        `source`: generated C writes its extents as such literals."""
+        return self.source(name, kernel)
+
     def task_source(self, name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
         """The kernel as rTask functions and each phase's trip count, or None when it runs whole."""
         return None

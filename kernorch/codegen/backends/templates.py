@@ -19,9 +19,11 @@ class CTemplate(Backend):
 
     def __init__(self, name: str, what: str, supported: Callable[[CandidateKernel], bool],
                  scratch: Callable[[CandidateKernel], list[int]], render: Callable[[str, CandidateKernel], str],
-                 structure: Callable[[CandidateKernel], str]) -> None:  # fmt: skip
+                 structure: Callable[[CandidateKernel], str],
+                 generic_render: Callable[[str, CandidateKernel], str] | None = None) -> None:  # fmt: skip
         self.name, self.what = name, what
         self._supported, self._scratch, self._render, self._structure = supported, scratch, render, structure
+        self._generic_render = generic_render or render
 
     def applies(self, kernel: CandidateKernel) -> Verdict:
         return runs(self.what) if self._supported(kernel) else declines(f"not a kernel the {self.what} runs")
@@ -31,6 +33,9 @@ class CTemplate(Backend):
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
         return self._render(name, kernel)
+
+    def generic_source(self, name: str, kernel: CandidateKernel) -> str:
+        return self._generic_render(name, kernel)
 
     def signature_text(self, kernel: CandidateKernel) -> str:
         code = self.source("k", kernel)

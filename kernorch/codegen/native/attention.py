@@ -421,8 +421,9 @@ def _load(operand: Operand, index: str) -> str:
     return loaded
 
 
-def _offsets(name: str, operand: Operand) -> str:
-    return f"static const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
+def _offsets(name: str, operand: Operand, generic: bool = False) -> str:
+    storage = "" if generic else "static "  # generic: the offsets are expressions of the sizes, computed per call
+    return f"{storage}const int64_t {name}[{len(operand.offsets)}] = {{{', '.join(map(str, operand.offsets))}}};"
 
 
 def _float_path(w: CWriter, a: Attention, loads: dict[str, str], softmax: Callable[[CWriter], None]) -> None:
@@ -532,24 +533,37 @@ def _softmax(w: CWriter, a: Attention, capacity: str, exp_pass: Callable[[CWrite
 _DEFINES = ("LK", "LK32", "DP", "AMX_ROWS", "LKP", "LQ", "DV", "ROWS", "HD", "JV", "CV")
 
 
-def render_attention(name: str, kernel: CandidateKernel) -> str:
+def render_attention(name: str, kernel: CandidateKernel, generic: bool = False) -> str:
+    """The kernel's C. `generic`: the form a shape-generic plan unifies across sizes (Backend.generic_source): the
+    key and query counts as variables, what follows from them (padded counts, scratch per thread, blocks of
+    query rows) computed from them in C rather than written as literals, the offset tables not static."""
     found = match_attention(kernel)
     assert isinstance(found, Attention), found
     a = found
-    lkp, per_thread = a.padded_keys, a.scratch_bytes_per_thread
-    qblocks = -(-a.lq // ROWS)
+    lkp, per_thread = a.padded_keys, str(a.scratch_bytes_per_thread)
+    qblocks = str(-(-a.lq // ROWS))
     q, kt, v = a.q, a.kt, a.v
     loads = dict(load_k=_load(kt, f"k_off[b] + d * {kt.row_stride} + j * {kt.col_stride}"),
                  load_v=_load(v, f"v_off[b] + j * {v.row_stride} + c * {v.col_stride}"),
                  load_q=_load(q, f"q_off[b] + (i0 + r) * {q.row_stride} + d * {q.col_stride}"))
-    values = dict(LK=a.lk, LK32=-(-a.lk // 32) * 32, DP=-(-a.d // 32) * 32, AMX_ROWS=AMX_ROWS, LKP=lkp, LQ=a.lq,
-                  DV=a.dv, ROWS=ROWS, HD=a.d, JV="(KO_VC_LANES == 16 ? 2 : 1)", CV="(KO_VC_LANES == 16 ? 2 : 1)")
+    values: dict[str, object] = dict(
+        LK=a.lk, LK32=-(-a.lk // 32) * 32, DP=-(-a.d // 32) * 32, AMX_ROWS=AMX_ROWS, LKP=lkp, LQ=a.lq, DV=a.dv,
+        ROWS=ROWS, HD=a.d, JV="(KO_VC_LANES == 16 ? 2 : 1)", CV="(KO_VC_LANES == 16 ? 2 : 1)")  # fmt: skip
+    counts: list[str] = []
+    if generic and not a.bf16_products:  # (the AMX path's tiles are sized in literals: it stays specialised)
+        values.update(LK="ko_lk", LK32="((ko_lk + 31) / 32 * 32)", LKP="((ko_lk + 15) / 16 * 16)", LQ="ko_lq")
+        counts = [f"const int64_t ko_lk = {a.lk}, ko_lq = {a.lq};"]
+        per_thread = "((HD * LKP + LK * DV + ROWS * LKP + ROWS * HD + 16) * 4)"  # scratch_floats_per_thread's
+        assert a.scratch_bytes_per_thread == (a.d * lkp + a.lk * a.dv + ROWS * lkp + ROWS * a.d + 16) * 4
+        qblocks = "((ko_lq + ROWS - 1) / ROWS)"
     w = CWriter()
     w.line("", VECTOR_TYPES, EXP16_SUPPORT, AMX_SUPPORT if a.bf16_products else "",
            *(f"#define {macro} {values[macro]}" for macro in _DEFINES))  # fmt: skip
     with w.function(f"int {name}(void **args)"):
-        w.line(_offsets("q_off", q), _offsets("k_off", kt), _offsets("v_off", v),
-               *(_offsets(f"x{i}_off", s.operand) for i, s in enumerate(a.steps)),
+        generic_offsets = bool(counts)
+        w.line(*counts, _offsets("q_off", q, generic_offsets), _offsets("k_off", kt, generic_offsets),
+               _offsets("v_off", v, generic_offsets),
+               *(_offsets(f"x{i}_off", s.operand, generic_offsets) for i, s in enumerate(a.steps)),
                f"float *out = (float *)args[{a.out_slot}];", f"char *scratch = (char *)args[{a.out_slot + 1}];",
                "int threads = omp_get_max_threads();", f"threads = threads < {MAX_THREADS} ? threads : {MAX_THREADS};")
         if a.bf16_products:
@@ -561,7 +575,7 @@ def render_attention(name: str, kernel: CandidateKernel) -> str:
                    "/* [D][LKP] */",
                    "float *vp = kt + HD * LKP;  /* [Lk][Dv] */", "float *s = vp + LK * DV;  /* [R][LKP] */",
                    "float *qb = s + ROWS * LKP;  /* [R][D] */", "int64_t packed = -1;",
-                   f"const int64_t items = {a.batch * qblocks};",
+                   f"const int64_t items = {f'{a.batch} * {qblocks}' if counts else a.batch * int(qblocks)};",
                    "const int64_t first = items * p / np, last = items * (p + 1) / np;")  # fmt: skip
             with w.block("for (int64_t it = first; it < last; it++)"):
                 w.line(f"const int64_t b = it / {qblocks}, i0 = (it % {qblocks}) * ROWS;",
@@ -587,4 +601,5 @@ def _amx_path(w: CWriter, a: Attention, loads: dict[str, str]) -> None:
 
 # QKᵀ, softmax and ·V per block of query rows: the heads' row blocks in one parallel region
 BACKEND = CTemplate("fused_attention", "fused attention C template", attention_supported, attention_scratch_bytes,
-                    render_attention, describe_attention)  # fmt: skip
+                    render_attention, describe_attention,
+                    lambda name, kernel: render_attention(name, kernel, generic=True))  # fmt: skip

@@ -1,0 +1,491 @@
+"""One plan for a range of sizes: planned once, compiled once, run at any size of the range at once.
+
+A `SizeRange` gives every symbolic dim of a model a size or a range (`sequence=1,past=1..256`: a decoder's
+steps). The plan is built at a few probe sizes of the range (`probe_sizes`) and is accepted only where what
+the pipeline makes of the model is the same program at all of them:
+
+1. **The graph.** The model is imported and fissioned at each probe and put through the stages that decide
+   from structure alone (pipeline.generic_stages: safe rewrites, analytic layouts, float32); the graphs must
+   match primitive by primitive. Each value's dims, each view's offset are then integer polynomials of the sizes
+   (codegen/generic/polynomial.py), and each value's size at any size of the range is at most its size at the
+   largest (the plan is laid out for those: runtime/generic.py).
+2. **The constants.** A constant that differs between probes is a size folded into a value; it is made per
+   call where its maker is found (`_generator`): filled with one value (a mask as long as the cache), or rows
+   of a table of the model at an offset and count that are polynomials of the sizes (a position's embedding, a
+   rotary table's row). Any other is refused, naming it.
+3. **The kernels.** The orchestration runs once, at the largest sizes, with the measured or analytic costs the
+   options ask for. Each kernel whose shapes do not change is used as planned; every other kernel is rendered
+   at each probe and unified into one source taking the sizes (codegen/generic/unify.py). A kernel that does
+   not unify (a library call created for one shape, a loop split by size) is excluded and the graph
+   orchestrated again without it, up to MAX_ROUNDS times; a single primitive that does not unify ends it.
+4. **The numbers.** The compiled plan runs at the range's edges, the smallest sizes one by one, and a prime
+   between, against onnxruntime on the same inputs; any difference beyond DEFAULT_RTOL refuses the plan.
+
+Refusals raise `NotGeneric` with the reason; the caller (shapes/dynamic.py) then serves the range as before
+and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from onnx import numpy_helper
+
+from kernorch.codegen.backends import Backend, choose_backend, plan_views
+from kernorch.codegen.generic import (
+    PLACEHOLDER,
+    GenericCode,
+    GenericKernelBackend,
+    NotGeneric,
+    Polynomial,
+    polynomial_of,
+    unify,
+)
+from kernorch.errors import KernorchError
+from kernorch.frontend import InputSignature, shapes_for, symbols_of
+from kernorch.frontend.onnx_import import load_proto
+from kernorch.ir.graph import Graph
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.types import TensorType
+from kernorch.options import Options, parse_size_range
+from kernorch.pipeline import generic_stages, import_graph, make_cost_model, orchestrate_generic
+from kernorch.runtime.feeds import graph_feeds
+from kernorch.runtime.generic import SIZES_INPUT, Generator, GenericExecutor, GenericLayout
+
+LOGGER = logging.getLogger("kernorch.shapes")
+# probes are at least this large and in the upper half of a range: smaller sizes fold axes of one, and a kernel
+# opens its parallel loops only above some work; the code of the larger sizes runs the smaller ones (checked)
+MIN_PROBE = 8
+PROBES = 6  # per size that varies: a quadratic's 3 coefficients and 3 sizes that check them
+MAX_ROUNDS = 4  # orchestrations without the kernels that did not unify
+DEFAULT_RTOL = 1e-4  # the generic plan against onnxruntime, relative to the output's largest magnitude
+MAX_SIZES_CHECKED = 400_000  # size combinations enumerated to check that every value fits its largest buffer
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """Each symbolic dim's sizes: (name, smallest, largest), a fixed size where the two are equal."""
+
+    bounds: tuple[tuple[str, int, int], ...]
+
+    @staticmethod
+    def parse(spec: object) -> SizeRange:
+        """`sequence=1,past=1..256`: every symbolic dim, a size or an inclusive range (options.parse_size_range)."""
+        return SizeRange(parse_size_range(spec))
+
+    @property
+    def varying(self) -> tuple[str, ...]:
+        return tuple(name for name, lo, hi in self.bounds if lo < hi)
+
+    @property
+    def largest(self) -> dict[str, int]:
+        return {name: hi for name, _, hi in self.bounds}
+
+    def contains(self, sizes: Mapping[str, int]) -> bool:
+        return all(lo <= sizes.get(name, -1) <= hi for name, lo, hi in self.bounds)
+
+    def describe(self) -> str:
+        return ",".join(f"{name}={lo}" if lo == hi else f"{name}={lo}..{hi}" for name, lo, hi in self.bounds)
+
+    def checked(self, signature: Sequence[InputSignature]) -> SizeRange:
+        symbols = symbols_of(signature)
+        named = [name for name, _, _ in self.bounds]
+        unknown = [name for name in named if name not in symbols]
+        missing = [name for name in symbols if name not in named]
+        if unknown or missing:
+            what = f"names '{unknown[0]}', not a symbolic dim" if unknown else f"gives no size to '{missing[0]}'"
+            raise KernorchError(f"--range {self.describe()} {what} (the model's symbolic dims: "
+                                f"{', '.join(symbols) or 'none'})")  # fmt: skip
+        if not self.varying:
+            raise KernorchError(f"--range {self.describe()} fixes every dim: give that shape with --input-shape")
+        return self
+
+
+def probe_sizes(size_range: SizeRange) -> list[dict[str, int]]:
+    """The largest sizes first, then for each size that varies PROBES - 1 more (the others at their largest),
+    and, with two or more, points off those lines (for the products of two sizes). Each varying size's probes
+    include two consecutive sizes, so no remainder modulo any number is the same at all of them."""
+    largest = size_range.largest
+    probes = [dict(largest)]
+    for name, lo, hi in size_range.bounds:
+        if lo == hi:
+            continue
+        low = max(lo, MIN_PROBE, hi // 2)  # the code of the larger sizes: where the plan's time goes
+        if hi - low + 1 < PROBES:
+            raise NotGeneric(f"{name}={lo}..{hi} has fewer than {PROBES} sizes of at least {MIN_PROBE} to probe: "
+                             "plan its sizes as buckets instead")  # fmt: skip
+        for size in _spread(low, hi):
+            if size != hi:
+                probes.append({**largest, name: size})
+    varying = size_range.varying
+    for shift in range(1, len(varying) and (len(varying) > 1) * 3 + 1):  # off-line points for cross terms
+        point = dict(largest)
+        for index, name in enumerate(varying):
+            lo, hi = next((lo, hi) for n, lo, hi in size_range.bounds if n == name)
+            point[name] = max(lo, MIN_PROBE, hi // 2, hi - shift * (index + 2) - 1)
+        if point not in probes:
+            probes.append(point)
+    return probes
+
+
+def _spread(low: int, high: int) -> list[int]:
+    sizes = [high, high - 1, low, low + (high - low) // 4, low + (high - low) // 2, low + 3 * (high - low) // 4]
+    chosen: list[int] = []
+    for size in sizes:
+        while size in chosen:
+            size += 1 if size + 1 <= high else -1
+        chosen.append(size)
+    return chosen[:PROBES]
+
+
+def check_sizes(size_range: SizeRange) -> list[dict[str, int]]:
+    """The sizes a generic plan is run at before it is accepted: per varying size (the others at their
+    largest) its four smallest, its two largest and a prime between."""
+    largest = size_range.largest
+    checked = [dict(largest)]
+    for name, lo, hi in size_range.bounds:
+        if lo == hi:
+            continue
+        middle = next((n for n in range((lo + hi) // 2, hi) if n > 2 and all(n % d for d in range(2, int(n**0.5) + 1))),
+                      (lo + hi) // 2)  # fmt: skip
+        for size in sorted({*range(lo, min(lo + 4, hi + 1)), hi - 1, middle}):
+            point = {**largest, name: size}
+            if point not in checked:
+                checked.append(point)
+    return checked
+
+
+class GenericPlan:
+    """A range's compiled plan (module doc); `run` calls it at any size of the range."""
+
+    def __init__(self, size_range: SizeRange, executor: GenericExecutor, seconds: float, generic_kernels: int,
+                 fixed_kernels: int, rounds: int, generated: Sequence[str]) -> None:  # fmt: skip
+        self.size_range = size_range
+        self.executor = executor
+        self.seconds = seconds
+        self.generic_kernels = generic_kernels  # kernels taking the sizes
+        self.fixed_kernels = fixed_kernels  # kernels whose shapes do not change over the range
+        self.rounds = rounds
+        self.generated = tuple(generated)
+        self.calls = 0
+
+    def run(self, sizes: Mapping[str, int], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.calls += 1
+        varying = {name: sizes[name] for name in self.executor.layout.sizes}
+        return self.executor.run_at(varying, feeds)
+
+    def describe(self) -> str:
+        return (f"[{self.size_range.describe()}]: {len(self.executor.kernels)} kernels ({self.generic_kernels} take "
+                f"the sizes), {self.calls} call(s)")  # fmt: skip
+
+
+def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_range: SizeRange, options: Options,
+                       reference: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]) -> GenericPlan:
+    """The range's plan (module doc), checked against `reference` (onnxruntime's session over the model);
+    NotGeneric says why there is none."""
+    started = time.perf_counter()
+    if options.precision != "fp32" or options.gpu:
+        raise NotGeneric("shape-generic plans are float32 CPU plans")
+    size_range.checked(signature)
+    probes = probe_sizes(size_range)
+    varying = size_range.varying
+    at = [{name: probe[name] for name in varying} for probe in probes]  # what the polynomials are fitted to
+    graphs = []
+    for index, probe in enumerate(probes):
+        with warnings.catch_warnings():
+            if index:  # a fallback is reported once, for the largest sizes
+                warnings.simplefilter("ignore")
+            graphs.append(generic_stages(import_graph(model, dict(shapes_for(signature, probe)), options.strict),
+                                         options))  # fmt: skip
+    largest = graphs[0]
+    _same_structure(graphs, probes)
+    dims = _dims(graphs, at)
+    _fits_largest(dims, size_range)
+    generators = _generators(model, graphs, at, dims)
+    cost_model = make_cost_model(options)
+    excluded: frozenset[tuple[int, ...]] = frozenset()
+    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
+        result = orchestrate_generic(largest, options, excluded, cost_model)
+        if result.plan.graph.nodes != largest.nodes:
+            raise NotGeneric("the orchestration changed the graph it was given")
+        kernels = list(result.plan.kernels)
+        unified = _KernelCodes(kernels, graphs, at, generators, dims)
+        if not unified.refused:
+            break
+        single = next(((k, why) for k, why in unified.refused.items() if len(k) == 1), None)
+        if single is not None:
+            node = largest.nodes[single[0][0]]
+            raise NotGeneric(f"{node.prim} from {node.origin} runs no way the same at every size: {single[1]}")
+        LOGGER.info("kernorch: [%s] %d kernel(s) are not the same program at every size, orchestrating without "
+                    "them (%s)", size_range.describe(), len(unified.refused),
+                    next(iter(unified.refused.values())))  # fmt: skip
+        excluded |= frozenset(unified.refused)
+    else:
+        raise NotGeneric(f"kernels still not the same program at every size after {MAX_ROUNDS} orchestrations")
+    executor = _executor(largest, kernels, unified, dims, generators, varying, size_range, options)
+    plan = GenericPlan(size_range, executor, 0.0, unified.generic, unified.fixed, rounds, sorted(generators))
+    _check_against(plan, largest, signature, size_range, reference)
+    plan.seconds = time.perf_counter() - started
+    LOGGER.info("kernorch: [%s] planned once for the range in %.1f s: %d kernels, %d taking the sizes",
+                size_range.describe(), plan.seconds, len(kernels), unified.generic)  # fmt: skip
+    return plan
+
+
+def _same_structure(graphs: Sequence[Graph], probes: Sequence[Mapping[str, int]]) -> None:
+    first = graphs[0]
+    for probe, graph in zip(probes[1:], graphs[1:], strict=True):
+        where = f"between {_sizes(probes[0])} and {_sizes(probe)}"
+        if (graph.inputs, graph.outputs, sorted(graph.constants)) != (first.inputs, first.outputs,
+                                                                        sorted(first.constants)):  # fmt: skip
+            raise NotGeneric(f"the graph's inputs, outputs or constants differ {where}")
+        if len(graph.nodes) != len(first.nodes):
+            raise NotGeneric(f"the graph has {len(first.nodes)} primitives and {len(graph.nodes)} {where}")
+        for a, b in zip(first.nodes, graph.nodes, strict=True):
+            if (a.prim, a.inputs, a.outputs) != (b.prim, b.inputs, b.outputs):
+                raise NotGeneric(f"{a.prim} from {a.origin} differs {where}")
+
+
+def _dims(graphs: Sequence[Graph], at: Sequence[Mapping[str, int]]) -> dict[str, tuple[Polynomial, ...]]:
+    dims: dict[str, tuple[Polynomial, ...]] = {}
+    for value, kind in graphs[0].types.items():
+        types = [g.types[value] for g in graphs]
+        if any(t.dtype != kind.dtype or len(t.shape) != len(kind.shape) for t in types):
+            raise NotGeneric(f"value {value} changes its dtype or rank with the size")
+        dims[value] = tuple(polynomial_of(at, [t.shape[axis] for t in types], f"axis {axis} of {value}")
+                            for axis in range(len(kind.shape)))  # fmt: skip
+    return dims
+
+
+def _grid(size_range: SizeRange) -> dict[str, np.ndarray]:
+    """Every combination of the varying sizes, as arrays (the fixed ones drop out of the polynomials)."""
+    spans = [(name, lo, hi) for name, lo, hi in size_range.bounds if lo < hi]
+    count = int(np.prod([hi - lo + 1 for _, lo, hi in spans], dtype=np.int64))
+    if count > MAX_SIZES_CHECKED:
+        raise NotGeneric(f"the range has {count} size combinations, more than {MAX_SIZES_CHECKED} to check")
+    axes = np.meshgrid(*[np.arange(lo, hi + 1, dtype=np.int64) for _, lo, hi in spans], indexing="ij")
+    return {name: axis.reshape(-1) for (name, _, _), axis in zip(spans, axes, strict=True)}
+
+
+def _fits_largest(dims: Mapping[str, tuple[Polynomial, ...]], size_range: SizeRange) -> None:
+    grid, largest = _grid(size_range), size_range.largest
+    points = len(next(iter(grid.values())))
+    for value, shape in dims.items():
+        if all(d.is_constant for d in shape):
+            continue
+        extents = np.stack([np.broadcast_to(d(grid), (points,)) for d in shape])  # type: ignore[arg-type]
+        if np.any(extents < 1):
+            raise NotGeneric(f"value {value} is empty at some size of the range")
+        if np.any(np.prod(extents, axis=0) > np.prod([d(largest) for d in shape])):
+            raise NotGeneric(f"value {value} is larger at some size of the range than at its largest sizes")
+
+
+def _generators(model: bytes, graphs: Sequence[Graph], at: Sequence[Mapping[str, int]],
+                dims: Mapping[str, tuple[Polynomial, ...]]) -> dict[str, Generator]:  # fmt: skip
+    """A maker for each constant that differs between probes (module doc, 2)."""
+    tables = _Tables(model)
+    makers: dict[str, Generator] = {}
+    for name, array in graphs[0].constants.items():
+        arrays = [np.asarray(g.constants[name]) for g in graphs]
+        if all(a.shape == array.shape and np.array_equal(a, array, equal_nan=True) for a in arrays[1:]):
+            continue
+        makers[name] = _filled(name, arrays, dims[name]) or tables.rows_of(name, arrays, at, dims[name]) or \
+            _refuse_constant(name, arrays)  # fmt: skip
+    return makers
+
+
+def _filled(name: str, arrays: Sequence[np.ndarray], shape: tuple[Polynomial, ...]) -> Generator | None:
+    value = arrays[0].reshape(-1)[:1]
+    if value.size == 0 or not all(a.size and np.array_equal(a, np.full_like(a, value[0]), equal_nan=True)
+                                  for a in arrays):  # fmt: skip
+        return None
+    fill, dtype = value[0], arrays[0].dtype
+    return lambda sizes: np.full(tuple(int(d(sizes)) for d in shape), fill, dtype)
+
+
+def _refuse_constant(name: str, arrays: Sequence[np.ndarray]) -> Generator:
+    raise NotGeneric(f"constant {name} {list(arrays[0].shape)} holds values that follow the size, and no table of "
+                     "the model holds them at offsets that are polynomials of it")  # fmt: skip
+
+
+class _Tables:
+    """The model's tensors a size-dependent constant may be rows of: initializers and Constant nodes' values."""
+
+    def __init__(self, model: bytes) -> None:
+        self._model = model
+
+    @cached_property
+    def arrays(self) -> list[np.ndarray]:
+        proto = load_proto(self._model)
+        found = [numpy_helper.to_array(t) for t in proto.graph.initializer]
+        for node in proto.graph.node:
+            if node.op_type == "Constant":
+                for attribute in node.attribute:
+                    if attribute.name == "value":
+                        found.append(numpy_helper.to_array(attribute.t))
+        return [a for a in found if a.ndim >= 1 and a.size > 1]
+
+    def rows_of(self, name: str, arrays: Sequence[np.ndarray], at: Sequence[Mapping[str, int]],
+                shape: tuple[Polynomial, ...]) -> Generator | None:  # fmt: skip
+        """The constant as `table[offset : offset + count]` (rows of the table's first axis), offset and count
+        polynomials of the sizes, if some table holds it so at every probe."""
+        for table in self.arrays:
+            if table.dtype != arrays[0].dtype:
+                continue
+            rows = table.reshape(table.shape[0], -1)
+            found = [_row_offset(rows, a) for a in arrays]
+            if any(f is None for f in found):
+                continue
+            offsets = [f[0] for f in found if f is not None]
+            counts = [f[1] for f in found if f is not None]
+            try:
+                offset, count = polynomial_of(at, offsets, "offset"), polynomial_of(at, counts, "count")
+            except NotGeneric:
+                continue
+            return _rows_generator(rows, offset, count, shape)
+        return None
+
+
+def _row_offset(rows: np.ndarray, array: np.ndarray) -> tuple[int, int] | None:
+    width = rows.shape[1]
+    if array.size == 0 or array.size % width:
+        return None
+    wanted = array.reshape(-1, width)
+    starts = np.flatnonzero(np.all(rows == wanted[0], axis=1))
+    for start in starts:
+        if start + len(wanted) <= len(rows) and np.array_equal(rows[start: start + len(wanted)], wanted):
+            return int(start), len(wanted)
+    return None
+
+
+def _rows_generator(rows: np.ndarray, offset: Polynomial, count: Polynomial,
+                    shape: tuple[Polynomial, ...]) -> Generator:  # fmt: skip
+    def make(sizes: Mapping[str, int]) -> np.ndarray:
+        start, length = int(offset(sizes)), int(count(sizes))
+        if start < 0 or start + length > len(rows):
+            raise KernorchError(f"the sizes {dict(sizes)} reach beyond the model's table of {len(rows)} rows")
+        return rows[start: start + length].reshape(tuple(int(d(sizes)) for d in shape))
+
+    return make
+
+
+class _KernelCodes:
+    """Each planned kernel's backend at the largest sizes, or its unified code, or why it has none."""
+
+    def __init__(self, kernels: Sequence[CandidateKernel], graphs: Sequence[Graph], at: Sequence[Mapping[str, int]],
+                 generators: Mapping[str, Generator], dims: Mapping[str, tuple[Polynomial, ...]]) -> None:  # fmt: skip
+        self.refused: dict[tuple[int, ...], str] = {}
+        self.backends: list[Backend] = []
+        self.view_offsets: dict[str, Polynomial] = {}
+        self.generic = self.fixed = 0
+        sizes = tuple(at[0])
+        at_probe = [[CandidateKernel(k.nodes, k.inputs, k.outputs, g) for k in kernels] for g in graphs]
+        chosen = [plan_views(ks, [_backend(k) for k in ks]) for ks in at_probe]
+        for index, kernel in enumerate(kernels):
+            backends = [c[0][index] for c in chosen]
+            if len({b.name for b in backends}) > 1:
+                self.refused[kernel.nodes] = "its backend differs between sizes"
+                self.backends.append(backends[0])
+                continue
+            backend = backends[0]
+            values = (*kernel.inputs, *kernel.outputs)
+            fixed = all(d.is_constant for v in values for d in dims[v]) and not any(v in generators for v in values)
+            try:
+                if not backend.runs_code:
+                    for value in kernel.outputs:
+                        if value in chosen[0][1]:
+                            self.view_offsets[value] = polynomial_of(at, [c[1][value][1] for c in chosen],
+                                                                     f"the offset of view {value}")  # fmt: skip
+                    self.backends.append(backend)
+                elif fixed:
+                    self.fixed += 1
+                    self.backends.append(backend)
+                elif not backend.native or backend.stateful:
+                    how = "a library call created" if backend.stateful else "run by Python"
+                    raise NotGeneric(f"{backend.name} runs it at one size ({how} for its shapes)")
+                else:
+                    texts = [backend.generic_source(PLACEHOLDER, ks[index]) for ks in at_probe]
+                    scratch = [backend.scratch_bytes(ks[index]) for ks in at_probe]
+                    if any(len(s) != len(scratch[0]) or any(x > y for x, y in zip(s, scratch[0], strict=True))
+                           for s in scratch):  # fmt: skip
+                        raise NotGeneric("its scratch is not largest at the largest sizes")
+                    code = GenericCode(backend, unify(texts, at, sizes), len(kernel.inputs), len(kernel.outputs),
+                                       tuple(scratch[0]))  # fmt: skip
+                    self.generic += not code.source.is_fixed
+                    self.fixed += code.source.is_fixed
+                    self.backends.append(GenericKernelBackend(code))
+            except NotGeneric as reason:
+                self.refused[kernel.nodes] = str(reason)
+                self.backends.append(backend)
+        for view in chosen[0][1]:
+            self.view_offsets.setdefault(view, Polynomial.constant(chosen[0][1][view][1]))
+
+
+def _backend(kernel: CandidateKernel) -> Backend:
+    backend, reason = choose_backend(kernel)
+    if backend is None:
+        raise NotGeneric(f"no backend runs {kernel.describe()} at every size: {reason}")
+    return backend
+
+
+def _executor(largest: Graph, kernels: Sequence[CandidateKernel], unified: _KernelCodes,
+              dims: dict[str, tuple[Polynomial, ...]], generators: Mapping[str, Generator], varying: tuple[str, ...],
+              size_range: SizeRange, options: Options) -> GenericExecutor:  # fmt: skip
+    graph = largest.copy()
+    for name in generators:  # made per call: plan inputs
+        del graph.constants[name]
+        graph.inputs.append(name)
+    graph.inputs.append(SIZES_INPUT)
+    graph.types[SIZES_INPUT] = TensorType((len(varying),), "int64")
+    placed = []
+    for kernel, backend in zip(kernels, unified.backends, strict=True):
+        takes = isinstance(backend, GenericKernelBackend) and backend.takes_sizes
+        inputs = (*kernel.inputs, SIZES_INPUT) if takes else kernel.inputs
+        placed.append(CandidateKernel(kernel.nodes, inputs, kernel.outputs, graph))
+    layout = GenericLayout(varying, size_range.largest, {**dims, SIZES_INPUT: (Polynomial.constant(len(varying)),)},
+                           dict(unified.view_offsets), dict(generators))  # fmt: skip
+    executor = GenericExecutor(graph, placed, unified.backends, layout, options.threads, options.cache,
+                               options.max_workspaces)  # fmt: skip
+    if set(executor.views) != set(unified.view_offsets):
+        raise NotGeneric("the plan's views at the largest sizes are not those of the probes")
+    return executor
+
+
+def _check_against(plan: GenericPlan, largest: Graph, signature: Sequence[InputSignature], size_range: SizeRange,
+                   reference: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]) -> None:  # fmt: skip
+    feeds_at_largest = graph_feeds(largest, seed=1)
+    for sizes in check_sizes(size_range):
+        shapes = dict(shapes_for(signature, sizes))
+        feeds = {name: np.ascontiguousarray(array[tuple(slice(0, n) for n in shapes[name])])
+                 for name, array in feeds_at_largest.items()}  # fmt: skip
+        want = reference(feeds)
+        got = plan.run(sizes, feeds)
+        for name, expected in want.items():
+            error = _relative_error(got[name], np.asarray(expected))
+            if not error <= DEFAULT_RTOL:
+                raise NotGeneric(f"at {_sizes(sizes)} output {name} differs from onnxruntime's (relative error "
+                                 f"{error:.2e}): the plan is not used")  # fmt: skip
+    plan.calls = 0
+
+
+def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    if got.shape != want.shape:
+        return float("inf")
+    if want.dtype.kind in "biu":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    finite = np.abs(want[np.isfinite(want)])
+    scale = max(1.0, float(finite.max()) if finite.size else 1.0)
+    return float(np.max(np.where(same, 0.0, diff), initial=0.0)) / scale
+
+
+def _sizes(sizes: Mapping[str, int]) -> str:
+    return ",".join(f"{name}={value}" for name, value in sizes.items())
+
