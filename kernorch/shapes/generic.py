@@ -386,6 +386,8 @@ class _KernelCodes:
         sizes = tuple(at[0])
         at_probe = [[CandidateKernel(k.nodes, k.inputs, k.outputs, g) for k in kernels] for g in graphs]
         chosen = [plan_views(ks, [_backend(k) for k in ks]) for ks in at_probe]
+        if any(set(views) != set(chosen[0][1]) for _, views in chosen):
+            raise NotGeneric("the plan's views (values placed in another's bytes) differ between sizes")
         for index, kernel in enumerate(kernels):
             backends = [c[0][index] for c in chosen]
             if len({b.name for b in backends}) > 1:
@@ -396,9 +398,9 @@ class _KernelCodes:
             values = (*kernel.inputs, *kernel.outputs)
             fixed = all(d.is_constant for v in values for d in dims[v]) and not any(v in generators for v in values)
             try:
-                if not backend.runs_code:
-                    for value in kernel.outputs:
-                        if value in chosen[0][1]:
+                if not backend.runs_code:  # its outputs alias its input, or a concat's inputs alias its output
+                    for value, (source, _) in chosen[0][1].items():
+                        if value in kernel.outputs or source in kernel.outputs:
                             self.view_offsets[value] = polynomial_of(at, [c[1][value][1] for c in chosen],
                                                                      f"the offset of view {value}")  # fmt: skip
                     self.backends.append(backend)
@@ -422,8 +424,6 @@ class _KernelCodes:
             except NotGeneric as reason:
                 self.refused[kernel.nodes] = str(reason)
                 self.backends.append(backend)
-        for view in chosen[0][1]:
-            self.view_offsets.setdefault(view, Polynomial.constant(chosen[0][1][view][1]))
 
 
 def _backend(kernel: CandidateKernel) -> Backend:

@@ -1,0 +1,203 @@
+"""Shape-generic plans: one plan serves every size of a range from its first call, as onnxruntime computes it, and
+never plans on the caller's thread; what cannot be the same program at every size is refused with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kernorch
+from kernorch.codegen.generic import NotGeneric
+from kernorch.devtools.mutate import here
+from kernorch.errors import KernorchError
+from kernorch.options import Options
+from kernorch.shapes import dynamic, generic
+from kernorch.shapes.generic import PROBES, SizeRange, check_sizes, probe_sizes
+
+HEADS, WIDTH, TABLE = 4, 16, 64
+
+
+def _cached_attention_step() -> bytes:
+    """A decoder step's attention over a cache of `past` positions: the new key and value concatenated to the
+    cache, softmax(q·Kᵀ / 4)·V, plus the row of a position table at `past` (Shape → Gather: a constant that
+    follows the size); outputs the attention, both caches side by side (the two caches written in place as
+    views of that output, the second at an offset that follows the size) and each cached key's sum."""
+    def value(name: str, dims: list[Any]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+    table = np.random.default_rng(3).standard_normal((TABLE, WIDTH)).astype(np.float32)
+    nodes = [
+        helper.make_node("Concat", ["past_k", "k"], ["keys"], axis=2),
+        helper.make_node("Concat", ["past_v", "v"], ["values"], axis=2),
+        helper.make_node("Transpose", ["keys"], ["keys_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "keys_t"], ["scores"]),
+        helper.make_node("Mul", ["scores", "quarter"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["weights"], axis=-1),
+        helper.make_node("MatMul", ["weights", "values"], ["attended"]),
+        helper.make_node("Shape", ["past_k"], ["shape"]),
+        helper.make_node("Gather", ["shape", "two"], ["length"], axis=0),
+        helper.make_node("Gather", ["table", "length"], ["position"], axis=0),
+        helper.make_node("Add", ["attended", "position"], ["y"]),
+        helper.make_node("Concat", ["keys", "values"], ["present"], axis=1),
+        helper.make_node("ReduceSum", ["keys", "three"], ["key_sums"], keepdims=0),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "cached_attention_step",
+        [value("q", [1, HEADS, 1, WIDTH]), value("past_k", [1, HEADS, "past", WIDTH]),
+         value("past_v", [1, HEADS, "past", WIDTH]), value("k", [1, HEADS, 1, WIDTH]),
+         value("v", [1, HEADS, 1, WIDTH])],
+        [value("y", [1, HEADS, 1, WIDTH]), value("present", [1, 2 * HEADS, None, WIDTH]),
+         value("key_sums", [1, HEADS, None])],
+        [numpy_helper.from_array(np.array(0.25, np.float32), "quarter"),
+         numpy_helper.from_array(np.array(2, np.int64), "two"), numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(np.array([3], np.int64), "three")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def _feeds(past: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + past)
+    cache = (1, HEADS, past, WIDTH)
+    return {"q": rng.standard_normal((1, HEADS, 1, WIDTH)).astype(np.float32),
+            "past_k": rng.standard_normal(cache).astype(np.float32) * 2,
+            "past_v": rng.standard_normal(cache).astype(np.float32),
+            "k": rng.standard_normal((1, HEADS, 1, WIDTH)).astype(np.float32),
+            "v": rng.standard_normal((1, HEADS, 1, WIDTH)).astype(np.float32)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def step() -> tuple[bytes, Any, Any]:
+    """The model, kernorch's compiled model with a generic plan for past=1..40 (analytic costs), onnxruntime."""
+    model = _cached_attention_step()
+    compiled = kernorch.compile(model, cost="analytic", ranges=["past=1..40"])
+    return model, compiled, onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+def test_one_plan_serves_every_size_of_the_range_as_onnxruntime_computes_it(
+        step: tuple[bytes, Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Sizes 1, 2, 3, odd, prime, the probes' lower half and the range's largest: the generic plan's outputs
+    (both caches side by side, the second at an offset that follows the size; the position row made per call)
+    equal onnxruntime's, and no call plans, orchestrates or compiles anything on the caller's thread. One beyond
+    the range is served by onnxruntime."""
+    _, compiled, session = step
+    (plan,) = compiled.generic_plans
+    assert plan.generic_kernels >= 2 and plan.generated, compiled.describe()
+    assert any(not offset.is_constant for offset in plan.executor.layout.view_offsets.values())
+    planned: list[Any] = []
+    monkeypatch.setattr(dynamic, "compile_model", lambda *a, **k: planned.append(a))
+    monkeypatch.setattr(generic, "orchestrate_generic", lambda *a, **k: planned.append(a))
+    monkeypatch.setattr(generic, "build_generic_plan", lambda *a, **k: planned.append(a))
+    for past in (1, 2, 3, 5, 13, 19, 20, 31, 39, 40, 41):
+        feeds = _feeds(past)
+        names = ["y", "present", "key_sums"]
+        want = dict(zip(names, session.run(names, feeds), strict=True))
+        got = compiled.run(feeds)
+        assert got["present"].shape == (1, 2 * HEADS, past + 1, WIDTH)
+        assert got["key_sums"].shape == (1, HEADS, past + 1)
+        np.testing.assert_array_equal(got["present"], want["present"])
+        np.testing.assert_allclose(got["key_sums"], want["key_sums"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
+    assert planned == [] and plan.calls == 10
+    assert "generic plan [past=1..40]" in compiled.describe() and "1 shape set(s), 1 call(s)" in compiled.describe()
+
+
+def test_calls_from_many_threads_at_once_each_get_their_own_sizes(step: tuple[bytes, Any, Any]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, compiled, session = step
+    sizes = [1, 40, 7, 33, 2, 17] * 3
+
+    def call(past: int) -> bool:
+        feeds = _feeds(past, seed=7)
+        want = session.run(["y"], feeds)[0]
+        return bool(np.allclose(compiled.run(feeds)["y"], want, rtol=1e-5, atol=1e-6))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(call, sizes))
+
+
+def _mean_over_sequence() -> bytes:
+    """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["length"], axis=0),
+             helper.make_node("Cast", ["length"], ["length_f"], to=TensorProto.FLOAT),
+             helper.make_node("Reciprocal", ["length_f"], ["inverse"]),
+             helper.make_node("Mul", ["x", "inverse"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "mean_over_sequence",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "sequence", 8])],
+                              [numpy_helper.from_array(np.array(1, np.int64), "one")])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_a_size_used_as_a_value_is_refused_and_its_range_served_as_before() -> None:
+    compiled = kernorch.compile(_mean_over_sequence(), cost="analytic", ranges=["sequence=1..32"])
+    assert isinstance(compiled, dynamic.DynamicModel)
+    assert compiled.generic_plans == []
+    assert "holds values that follow the size" in compiled.range_refusals["sequence=1..32"]
+    x = np.random.default_rng(0).standard_normal((1, 11, 8)).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x / 11, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("ranges", "message"), [
+    (["past=0..3"], "1 <= LOW <= HIGH"), (["past=9..3"], "1 <= LOW <= HIGH"), (["past=1..x"], "not NAME=SIZE"),
+    (["past=1,past=2"], "twice"), ([""], "names no dim"),
+])  # fmt: skip
+def test_a_malformed_range_is_refused_in_one_line(ranges: list[str], message: str) -> None:
+    with pytest.raises(KernorchError, match=message):
+        Options(ranges=ranges)  # type: ignore[arg-type]  # specs are normalised on construction
+
+
+def test_a_range_the_model_does_not_have_is_refused(step: tuple[bytes, Any, Any]) -> None:
+    model = step[0]
+    with pytest.raises(KernorchError, match="names 'sequence', not a symbolic dim"):
+        kernorch.compile(model, cost="analytic", ranges=["sequence=1..8"])
+    with pytest.raises(KernorchError, match="fixes every dim"):
+        kernorch.compile(model, cost="analytic", ranges=["past=8"])
+
+
+def test_probes_cover_the_upper_half_with_every_remainder_and_checks_reach_the_edges() -> None:
+    size_range = SizeRange.parse("sequence=1,past=1..256")
+    probes = probe_sizes(size_range)
+    pasts = [p["past"] for p in probes]
+    assert probes[0] == {"sequence": 1, "past": 256} and len(set(pasts)) == PROBES == len(pasts)
+    assert all(128 <= p <= 256 for p in pasts) and 255 in pasts  # two consecutive: no shared remainder
+    assert all(p["sequence"] == 1 for p in probes)
+    checked = [c["past"] for c in check_sizes(size_range)]
+    assert {1, 2, 3, 4, 255, 256} <= set(checked) and any(all(n % d for d in range(2, n)) and n > 100
+                                                          for n in checked)  # a prime between  # fmt: skip
+    two = probe_sizes(SizeRange.parse("batch=1..16,past=1..64"))
+    assert len(two) > 2 * PROBES - 1 and any(p["batch"] != 16 and p["past"] != 64 for p in two)  # off the lines
+    with pytest.raises(NotGeneric, match="fewer than"):
+        probe_sizes(SizeRange.parse("past=1..6"))
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# kill (kernorch/devtools/mutate.py collects them; `make mutate` runs them).
+MUTANTS = [
+    here("generic: a view's offset left where the largest sizes put it",
+         "if value in slots and not layout.view_offsets[value].is_constant:", "if False:",
+         file="kernorch/runtime/generic.py"),
+    here("generic: a constant that follows the size kept from the largest sizes",
+         "inputs[name] = generate(sizes)", "inputs[name] = generate(self.layout.largest)",
+         file="kernorch/runtime/generic.py"),
+    here("generic: outputs allocated at the largest shapes",
+         "outputs[name], address = aligned_buffer(layout.shape(name, sizes), self.graph.types[name].dtype)",
+         "outputs[name], address = aligned_buffer(self.graph.types[name].shape, self.graph.types[name].dtype)",
+         file="kernorch/runtime/generic.py"),
+    here("generic: the size array of the largest sizes",
+         "inputs[SIZES_INPUT] = np.array([sizes[name] for name in layout.sizes], dtype=np.int64)",
+         "inputs[SIZES_INPUT] = np.array([layout.largest[name] for name in layout.sizes], dtype=np.int64)",
+         file="kernorch/runtime/generic.py"),
+    here("generic: a range's shape not served by its plan",
+         "if generic.size_range.contains(values):", "if False:", file="kernorch/shapes/dynamic.py"),
+    here("generic: probes without the consecutive pair",
+         "sizes = [high, high - 1, low,", "sizes = [high, high - 2, low,", file="kernorch/shapes/generic.py"),
+    here("generic: a constant that differs between probes taken as fixed",
+         "if all(a.shape == array.shape and np.array_equal(a, array, equal_nan=True) for a in arrays[1:]):",
+         "if True:", file="kernorch/shapes/generic.py"),
+]  # fmt: skip
