@@ -2,11 +2,13 @@
 cache length is a symbolic dim (bench/dynamic/decoders.py writes two).
 
     .venv/bin/python bench/decode.py DECODER.onnx [--prompt 64] [--tokens 128] [--threads 2]
-                                     [--contenders kernorch,onnxruntime,openvino] [--json OUT.json]
+                                     [--contenders kernorch,kernorch-serve,onnxruntime,openvino] [--json OUT.json]
 
 Each contender runs in a process of its own, one after the other (a cold start is the point): it prepares the
 model (kernorch.compile; onnxruntime's and OpenVINO's session creation — reported, not counted in the first
-pass), then runs the generation twice: prefill of a
+pass). `kernorch` is given the steps' range (sequence=1, past=1..prompt+tokens): one shape-generic plan serves
+every step; `kernorch-serve` is not (each new length is served by onnxruntime, as kernorch does for a shape it
+has no plan for). Each contender then runs the generation twice: prefill of a
 seeded random prompt, then `tokens` greedy steps, each feeding back the cache the previous call returned. The
 first pass is what a user's first generation costs; the second is the steady state. Reported: each pass's total,
 the per-token latency percentiles of the steps, and whether the tokens equal onnxruntime's.
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-CONTENDERS = ("kernorch", "onnxruntime", "openvino")
+CONTENDERS = ("kernorch", "kernorch-serve", "onnxruntime", "openvino")
 
 
 def cache_shape(model: Path) -> tuple[int, ...]:
@@ -40,14 +42,18 @@ def cache_shape(model: Path) -> tuple[int, ...]:
     return tuple(0 if d.dim_param else int(d.dim_value) for d in dims)
 
 
-def _runner(name: str, model: Path, threads: int, prompt: int, empty: tuple[int, ...]) -> Any:
+def _runner(name: str, model: Path, threads: int, prompt: int, tokens: int, empty: tuple[int, ...]) -> Any:
     """A function feeds -> (logits, keys, values) for the contender, prepared."""
-    if name == "kernorch":
+    if name in ("kernorch", "kernorch-serve"):
         import kernorch
 
-        # nothing to plan ahead: the prefill's cache is empty (kernorch plans non-empty tensors) and every step's
-        # length is new; compile loads the session that serves shapes without a plan
-        compiled = kernorch.compile(str(model), threads=threads)
+        # the prefill's cache is empty (kernorch plans non-empty tensors: onnxruntime serves it); every step's
+        # length is new: "kernorch" plans the steps' range once (one shape-generic plan, shapes/generic.py),
+        # "kernorch-serve" serves each new length by onnxruntime (planning the ones called again and again)
+        ranges = [f"sequence=1,past=1..{prompt + tokens}"] if name == "kernorch" else []
+        compiled = kernorch.compile(str(model), threads=threads, ranges=ranges)
+        if name == "kernorch" and not compiled.generic_plans:
+            raise SystemExit(f"no generic plan: {compiled.range_refusals}")
         return lambda feeds: tuple(compiled.run(feeds).values())
     if name == "onnxruntime":
         import onnxruntime
@@ -84,7 +90,7 @@ def _generate(run: Any, ids: np.ndarray, empty: tuple[int, ...], tokens: int) ->
 def worker(name: str, model: Path, threads: int, prompt: int, tokens: int) -> dict[str, Any]:
     empty = cache_shape(model)
     started = time.perf_counter()
-    run = _runner(name, model, threads, prompt, empty)
+    run = _runner(name, model, threads, prompt, tokens, empty)
     prepared = time.perf_counter() - started
     ids = np.random.default_rng(0).integers(0, 1000, (1, prompt)).astype(np.int64)
     first = _generate(run, ids, empty, tokens)

@@ -33,7 +33,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    if len(shape_sets(args)) > 1 or args.dim:
+    if len(shape_sets(args)) > 1 or args.dim or args.range:
         return _optimize_shapes(args)
     result = orchestrate_model(args, show_progress=not args.json)
     if args.output:
@@ -91,7 +91,8 @@ def _optimize_shapes(args: argparse.Namespace) -> int:
     options = make_options(args).with_(shapes=shape_sets(args))
     model = compile(args.model, options=options, progress=progress_bars(True))
     if not isinstance(model, DynamicModel):
-        raise KernorchError("the model has static shapes: --dim and several --input-shape need symbolic dims")
+        raise KernorchError("the model has static shapes: --dim, --range and several --input-shape need symbolic "
+                            "dims")
     print(f"{'shape set':<36} {'kernels':>7} {'plan ms':>9} {'measured':>8} {'reused':>7} {'seconds':>8}")
     for shapes, plan in model.specialisations.items():
         tuning = plan.metadata.get("tuning") or {}
@@ -99,6 +100,10 @@ def _optimize_shapes(args: argparse.Namespace) -> int:
         print(f"{describe_shapes(shapes):<36} {len(plan.kernels):>7} {plan.metadata['plan_cost'] * 1e3:>9.3f} "
               f"{tuning.get('measured', '-'):>8} {tuning.get('from_database', '-'):>7} "
               f"{'cached' if seconds is None else f'{seconds:.1f}':>8}")
+    for generic in model.generic_plans:
+        print(f"range {generic.describe()}; planned once in {generic.seconds:.1f} s")
+    for spec, reason in model.range_refusals.items():
+        print(f"range [{spec}]: no generic plan: {reason}")
     if args.output:
         saved = model.save(args.output)
         print(f"{len(model.specialisations)} plans saved to {saved} (run them with: kernorch run {saved})")

@@ -35,6 +35,10 @@ def add_shape_policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pad", action="append", metavar="NAME",
                         help="let a call whose size of NAME has no plan run padded to the next --dim size, where "
                         "kernorch proves per primitive that padding is exact (otherwise it is specialised)")
+    parser.add_argument("--range", action="append", metavar="NAME=LOW..HIGH,...",
+                        help="plan once for every size in a range (each symbolic dim a size or LOW..HIGH, e.g. "
+                        "sequence=1,past=1..256: a decoder's steps): one shape-generic plan, checked against "
+                        "onnxruntime, runs any size in it at once; where it cannot be one program the log says why")
 
 
 def shape_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
@@ -189,6 +193,8 @@ def make_options(args: argparse.Namespace) -> Options:
         from kernorch.frontend import parse_dim_buckets
 
         options = options.with_(buckets=parse_dim_buckets(args.dim), pad=tuple(args.pad or ()))
+    if getattr(args, "range", None):
+        options = options.with_(ranges=tuple(args.range))
     return options
 
 

@@ -19,6 +19,9 @@ class MemoryLevel:
     bandwidth: float  # bytes per second it sustains (nominal; cost/bandwidth.py measures this machine's)
 
 
+PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -32,6 +35,10 @@ class Target:
     tf32_flops: float = 0.0  # with TF32 tensor cores (0: none)
     launch_overhead: float = 0.0  # seconds per kernel launch (inside a CUDA graph: its node's share)
     units: int = 0  # GPU: streaming multiprocessors (a program instance runs on one)
+    # generated C: a loop nest is shared out to the threads from this much work (elements times taps each);
+    # below it a parallel region costs more than it saves. A shape-generic kernel is rendered with 1: its
+    # parallel structure must not change with the size (codegen/generic/)
+    parallel_min_elements: int = PARALLEL_MIN_ELEMENTS
 
     @property
     def global_bandwidth(self) -> float:

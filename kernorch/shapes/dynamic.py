@@ -557,4 +557,6 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
     declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
     if declared != family.get("inputs"):
         raise ArtifactError(f"{manifest} declares inputs that are not the model's")
-    return loaded.load_server()
+    loaded.load_server()
+    loaded.prepare_ranges()  # a range's generic plan is not saved: it is planned again from the saved model
+    return loaded

@@ -17,7 +17,7 @@ the pipeline makes of the model is the same program at all of them:
    options ask for. Each kernel whose shapes do not change is used as planned; every other kernel is rendered
    at each probe and unified into one source taking the sizes (codegen/generic/unify.py). A kernel that does
    not unify (a library call created for one shape, a loop split by size) is excluded and the graph
-   orchestrated again without it, up to MAX_ROUNDS times; a single primitive that does not unify ends it.
+   orchestrated again without it, up to MAX_ROUNDS times; a primitive no kernel left can cover ends it.
 4. **The numbers.** The compiled plan runs at the range's edges, the smallest sizes one by one, and a prime
    between, against onnxruntime on the same inputs; any difference beyond DEFAULT_RTOL refuses the plan.
 
@@ -210,24 +210,29 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
     generators = _generators(model, graphs, at, dims)
     cost_model = make_cost_model(options)
     excluded: frozenset[tuple[int, ...]] = frozenset()
+    refused: dict[tuple[int, ...], str] = {}
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
-        result = orchestrate_generic(largest, options, excluded, cost_model)
+        try:
+            result = orchestrate_generic(largest, options, excluded, cost_model)
+        except (KernorchError, RuntimeError) as error:  # the BLP found no plan: a primitive no kernel left covers
+            kernel, why = next(iter(refused.items()), ((), ""))
+            node = largest.nodes[kernel[0]] if kernel else None
+            raise NotGeneric("no plan without the kernels that are not the same program at every size"
+                             + (f" ({node.prim} from {node.origin}: {why})" if node is not None else "")
+                             + f": {error}") from None  # fmt: skip
         if result.plan.graph.nodes != largest.nodes:
             raise NotGeneric("the orchestration changed the graph it was given")
         kernels = list(result.plan.kernels)
         unified = _KernelCodes(kernels, graphs, at, generators, dims)
         if not unified.refused:
             break
-        single = next(((k, why) for k, why in unified.refused.items() if len(k) == 1), None)
-        if single is not None:
-            node = largest.nodes[single[0][0]]
-            raise NotGeneric(f"{node.prim} from {node.origin} runs no way the same at every size: {single[1]}")
+        refused = unified.refused
         LOGGER.info("kernorch: [%s] %d kernel(s) are not the same program at every size, orchestrating without "
-                    "them (%s)", size_range.describe(), len(unified.refused),
-                    next(iter(unified.refused.values())))  # fmt: skip
-        excluded |= frozenset(unified.refused)
+                    "them (%s)", size_range.describe(), len(refused), next(iter(refused.values())))  # fmt: skip
+        excluded |= frozenset(refused)
     else:
-        raise NotGeneric(f"kernels still not the same program at every size after {MAX_ROUNDS} orchestrations")
+        raise NotGeneric(f"kernels still not the same program at every size after {MAX_ROUNDS} orchestrations "
+                         f"({next(iter(refused.values()))})")  # fmt: skip
     executor = _executor(largest, kernels, unified, dims, generators, varying, size_range, options)
     plan = GenericPlan(size_range, executor, 0.0, unified.generic, unified.fixed, rounds, sorted(generators))
     _check_against(plan, largest, signature, size_range, reference)

@@ -3,6 +3,8 @@ rewritten (codegen/gir/), rendered as one C function with OpenMP (codegen/c/).""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.c import prelude_used_by, render, scratch_bytes
 from kernorch.codegen.gir import described, rewritten
@@ -42,6 +44,12 @@ class GeneratedC(Backend):
 
     def source(self, name: str, kernel: CandidateKernel) -> str:
         return render(name, rewritten(kernel, self.target), self.target)
+
+    def generic_source(self, name: str, kernel: CandidateKernel) -> str:
+        # every loop nest with work to share is shared out, at any size: the parallel structure of a kernel a
+        # shape-generic plan runs at many sizes must not change with the size (codegen/generic/unify.py)
+        target = replace(self.target, parallel_min_elements=1)
+        return render(name, rewritten(kernel, target), target)
 
     def task_source(self, name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:
         gir = rewritten(kernel, self.target)

@@ -56,16 +56,45 @@ class GenericSource:
 
 
 def unify(sources: Sequence[str], probes: Sequence[Mapping[str, int]], sizes: Sequence[str]) -> GenericSource:
-    """One source from `sources` (the same kernel rendered at each probe, in order); `sizes` are the size names
-    the generated expressions may use, in the order of the array the caller passes. Raises NotGeneric."""
+    """One source from `sources` (the same kernel rendered at each probe, in order, the largest sizes first);
+    `sizes` are the size names the generated expressions may use, in the order of the array the caller passes.
+    Raises NotGeneric.
+
+    Where the sources differ only in their OpenMP pragma lines besides literals (a loop shared out to the
+    threads at the larger sizes, run on one thread at the smaller: parallel_mode's work threshold), the first
+    source's pragmas are kept: they share out loops whose iterations are independent at every size, so the
+    code computes the same at any size, with the parallel region the largest sizes want."""
     if len(sources) != len(probes) or len(sources) < 2:
         raise ValueError("one source per probe, at least two")
+    try:
+        return _unify(sources, probes, sizes)
+    except _Structural as difference:
+        split = [[line for line in source.split("\n") if not _PRAGMA.match(line)] for source in sources]
+        if all(len(lines) == source.count("\n") + 1 for lines, source in zip(split, sources, strict=True)):
+            raise NotGeneric(str(difference)) from None  # no pragma anywhere: the difference is elsewhere
+        try:
+            bare = _unify(["\n".join(lines) for lines in split], probes, sizes)
+        except _Structural:
+            raise NotGeneric(str(difference)) from None
+    bare_lines = iter(bare.text.split("\n"))
+    merged = [line if _PRAGMA.match(line) else next(bare_lines) for line in sources[0].split("\n")]
+    return GenericSource("\n".join(merged), bare.sizes, bare.used, bare.varying)
+
+
+class _Structural(NotGeneric):
+    """The sources differ other than in integer literals."""
+
+
+_PRAGMA = re.compile(r"^\s*#\s*pragma\s+omp\b")
+
+
+def _unify(sources: Sequence[str], probes: Sequence[Mapping[str, int]], sizes: Sequence[str]) -> GenericSource:
     pieces = [INTEGER.split(source) for source in sources]
     literals = [INTEGER.findall(source) for source in sources]
     first = pieces[0]
     for probe, other in zip(probes[1:], pieces[1:], strict=True):
         if other != first:
-            raise NotGeneric(f"its code differs between sizes {_sizes(probes[0])} and {_sizes(probe)} other than "
+            raise _Structural(f"its code differs between sizes {_sizes(probes[0])} and {_sizes(probe)} other than "
                              f"in integer literals (near: {_first_difference(first, other)!r})")  # fmt: skip
     symbol = {name: f"{SIZE_SYMBOL}{index}" for index, name in enumerate(sizes)}
     out: list[str] = [first[0]]

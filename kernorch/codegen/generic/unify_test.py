@@ -71,8 +71,22 @@ def test_a_size_where_c_needs_a_constant_is_refused(template: str, why: str | No
         unify(_sources(template), PROBES, ["s"])
 
 
+def test_a_loop_shared_out_at_the_larger_sizes_only_keeps_the_largest_sizes_pragma() -> None:
+    """parallel_mode shares a loop out above a work threshold: the sources differ in a pragma line; the unified
+    code is the largest sizes' (the loop's iterations are independent at every size)."""
+    def source(s: int) -> str:
+        pragma = "    #pragma omp parallel for collapse(2)\n" if s > 40 else ""
+        return f"int k(void **args) {{\n{pragma}    for (i = 0; i < {s}; i++) y[i] = 0;\n}}"
+
+    unified = unify([source(p["s"]) for p in PROBES], PROBES, ["s"])
+    assert unified.text == source(64).replace("i < 64", "i < (ko_size_0)") and unified.varying == 1
+    other = [source(p["s"]).replace("y[i] = 0", "y[i] = z" if p["s"] == 40 else "y[i] = 0") for p in PROBES]
+    with pytest.raises(NotGeneric, match="other than in integer literals"):  # the pragma is not the only difference
+        unify(other, PROBES, ["s"])
+
+
 def test_code_that_differs_other_than_in_literals_is_refused() -> None:
-    sources = [f"int k(void **args) {{ {'#pragma omp parallel for' if p['s'] > 40 else ''}\n }}" for p in PROBES]
+    sources = [f"int k(void **args) {{ {'x = y;' if p['s'] > 40 else ''}\n }}" for p in PROBES]
     with pytest.raises(NotGeneric, match="other than in integer literals"):
         unify(sources, PROBES, ["s"])
     rounded = [f"int k(void **args) {{ for (i = 0; i < {p['s'] // 16 * 16}; i++) {{}} }}" for p in PROBES]

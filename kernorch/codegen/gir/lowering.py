@@ -2,7 +2,7 @@
 a renderer needs to write it (c/render.py renders C from nothing else).
 
 Each parallel loop becomes a `GirPhase` whose parallel unit says how many threads share it and which of its
-loops they share (`sharing.parallel_mode`, PARALLEL_MIN_ELEMENTS) and how many vector lanes an instruction
+loops they share (`sharing.parallel_mode`, the target's parallel_min_elements) and how many vector lanes an instruction
 block has (the target's lanes when every access along the innermost loop is affine, else 1), and whose loop structure is
 decided: an unrolled short innermost loop, tiles for a transposed read, pieces of an innermost loop cut where
 its selects change, a reduction interchanged with the output's innermost loop, rows with their steps. Every
@@ -54,7 +54,7 @@ from kernorch.codegen.gir.reductions import (
     splits_among_threads,
 )
 from kernorch.codegen.gir.row_permute import VECTOR, permutable, row_access, row_loops_of
-from kernorch.codegen.gir.sharing import PARALLEL_MIN_ELEMENTS, parallel_mode, short_innermost
+from kernorch.codegen.gir.sharing import parallel_mode, short_innermost
 from kernorch.codegen.gir.tee import tee_maps_into_reductions
 from kernorch.codegen.gir.tiling import mentions, reads_transposed, rows_share_a_set, stride_along, transposed_copy
 from kernorch.codegen.gir.variance import one_pass_columns, one_pass_variance
@@ -361,7 +361,7 @@ def _in_iteration_order(index: Tree, order: tuple[tuple[str, int], ...], ranges:
 
 def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
     """The kernel's GIR before any rewrite, its choices made for `target` (threads, lanes, tiles)."""
-    threads, lanes = target.threads, target.lanes
+    threads, lanes, enough = target.threads, target.lanes, target.parallel_min_elements
     if loops.schedule == "row" and int(np.prod(loops.row_shape, dtype=np.int64)) >= ROW_BLOCK:
         loops, _ = one_pass_variance(loops, ROW_BLOCK, SHORT_ROW_ELEMENTS)
     loops, _ = one_pass_columns(loops)
@@ -390,7 +390,7 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
         across = None if across is None else _joined(across, lowering.ops)
         block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
-        shared = rows > 1 and rows * row_elements >= PARALLEL_MIN_ELEMENTS
+        shared = rows > 1 and rows * row_elements >= enough
         unit = ParallelUnit(threads if shared else 1, lanes, -(-rows // block) if block else rows,
                             OUTER if shared else SERIAL)  # fmt: skip
         phases.append(GirPhase(unit, tuple(lowering.ops), row_elements * itemsize,
@@ -399,7 +399,8 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
     else:
         joined: dict[int, Phase] = {}  # phase p -> the next phase, run in p's loops (reductions.joined_taps)
         for p, (first, second) in enumerate(itertools.pairwise(loops.phases)):
-            partner = None if p - 1 in joined else joined_taps(first, second, lowering.dtypes.get(first.target, ""))
+            partner = None if p - 1 in joined else joined_taps(first, second, lowering.dtypes.get(first.target, ""),
+                                                               enough)  # fmt: skip
             if partner is not None and lowering.dtypes.get(second.target) == lowering.dtypes.get(first.target):
                 joined[p] = partner
         for p, phase in enumerate(loops.phases):
@@ -411,9 +412,10 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
             # an upsampling of short rows: output vectors permuted from input rows in registers, unsplit
             # (the permutation is written for registers of VECTOR lanes)
             permuted = lanes == VECTOR and not reads_transposed(phase, target.tile) and \
-                _mode(phase, short_innermost(phase), False) != INNERMOST and \
+                _mode(phase, short_innermost(phase), False, enough) != INNERMOST and \
                 permutable(phase, loops.tables, lowering.dtypes, _row_widths(loops))  # fmt: skip
-            pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"), target.tile)
+            pieces = None if permuted else _pieces(phase, lowering.dtypes.get(phase.target, "float32"), target.tile,
+                                                   enough)  # fmt: skip
             if pieces is None:
                 lowering.phase_ops(phase, {}, 1, vectorized=permuted)
             if p in joined:
@@ -427,8 +429,8 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
                 split_loop.append((begin, end, lowering.scope))
             lowering.scope = ()
             elements = int(np.prod(phase.loop_sizes, dtype=np.int64))
-            split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"))
-            parallel = threads if elements * reduced_per_element(phase.expr) >= PARALLEL_MIN_ELEMENTS or split else 1
+            split = splits_among_threads(phase, lowering.dtypes.get(phase.target, "float32"), enough)
+            parallel = threads if elements * reduced_per_element(phase.expr) >= enough or split else 1
             widest = max((lowering.slices[op.writes[0]].width for op in lowering.ops if op.writes), default=1)
             short = short_innermost(phase)
             reduction = "split" if split else "interchanged" if interchangeable(phase, lowering.dtypes.get(
@@ -439,8 +441,8 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
                 copy = transposed_copy(phase, lowering.dtypes)
                 strides = (0, 0) if copy is None else copy[1:]
                 tiled = "elements" if copy is None else "strips" if rows_share_a_set(copy[1]) else "blocks"
-            mode = (OUTER if elements >= PARALLEL_MIN_ELEMENTS else SERIAL) if tiled else \
-                _mode(phase, short, reduction != "")  # fmt: skip
+            mode = (OUTER if elements >= enough else SERIAL) if tiled else \
+                _mode(phase, short, reduction != "", enough)  # fmt: skip
             phases.append(GirPhase(ParallelUnit(parallel, widest, elements, mode), tuple(lowering.ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
@@ -599,7 +601,7 @@ def _row_widths(loops: KernelLoops) -> dict[str, int]:
     return {b.name: b.shape[-1] if b.shape else 1 for b in loops.buffers}
 
 
-def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
+def _mode(phase: Phase, short: bool, interchanged: bool, enough: int) -> str:
     """How the threads share the phase's loops (what the renderer opens): an unrolled short innermost loop
     counts with the loop around it; an interchanged reduction shares only the loops outside the output's
     innermost axis, each of whose iterations runs all of the reduction's taps."""
@@ -607,8 +609,9 @@ def _mode(phase: Phase, short: bool, interchanged: bool) -> str:
     if interchanged:
         outer = int(np.prod(sizes[:-1], dtype=np.int64))
         work = outer * sizes[-1] * reduced_per_element(phase.expr)
-        return OUTER if outer > 1 and work >= PARALLEL_MIN_ELEMENTS else SERIAL
-    return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes, reduced_per_element(phase.expr))
+        return OUTER if outer > 1 and work >= enough else SERIAL
+    return parallel_mode((*sizes[:-2], sizes[-2] * sizes[-1]) if short else sizes, reduced_per_element(phase.expr),
+                         enough)
 
 
 def _vector_axis(phase: Phase) -> int:
@@ -616,14 +619,14 @@ def _vector_axis(phase: Phase) -> int:
     return -2 if short_innermost(phase) else -1
 
 
-def _pieces(phase: Phase, dtype: str, tile: int) -> list[tuple[int, int, Tree]] | None:
+def _pieces(phase: Phase, dtype: str, tile: int, enough: int) -> list[tuple[int, int, Tree]] | None:
     """A plain phase's vectorized loop cut where its selects on that loop's variable change (splitting.py):
     (begin, end, the expression on that range); None when it is not cut. Not a loop shared out itself."""
     if not phase.loop_vars or phase.scalar or reads_transposed(phase, tile) or \
             interchangeable(phase, dtype) is not None:  # fmt: skip
         return None
     short = short_innermost(phase)
-    if _mode(phase, short, False) == INNERMOST:
+    if _mode(phase, short, False, enough) == INNERMOST:
         return None
     axis = _vector_axis(phase)
     ranges = dict(zip(phase.loop_vars, phase.loop_sizes, strict=True))

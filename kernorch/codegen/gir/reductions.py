@@ -155,17 +155,17 @@ def interchangeable(phase: Phase, dtype: str) -> tuple[str, tuple[tuple[str, int
     return prim, loops, guard, body
 
 
-def splits_among_threads(phase: Phase, dtype: str) -> bool:
+def splits_among_threads(phase: Phase, dtype: str, min_elements: int = PARALLEL_MIN_ELEMENTS) -> bool:
     """The phase's reduction runs split among threads: interchangeable, nothing outside the innermost output
     axis to share, few enough outputs for partials on the stack, enough work for a parallel region."""
     if interchangeable(phase, dtype) is None:
         return False
     size = phase.loop_sizes[-1]
     return int(np.prod(phase.loop_sizes[:-1], dtype=np.int64)) == 1 and size <= SPLIT_MAX_OUTPUTS and \
-        size * reduced_per_element(phase.expr) >= PARALLEL_MIN_ELEMENTS  # fmt: skip
+        size * reduced_per_element(phase.expr) >= min_elements  # fmt: skip
 
 
-def joined_taps(first: Phase, second: Phase, dtype: str) -> Phase | None:
+def joined_taps(first: Phase, second: Phase, dtype: str, min_elements: int = PARALLEL_MIN_ELEMENTS) -> Phase | None:
     """`second` with its tap variables renamed to `first`'s when both are interchanged reductions of one
     dtype over the same output loops and the same taps, unguarded, split the same way, neither reading what
     the other stores: the renderer then runs them in one loop nest (`TapSum`s), one pass over what they read
@@ -178,8 +178,8 @@ def joined_taps(first: Phase, second: Phase, dtype: str) -> Phase | None:
     if found[0] is None or found[1] is None or found[0][2] is not None or found[1][2] is not None:
         return None
     taps, other = found[0][1], found[1][1]
-    if [n for _, n in taps] != [n for _, n in other] or splits_among_threads(first, dtype) != \
-            splits_among_threads(second, dtype):  # fmt: skip
+    if [n for _, n in taps] != [n for _, n in other] or splits_among_threads(first, dtype, min_elements) != \
+            splits_among_threads(second, dtype, min_elements):  # fmt: skip
         return None
     if first.target in buffers_used(second.expr) or second.target in buffers_used(first.expr) or \
             second.expr[0] != "reduce":  # fmt: skip

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.codegen.loops import SHORT_INNER, Phase, count_kinds
+from kernorch.codegen.target import PARALLEL_MIN_ELEMENTS
 
-PARALLEL_MIN_ELEMENTS = 16384  # below this a parallel region costs more than it saves
 PARALLEL_MIN_OUTER = 8  # fewer outer iterations than this (with a long innermost loop): split the innermost
 
 
-def parallel_mode(sizes: tuple[int, ...], per_element: int = 1) -> str:
+def parallel_mode(sizes: tuple[int, ...], per_element: int = 1, min_elements: int = PARALLEL_MIN_ELEMENTS) -> str:
     """How a plain phase's loops (trip counts, outermost first) are shared out: "innermost" when the loops
     around a long innermost loop are too few to share out evenly (a [1, 16384, 128] GELU has one outer
     iteration: split outside, it ran on one thread), "outer" when the loops outside it carry enough work to
@@ -20,9 +20,9 @@ def parallel_mode(sizes: tuple[int, ...], per_element: int = 1) -> str:
     if not sizes:
         return "serial"
     outer = int(np.prod(sizes[:-1], dtype=np.int64))
-    if outer < PARALLEL_MIN_OUTER and sizes[-1] >= PARALLEL_MIN_ELEMENTS:
+    if outer < PARALLEL_MIN_OUTER and sizes[-1] >= min_elements:
         return "innermost"
-    return "outer" if outer > 1 and outer * sizes[-1] * per_element >= PARALLEL_MIN_ELEMENTS else "serial"
+    return "outer" if outer > 1 and outer * sizes[-1] * per_element >= min_elements else "serial"
 
 
 def short_innermost(phase: Phase) -> bool:
