@@ -35,10 +35,16 @@ class Target:
     tf32_flops: float = 0.0  # with TF32 tensor cores (0: none)
     launch_overhead: float = 0.0  # seconds per kernel launch (inside a CUDA graph: its node's share)
     units: int = 0  # GPU: streaming multiprocessors (a program instance runs on one)
-    # generated C: a loop nest is shared out to the threads from this much work (elements times taps each);
-    # below it a parallel region costs more than it saves. A shape-generic kernel is rendered with 1: its
-    # parallel structure must not change with the size (codegen/generic/)
-    parallel_min_elements: int = PARALLEL_MIN_ELEMENTS
+    # generated C for many sizes (a shape-generic plan's kernel, codegen/generic/): no structure chosen by a size's
+    # value — every loop nest with work is shared out to the threads (not only from PARALLEL_MIN_ELEMENTS), a
+    # block of rows has its remainder code whether or not the rows divide into blocks, a vector loop's tail is
+    # a loop of its own — so the code at one size is the code at every other but for its literals
+    generic: bool = False
+
+    @property
+    def parallel_min_elements(self) -> int:
+        """Work (elements times the taps of each) from which generated C shares a loop nest out to the threads."""
+        return 1 if self.generic else PARALLEL_MIN_ELEMENTS
 
     @property
     def global_bandwidth(self) -> float:

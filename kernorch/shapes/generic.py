@@ -10,9 +10,10 @@ the pipeline makes of the model is the same program at all of them:
    (codegen/generic/polynomial.py), and each value's size at any size of the range is at most its size at the
    largest (the plan is laid out for those: runtime/generic.py).
 2. **The constants.** A constant that differs between probes is a size folded into a value; it is made per
-   call where its maker is found (`_generator`): filled with one value (a mask as long as the cache), or rows
-   of a table of the model at an offset and count that are polynomials of the sizes (a position's embedding, a
-   rotary table's row). Any other is refused, naming it.
+   call where its maker is found (`_generators`): filled with one value (a mask as long as the cache), the
+   leading corner of its value at the largest sizes (positions from 0, a causal mask), or rows of a table of the
+   model at an offset and count that are polynomials of the sizes (a position's embedding, a rotary table's
+   row). Any other is refused, naming it.
 3. **The kernels.** The orchestration runs once, at the largest sizes, with the measured or analytic costs the
    options ask for. Each kernel whose shapes do not change is used as planned; every other kernel is rendered
    at each probe and unified into one source taking the sizes (codegen/generic/unify.py). A kernel that does
@@ -27,6 +28,7 @@ and logs why.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -44,6 +46,7 @@ from kernorch.codegen.generic import (
     GenericKernelBackend,
     NotGeneric,
     Polynomial,
+    generic_backend,
     polynomial_of,
     unify,
 )
@@ -299,9 +302,27 @@ def _generators(model: bytes, graphs: Sequence[Graph], at: Sequence[Mapping[str,
         arrays = [np.asarray(g.constants[name]) for g in graphs]
         if all(a.shape == array.shape and np.array_equal(a, array, equal_nan=True) for a in arrays[1:]):
             continue
-        makers[name] = _filled(name, arrays, dims[name]) or tables.rows_of(name, arrays, at, dims[name]) or \
-            _refuse_constant(name, arrays)  # fmt: skip
+        makers[name] = _filled(name, arrays, dims[name]) or _corner(arrays, dims[name]) or \
+            tables.rows_of(name, arrays, at, dims[name]) or _refuse_constant(name, arrays)  # fmt: skip
     return makers
+
+
+def _corner(arrays: Sequence[np.ndarray], shape: tuple[Polynomial, ...]) -> Generator | None:
+    """The constant as the leading corner of its value at the largest sizes (`arrays[0]`), at every probe: a
+    position table sliced to the sequence (with a constant added: BERT's positions and token types, folded), a
+    causal mask cut to the length."""
+    largest = arrays[0]
+    if not all(a.ndim == largest.ndim and np.array_equal(a, largest[tuple(slice(0, n) for n in a.shape)],
+                                                          equal_nan=True) for a in arrays[1:]):  # fmt: skip
+        return None
+
+    @functools.lru_cache(maxsize=64)  # a server's lengths repeat: each corner copied once
+    def corner(extents: tuple[int, ...]) -> np.ndarray:
+        made = np.ascontiguousarray(largest[tuple(slice(0, n) for n in extents)])
+        made.flags.writeable = False
+        return made
+
+    return lambda sizes: corner(tuple(int(d(sizes)) for d in shape))
 
 
 def _filled(name: str, arrays: Sequence[np.ndarray], shape: tuple[Polynomial, ...]) -> Generator | None:
@@ -412,9 +433,10 @@ class _KernelCodes:
                 elif fixed:
                     self.fixed += 1
                     self.backends.append(backend)
-                elif not backend.native or backend.stateful:
-                    how = "a library call created" if backend.stateful else "run by Python"
-                    raise NotGeneric(f"{backend.name} runs it at one size ({how} for its shapes)")
+                elif not backend.native:
+                    raise NotGeneric(f"{backend.name} runs it at one size (run by Python for its shapes)")
+                elif backend.stateful and any(v in generators for v in kernel.inputs):
+                    raise NotGeneric(f"{backend.name} packs a constant that follows the size once")
                 else:
                     texts = [backend.generic_source(PLACEHOLDER, ks[index]) for ks in at_probe]
                     scratch = [backend.scratch_bytes(ks[index]) for ks in at_probe]
@@ -425,7 +447,7 @@ class _KernelCodes:
                                        tuple(scratch[0]))  # fmt: skip
                     self.generic += not code.source.is_fixed
                     self.fixed += code.source.is_fixed
-                    self.backends.append(GenericKernelBackend(code))
+                    self.backends.append(generic_backend(code))
             except NotGeneric as reason:
                 self.refused[kernel.nodes] = str(reason)
                 self.backends.append(backend)

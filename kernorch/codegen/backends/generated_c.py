@@ -46,9 +46,8 @@ class GeneratedC(Backend):
         return render(name, rewritten(kernel, self.target), self.target)
 
     def generic_source(self, name: str, kernel: CandidateKernel) -> str:
-        # every loop nest with work to share is shared out, at any size: the parallel structure of a kernel a
-        # shape-generic plan runs at many sizes must not change with the size (codegen/generic/unify.py)
-        target = replace(self.target, parallel_min_elements=1)
+        # no structure chosen by a size's value (Target.generic): a shape-generic plan runs it at many sizes
+        target = replace(self.target, generic=True)
         return render(name, rewritten(kernel, target), target)
 
     def task_source(self, name: str, kernel: CandidateKernel) -> tuple[str, tuple[int, ...]] | None:

@@ -16,6 +16,7 @@ from kernorch.codegen.library import (
     Tensor,
     describe_library_call,
     onednn_rejection,
+    render_matmul_at_run_sizes,
     render_onednn_call,
 )
 from kernorch.codegen.loops import NotGeneratable
@@ -34,9 +35,12 @@ class LibraryCallBackend(Backend):
 
     def __init__(self, name: str, family: str, what: str, rejection: Callable[[LibraryCall], str | None],
                  render: Callable[[str, LibraryCall], str], claims: bool = False,
-                 precisions: tuple[str, ...] = ("f32",), runtime_weights: bool = False) -> None:  # fmt: skip
+                 precisions: tuple[str, ...] = ("f32",), runtime_weights: bool = False,
+                 generic_render: Callable[[str, LibraryCall], str] | None = None) -> None:  # fmt: skip
         self.name, self.family, self.what = name, family, what
         self.rejection, self.render_call, self._claims = rejection, render, claims
+        # the form a shape-generic plan unifies across sizes (Backend.generic_source): by default the call as is
+        self.generic_render = generic_render or render
         # whether it reads weights computed at run time: kernorch's own kernels pack theirs once, at create (a
         # direct conv given a graph input's weights computed with whatever the buffer held then)
         self.runtime_weights = runtime_weights
@@ -68,6 +72,9 @@ class LibraryCallBackend(Backend):
     def source(self, name: str, kernel: CandidateKernel) -> str:
         return self.render_call(name, library_call(kernel))
 
+    def generic_source(self, name: str, kernel: CandidateKernel) -> str:
+        return self.generic_render(name, library_call(kernel))
+
     def summary(self, kernel: CandidateKernel) -> str:
         return self.what
 
@@ -82,4 +89,5 @@ def _tensors(call: LibraryCall) -> list[Tensor]:
 
 
 ONEDNN = LibraryCallBackend("onednn", "library call", "oneDNN", onednn_rejection, render_onednn_call, claims=True,
-                            precisions=("f32", "bf16", "int8"), runtime_weights=True)  # fmt: skip
+                            precisions=("f32", "bf16", "int8"), runtime_weights=True,
+                            generic_render=render_matmul_at_run_sizes)  # fmt: skip

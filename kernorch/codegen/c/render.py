@@ -277,7 +277,8 @@ class _Phase:
 
         # the block's row count: a constant unless the rows do not divide into blocks (a loop copying a
         # variable count became `rep movs` in GCC, 20% of a [16384, 32] layer norm)
-        count = "ko_rows" if total % block else str(block)
+        remainder = bool(total % block) or self.target.generic
+        count = "ko_rows" if remainder else str(block)
 
         def each_row(vector: bool) -> list[str]:
             pragma = ["#pragma omp simd reduction(|:err)"] if vector else []
@@ -285,7 +286,7 @@ class _Phase:
             return [*pragma, f"for (int64_t ko_j = 0; ko_j < {count}; ko_j++) {{",
                     "const int64_t ko_r = ko_r0 + ko_j;", *recover, *constant, *slots]  # fmt: skip
 
-        body = [f"const int64_t ko_rows = {total} - ko_r0 < {block} ? {total} - ko_r0 : {block};"] if total % block \
+        body = [f"const int64_t ko_rows = {total} - ko_r0 < {block} ? {total} - ko_r0 : {block};"] if remainder \
             else []  # fmt: skip
         joined: list[RowStep] = []  # sums waiting for the step whose loop they share
         for step in self.phase.steps:

@@ -383,7 +383,8 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
             steps.append(RowStep(lowering.scope, tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                  phase.target if phase.scalar else "", result))  # fmt: skip
         steps, lowering.ops = _sums_of_stored(steps, lowering.ops, lowering.slices)
-        tails = [lanes if _overlaps_its_tail(step, lowering.ops, lowering.slices, lanes) else 0 for step in steps]
+        tails = [lanes if not target.generic and _overlaps_its_tail(step, lowering.ops, lowering.slices, lanes) else 0
+                 for step in steps]  # fmt: skip
         steps = [replace(step, overlapped_tail=tail, independent=_independent(step, lowering.ops, lowering.slices))
                  for step, tail in zip(steps, tails, strict=True)]  # fmt: skip
         across = _summed_across_rows(steps, lowering.ops, rows, row_elements)

@@ -12,6 +12,7 @@ from kernorch.codegen.library.onednn import (
     render_onednn_call,
 )
 from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
+from kernorch.codegen.library.run_sizes import render_matmul_at_run_sizes, runs_at_run_sizes
 
 __all__ = [
     "LibraryCall",
@@ -27,5 +28,7 @@ __all__ = [
     "post_op_loop",
     "post_op_statements",
     "post_ops_rejection",
+    "render_matmul_at_run_sizes",
     "render_onednn_call",
+    "runs_at_run_sizes",
 ]

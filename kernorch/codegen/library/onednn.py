@@ -35,7 +35,7 @@ static dnnl_status_t ko_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *
 }
 """
 
-_ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hardswish": "dnnl_eltwise_hardswish",
+ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hardswish": "dnnl_eltwise_hardswish",
                 "hardsigmoid": "dnnl_eltwise_hardsigmoid", "logistic": "dnnl_eltwise_logistic",
                 "swish": "dnnl_eltwise_swish", "gelu_erf": "dnnl_eltwise_gelu_erf",
                 "gelu_tanh": "dnnl_eltwise_gelu_tanh", "tanh": "dnnl_eltwise_tanh", "exp": "dnnl_eltwise_exp",
@@ -43,7 +43,7 @@ _ELTWISE_ALG = {"relu": "dnnl_eltwise_relu", "clip": "dnnl_eltwise_clip", "hards
                 "soft_relu": "dnnl_eltwise_soft_relu", "mish": "dnnl_eltwise_mish",
                 "linear": "dnnl_eltwise_linear", "pow": "dnnl_eltwise_pow"}  # fmt: skip
 # swish's alpha is the sigmoid's slope (1 for SiLU); soft_relu's alpha too
-_DEFAULT_ALPHA = {"swish": 1.0, "soft_relu": 1.0}
+DEFAULT_ALPHA = {"swish": 1.0, "soft_relu": 1.0}
 
 
 # oneDNN's kernels clamp with max/min in these post-ops, which turns NaN into a number where onnxruntime's Clip,
@@ -62,7 +62,7 @@ def onednn_rejection(call: LibraryCall) -> str | None:
     return reference_rejection(call)
 
 
-def _as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
+def as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
     """The oneDNN post-ops computing `op` as onnxruntime does, NaN included. oneDNN's relu (slope 0) is a max,
     which turns NaN into 0; elu with α = 0 is the same function (its negative side is 0·(eˣ − 1) = −0) and keeps
     NaN (NaN·0), and adding +0 turns its −0 into relu's +0."""
@@ -72,11 +72,11 @@ def _as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
 
 
 def _post_op_positions(call: LibraryCall) -> list[int]:
-    """For each of the call's post-ops, its position among the post-ops oneDNN runs (`_as_onednn` may expand)."""
+    """For each of the call's post-ops, its position among the post-ops oneDNN runs (`as_onednn` may expand)."""
     positions, position = [], 0
     for op, _ in call.post_ops:
         positions.append(position)
-        position += len(_as_onednn(op))
+        position += len(as_onednn(op))
     return positions
 
 
@@ -86,7 +86,7 @@ DNNL_TYPES = {"float32": "dnnl_f32", "bfloat16": "dnnl_bf16", "int8": "dnnl_s8",
 C_ELEMENTS = {"float32": "float", "bfloat16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}
 
 
-def _pointer(tensor: Tensor) -> str:
+def pointer_of(tensor: Tensor) -> str:
     """The tensor's first element: its argument, or an offset into it (a strided view of a slice or split)."""
     element = C_ELEMENTS[tensor.dtype]
     return f"({element} *)a[{tensor.slot}] + {tensor.offset}" if tensor.offset else f"a[{tensor.slot}]"
@@ -206,12 +206,12 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
                 continue
             if i in per_run:
                 j = per_run.index(i)
-                w.line(f"if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {_pointer(tensor)}) != dnnl_success) "
+                w.line(f"if (dnnl_memory_set_data_handle(s->cvt_from[{j}], {pointer_of(tensor)}) != dnnl_success) "
                        "return 1;",
                        f"if (dnnl_primitive_execute(s->cvt[{j}], stream, 2, s->cvt_args[{j}]) != dnnl_success) "
                        "return 1;")  # fmt: skip
             elif not packed:
-                w.line(f"if (dnnl_memory_set_data_handle(s->mem[{i}], {_pointer(tensor)}) != dnnl_success) return 1;")
+                w.line(f"if (dnnl_memory_set_data_handle(s->mem[{i}], {pointer_of(tensor)}) != dnnl_success) return 1;")
         w.line(f"return dnnl_primitive_execute(s->prim, stream, {count}, s->args) != dnnl_success;")
     return w.text(end="\n")
 
@@ -259,11 +259,11 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
     if call.src_zero is not None:
         w.line("KO_CHECK(dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_SRC, 0));")
     binary_index = 3 + (call.bias is not None)
-    for op in (expanded for given, _ in call.post_ops for expanded in _as_onednn(given)):
+    for op in (expanded for given, _ in call.post_ops for expanded in as_onednn(given)):
         if isinstance(op, Eltwise):
-            alpha = c_literal(op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
+            alpha = c_literal(op.alpha or DEFAULT_ALPHA.get(op.alg, 0.0), "float32")
             beta = c_literal(op.beta, "float32")
-            w.line(f"KO_CHECK(dnnl_post_ops_append_eltwise(ops, {_ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
+            w.line(f"KO_CHECK(dnnl_post_ops_append_eltwise(ops, {ELTWISE_ALG[op.alg]}, {alpha}, {beta}));")
         else:
             w.line(f"KO_CHECK(dnnl_post_ops_append_binary(ops, dnnl_binary_{op.alg}, md[{binary_index}]));")
             binary_index += 1
@@ -290,7 +290,7 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
     if call.weights.constant:
         with w.block(""):
             w.line("const_dnnl_memory_desc_t chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);",
-                   f"KO_CHECK(dnnl_memory_create(&user, md[1], engine, {_pointer(call.weights)}));")
+                   f"KO_CHECK(dnnl_memory_create(&user, md[1], engine, {pointer_of(call.weights)}));")
             with w.block("if (dnnl_memory_desc_equal(chosen, md[1]))", end="} else {"):
                 w.line("s->mem[1] = user; user = NULL;")
             with w.indented():
@@ -496,10 +496,10 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
         api.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(attr)))
         api.check(dnnl.dnnl_post_ops_create(ctypes.byref(ops)))
         for given, operand in call.post_ops:
-            for op in _as_onednn(given):
+            for op in as_onednn(given):
                 if isinstance(op, Eltwise):
-                    alpha = op.alpha or _DEFAULT_ALPHA.get(op.alg, 0.0)
-                    api.check(dnnl.dnnl_post_ops_append_eltwise(ops, api.enum[_ELTWISE_ALG[op.alg]], alpha, op.beta))
+                    alpha = op.alpha or DEFAULT_ALPHA.get(op.alg, 0.0)
+                    api.check(dnnl.dnnl_post_ops_append_eltwise(ops, api.enum[ELTWISE_ALG[op.alg]], alpha, op.beta))
                 else:
                     assert isinstance(op, Binary) and operand is not None
                     api.check(dnnl.dnnl_post_ops_append_binary(ops, api.enum[f"dnnl_binary_{op.alg}"],
