@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
-from kernorch.codegen.generic import NotGeneric
+from kernorch.codegen.generic import GenericKernelBackend, NotGeneric
 from kernorch.devtools.mutate import here
 from kernorch.errors import KernorchError
 from kernorch.options import Options
@@ -120,6 +120,41 @@ def test_calls_from_many_threads_at_once_each_get_their_own_sizes(step: tuple[by
         assert all(pool.map(call, sizes))
 
 
+def _linear_rows() -> bytes:
+    """relu(x · W + b) over a sequence of rows, then each row's sum: the matmul's rows follow the size (a library
+    call created once with rows known only when it runs), its bias and activation fused into it."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["product"]), helper.make_node("Add", ["product", "b"], ["biased"]),
+             helper.make_node("Relu", ["biased"], ["y"]),
+             helper.make_node("ReduceSum", ["y", "last"], ["sums"], keepdims=0)]  # fmt: skip
+    graph = helper.make_graph(nodes, "linear_rows",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence", 96])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "sequence", 128]),
+                               helper.make_tensor_value_info("sums", TensorProto.FLOAT, [1, "sequence"])],
+                              [numpy_helper.from_array(rng.standard_normal((96, 128)).astype(np.float32), "w"),
+                               numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b"),
+                               numpy_helper.from_array(np.array([2], np.int64), "last")])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_a_library_call_whose_rows_follow_the_size_runs_at_every_size() -> None:
+    """oneDNN's matmul created once with its rows known only when it runs (codegen/library/run_sizes.py): at 1,
+    2, 3, odd, prime and the range's edges, in an order that changes the rows between calls, as onnxruntime."""
+    model = _linear_rows()
+    compiled = kernorch.compile(model, cost="analytic", ranges=["sequence=1..64"])
+    assert isinstance(compiled, dynamic.DynamicModel)
+    (plan,) = compiled.generic_plans
+    assert any(backend.stateful and isinstance(backend, GenericKernelBackend) for backend in plan.executor.backends)
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    for rows in (64, 1, 2, 3, 2, 37, 61, 63, 64, 17):
+        x = rng.standard_normal((1, rows, 96)).astype(np.float32)
+        want = session.run(["y", "sums"], {"x": x})
+        got = compiled.run({"x": x})
+        np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got["sums"], want[1], rtol=1e-5, atol=1e-3)
+
+
 def _mean_over_sequence() -> bytes:
     """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
@@ -195,6 +230,9 @@ MUTANTS = [
          file="kernorch/runtime/generic.py"),
     here("generic: a range's shape not served by its plan",
          "if generic.size_range.contains(values):", "if False:", file="kernorch/shapes/dynamic.py"),
+    here("generic: a matmul's rows fixed when it is created",
+         "return \", \".join([RUNTIME] * (len(values) - 1) + [str(values[-1])])",
+         "return \", \".join(str(v) for v in values)", file="kernorch/codegen/library/run_sizes.py"),
     here("generic: probes without the consecutive pair",
          "sizes = [high, high - 1, low,", "sizes = [high, high - 2, low,", file="kernorch/shapes/generic.py"),
     here("generic: a constant that differs between probes taken as fixed",

@@ -1,0 +1,157 @@
+"""Requests of varying length as a server sees them, from a cold start: kernorch against onnxruntime (and OpenVINO)
+on a model with a symbolic sequence dim (bench/dynamic/export.py writes bert_mini with one).
+
+    .venv/bin/python bench/varying_length.py MODEL.onnx [--dim sequence] [--lengths 8..200] [--requests 24]
+                                           [--threads 2] [--contenders ...] [--json OUT.json]
+
+`requests` lengths drawn (seeded) from the range, 23 distinct among 24 by default, every other symbolic dim 1.
+Each contender runs in a process of its own, one after the other: it prepares the model (kernorch.compile with the
+range: one shape-generic plan; `kernorch-serve` without it: each new length served by onnxruntime, planned once
+called again and again; onnxruntime's and OpenVINO's session creation — reported, not counted), then runs the
+requests twice: the first pass is what the first requests cost, the second the steady state. Reported: each
+pass's total, per-request percentiles, and the largest relative difference from onnxruntime's outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+CONTENDERS = ("kernorch", "kernorch-serve", "onnxruntime", "openvino")
+
+
+def _inputs(model: Path) -> dict[str, tuple[list[int | str], int]]:
+    """Each input's dims (a symbolic one by name) and ONNX element type."""
+    graph = onnx.load(str(model), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    return {i.name: ([d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
+            for i in graph.input if i.name not in initializers}  # fmt: skip
+
+
+def requests(model: Path, dim: str, low: int, high: int, count: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(low, high + 1, count)
+    lengths[-1] = lengths[0]  # one length repeats: 23 distinct among 24
+    made = []
+    for length in lengths:
+        feeds = {}
+        for name, (dims, kind) in _inputs(model).items():
+            shape = tuple(int(length) if d == dim else (1 if isinstance(d, str) else d) for d in dims)
+            if kind == onnx.TensorProto.INT64:
+                feeds[name] = rng.integers(0, 1000, shape).astype(np.int64)
+            else:
+                feeds[name] = rng.standard_normal(shape).astype(np.float32)
+        made.append(feeds)
+    return made
+
+
+def _runner(name: str, model: Path, threads: int, dim: str, low: int, high: int) -> Any:
+    if name in ("kernorch", "kernorch-serve"):
+        import kernorch
+
+        fixed = [d for dims, _ in _inputs(model).values() for d in dims if isinstance(d, str) and d and d != dim]
+        spec = ",".join([*(f"{d}=1" for d in dict.fromkeys(fixed)), f"{dim}={low}..{high}"])
+        compiled = kernorch.compile(str(model), threads=threads, ranges=[spec] if name == "kernorch" else [])
+        if name == "kernorch" and not compiled.generic_plans:
+            raise SystemExit(f"no generic plan: {compiled.range_refusals}")
+        return lambda feeds: list(compiled.run(feeds).values())
+    if name == "onnxruntime":
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        return lambda feeds: session.run(None, feeds)
+    import openvino
+
+    compiled_ov = openvino.Core().compile_model(str(model), "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                                    "INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
+    request = compiled_ov.create_infer_request()
+    return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
+
+
+def worker(name: str, model: Path, threads: int, dim: str, low: int, high: int, count: int) -> dict[str, Any]:
+    calls = requests(model, dim, low, high, count)
+    started = time.perf_counter()
+    run = _runner(name, model, threads, dim, low, high)
+    prepared = time.perf_counter() - started
+    passes = []
+    for _ in range(2):
+        times, outputs = [], []
+        for feeds in calls:
+            started = time.perf_counter()
+            result = run(feeds)
+            times.append((time.perf_counter() - started) * 1e3)
+            outputs.append(np.asarray(result[0]))
+        passes.append(times)
+    path = Path(os.environ.get("KO_VARYING_OUT", "/tmp")) / f"varying-{name}.npz"
+    np.savez(path, *outputs)
+    return {"prepare_s": prepared, "first_ms": passes[0], "steady_ms": passes[1], "outputs": str(path)}
+
+
+def _percentiles(times: list[float]) -> str:
+    p50, p90, p99 = np.percentile(times, [50, 90, 99])
+    return f"{p50:.3f} / {p90:.3f} / {p99:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--dim", default="sequence", help="the symbolic dim that varies (default sequence)")
+    parser.add_argument("--lengths", default="8..200", help="its range, LOW..HIGH (default 8..200)")
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    low, high = (int(v) for v in args.lengths.split(".."))
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.model, args.threads, args.dim, low, high, args.requests)))
+        return 0
+    results: dict[str, Any] = {}
+    for name in args.contenders.split(","):
+        command = [sys.executable, __file__, str(args.model), "--worker", name, "--dim", args.dim, "--lengths",
+                   args.lengths, "--requests", str(args.requests), "--threads", str(args.threads)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+        if done.returncode:
+            results[name] = {"error": (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[-1]}
+            continue
+        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    reference = results.get("onnxruntime", {}).get("outputs")
+    want = list(np.load(reference).values()) if reference else None
+    print(f"{args.model.name}: {args.requests} requests, {args.dim} in {args.lengths}; {args.threads} threads; "
+          f"{platform.processor() or platform.machine()}")  # fmt: skip
+    print("| contender | prepare s | first pass ms | steady pass ms | first pass per request p50/p90/p99 ms "
+          "| steady per request p50/p90/p99 ms | rel. err vs onnxruntime |")
+    print("|---|---|---|---|---|---|---|")
+    for name, result in results.items():
+        if "error" in result:
+            print(f"| {name} | failed: {result['error'][:150]} ||||||")
+            continue
+        error = "—"
+        if want is not None:
+            got = list(np.load(result["outputs"]).values())
+            worst = max(float(np.abs(g - w).max() / max(1.0, np.abs(w).max())) for g, w in zip(got, want, strict=True))
+            error = f"{worst:.1e}"
+        first, steady = result["first_ms"], result["steady_ms"]
+        print(f"| {name} | {result['prepare_s']:.2f} | {sum(first):.1f} | {sum(steady):.1f} | {_percentiles(first)} | "
+              f"{_percentiles(steady)} | {error} |")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(args.model), "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
