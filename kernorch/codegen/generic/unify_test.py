@@ -160,6 +160,6 @@ MUTANTS = [
          "if _FIXED_LINE.match(line) or _ARRAY_DECLARATION.search(line):",
          "if _ARRAY_DECLARATION.search(line):", file="kernorch/codegen/generic/unify.py"),
     here("generic: the size array passed in the wrong place",
-         'f"    moved[{buffers}] = args[{code.inputs}];",', 'f"    moved[{buffers}] = args[0];",',
+         'f"moved[{buffers}] = {arguments}[{self.inputs}];"]', 'f"moved[{buffers}] = {arguments}[0];"]',
          file="kernorch/codegen/generic/backend.py"),
 ]  # fmt: skip
