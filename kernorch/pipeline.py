@@ -167,17 +167,31 @@ def _orchestrate_in_layout(graph: Graph, policy: str, options: Options, cost_mod
     return result
 
 
-def generic_stages(graph: Graph, options: Options) -> Graph:
+def generic_stages(graph: Graph, options: Options, layout: str | None = None) -> Graph:
     """The stages between fission and orchestration as a shape-generic plan runs them (shapes/generic.py): what
     they decide must follow from the graph's structure, the same at every size of a range, so the graphs at the
     range's probe sizes line up primitive by primitive. The safe rewrite rules only (the cost-guided search
-    judges sizes), layouts priced by the analytic model, float32."""
+    judges sizes), layouts by `layout` (`generic_layout` decides it once for the range) priced by the analytic
+    model, float32."""
     analytic = make_cost_model(options.with_(cost="analytic"))
     graph, _ = rewrite(graph)
-    laid_out, layout_report = choose_layouts(graph, analytic, options.layout)
+    laid_out, layout_report = choose_layouts(graph, analytic, layout or options.layout)
     if layout_report.channels_last_convs:
         laid_out, _ = rewrite(laid_out)
     return laid_out
+
+
+def generic_layout(graph: Graph, options: Options) -> str:
+    """The layout policy of a range's generic plan, decided once at its largest sizes: the options', or for "auto"
+    the cheaper of the 0-1 program's assignment and channels-last everywhere by their analytic orchestrated plans
+    (as `plan_graph` decides, with measured costs, for one shape). Channels-last everywhere is then the same
+    at every size; the 0-1 program's assignment is checked to be, by the probes' graphs lining up."""
+    if options.layout != "auto" or not any(node.prim == "conv" for node in graph.nodes):
+        return options.layout
+    analytic = make_cost_model(options.with_(cost="analytic"))
+    costs = {policy: orchestrate(generic_stages(graph, options, policy), analytic, options.limits).plan.cost
+             for policy in ("auto", "channels-last")}  # fmt: skip
+    return min(costs, key=lambda policy: (costs[policy], policy != "channels-last"))
 
 
 class ExcludedKernels:

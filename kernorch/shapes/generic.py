@@ -5,7 +5,8 @@ steps). The plan is built at a few probe sizes of the range (`probe_sizes`) and 
 the pipeline makes of the model is the same program at all of them:
 
 1. **The graph.** The model is imported and fissioned at each probe and put through the stages that decide
-   from structure alone (pipeline.generic_stages: safe rewrites, analytic layouts, float32); the graphs must
+   from structure alone (pipeline.generic_stages: safe rewrites, analytic layouts under one policy decided at the
+   largest sizes by pipeline.generic_layout, float32); the graphs must
    match primitive by primitive. Each value's dims, each view's offset are then integer polynomials of the sizes
    (codegen/generic/polynomial.py), and each value's size at any size of the range is at most its size at the
    largest (the plan is laid out for those: runtime/generic.py).
@@ -39,7 +40,7 @@ from functools import cached_property
 import numpy as np
 from onnx import numpy_helper
 
-from kernorch.codegen.backends import Backend, choose_backend, plan_views
+from kernorch.codegen.backends import Backend, choose_backend, plan_views, registered
 from kernorch.codegen.generic import (
     PLACEHOLDER,
     GenericCode,
@@ -57,7 +58,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.types import TensorType
 from kernorch.options import Options, parse_size_range
-from kernorch.pipeline import generic_stages, import_graph, make_cost_model, orchestrate_generic
+from kernorch.pipeline import generic_layout, generic_stages, import_graph, make_cost_model, orchestrate_generic
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.generic import SIZES_INPUT, Generator, GenericExecutor, GenericLayout
 
@@ -199,13 +200,16 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
     probes = probe_sizes(size_range)
     varying = size_range.varying
     at = [{name: probe[name] for name in varying} for probe in probes]  # what the polynomials are fitted to
-    graphs = []
+    graphs: list[Graph] = []
+    layout = options.layout
     for index, probe in enumerate(probes):
         with warnings.catch_warnings():
             if index:  # a fallback is reported once, for the largest sizes
                 warnings.simplefilter("ignore")
-            graphs.append(generic_stages(import_graph(model, dict(shapes_for(signature, probe)), options.strict),
-                                         options))  # fmt: skip
+            imported = import_graph(model, dict(shapes_for(signature, probe)), options.strict)
+        if not index:
+            layout = generic_layout(imported, options)
+        graphs.append(generic_stages(imported, options, layout))
     largest = graphs[0]
     _same_structure(graphs, probes)
     dims = _dims(graphs, at)
@@ -438,19 +442,38 @@ class _KernelCodes:
                 elif backend.stateful and any(v in generators for v in kernel.inputs):
                     raise NotGeneric(f"{backend.name} packs a constant that follows the size once")
                 else:
-                    texts = [backend.generic_source(PLACEHOLDER, ks[index]) for ks in at_probe]
-                    scratch = [backend.scratch_bytes(ks[index]) for ks in at_probe]
-                    if any(len(s) != len(scratch[0]) or any(x > y for x, y in zip(s, scratch[0], strict=True))
-                           for s in scratch):  # fmt: skip
-                        raise NotGeneric("its scratch is not largest at the largest sizes")
-                    code = GenericCode(backend, unify(texts, at, sizes), len(kernel.inputs), len(kernel.outputs),
-                                       tuple(scratch[0]))  # fmt: skip
+                    code = _unified(kernel, [ks[index] for ks in at_probe], at, sizes, backend)
                     self.generic += not code.source.is_fixed
                     self.fixed += code.source.is_fixed
                     self.backends.append(generic_backend(code))
             except NotGeneric as reason:
                 self.refused[kernel.nodes] = str(reason)
                 self.backends.append(backend)
+
+
+def _unified(kernel: CandidateKernel, at_probe: Sequence[CandidateKernel], at: Sequence[Mapping[str, int]],
+             sizes: tuple[str, ...], chosen: Backend) -> GenericCode:  # fmt: skip
+    """The kernel's code unified across the probes: by the backend the plan chose, else by the first backend
+    after it, in the registry's order, that runs the kernel at every probe and whose code unifies (a native
+    product over few rows keeps per-row tables: oneDNN's matmul takes its rows at run time)."""
+    order = [b for b in registered() if b.native and b.runs_code]
+    candidates = [chosen, *order[order.index(chosen) + 1:]] if chosen in order else [chosen]
+    first: NotGeneric | None = None
+    for backend in candidates:
+        if backend is not chosen and not all(backend.applies(k).runs for k in at_probe):
+            continue
+        try:
+            texts = [backend.generic_source(PLACEHOLDER, k) for k in at_probe]
+            scratch = [backend.scratch_bytes(k) for k in at_probe]
+            if any(len(s) != len(scratch[0]) or any(x > y for x, y in zip(s, scratch[0], strict=True))
+                   for s in scratch):  # fmt: skip
+                raise NotGeneric("its scratch is not largest at the largest sizes")
+            return GenericCode(backend, unify(texts, at, sizes), len(kernel.inputs), len(kernel.outputs),
+                               tuple(scratch[0]))  # fmt: skip
+        except NotGeneric as reason:
+            first = first or reason
+    assert first is not None
+    raise first
 
 
 def _backend(kernel: CandidateKernel) -> Backend:

@@ -155,6 +155,45 @@ def test_a_library_call_whose_rows_follow_the_size_runs_at_every_size() -> None:
         np.testing.assert_allclose(got["sums"], want[1], rtol=1e-5, atol=1e-3)
 
 
+def _small_cnn() -> bytes:
+    """A residual block over a symbolic batch: conv 3x3 + relu, conv 3x3 added to its input, global average pool,
+    a linear layer: the convolutions are created for one image and run per image of the call."""
+    rng = np.random.default_rng(9)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["s"]), helper.make_node("Relu", ["s"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]), helper.make_node("Flatten", ["g"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "w3", "b3"], ["y"], transB=1)]  # fmt: skip
+    graph = helper.make_graph(nodes, "small_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])],
+                              [weight("w1", 16, 8, 3, 3), weight("b1", 16), weight("w2", 16, 16, 3, 3),
+                               weight("b2", 16), weight("w3", 10, 16), weight("b3", 10)])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_convolutions_over_a_batch_known_only_when_they_run(layout: str) -> None:
+    """The batch of a CNN as a range: its convolutions created for one image and run per image
+    (codegen/library/run_sizes.py), the pool and the linear layer generic; batches 1, 2, 3, 5, 7 and the range's
+    edges, in an order that changes the batch between calls, as onnxruntime computes them."""
+    model = _small_cnn()
+    compiled = kernorch.compile(model, cost="analytic", ranges=["batch=1..16"], layout=layout)
+    assert isinstance(compiled, dynamic.DynamicModel)
+    (plan,) = compiled.generic_plans
+    assert plan.generic_kernels >= 3, compiled.describe()
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for batch in (16, 1, 2, 3, 5, 2, 7, 15, 8):
+        x = rng.standard_normal((batch, 8, 20, 20)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(["y"], {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
 def _mean_over_sequence() -> bytes:
     """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
@@ -233,6 +272,10 @@ MUTANTS = [
     here("generic: a matmul's rows fixed when it is created",
          "return \", \".join([RUNTIME] * (len(values) - 1) + [str(values[-1])])",
          "return \", \".join(str(v) for v in values)", file="kernorch/codegen/library/run_sizes.py"),
+    here("generic: every image of a batch read from the first",
+         'w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {steps[slot]};" for slot in slots),',
+         'w.line(*(f"image[{slot}] = (char *)a[{slot}];" for slot in slots),',
+         file="kernorch/codegen/library/run_sizes.py"),
     here("generic: probes without the consecutive pair",
          "sizes = [high, high - 1, low,", "sizes = [high, high - 2, low,", file="kernorch/shapes/generic.py"),
     here("generic: a constant that differs between probes taken as fixed",

@@ -14,10 +14,12 @@ from kernorch.codegen.gir import remembered
 from kernorch.codegen.library import (
     LibraryCall,
     Tensor,
+    batched,
     describe_library_call,
     onednn_rejection,
     render_matmul_at_run_sizes,
     render_onednn_call,
+    render_per_image,
 )
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.ir.kernel import CandidateKernel
@@ -73,7 +75,10 @@ class LibraryCallBackend(Backend):
         return self.render_call(name, library_call(kernel))
 
     def generic_source(self, name: str, kernel: CandidateKernel) -> str:
-        return self.generic_render(name, library_call(kernel))
+        call = library_call(kernel)
+        if batched(call):  # a convolution over images: created for one, run per image (library/run_sizes.py)
+            return render_per_image(name, call, self.render_call)
+        return self.generic_render(name, call)
 
     def summary(self, kernel: CandidateKernel) -> str:
         return self.what

@@ -12,7 +12,7 @@ from kernorch.codegen.library.onednn import (
     render_onednn_call,
 )
 from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
-from kernorch.codegen.library.run_sizes import render_matmul_at_run_sizes, runs_at_run_sizes
+from kernorch.codegen.library.run_sizes import batched, render_matmul_at_run_sizes, render_per_image, runs_at_run_sizes
 
 __all__ = [
     "LibraryCall",
@@ -20,6 +20,7 @@ __all__ = [
     "ONEDNN_PRELUDE",
     "Tensor",
     "absorbed_summary",
+    "batched",
     "binary_operands",
     "converted_operands",
     "describe_library_call",
@@ -30,5 +31,6 @@ __all__ = [
     "post_ops_rejection",
     "render_matmul_at_run_sizes",
     "render_onednn_call",
+    "render_per_image",
     "runs_at_run_sizes",
 ]

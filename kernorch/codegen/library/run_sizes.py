@@ -1,5 +1,7 @@
-"""A float32 matmul whose rows are known only when it runs: the form a shape-generic plan gives a oneDNN call
+"""Library calls whose sizes are known only when they run: the forms a shape-generic plan gives them
 (codegen/generic/: the kernel rendered at several sizes, its size-dependent literals made expressions).
+
+**A float32 matmul with run-time rows** (`render_matmul_at_run_sizes`).
 
 The primitive is created once, when the plan is created, with its source's and destination's dims and strides
 run-time (DNNL_RUNTIME_DIM_VAL) but for the last of each — the rows (and any batch) follow the sizes, the inner
@@ -12,9 +14,20 @@ brgemm). Its scratchpad is the library's own (a user scratchpad is sized when th
 Only what this form can say: a float32 matmul with constant weights, a bias and eltwise post-ops; anything else
 (a binary post-op's operand, scales, zero points, bfloat16) renders as the specialised call, which unifies only
 where the sizes do not reach it.
+
+**A convolution over a batch of images** (`render_per_image`): any library call's backend (oneDNN, kernorch's own
+convolutions) created for one image, run once per image of the call with every batched buffer advanced by its
+image's stride; the batch is the only literal of the run that follows the sizes. Images are independent in a
+convolution, so this is the batched call's result; oneDNN cannot make one convolution primitive for a batch
+known only at run time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
 
 from kernorch.codegen.c import CWriter, c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
@@ -129,3 +142,45 @@ def _create(w: CWriter, name: str, call: LibraryCall, count: int) -> None:
            "if (reorder) dnnl_primitive_destroy(reorder);", "if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);",
            "if (pd) dnnl_primitive_desc_destroy(pd);", "if (ops) dnnl_post_ops_destroy(ops);",
            "if (attr) dnnl_primitive_attr_destroy(attr);", f"if (!ok) {{ {name}_destroy(s); return NULL; }}")
+
+
+def batched(call: LibraryCall) -> list[Tensor]:
+    """The call's tensors with the batch on their first axis: the source's batch (more than one image), the
+    destination, a binary post-op's operand of as many images (a broadcast one has one)."""
+    images = call.src.dims[0] if call.src.dims else 1
+    if call.op not in ("convolution", "deconvolution") or images < 2 or call.dst.dims[0] != images:
+        return []
+    operands = [t for _, t in call.post_ops if t is not None and t.dims and t.dims[0] == images]
+    return [call.src, call.dst, *operands]
+
+
+def render_per_image(name: str, call: LibraryCall, render: Callable[[str, LibraryCall], str]) -> str:
+    """The convolution `call` as `render` makes it for one image, run per image (module doc); the specialised
+    call where it has no batch of images."""
+    tensors = batched(call)
+    if not tensors:
+        return render(name, call)
+    images = call.src.dims[0]
+    one = {id(t): replace(t, dims=(1, *t.dims[1:])) for t in tensors}
+    single = replace(call, src=one[id(call.src)], dst=one[id(call.dst)],
+                     post_ops=tuple((op, one.get(id(t), t) if t is not None else None) for op, t in call.post_ops))
+    slots = sorted({t.slot for t in tensors})
+    steps = {t.slot: t.strides[0] * int(np.dtype(_NUMPY[t.dtype]).itemsize) for t in tensors}
+    arguments = 1 + max(t.slot for t in (call.src, call.weights, call.dst, *(x for _, x in call.post_ops if x),
+                                        *(x for x in (call.bias, call.scales, call.src_zero) if x)))  # fmt: skip
+    w = CWriter()
+    w.line(render(f"{name}_image", single))
+    w.line(f"static void {name}_destroy(void *state) {{ {name}_image_destroy(state); }}",
+           f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a) "
+           f"{{ return {name}_image_create(engine, stream, a); }}")  # fmt: skip
+    with w.function(f"static int {name}_run(void *state, dnnl_stream_t stream, void **a)", returns=None):
+        w.line(f"void *image[{arguments}];", f"for (int i = 0; i < {arguments}; i++) image[i] = a[i];",
+               f"const int64_t images = {images};")  # fmt: skip
+        with w.block("for (int64_t n = 0; n < images; n++)"):
+            w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {steps[slot]};" for slot in slots),
+                   f"if ({name}_image_run(state, stream, image)) return 1;")  # fmt: skip
+        w.line("return 0;")
+    return w.text(end="\n")
+
+
+_NUMPY = {"float32": "float32", "bfloat16": "uint16", "int8": "int8", "uint8": "uint8", "int32": "int32"}
