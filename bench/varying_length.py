@@ -2,9 +2,11 @@
 on a model with a symbolic sequence dim (bench/dynamic/export.py writes bert_mini with one).
 
     .venv/bin/python bench/varying_length.py MODEL.onnx [--dim sequence] [--lengths 8..200] [--requests 24]
-                                           [--threads 2] [--contenders ...] [--json OUT.json]
+                                           [--fixed height=224,width=224] [--threads 2] [--contenders ...]
+                                           [--json OUT.json]
 
-`requests` lengths drawn (seeded) from the range, 23 distinct among 24 by default, every other symbolic dim 1.
+`requests` lengths drawn (seeded) from the range, 23 distinct among 24 by default, every other symbolic dim 1 or
+its `--fixed` size (a CNN's batch varying at 224x224: `--dim batch --lengths 1..32 --fixed height=224,width=224`).
 Each contender runs in a process of its own, one after the other: it prepares the model (kernorch.compile with the
 range: one shape-generic plan; `kernorch-serve` without it: each new length served by onnxruntime, planned once
 called again and again; onnxruntime's and OpenVINO's session creation — reported, not counted), then runs the
@@ -38,7 +40,8 @@ def _inputs(model: Path) -> dict[str, tuple[list[int | str], int]]:
             for i in graph.input if i.name not in initializers}  # fmt: skip
 
 
-def requests(model: Path, dim: str, low: int, high: int, count: int) -> list[dict[str, np.ndarray]]:
+def requests(model: Path, dim: str, low: int, high: int, count: int,
+             fixed: dict[str, int]) -> list[dict[str, np.ndarray]]:  # fmt: skip
     rng = np.random.default_rng(0)
     lengths = rng.integers(low, high + 1, count)
     lengths[-1] = lengths[0]  # one length repeats: 23 distinct among 24
@@ -46,7 +49,7 @@ def requests(model: Path, dim: str, low: int, high: int, count: int) -> list[dic
     for length in lengths:
         feeds = {}
         for name, (dims, kind) in _inputs(model).items():
-            shape = tuple(int(length) if d == dim else (1 if isinstance(d, str) else d) for d in dims)
+            shape = tuple(int(length) if d == dim else (fixed.get(d, 1) if isinstance(d, str) else d) for d in dims)
             if kind == onnx.TensorProto.INT64:
                 feeds[name] = rng.integers(0, 1000, shape).astype(np.int64)
             else:
@@ -55,12 +58,12 @@ def requests(model: Path, dim: str, low: int, high: int, count: int) -> list[dic
     return made
 
 
-def _runner(name: str, model: Path, threads: int, dim: str, low: int, high: int) -> Any:
+def _runner(name: str, model: Path, threads: int, dim: str, low: int, high: int, fixed: dict[str, int]) -> Any:
     if name in ("kernorch", "kernorch-serve"):
         import kernorch
 
-        fixed = [d for dims, _ in _inputs(model).values() for d in dims if isinstance(d, str) and d and d != dim]
-        spec = ",".join([*(f"{d}=1" for d in dict.fromkeys(fixed)), f"{dim}={low}..{high}"])
+        others = [d for dims, _ in _inputs(model).values() for d in dims if isinstance(d, str) and d and d != dim]
+        spec = ",".join([*(f"{d}={fixed.get(d, 1)}" for d in dict.fromkeys(others)), f"{dim}={low}..{high}"])
         compiled = kernorch.compile(str(model), threads=threads, ranges=[spec] if name == "kernorch" else [])
         if name == "kernorch" and not compiled.generic_plans:
             raise SystemExit(f"no generic plan: {compiled.range_refusals}")
@@ -81,10 +84,11 @@ def _runner(name: str, model: Path, threads: int, dim: str, low: int, high: int)
     return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
 
 
-def worker(name: str, model: Path, threads: int, dim: str, low: int, high: int, count: int) -> dict[str, Any]:
-    calls = requests(model, dim, low, high, count)
+def worker(name: str, model: Path, threads: int, dim: str, low: int, high: int, count: int,
+           fixed: dict[str, int]) -> dict[str, Any]:  # fmt: skip
+    calls = requests(model, dim, low, high, count, fixed)
     started = time.perf_counter()
-    run = _runner(name, model, threads, dim, low, high)
+    run = _runner(name, model, threads, dim, low, high, fixed)
     prepared = time.perf_counter() - started
     passes = []
     for _ in range(2):
@@ -111,19 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", default="sequence", help="the symbolic dim that varies (default sequence)")
     parser.add_argument("--lengths", default="8..200", help="its range, LOW..HIGH (default 8..200)")
     parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--fixed", default="", help="other symbolic dims' sizes, NAME=SIZE,... (default 1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     low, high = (int(v) for v in args.lengths.split(".."))
+    fixed = {name: int(size) for name, _, size in (part.partition("=") for part in args.fixed.split(",") if part)}
     if args.worker:
-        print(json.dumps(worker(args.worker, args.model, args.threads, args.dim, low, high, args.requests)))
+        print(json.dumps(worker(args.worker, args.model, args.threads, args.dim, low, high, args.requests, fixed)))
         return 0
     results: dict[str, Any] = {}
     for name in args.contenders.split(","):
         command = [sys.executable, __file__, str(args.model), "--worker", name, "--dim", args.dim, "--lengths",
-                   args.lengths, "--requests", str(args.requests), "--threads", str(args.threads)]  # fmt: skip
+                   args.lengths, "--requests", str(args.requests), "--threads", str(args.threads), "--fixed",
+                   args.fixed]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
         if done.returncode:
             results[name] = {"error": (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[-1]}
@@ -131,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
     reference = results.get("onnxruntime", {}).get("outputs")
     want = list(np.load(reference).values()) if reference else None
-    print(f"{args.model.name}: {args.requests} requests, {args.dim} in {args.lengths}; {args.threads} threads; "
+    print(f"{args.model.name}: {args.requests} requests, {args.dim} in {args.lengths} {args.fixed}; "
+          f"{args.threads} threads; "
           f"{platform.processor() or platform.machine()}")  # fmt: skip
     print("| contender | prepare s | first pass ms | steady pass ms | first pass per request p50/p90/p99 ms "
           "| steady per request p50/p90/p99 ms | rel. err vs onnxruntime |")

@@ -72,7 +72,14 @@ from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
-from kernorch.shapes.generic import GenericPlan, NotGeneric, SizeRange, build_generic_plan
+from kernorch.shapes.generic import (
+    GenericPlan,
+    NotGeneric,
+    SavedKernels,
+    SizeRange,
+    build_generic_plan,
+    saved_kernels_from_json,
+)
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 from kernorch.shapes.serving import GenericServer, HotShapes, onnxruntime_available
 from kernorch.signing import private_dir, sign, signed
@@ -243,9 +250,11 @@ class DynamicModel:
         self.prepare_ranges()
         return self
 
-    def prepare_ranges(self) -> None:
+    def prepare_ranges(self, saved: Mapping[str, SavedKernels] | None = None) -> None:
         """A generic plan for each range of options.ranges not planned yet (shapes/generic.py): checked against
-        onnxruntime before it serves; a range without one is logged with the reason and served as before."""
+        onnxruntime before it serves; a range without one is logged with the reason and served as before.
+        `saved`: range -> the kernels a saved family recorded for it, used instead of orchestrating (their code
+        regenerated and checked; refused ones are planned again)."""
         made = {plan.size_range for plan in self.generic_plans}
         for bounds in self.options.ranges:
             size_range = SizeRange(bounds)
@@ -256,14 +265,24 @@ class DynamicModel:
                 if not onnxruntime_available():
                     raise NotGeneric("onnxruntime is needed to check it")
                 self._generic.prepare()
-                plan = build_generic_plan(self.model_bytes, self.signature, size_range, plan_options(self.options),
-                                          self._generic.run)  # fmt: skip
+                plan = self._generic_plan(size_range, (saved or {}).get(size_range.describe()))
             except KernorchError as reason:  # NotGeneric, or a kernel that failed to compile or run: served as before
                 self.range_refusals[size_range.describe()] = str(reason)
                 LOGGER.warning("kernorch: no generic plan for [%s]: %s; its shapes are served as other new shapes",
                                size_range.describe(), reason)  # fmt: skip
                 continue
             self.generic_plans.append(plan)
+
+    def _generic_plan(self, size_range: SizeRange, saved: SavedKernels | None) -> GenericPlan:
+        options = plan_options(self.options)
+        if saved is not None:
+            try:
+                return build_generic_plan(self.model_bytes, self.signature, size_range, options, self._generic.run,
+                                          saved)  # fmt: skip
+            except NotGeneric as reason:  # saved data is untrusted: planned again, and the log says why
+                LOGGER.warning("kernorch: the saved plan of [%s] is refused (%s); planning it again",
+                               size_range.describe(), reason)  # fmt: skip
+        return build_generic_plan(self.model_bytes, self.signature, size_range, options, self._generic.run)
 
     def load_server(self) -> DynamicModel:
         """Load onnxruntime's session that serves shape sets without a plan, where new shapes are served (else its
@@ -458,6 +477,10 @@ class DynamicModel:
             "options": options_to_json(self.options),
             "model_sha256": self.model_sha256,
             "specialisations": entries,
+            # each range's kernels (its code is regenerated from the model and checked when it is loaded)
+            "generic_plans": [{"range": plan.size_range.describe(), "kernels": [[list(n), list(o)]
+                                                                               for n, o in plan.saved]}
+                              for plan in self.generic_plans],
         }  # fmt: skip
         family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
@@ -558,5 +581,10 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
     if declared != family.get("inputs"):
         raise ArtifactError(f"{manifest} declares inputs that are not the model's")
     loaded.load_server()
-    loaded.prepare_ranges()  # a range's generic plan is not saved: it is planned again from the saved model
+    try:
+        saved = {str(entry["range"]): saved_kernels_from_json(entry["kernels"])
+                 for entry in family.get("generic_plans", [])}  # fmt: skip
+    except (TypeError, ValueError, KeyError) as error:
+        raise ArtifactError(f"{manifest} is malformed: its generic plans: {str(error)[:160]}") from None
+    loaded.prepare_ranges(saved)  # each range's kernels as saved; their code regenerated and checked
     return loaded

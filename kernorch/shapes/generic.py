@@ -55,7 +55,7 @@ from kernorch.errors import KernorchError
 from kernorch.frontend import InputSignature, shapes_for, symbols_of
 from kernorch.frontend.onnx_import import load_proto
 from kernorch.ir.graph import Graph
-from kernorch.ir.kernel import CandidateKernel
+from kernorch.ir.kernel import CandidateKernel, kernel_inputs
 from kernorch.ir.types import TensorType
 from kernorch.options import Options, parse_size_range
 from kernorch.pipeline import generic_layout, generic_stages, import_graph, make_cost_model, orchestrate_generic
@@ -70,6 +70,7 @@ PROBES = 6  # per size that varies: a quadratic's 3 coefficients and 3 sizes tha
 MAX_ROUNDS = 4  # orchestrations without the kernels that did not unify
 DEFAULT_RTOL = 1e-4  # the generic plan against onnxruntime, relative to the output's largest magnitude
 MAX_SIZES_CHECKED = 400_000  # size combinations enumerated to check that every value fits its largest buffer
+SavedKernels = tuple[tuple[tuple[int, ...], tuple[str, ...]], ...]  # a plan's kernels: (primitives, outputs)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ class GenericPlan:
     """A range's compiled plan (module doc); `run` calls it at any size of the range."""
 
     def __init__(self, size_range: SizeRange, executor: GenericExecutor, seconds: float, generic_kernels: int,
-                 fixed_kernels: int, rounds: int, generated: Sequence[str]) -> None:  # fmt: skip
+                 fixed_kernels: int, rounds: int, generated: Sequence[str],
+                 saved: SavedKernels = ()) -> None:  # fmt: skip
         self.size_range = size_range
         self.executor = executor
         self.seconds = seconds
@@ -177,6 +179,7 @@ class GenericPlan:
         self.fixed_kernels = fixed_kernels  # kernels whose shapes do not change over the range
         self.rounds = rounds
         self.generated = tuple(generated)
+        self.saved = saved  # its kernels as (primitives, outputs): what `DynamicModel.save` keeps of it
         self.calls = 0
 
     def run(self, sizes: Mapping[str, int], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -190,9 +193,12 @@ class GenericPlan:
 
 
 def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_range: SizeRange, options: Options,
-                       reference: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]) -> GenericPlan:
+                       reference: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]],
+                       saved: SavedKernels | None = None) -> GenericPlan:  # fmt: skip
     """The range's plan (module doc), checked against `reference` (onnxruntime's session over the model);
-    NotGeneric says why there is none."""
+    NotGeneric says why there is none. `saved`: the kernels of a plan saved for this range (`GenericPlan.saved`),
+    used instead of orchestrating — untrusted: they must partition the graph's primitives and write what the
+    graph reads, and the code is rendered, unified and checked as for a new plan."""
     started = time.perf_counter()
     if options.precision != "fp32" or options.gpu:
         raise NotGeneric("shape-generic plans are float32 CPU plans")
@@ -215,10 +221,17 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
     dims = _dims(graphs, at)
     _fits_largest(dims, size_range)
     generators = _generators(model, graphs, at, dims)
-    cost_model = make_cost_model(options)
+    cost_model = make_cost_model(options) if saved is None else None
     excluded: frozenset[tuple[int, ...]] = frozenset()
     refused: dict[tuple[int, ...], str] = {}
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
+        if saved is not None:
+            kernels = _saved_kernels(largest, saved)
+            unified = _KernelCodes(kernels, graphs, at, generators, dims)
+            if unified.refused:
+                raise NotGeneric(f"a saved kernel is not the same program at every size: "
+                                 f"{next(iter(unified.refused.values()))}")  # fmt: skip
+            break
         try:
             result = orchestrate_generic(largest, options, excluded, cost_model)
         except (KernorchError, RuntimeError) as error:  # the BLP found no plan: a primitive no kernel left covers
@@ -241,12 +254,43 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
         raise NotGeneric(f"kernels still not the same program at every size after {MAX_ROUNDS} orchestrations "
                          f"({next(iter(refused.values()))})")  # fmt: skip
     executor = _executor(largest, kernels, unified, dims, generators, varying, size_range, options)
-    plan = GenericPlan(size_range, executor, 0.0, unified.generic, unified.fixed, rounds, sorted(generators))
+    plan = GenericPlan(size_range, executor, 0.0, unified.generic, unified.fixed, rounds, sorted(generators),
+                       tuple((k.nodes, k.outputs) for k in kernels))  # fmt: skip
     _check_against(plan, largest, signature, size_range, reference)
     plan.seconds = time.perf_counter() - started
     LOGGER.info("kernorch: [%s] planned once for the range in %.1f s: %d kernels, %d taking the sizes",
                 size_range.describe(), plan.seconds, len(kernels), unified.generic)  # fmt: skip
     return plan
+
+
+def saved_kernels_from_json(value: object) -> SavedKernels:
+    """A saved plan's kernels read back from JSON ([[node, ...], [output, ...]] each); malformed data raises."""
+    if not isinstance(value, list):
+        raise ValueError("a range's kernels must be a list")
+    kernels = []
+    for entry in value:
+        nodes, outputs = entry
+        kernels.append((tuple(int(n) for n in nodes), tuple(str(o) for o in outputs)))
+    return tuple(kernels)
+
+
+def _saved_kernels(graph: Graph, saved: SavedKernels) -> list[CandidateKernel]:
+    """The saved kernels on this graph, if they are a plan of it: every primitive in exactly one kernel, each
+    kernel writing only values its primitives produce and every value read outside it or by the caller."""
+    covered = sorted(n for nodes, _ in saved for n in nodes)
+    if covered != list(range(len(graph.nodes))):
+        raise NotGeneric("the saved kernels do not cover the graph's primitives once each")
+    kernels = []
+    needed = set(graph.outputs)
+    for nodes, _ in saved:
+        needed |= set(kernel_inputs(graph, nodes))
+    for nodes, outputs in saved:
+        produced = {v for n in nodes for v in graph.nodes[n].outputs}
+        if not set(outputs) <= produced or not (produced & needed) <= set(outputs):
+            raise NotGeneric("a saved kernel's outputs are not what its primitives write for the rest of the graph")
+        kernels.append(CandidateKernel(tuple(sorted(nodes)), kernel_inputs(graph, tuple(sorted(nodes))),
+                                       tuple(outputs), graph))  # fmt: skip
+    return kernels
 
 
 def _same_structure(graphs: Sequence[Graph], probes: Sequence[Mapping[str, int]]) -> None:

@@ -194,6 +194,35 @@ def test_convolutions_over_a_batch_known_only_when_they_run(layout: str) -> None
         np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(["y"], {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+def test_a_saved_range_loads_with_its_kernels_and_its_code_regenerated(step: tuple[bytes, Any, Any],
+                                                                        tmp_path: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved and loaded: the range's kernels come from family.json (no orchestration), their code is rendered,
+    unified and checked again, and the loaded model serves the range as onnxruntime computes it. Kernels that are
+    not a plan of the graph are refused (and the range planned again)."""
+    model, compiled, session = step
+    compiled.save(tmp_path / "plans")
+    (saved,) = compiled.generic_plans
+    monkeypatch.setattr(generic, "orchestrate_generic", lambda *a, **k: pytest.fail("orchestrated on load"))
+    loaded = kernorch.load(tmp_path / "plans")
+    assert isinstance(loaded, dynamic.DynamicModel)
+    (plan,) = loaded.generic_plans
+    assert plan.saved == saved.saved and len(plan.executor.kernels) == len(saved.executor.kernels)
+    for past in (1, 6, 40):
+        feeds = _feeds(past, seed=3)
+        np.testing.assert_allclose(loaded.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+    signature = loaded.signature
+    reference = loaded._generic.run
+    broken = (saved.saved[0], *saved.saved[2:])  # a primitive no kernel covers
+    with pytest.raises(NotGeneric, match="cover"):
+        generic.build_generic_plan(model, signature, SizeRange.parse("past=1..40"), Options(cost="analytic"),
+                                   reference, broken)  # fmt: skip
+    nodes, outputs = saved.saved[0]
+    with pytest.raises(NotGeneric, match="outputs"):
+        generic.build_generic_plan(model, signature, SizeRange.parse("past=1..40"), Options(cost="analytic"),
+                                   reference, ((nodes, ()), *saved.saved[1:]))  # fmt: skip
+
+
 def _mean_over_sequence() -> bytes:
     """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
