@@ -106,7 +106,9 @@ def _optimize_shapes(args: argparse.Namespace) -> int:
         print(f"range [{spec}]: no generic plan: {reason}")
     if args.output:
         saved = model.save(args.output)
-        print(f"{len(model.specialisations)} plans saved to {saved} (run them with: kernorch run {saved})")
+        ranges = f" and {len(model.generic_plans)} range plan(s)" if model.generic_plans else ""
+        print(f"{len(model.specialisations)} shape plan(s){ranges} saved to {saved} (run them with: kernorch run "
+              f"{saved})")  # fmt: skip
     return EXIT_OK
 
 
@@ -157,10 +159,11 @@ def _run_plan(args: argparse.Namespace, model: Any, files: dict[str, Any]) -> No
     shapes = shape_set({name: np.shape(value) for name, value in feeds.items()})
     for name, value in outputs.items():
         print(f"output {name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g}")
-    # a dynamic model ran these shapes on their own plan, or padded on a bucket's (then there is none of their own)
+    # a dynamic model ran these shapes on their own plan, a range's generic plan, a bucket's padded or onnxruntime
     plan = model.specialisations.get(shapes) if isinstance(model, DynamicModel) else model
     if plan is None:
-        print(f"[{describe_shapes(shapes)}] padded to a prepared bucket, median latency {latency:.3f} ms over "
+        assert isinstance(model, DynamicModel)
+        print(f"[{describe_shapes(shapes)}] on {model.runs_on(shapes)}, median latency {latency:.3f} ms over "
               f"{args.runs} runs")  # fmt: skip
         return
     device = plan.metadata.get("device", "cpu")

@@ -433,6 +433,18 @@ class DynamicModel:
             return None, None
         return self.specialisation(shapes), None
 
+    def runs_on(self, shapes: ShapeSet) -> str:
+        """What a call of these shapes runs on, as `_dispatch` chooses (what `kernorch run` reports)."""
+        if self._plans.lookup(shapes) is not None:
+            return "its own plan"
+        values = bind(self.signature, dict(shapes), empty=True)
+        if self._padded(values, shapes) is not None:
+            return "a prepared bucket's plan, padded"
+        generic = next((plan for plan in self.generic_plans if plan.size_range.contains(values)), None)
+        if generic is not None:
+            return f"the generic plan of [{generic.size_range.describe()}] ({len(generic.executor.kernels)} kernels)"
+        return "onnxruntime's session (no plan for it)" if self._serving else "a plan made for it on first use"
+
     def _padded(self, values: dict[str, int], call: ShapeSet) -> tuple[CompiledModel, PaddingProof] | None:
         """The plan of the next bucket up along the paddable dims, with the proof that padding is exact there."""
         buckets = dict(self.options.buckets)

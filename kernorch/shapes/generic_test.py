@@ -223,6 +223,28 @@ def test_a_saved_range_loads_with_its_kernels_and_its_code_regenerated(step: tup
                                    reference, ((nodes, ()), *saved.saved[1:]))  # fmt: skip
 
 
+def test_the_command_line_plans_a_range_saves_it_and_runs_a_size_in_it(tmp_path: Any,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`kernorch optimize --range ... -o` then `kernorch run PLAN --input ...` at a size inside the range; a range
+    naming no symbolic dim exits 2 in one line."""
+    from kernorch.cli import main
+
+    model = tmp_path / "step.onnx"
+    model.write_bytes(_cached_attention_step())
+    plans = tmp_path / "plans"
+    assert main(["optimize", str(model), "--range", "past=1..40", "--cost", "analytic", "-o", str(plans)]) == 0
+    assert "1 range plan(s) saved" in capsys.readouterr().out
+    inputs = []
+    for name, array in _feeds(23).items():
+        np.save(tmp_path / f"{name}.npy", array)
+        inputs += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    assert main(["run", str(plans), *inputs]) == 0
+    out = capsys.readouterr().out
+    assert "present: float32[1, 8, 24, 16]" in out and "on the generic plan of [past=1..40]" in out, out
+    assert main(["optimize", str(model), "--range", "pasta=1..40", "--cost", "analytic"]) == 2
+    assert "names 'pasta', not a symbolic dim" in capsys.readouterr().err
+
+
 def _mean_over_sequence() -> bytes:
     """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
