@@ -42,19 +42,17 @@ def cache_shape(model: Path) -> tuple[int, ...]:
     return tuple(0 if d.dim_param else int(d.dim_value) for d in dims)
 
 
-def _runner(name: str, model: Path, threads: int, prompt: int, tokens: int, empty: tuple[int, ...]) -> Any:
-    """A function feeds -> (logits, keys, values) for the contender, prepared."""
+def runner(name: str, model: Path, threads: int, ranges: list[str]) -> Any:
+    """A function feeds -> the outputs (a list) for the contender, prepared: kernorch compiled with `ranges` (its
+    generic plans: "kernorch") or without them (each new shape served by onnxruntime: "kernorch-serve"),
+    onnxruntime, OpenVINO in float32. bench/varying_length.py runs its contenders with this too."""
     if name in ("kernorch", "kernorch-serve"):
         import kernorch
 
-        # the prefill's cache is empty (kernorch plans non-empty tensors: onnxruntime serves it); every step's
-        # length is new: "kernorch" plans the steps' range once (one shape-generic plan, shapes/generic.py),
-        # "kernorch-serve" serves each new length by onnxruntime (planning the ones called again and again)
-        ranges = [f"sequence=1,past=1..{prompt + tokens}"] if name == "kernorch" else []
-        compiled = kernorch.compile(str(model), threads=threads, ranges=ranges)
+        compiled = kernorch.compile(str(model), threads=threads, ranges=ranges if name == "kernorch" else [])
         if name == "kernorch" and not compiled.generic_plans:
             raise SystemExit(f"no generic plan: {compiled.range_refusals}")
-        return lambda feeds: tuple(compiled.run(feeds).values())
+        return lambda feeds: list(compiled.run(feeds).values())
     if name == "onnxruntime":
         import onnxruntime
 
@@ -62,13 +60,13 @@ def _runner(name: str, model: Path, threads: int, prompt: int, tokens: int, empt
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        return lambda feeds: tuple(session.run(None, feeds))
+        return lambda feeds: session.run(None, feeds)
     import openvino
 
     compiled_ov = openvino.Core().compile_model(str(model), "CPU", {"INFERENCE_NUM_THREADS": threads,
                                                                     "INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
     request = compiled_ov.create_infer_request()
-    return lambda feeds: tuple(request.infer(feeds).values())
+    return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
 
 
 def _generate(run: Any, ids: np.ndarray, empty: tuple[int, ...], tokens: int) -> dict[str, Any]:
@@ -90,7 +88,9 @@ def _generate(run: Any, ids: np.ndarray, empty: tuple[int, ...], tokens: int) ->
 def worker(name: str, model: Path, threads: int, prompt: int, tokens: int) -> dict[str, Any]:
     empty = cache_shape(model)
     started = time.perf_counter()
-    run = _runner(name, model, threads, prompt, tokens, empty)
+    # the prefill's cache is empty (kernorch plans non-empty tensors: onnxruntime serves it); every step's length
+    # is new: "kernorch" plans the steps' range once (one shape-generic plan, shapes/generic.py)
+    run = runner(name, model, threads, [f"sequence=1,past=1..{prompt + tokens}"])
     prepared = time.perf_counter() - started
     ids = np.random.default_rng(0).integers(0, 1000, (1, prompt)).astype(np.int64)
     first = _generate(run, ids, empty, tokens)

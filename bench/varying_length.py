@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from decode import runner  # bench/decode.py: this script's directory is on the path
 
 CONTENDERS = ("kernorch", "kernorch-serve", "onnxruntime", "openvino")
 
@@ -59,29 +60,9 @@ def requests(model: Path, dim: str, low: int, high: int, count: int,
 
 
 def _runner(name: str, model: Path, threads: int, dim: str, low: int, high: int, fixed: dict[str, int]) -> Any:
-    if name in ("kernorch", "kernorch-serve"):
-        import kernorch
-
-        others = [d for dims, _ in _inputs(model).values() for d in dims if isinstance(d, str) and d and d != dim]
-        spec = ",".join([*(f"{d}={fixed.get(d, 1)}" for d in dict.fromkeys(others)), f"{dim}={low}..{high}"])
-        compiled = kernorch.compile(str(model), threads=threads, ranges=[spec] if name == "kernorch" else [])
-        if name == "kernorch" and not compiled.generic_plans:
-            raise SystemExit(f"no generic plan: {compiled.range_refusals}")
-        return lambda feeds: list(compiled.run(feeds).values())
-    if name == "onnxruntime":
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        return lambda feeds: session.run(None, feeds)
-    import openvino
-
-    compiled_ov = openvino.Core().compile_model(str(model), "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                                    "INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
-    request = compiled_ov.create_infer_request()
-    return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
+    others = [d for dims, _ in _inputs(model).values() for d in dims if isinstance(d, str) and d and d != dim]
+    spec = ",".join([*(f"{d}={fixed.get(d, 1)}" for d in dict.fromkeys(others)), f"{dim}={low}..{high}"])
+    return runner(name, model, threads, [spec])
 
 
 def worker(name: str, model: Path, threads: int, dim: str, low: int, high: int, count: int,

@@ -213,14 +213,13 @@ def test_a_saved_range_loads_with_its_kernels_and_its_code_regenerated(step: tup
         np.testing.assert_allclose(loaded.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
     signature = loaded.signature
     reference = loaded._generic.run
-    broken = (saved.saved[0], *saved.saved[2:])  # a primitive no kernel covers
-    with pytest.raises(NotGeneric, match="cover"):
-        generic.build_generic_plan(model, signature, SizeRange.parse("past=1..40"), Options(cost="analytic"),
-                                   reference, broken)  # fmt: skip
-    nodes, outputs = saved.saved[0]
-    with pytest.raises(NotGeneric, match="outputs"):
-        generic.build_generic_plan(model, signature, SizeRange.parse("past=1..40"), Options(cost="analytic"),
-                                   reference, ((nodes, ()), *saved.saved[1:]))  # fmt: skip
+    nodes, _ = saved.saved[0]
+    uncovered = (saved.saved[0], *saved.saved[2:])  # a primitive no kernel covers
+    unwritten = ((nodes, ()), *saved.saved[1:])  # a value the graph reads that no kernel writes
+    for kernels, why in ((uncovered, "cover"), (unwritten, "outputs")):
+        with pytest.raises(NotGeneric, match=why):
+            generic.build_generic_plan(model, signature, SizeRange.parse("past=1..40"), Options(cost="analytic"),
+                                       reference, kernels)  # fmt: skip
 
 
 def test_the_command_line_plans_a_range_saves_it_and_runs_a_size_in_it(tmp_path: Any,
