@@ -51,7 +51,7 @@ from kernorch.codegen.generic import (
     polynomial_of,
     unify,
 )
-from kernorch.errors import KernorchError
+from kernorch.errors import InputMismatch, KernorchError
 from kernorch.frontend import InputSignature, shapes_for, symbols_of
 from kernorch.frontend.onnx_import import load_proto
 from kernorch.ir.graph import Graph
@@ -183,6 +183,13 @@ class GenericPlan:
         self.calls = 0
 
     def run(self, sizes: Mapping[str, int], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One call at `sizes` (inside the range; the feeds' shapes those the model has at them: the caller binds
+        them to the signature). A feed of another dtype than the model's input is refused, never read as it."""
+        graph = self.executor.graph
+        for name, array in feeds.items():
+            if name not in graph.types or name in self.generated or graph.types[name].dtype != array.dtype:
+                raise InputMismatch(f"input '{name}' is {array.dtype}, the model takes "
+                                    f"{graph.types[name].dtype if name in graph.types else 'no such input'}")
         self.calls += 1
         varying = {name: sizes[name] for name in self.executor.layout.sizes}
         return self.executor.run_at(varying, feeds)

@@ -14,8 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 import kernorch
 from kernorch.codegen.generic import GenericKernelBackend, NotGeneric
 from kernorch.devtools.mutate import here
-from kernorch.errors import KernorchError
+from kernorch.errors import InputMismatch, KernorchError
 from kernorch.options import Options
+from kernorch.pipeline import generic_stages, import_graph
 from kernorch.shapes import dynamic, generic
 from kernorch.shapes.generic import PROBES, SizeRange, check_sizes, probe_sizes
 
@@ -86,7 +87,6 @@ def test_one_plan_serves_every_size_of_the_range_as_onnxruntime_computes_it(
     _, compiled, session = step
     (plan,) = compiled.generic_plans
     assert plan.generic_kernels >= 2 and plan.generated, compiled.describe()
-    assert any(not offset.is_constant for offset in plan.executor.layout.view_offsets.values())
     planned: list[Any] = []
     monkeypatch.setattr(dynamic, "compile_model", lambda *a, **k: planned.append(a))
     monkeypatch.setattr(generic, "orchestrate_generic", lambda *a, **k: planned.append(a))
@@ -102,6 +102,9 @@ def test_one_plan_serves_every_size_of_the_range_as_onnxruntime_computes_it(
         np.testing.assert_allclose(got["key_sums"], want["key_sums"], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
     assert planned == [] and plan.calls == 10
+    wrong = {**_feeds(5), "q": _feeds(5)["q"].astype(np.float64)}
+    with pytest.raises(InputMismatch, match="input 'q' is float64, the model takes float32"):
+        compiled.run(wrong)
     assert "generic plan [past=1..40]" in compiled.describe() and "1 shape set(s), 1 call(s)" in compiled.describe()
 
 
@@ -242,6 +245,31 @@ def test_the_command_line_plans_a_range_saves_it_and_runs_a_size_in_it(tmp_path:
     assert "present: float32[1, 8, 24, 16]" in out and "on the generic plan of [past=1..40]" in out, out
     assert main(["optimize", str(model), "--range", "pasta=1..40", "--cost", "analytic"]) == 2
     assert "names 'pasta', not a symbolic dim" in capsys.readouterr().err
+
+
+def test_values_placed_in_a_concatenation_move_with_the_size() -> None:
+    """relu(x) and sigmoid(x) each a kernel of its own (saved kernels: the orchestration's choice does not
+    matter here), written in place into their concatenation, the second at an offset of 8·S: at 1, 2, 3, odd,
+    prime and the range's edges, as onnxruntime computes it."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["y"], axis=1)]  # fmt: skip
+    graph = helper.make_graph(nodes, "two_halves",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, 8])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    options, size_range = Options(cost="analytic"), SizeRange.parse("sequence=1..32")
+    largest = generic_stages(import_graph(model, {"x": (1, 32, 8)}), options)
+    singletons = tuple(((i,), node.outputs) for i, node in enumerate(largest.nodes))
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    reference = lambda feeds: dict(zip(["y"], session.run(["y"], dict(feeds)), strict=True))  # noqa: E731
+    plan = generic.build_generic_plan(model, dynamic.input_signature(model), size_range, options, reference,
+                                      singletons)  # fmt: skip
+    offsets = plan.executor.layout.view_offsets
+    assert any(not offset.is_constant for offset in offsets.values()), offsets
+    for length in (32, 1, 2, 3, 7, 13, 31, 2):
+        x = np.random.default_rng(length).standard_normal((1, length, 8)).astype(np.float32)
+        np.testing.assert_allclose(plan.run({"sequence": length}, {"x": x})["y"], reference({"x": x})["y"],
+                                   rtol=1e-6, atol=1e-7)  # fmt: skip
 
 
 def _mean_over_sequence() -> bytes:
