@@ -92,6 +92,8 @@ CACHE_DIR = "specialisations"  # under the cache root: private to the user (0700
 SLOT_MAC_FILE = "slot.mac"
 SLOT_MAC_PURPOSE = "kernorch-cached-plan"
 MODEL_FILE = "model.onnx"
+HOT_IN_RANGE = 16  # calls of one shape set inside a range before it is specialised (the generic plan is fast)
+RANGE_TIMING_RUNS = 5  # timed runs of a specialised shape set and of its range's generic plan, each
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -164,6 +166,11 @@ class DynamicModel:
         self._hot = HotShapes(self.specialisation)
         self.generic_plans: list[GenericPlan] = []  # one per range of options.ranges that has one (prepare)
         self.range_refusals: dict[str, str] = {}  # range -> why it has no generic plan
+        # a range's shape set called HOT_IN_RANGE times is specialised in the background, and its own plan used
+        # from then on unless the generic plan measured faster on it (then it is in `generic_first`)
+        self._hot_in_range = HotShapes(self._specialise_in_range, hot_calls=HOT_IN_RANGE,
+                                       served_by="its range's generic plan")  # fmt: skip
+        self.generic_first: set[ShapeSet] = set()
 
     # -- what it is ---------------------------------------------------------------------------------------------
     @property
@@ -389,7 +396,7 @@ class DynamicModel:
         """Wait for the background tuning and planning started so far; True when none is left running."""
         for thread in list(self._tuning.values()):
             thread.join(timeout)
-        planned = self._hot.wait(timeout)
+        planned = self._hot.wait(timeout) and self._hot_in_range.wait(timeout)
         return planned and not any(t.is_alive() for t in self._tuning.values())
 
     # -- running ------------------------------------------------------------------------------------------------
@@ -410,7 +417,7 @@ class DynamicModel:
         """The plan (and padding proof) a call of these shapes runs on: its own, a padded bucket's, a range's
         generic plan; None: served by onnxruntime."""
         known = self._plans.lookup(shapes)
-        if known is not None:
+        if known is not None and shapes not in self.generic_first:
             return known, None
         values = bind(self.signature, dict(shapes), empty=self._serving)  # refuses what the signature does not allow
         if any(0 in shape for _, shape in shapes):  # bind let it through: served, never planned
@@ -419,11 +426,13 @@ class DynamicModel:
         padded = self._padded(values, shapes)
         if padded is not None:
             return padded
-        # a range's generic plan serves every size in it at once; its shapes are not specialised in the background
-        # (a specialised plan is not known to be faster, and a generation's lengths would all turn hot)
-        for generic in self.generic_plans:
-            if generic.size_range.contains(values):
-                return _InRange(generic, values), None
+        # a range's generic plan serves every size in it at once; a shape set called again and again is specialised
+        # in the background and kept where it measures faster (`_specialise_in_range`)
+        generic = self._range_plan(values)
+        if generic is not None:
+            if known is None:
+                self._hot_in_range.called(shapes)
+            return _InRange(generic, values), None
         if self.options.new_shapes == "refuse":
             made = "; ".join(f"[{describe_shapes(s)}]" for s in self.specialisations) or "none"
             raise InputMismatch(f"no plan for [{describe_shapes(shapes)}] and new shapes are refused "
@@ -433,14 +442,36 @@ class DynamicModel:
             return None, None
         return self.specialisation(shapes), None
 
+    def _range_plan(self, values: Mapping[str, int]) -> GenericPlan | None:
+        return next((plan for plan in self.generic_plans if plan.size_range.contains(values)), None)
+
+    def _specialise_in_range(self, shapes: ShapeSet) -> None:
+        """Plan a hot shape set of a range (in the background worker), then time its plan and the generic plan on
+        the same inputs (median of RANGE_TIMING_RUNS each): the slower one is not used for it again."""
+        plan = self.specialisation(shapes)
+        values = bind(self.signature, dict(shapes))
+        generic = self._range_plan(values)
+        if generic is None:
+            return
+        from kernorch.runtime.feeds import graph_feeds
+
+        feeds = graph_feeds(plan.graph, seed=0)
+        own = _median_seconds(lambda: plan.run(feeds))
+        shared = _median_seconds(lambda: generic.run(values, feeds))
+        if shared <= own:
+            self.generic_first.add(shapes)
+        LOGGER.info("kernorch: [%s] specialised: %.3f ms, its range's generic plan %.3f ms: %s kept",
+                    describe_shapes(shapes), own * 1e3, shared * 1e3,
+                    "the generic plan" if shared <= own else "its own plan")  # fmt: skip
+
     def runs_on(self, shapes: ShapeSet) -> str:
         """What a call of these shapes runs on, as `_dispatch` chooses (what `kernorch run` reports)."""
-        if self._plans.lookup(shapes) is not None:
+        if self._plans.lookup(shapes) is not None and shapes not in self.generic_first:
             return "its own plan"
         values = bind(self.signature, dict(shapes), empty=True)
         if self._padded(values, shapes) is not None:
             return "a prepared bucket's plan, padded"
-        generic = next((plan for plan in self.generic_plans if plan.size_range.contains(values)), None)
+        generic = self._range_plan(values)
         if generic is not None:
             return f"the generic plan of [{generic.size_range.describe()}] ({len(generic.executor.kernels)} kernels)"
         return "onnxruntime's session (no plan for it)" if self._serving else "a plan made for it on first use"
@@ -497,6 +528,16 @@ class DynamicModel:
         family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
         return target
+
+
+def _median_seconds(run: Callable[[], object]) -> float:
+    run()  # warm: first-call allocations, a library's first run
+    samples = []
+    for _ in range(RANGE_TIMING_RUNS):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    return float(np.median(samples))
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,28 @@ def test_one_plan_serves_every_size_of_the_range_as_onnxruntime_computes_it(
     assert "generic plan [past=1..40]" in compiled.describe() and "1 shape set(s), 1 call(s)" in compiled.describe()
 
 
+def test_a_shape_called_again_and_again_is_specialised_aside_and_the_faster_plan_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A range's shape set called HOT_IN_RANGE times is planned in the background (never on the caller's thread),
+    timed against the generic plan, and the faster of the two runs it from then on; both compute onnxruntime's."""
+    monkeypatch.setattr(dynamic, "HOT_IN_RANGE", 2)
+    model = _cached_attention_step()
+    compiled = kernorch.compile(model, cost="analytic", ranges=["past=1..40"])
+    assert isinstance(compiled, dynamic.DynamicModel)
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feeds = _feeds(9)
+    shapes = dynamic.shape_set({name: array.shape for name, array in feeds.items()})
+    for _ in range(2):
+        compiled.run(feeds)
+    assert compiled.wait_for_tuning(timeout=300)
+    assert shapes in compiled.specialisations
+    kept = compiled.runs_on(shapes)
+    assert kept == "its own plan" or (shapes in compiled.generic_first and kept.startswith("the generic plan")), kept
+    np.testing.assert_allclose(compiled.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+    compiled.generic_first.symmetric_difference_update({shapes})  # the other plan computes the same
+    np.testing.assert_allclose(compiled.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_calls_from_many_threads_at_once_each_get_their_own_sizes(step: tuple[bytes, Any, Any]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

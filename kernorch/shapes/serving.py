@@ -83,8 +83,11 @@ class HotShapes:
     """Counts the calls of each shape set served without a plan; at `HOT_CALLS` it is handed to `plan`, run by
     one background worker, one shape set at a time (a 2-core machine has no room for more)."""
 
-    def __init__(self, plan: Callable[[ShapeSet], object], max_counted: int = MAX_COUNTED) -> None:
+    def __init__(self, plan: Callable[[ShapeSet], object], max_counted: int = MAX_COUNTED, hot_calls: int = HOT_CALLS,
+                 served_by: str = "onnxruntime") -> None:  # fmt: skip
         self._plan = plan
+        self._hot_calls = hot_calls  # calls after which a shape set is handed to `plan`
+        self._served_by = served_by  # what runs a shape set until then (for the log)
         self._lock = threading.Lock()
         self._calls: OrderedDict[ShapeSet, int] = OrderedDict()  # least recently called first
         self._max_counted = max_counted
@@ -117,9 +120,9 @@ class HotShapes:
             self._totals[0] += count == 1
             self._totals[1] += 1
             if count == 1:
-                LOGGER.info("kernorch: [%s] has no plan: served by onnxruntime%s", describe_shapes(shapes),
-                            f" (planned after {HOT_CALLS} calls)" if plannable else "")  # fmt: skip
-            if count != HOT_CALLS or not plannable:
+                LOGGER.info("kernorch: [%s] has no plan: served by %s%s", describe_shapes(shapes),
+                            self._served_by, f" (planned after {self._hot_calls} calls)" if plannable else "")
+            if count != self._hot_calls or not plannable:
                 return
             self._pending += 1
             if self._worker is None:
@@ -141,7 +144,7 @@ class HotShapes:
             shapes = self._queue.get()
             try:
                 LOGGER.info("kernorch: [%s] called %d times: planning it in the background", describe_shapes(shapes),
-                            HOT_CALLS)  # fmt: skip
+                            self._hot_calls)  # fmt: skip
                 self._plan(shapes)
             except Exception as error:  # noqa: BLE001 - onnxruntime keeps serving it; say why planning stopped
                 LOGGER.warning("kernorch: planning [%s] in the background failed: %s", describe_shapes(shapes), error)
