@@ -98,7 +98,8 @@ def worker(name: str, model: Path, threads: int, prompt: int, tokens: int) -> di
     return {"prepare_s": prepared, "first": first, "steady": steady}
 
 
-def _percentiles(steps: list[float]) -> str:
+def percentiles(steps: list[float]) -> str:
+    """p50 / p90 / p99 of per-call milliseconds (bench/varying_length.py reports with this too)."""
     p50, p90, p99 = np.percentile(steps, [50, 90, 99])
     return f"{p50:.3f} / {p90:.3f} / {p99:.3f}"
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         first, steady = result["first"], result["steady"]
         same = "—" if reference is None else ("yes" if first["tokens"] == reference else "NO")
         print(f"| {name} | {result['prepare_s']:.2f} | {first['total_ms']:.1f} | {steady['total_ms']:.1f} | "
-              f"{_percentiles(first['steps_ms'])} | {_percentiles(steady['steps_ms'])} | "
+              f"{percentiles(first['steps_ms'])} | {percentiles(steady['steps_ms'])} | "
               f"{first['prefill_ms']:.2f} / {steady['prefill_ms']:.2f} | {same} |")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"model": str(args.model), "prompt": args.prompt, "tokens": args.tokens,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from decode import runner  # bench/decode.py: this script's directory is on the path
+from decode import percentiles, runner  # bench/decode.py: this script's directory is on the path
 
 CONTENDERS = ("kernorch", "kernorch-serve", "onnxruntime", "openvino")
 
@@ -85,11 +85,6 @@ def worker(name: str, model: Path, threads: int, dim: str, low: int, high: int, 
     return {"prepare_s": prepared, "first_ms": passes[0], "steady_ms": passes[1], "outputs": str(path)}
 
 
-def _percentiles(times: list[float]) -> str:
-    p50, p90, p99 = np.percentile(times, [50, 90, 99])
-    return f"{p50:.3f} / {p90:.3f} / {p99:.3f}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path)
@@ -135,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(float(np.abs(g - w).max() / max(1.0, np.abs(w).max())) for g, w in zip(got, want, strict=True))
             error = f"{worst:.1e}"
         first, steady = result["first_ms"], result["steady_ms"]
-        print(f"| {name} | {result['prepare_s']:.2f} | {sum(first):.1f} | {sum(steady):.1f} | {_percentiles(first)} | "
-              f"{_percentiles(steady)} | {error} |")  # fmt: skip
+        print(f"| {name} | {result['prepare_s']:.2f} | {sum(first):.1f} | {sum(steady):.1f} | {percentiles(first)} | "
+              f"{percentiles(steady)} | {error} |")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"model": str(args.model), "results": results}, indent=1))
     return 0
