@@ -55,7 +55,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     any other is served at once by onnxruntime and planned in the background once it is called again and again
     (new_shapes="specialise" plans it on first use, on the caller's thread; "refuse" refuses it; pad=("batch",)
     pads up to a bucket where that is proven exact; background_tuning=True, with "specialise", serves an
-    analytic plan while the measured one is tuned).
+    analytic plan while the measured one is tuned). ranges=["sequence=1,past=1..256"] plans each range once, a
+    shape-generic plan whose kernels take the sizes at run time: any shape inside it runs at once
+    (kernorch/shapes/generic.py).
     """
     chosen = (options or Options()).with_(**option_overrides)
     if is_torch_module(model):

@@ -11,6 +11,9 @@ Policy (the `Options` fields):
   thread and runs on its plan once that is ready (shapes/serving.py); `new_shapes="specialise"` plans and
   compiles it on the caller's thread on first use (later calls instant; also where onnxruntime is missing or
   cannot load the model), `new_shapes="refuse"` refuses it;
+- `ranges` give one shape-generic plan each (kernorch/shapes/generic.py), made when the model is compiled: a
+  call inside a range runs on it at once; one of its shape sets called HOT_IN_RANGE times is specialised in the
+  background and kept where it measures faster;
 - `pad` names symbolic dims a call may be padded along to the next bucket (kernorch/shapes/padding.py proves
   per primitive that the rows beyond the call's size do not reach its rows; where it cannot, the shape is
   specialised instead, and the log says why);

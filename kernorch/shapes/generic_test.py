@@ -381,5 +381,5 @@ MUTANTS = [
          "sizes = [high, high - 1, low,", "sizes = [high, high - 2, low,", file="kernorch/shapes/generic.py"),
     here("generic: a constant that differs between probes taken as fixed",
          "if all(a.shape == array.shape and np.array_equal(a, array, equal_nan=True) for a in arrays[1:]):",
-         "if True:", file="kernorch/shapes/generic.py"),
+         "if True:", file="kernorch/shapes/generic_constants.py"),
 ]  # fmt: skip

@@ -7,8 +7,9 @@ kernels, the reference kernorch is checked against — and logged; a shape set c
 planned and compiled in one background thread (at a lower priority than the callers'), and its calls run on
 kernorch's plan once it is ready. Shapes that never repeat (each step of a generation) are never planned.
 
-kernorch's own shape-generic kernels (sizes as run-time arguments) are to replace onnxruntime here; until then
-this is the generic tier, and `describe()` says which shape sets it served.
+A range's shape-generic plan (shapes/generic.py: kernorch's own kernels, sizes as run-time arguments) serves the
+shapes inside it instead; this tier serves those outside every range, and `describe()` says which shape sets it
+served. `HotShapes` also counts a range's shape sets, with a higher threshold (the generic plan is fast).
 """
 
 from __future__ import annotations
