@@ -59,6 +59,9 @@ class GenericExecutor(PlanExecutor):
         self.layout = layout
         super().__init__(graph, kernels, threads, cache_dir, runtime="kernels", max_workspaces=max_workspaces,
                          backends=backends)  # fmt: skip
+        # the views whose bytes move within their source with the sizes: their table slots are set per call
+        self.moving_views = [value for value in self.views
+                             if value in self.plan.slots and not layout.view_offsets[value].is_constant]  # fmt: skip
 
     def run_at(self, sizes: Mapping[str, int], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One inference at `sizes` (each within the range: the caller checks), the feeds' shapes those the
@@ -104,10 +107,9 @@ class GenericExecutor(PlanExecutor):
                 else:
                     np.copyto(self.value_at(workspace, name, sizes), array)
             if table is not None:
-                for value in self.views:  # a view's bytes move within its source with the sizes
-                    if value in slots and not layout.view_offsets[value].is_constant:
-                        bound.append(slots[value])
-                        table[slots[value]] = self.value_at(workspace, value, sizes).ctypes.data
+                for value in self.moving_views:
+                    bound.append(slots[value])
+                    table[slots[value]] = self.value_at(workspace, value, sizes).ctypes.data
             for name, slot in self._output_slots.items():
                 outputs[name], address = aligned_buffer(layout.shape(name, sizes), self.graph.types[name].dtype)
                 bound.append(slot)
