@@ -127,31 +127,38 @@ def _buckets(value: object) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return normal
 
 
-SizeBounds = tuple[tuple[str, int, int], ...]  # every symbolic dim: (name, smallest, largest); equal: a fixed size
+# every symbolic dim: (name, smallest, largest, step) — the sizes smallest, smallest + step, ..., largest; equal
+# bounds: a fixed size
+SizeBounds = tuple[tuple[str, int, int, int], ...]
 
 
 def parse_size_range(spec: object) -> SizeBounds:
     """A range of sizes for a shape-generic plan (shapes/generic.py): `sequence=1,past=1..256` (each symbolic dim
-    a size or an inclusive range), or its normal form."""
+    a size or an inclusive range), `height=224..640:32` (every 32nd size: the multiples of 32 from 224 to 640, the
+    sizes a network that halves its image five times takes), or its normal form."""
+    usage = "a range must be 'NAME=SIZE,NAME=LOW..HIGH[:STEP],...', e.g. 'sequence=1,past=1..256'"
     if not isinstance(spec, str):
         try:
-            bounds = tuple((str(name), int(lo), int(hi)) for name, lo, hi in spec)  # type: ignore[attr-defined]
-        except (TypeError, ValueError):
-            raise KernorchError("a range must be 'NAME=SIZE,NAME=LOW..HIGH,...', e.g. 'sequence=1,past=1..256'") \
-                from None
-        spec = ",".join(f"{name}={lo}..{hi}" for name, lo, hi in bounds)
+            bounds = tuple((str(b[0]), int(b[1]), int(b[2]), int(b[3]) if len(b) > 3 else 1)  # type: ignore[index]
+                           for b in spec)  # type: ignore[attr-defined]  # fmt: skip
+        except (TypeError, ValueError, IndexError):
+            raise KernorchError(usage) from None
+        spec = ",".join(f"{name}={lo}..{hi}:{step}" for name, lo, hi, step in bounds)
     parsed = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         name, _, sizes = part.partition("=")
-        low, _, high = sizes.partition("..")
+        low, _, rest = sizes.partition("..")
+        high, _, every = rest.partition(":")
         try:
-            lo, hi = int(low), int(high or low)
+            lo, hi, step = int(low), int(high or low), int(every or 1)
         except ValueError:
-            raise KernorchError(f"range {spec!r}: {part!r} is not NAME=SIZE or NAME=LOW..HIGH") from None
-        if not name.strip() or lo < 1 or hi < lo:
-            raise KernorchError(f"range {spec!r}: {part!r} needs a name and 1 <= LOW <= HIGH")
-        parsed.append((name.strip(), lo, hi))
-    if not parsed or len({name for name, _, _ in parsed}) != len(parsed):
+            raise KernorchError(f"range {spec!r}: {part!r} is not NAME=SIZE or NAME=LOW..HIGH[:STEP]") from None
+        if not name.strip() or lo < 1 or hi < lo or step < 1:
+            raise KernorchError(f"range {spec!r}: {part!r} needs a name, 1 <= LOW <= HIGH and STEP >= 1")
+        if lo % step or hi % step:
+            raise KernorchError(f"range {spec!r}: {part!r} has a step, so LOW and HIGH must be multiples of it")
+        parsed.append((name.strip(), lo, hi, step if lo < hi else 1))
+    if not parsed or len({name for name, _, _, _ in parsed}) != len(parsed):
         raise KernorchError(f"range {spec!r} names no dim, or one dim twice")
     return tuple(parsed)
 

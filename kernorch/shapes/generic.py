@@ -44,6 +44,7 @@ from kernorch.codegen.generic import (
     GenericKernelBackend,
     NotGeneric,
     Polynomial,
+    cross_monomials,
     generic_backend,
     polynomial_of,
     unify,
@@ -64,6 +65,7 @@ LOGGER = logging.getLogger("kernorch.shapes")
 # opens its parallel loops only above some work; the code of the larger sizes runs the smaller ones (checked)
 MIN_PROBE = 8
 PROBES = 6  # per size that varies: a quadratic's 3 coefficients and 3 sizes that check them
+OFF_LINE_MARGIN = 3  # probes off the lines beyond the coefficients they determine: what checks those
 MAX_ROUNDS = 4  # orchestrations without the kernels that did not unify
 DEFAULT_RTOL = 1e-4  # the generic plan against onnxruntime, relative to the output's largest magnitude
 MAX_SIZES_CHECKED = 400_000  # size combinations enumerated to check that every value fits its largest buffer
@@ -72,32 +74,44 @@ SavedKernels = tuple[tuple[tuple[int, ...], tuple[str, ...]], ...]  # a plan's k
 
 @dataclass(frozen=True)
 class SizeRange:
-    """Each symbolic dim's sizes: (name, smallest, largest), a fixed size where the two are equal."""
+    """Each symbolic dim's sizes: (name, smallest, largest, step), a fixed size where the two are equal.
 
-    bounds: tuple[tuple[str, int, int], ...]
+    The plan's polynomials are of each size's **unit**, the size divided by its step (1 unless given): a network
+    that halves an image five times takes multiples of 32, and at height 32·u its feature maps are 16·u, 8·u, ...
+    high — integer polynomials of u, where of the height they are not (a stride-2 convolution at an odd height
+    rounds). The plan's size array holds the units."""
+
+    bounds: tuple[tuple[str, int, int, int], ...]
 
     @staticmethod
     def parse(spec: object) -> SizeRange:
-        """`sequence=1,past=1..256`: every symbolic dim, a size or an inclusive range (options.parse_size_range)."""
+        """`sequence=1,past=1..256`, `height=224..640:32`: every symbolic dim, a size or an inclusive range, with
+        a step or not (options.parse_size_range)."""
         return SizeRange(parse_size_range(spec))
 
     @property
     def varying(self) -> tuple[str, ...]:
-        return tuple(name for name, lo, hi in self.bounds if lo < hi)
+        return tuple(name for name, lo, hi, _ in self.bounds if lo < hi)
 
     @property
     def largest(self) -> dict[str, int]:
-        return {name: hi for name, _, hi in self.bounds}
+        return {name: hi for name, _, hi, _ in self.bounds}
 
     def contains(self, sizes: Mapping[str, int]) -> bool:
-        return all(lo <= sizes.get(name, -1) <= hi for name, lo, hi in self.bounds)
+        return all(lo <= sizes.get(name, -1) <= hi and sizes[name] % step == 0 for name, lo, hi, step in self.bounds)
+
+    def units(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """The varying sizes' units (class doc): what the plan's polynomials and its size array take."""
+        steps = {name: step for name, _, _, step in self.bounds}
+        return {name: sizes[name] // steps[name] for name in self.varying}
 
     def describe(self) -> str:
-        return ",".join(f"{name}={lo}" if lo == hi else f"{name}={lo}..{hi}" for name, lo, hi in self.bounds)
+        return ",".join(f"{name}={lo}" if lo == hi else f"{name}={lo}..{hi}" + (f":{step}" if step > 1 else "")
+                        for name, lo, hi, step in self.bounds)  # fmt: skip
 
     def checked(self, signature: Sequence[InputSignature]) -> SizeRange:
         symbols = symbols_of(signature)
-        named = [name for name, _, _ in self.bounds]
+        named = [name for name, _, _, _ in self.bounds]
         unknown = [name for name in named if name not in symbols]
         missing = [name for name in symbols if name not in named]
         if unknown or missing:
@@ -111,26 +125,35 @@ class SizeRange:
 
 def probe_sizes(size_range: SizeRange) -> list[dict[str, int]]:
     """The largest sizes first, then for each size that varies PROBES - 1 more (the others at their largest),
-    and, with two or more, points off those lines (for the products of two sizes). Each varying size's probes
-    include two consecutive sizes, so no remainder modulo any number is the same at all of them."""
+    and, with two or more, points off those lines: OFF_LINE_MARGIN more than the monomials of two or more sizes
+    (codegen/generic/polynomial.py), which only they determine. Each varying size's probes include two
+    consecutive units, so no remainder modulo any number is the same at all of them; the points off the lines
+    are drawn from a generator of a fixed seed (the same probes, the same code, every time)."""
     largest = size_range.largest
     probes = [dict(largest)]
-    for name, lo, hi in size_range.bounds:
+    spans: dict[str, tuple[int, int, int]] = {}  # each varying size's probed units (lowest, highest) and step
+    for name, lo, hi, step in size_range.bounds:
         if lo == hi:
             continue
-        low = max(lo, MIN_PROBE, hi // 2)  # the code of the larger sizes: where the plan's time goes
-        if hi - low + 1 < PROBES:
-            raise NotGeneric(f"{name}={lo}..{hi} has fewer than {PROBES} sizes of at least {MIN_PROBE} to probe: "
-                             "plan its sizes as buckets instead")  # fmt: skip
-        for size in _spread(low, hi):
-            if size != hi:
-                probes.append({**largest, name: size})
-    varying = size_range.varying
-    for shift in range(1, len(varying) and (len(varying) > 1) * 3 + 1):  # off-line points for cross terms
-        point = dict(largest)
-        for index, name in enumerate(varying):
-            lo, hi = next((lo, hi) for n, lo, hi in size_range.bounds if n == name)
-            point[name] = max(lo, MIN_PROBE, hi // 2, hi - shift * (index + 2) - 1)
+        # the code of the larger sizes: where the plan's time goes
+        low = max(lo // step, -(-MIN_PROBE // step), hi // step // 2)
+        spans[name] = (low, hi // step, step)
+        if hi // step - low + 1 < PROBES:
+            raise NotGeneric(f"{name}={lo}..{hi} has fewer than {PROBES} sizes of at least {MIN_PROBE} to probe"
+                             + (f" in steps of {step}" if step > 1 else "") + ": plan its sizes as buckets instead")
+        for unit in _spread(low, hi // step):
+            if unit * step != hi:
+                probes.append({**largest, name: unit * step})
+    if len(spans) < 2:
+        return probes
+    wanted = len(probes) + cross_monomials(len(spans)) + OFF_LINE_MARGIN
+    off_line = int(np.prod([high - low for low, high, _ in spans.values()]))  # points off every line
+    if off_line < wanted - len(probes):
+        raise NotGeneric(f"the range's upper half has {off_line} combinations of sizes off the lines through its "
+                         f"largest, fewer than the {wanted - len(probes)} a fit of {len(spans)} sizes needs")
+    draw = np.random.default_rng(0)
+    while len(probes) < wanted:
+        point = {**largest, **{name: step * int(draw.integers(low, high)) for name, (low, high, step) in spans.items()}}
         if point not in probes:
             probes.append(point)
     return probes
@@ -148,18 +171,25 @@ def _spread(low: int, high: int) -> list[int]:
 
 def check_sizes(size_range: SizeRange) -> list[dict[str, int]]:
     """The sizes a generic plan is run at before it is accepted: per varying size (the others at their
-    largest) its four smallest, its two largest and a prime between."""
+    largest) its four smallest, its two largest and a prime unit between (sizes of the range: multiples of its
+    step)."""
     largest = size_range.largest
     checked = [dict(largest)]
-    for name, lo, hi in size_range.bounds:
+    for name, lo, hi, step in size_range.bounds:
         if lo == hi:
             continue
-        middle = next((n for n in range((lo + hi) // 2, hi) if n > 2 and all(n % d for d in range(2, int(n**0.5) + 1))),
-                      (lo + hi) // 2)  # fmt: skip
-        for size in sorted({*range(lo, min(lo + 4, hi + 1)), hi - 1, middle}):
-            point = {**largest, name: size}
+        first, last = lo // step, hi // step
+        middle = next((n for n in range((first + last) // 2, last)
+                       if n > 2 and all(n % d for d in range(2, int(n**0.5) + 1))), (first + last) // 2)  # fmt: skip
+        for unit in sorted({*range(first, min(first + 4, last + 1)), last - 1, middle}):
+            point = {**largest, name: unit * step}
             if point not in checked:
                 checked.append(point)
+    varying = [(name, lo, hi) for name, lo, hi, _ in size_range.bounds if lo < hi]
+    if len(varying) > 1:  # off the lines: every size at its smallest, and the smallest and largest alternating
+        for point in ({name: lo for name, lo, _ in varying},
+                      {name: (lo, hi)[i % 2] for i, (name, lo, hi) in enumerate(varying)}):
+            checked.append({**largest, **point})
     return checked
 
 
@@ -188,8 +218,7 @@ class GenericPlan:
                 raise InputMismatch(f"input '{name}' is {array.dtype}, the model takes "
                                     f"{graph.types[name].dtype if name in graph.types else 'no such input'}")
         self.calls += 1
-        varying = {name: sizes[name] for name in self.executor.layout.sizes}
-        return self.executor.run_at(varying, feeds)
+        return self.executor.run_at(self.size_range.units(sizes), feeds)
 
     def describe(self) -> str:
         return (f"[{self.size_range.describe()}]: {len(self.executor.kernels)} kernels ({self.generic_kernels} take "
@@ -209,7 +238,7 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
     size_range.checked(signature)
     probes = probe_sizes(size_range)
     varying = size_range.varying
-    at = [{name: probe[name] for name in varying} for probe in probes]  # what the polynomials are fitted to
+    at = [size_range.units(probe) for probe in probes]  # what the polynomials are fitted to
     graphs: list[Graph] = []
     layout = options.layout
     for index, probe in enumerate(probes):
@@ -323,8 +352,8 @@ def _dims(graphs: Sequence[Graph], at: Sequence[Mapping[str, int]]) -> dict[str,
 
 
 def _grid(size_range: SizeRange) -> dict[str, np.ndarray]:
-    """Every combination of the varying sizes, as arrays (the fixed ones drop out of the polynomials)."""
-    spans = [(name, lo, hi) for name, lo, hi in size_range.bounds if lo < hi]
+    """Every combination of the varying sizes' units, as arrays (the fixed sizes drop out of the polynomials)."""
+    spans = [(name, lo // step, hi // step) for name, lo, hi, step in size_range.bounds if lo < hi]
     count = int(np.prod([hi - lo + 1 for _, lo, hi in spans], dtype=np.int64))
     if count > MAX_SIZES_CHECKED:
         raise NotGeneric(f"the range has {count} size combinations, more than {MAX_SIZES_CHECKED} to check")
@@ -333,7 +362,7 @@ def _grid(size_range: SizeRange) -> dict[str, np.ndarray]:
 
 
 def _fits_largest(dims: Mapping[str, tuple[Polynomial, ...]], size_range: SizeRange) -> None:
-    grid, largest = _grid(size_range), size_range.largest
+    grid, largest = _grid(size_range), size_range.units(size_range.largest)
     points = len(next(iter(grid.values())))
     for value, shape in dims.items():
         if all(d.is_constant for d in shape):
@@ -355,6 +384,7 @@ class _KernelCodes:
         self.view_offsets: dict[str, Polynomial] = {}
         self.generic = self.fixed = 0
         sizes = tuple(at[0])
+        graphs = [_made_per_call(g, generators) for g in graphs]  # not folded into the code as literals
         at_probe = [[CandidateKernel(k.nodes, k.inputs, k.outputs, g) for k in kernels] for g in graphs]
         chosen = [plan_views(ks, [_backend(k) for k in ks]) for ks in at_probe]
         if any(set(views) != set(chosen[0][1]) for _, views in chosen):
@@ -424,13 +454,19 @@ def _backend(kernel: CandidateKernel) -> Backend:
     return backend
 
 
+def _made_per_call(graph: Graph, generators: Mapping[str, Generator]) -> Graph:
+    """The graph with the constants made per call as its inputs (the plan's), in a copy."""
+    graph = graph.copy()
+    for name in generators:
+        del graph.constants[name]
+        graph.inputs.append(name)
+    return graph
+
+
 def _executor(largest: Graph, kernels: Sequence[CandidateKernel], unified: _KernelCodes,
               dims: dict[str, tuple[Polynomial, ...]], generators: Mapping[str, Generator], varying: tuple[str, ...],
               size_range: SizeRange, options: Options) -> GenericExecutor:  # fmt: skip
-    graph = largest.copy()
-    for name in generators:  # made per call: plan inputs
-        del graph.constants[name]
-        graph.inputs.append(name)
+    graph = _made_per_call(largest, generators)
     graph.inputs.append(SIZES_INPUT)
     graph.types[SIZES_INPUT] = TensorType((len(varying),), "int64")
     placed = []
@@ -438,8 +474,9 @@ def _executor(largest: Graph, kernels: Sequence[CandidateKernel], unified: _Kern
         takes = isinstance(backend, GenericKernelBackend) and backend.takes_sizes
         inputs = (*kernel.inputs, SIZES_INPUT) if takes else kernel.inputs
         placed.append(CandidateKernel(kernel.nodes, inputs, kernel.outputs, graph))
-    layout = GenericLayout(varying, size_range.largest, {**dims, SIZES_INPUT: (Polynomial.constant(len(varying)),)},
-                           dict(unified.view_offsets), dict(generators))  # fmt: skip
+    layout = GenericLayout(varying, size_range.units(size_range.largest),
+                           {**dims, SIZES_INPUT: (Polynomial.constant(len(varying)),)}, dict(unified.view_offsets),
+                           dict(generators))  # fmt: skip
     executor = GenericExecutor(graph, placed, unified.backends, layout, options.threads, options.cache,
                                options.max_workspaces)  # fmt: skip
     if set(executor.views) != set(unified.view_offsets):

@@ -3,9 +3,10 @@
 A model imported at a concrete size folds what it computes from its input shapes into constants: a position's
 row of an embedding table, a mask as long as the cache, positions 0..S-1 plus the token types. At each probe size
 such a constant differs; a generic plan makes it on every call from a generator found here, checked at every
-probe: filled with one value, the leading corner of its value at the largest sizes, or rows of one of the model's
-tables (initializers, Constant nodes) at an offset and count that are polynomials of the sizes. Any other refuses
-the range, naming the constant.
+probe: filled with one value, filled with a count that is a polynomial of the sizes or with its reciprocal (a mean's
+divisor: a pool over height·width), the leading corner of its value at the largest sizes, or rows of one of the
+model's tables (initializers, Constant nodes) at an offset and count that are polynomials of the sizes. Any other
+refuses the range, naming the constant.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def generators(model: bytes, graphs: Sequence[Graph], at: Sequence[Mapping[str, 
         arrays = [np.asarray(g.constants[name]) for g in graphs]
         if all(a.shape == array.shape and np.array_equal(a, array, equal_nan=True) for a in arrays[1:]):
             continue
-        makers[name] = _filled(name, arrays, dims[name]) or _corner(arrays, dims[name]) or \
-            tables.rows_of(name, arrays, at, dims[name]) or _refuse_constant(name, arrays)  # fmt: skip
+        makers[name] = _filled(name, arrays, dims[name]) or _counted(arrays, at, dims[name]) or \
+            _corner(arrays, dims[name]) or tables.rows_of(name, arrays, at, dims[name]) or \
+            _refuse_constant(name, arrays)  # fmt: skip
     return makers
 
 
@@ -63,6 +65,32 @@ def _filled(name: str, arrays: Sequence[np.ndarray], shape: tuple[Polynomial, ..
         return None
     fill, dtype = value[0], arrays[0].dtype
     return lambda sizes: np.full(tuple(int(d(sizes)) for d in shape), fill, dtype)
+
+
+def _counted(arrays: Sequence[np.ndarray], at: Sequence[Mapping[str, int]],
+             shape: tuple[Polynomial, ...]) -> Generator | None:  # fmt: skip
+    """The constant filled, at every probe, with a count that is a polynomial of the sizes, or with the count's
+    reciprocal as its dtype rounds it (how the rewrite folds a division by the count: rewrite/rules/algebra.py)."""
+    dtype = arrays[0].dtype
+    if dtype.kind != "f" or not all(a.size and np.all(a == a.reshape(-1)[0]) for a in arrays):
+        return None
+    values = [a.reshape(-1)[0] for a in arrays]
+    for reciprocal in (False, True):
+        counts = [int(np.rint(1 / v)) if reciprocal and v > 0 else int(np.rint(v)) if np.isfinite(v) else 0
+                  for v in values]  # fmt: skip
+        if min(counts) < 1:
+            continue
+        made = [np.reciprocal(dtype.type(n)) if reciprocal else dtype.type(n) for n in counts]
+        if any(m.tobytes() != v.tobytes() for m, v in zip(made, values, strict=True)):
+            continue
+        try:
+            count = polynomial_of(at, counts, "a count")
+        except NotGeneric:
+            return None
+        inverse = reciprocal
+        return lambda sizes: np.full(tuple(int(d(sizes)) for d in shape),
+                                     np.reciprocal(dtype.type(count(sizes))) if inverse else count(sizes), dtype)
+    return None
 
 
 def _refuse_constant(name: str, arrays: Sequence[np.ndarray]) -> Generator:

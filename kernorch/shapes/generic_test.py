@@ -222,6 +222,71 @@ def test_convolutions_over_a_batch_known_only_when_they_run(layout: str) -> None
         np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(["y"], {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+def _detector() -> bytes:
+    """A detector's shape over a symbolic batch, height and width: two stride-2 convolutions, the coarser map
+    upsampled and concatenated to the finer, a 1x1 head whose map is flattened into one row per position (a
+    reshape whose size follows height·width), and the coarser map's mean per channel."""
+    rng = np.random.default_rng(11)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Resize", ["r2", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Concat", ["r1", "up"], ["both"], axis=1),
+             helper.make_node("Conv", ["both", "w3", "b3"], ["head"]),
+             helper.make_node("Reshape", ["head", "rows"], ["flat"]),
+             helper.make_node("Transpose", ["flat"], ["boxes"], perm=[0, 2, 1]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["pooled"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "detector",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+                              [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["batch", None, 6]),
+                               helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 16, 1, 1])],
+                              [weight("w1", 8, 3, 3, 3), weight("b1", 8), weight("w2", 16, 8, 3, 3), weight("b2", 16),
+                               weight("w3", 6, 24, 1, 1), weight("b3", 6),
+                               numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+                               numpy_helper.from_array(np.array([0, 6, -1], np.int64), "rows")])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_a_detector_at_image_sizes_known_only_when_it_runs() -> None:
+    """Height and width as a range in steps of 8 (the detector halves its image twice... and a step of 8 keeps
+    every map's size a polynomial of the units): its convolutions created once per image size on its first
+    call (codegen/library/run_sizes.py), the rest generic; sizes 8 (the smallest: maps of 2x2), odd and prime
+    units, tall and wide images, the largest, and two images a call, as onnxruntime computes them."""
+    model = _detector()
+    compiled = kernorch.compile(model, cost="analytic", ranges=["batch=1..16,height=8..96:8,width=8..96:8"])
+    assert isinstance(compiled, dynamic.DynamicModel)
+    (plan,) = compiled.generic_plans
+    assert plan.generic_kernels >= 3, compiled.describe()
+    assert "height=8..96:8" in compiled.describe()
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for batch, height, width in ((1, 96, 96), (1, 8, 8), (2, 56, 8), (1, 8, 88), (2, 40, 40), (1, 96, 96),
+                                 (1, 24, 72), (2, 88, 16), (1, 56, 56), (1, 16, 16), (1, 64, 32), (1, 96, 96)):
+        x = rng.standard_normal((batch, 3, height, width)).astype(np.float32)
+        got = compiled.run({"x": x})
+        assert compiled.runs_on(dynamic.shape_set({"x": x.shape})).startswith("the generic plan"), (height, width)
+        for name, want in zip(["boxes", "pooled"], session.run(["boxes", "pooled"], {"x": x}), strict=True):
+            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} at {height}x{width}")
+
+
+def test_a_size_between_the_steps_of_a_range_is_not_in_it() -> None:
+    size_range = SizeRange.parse("height=32..640:32,width=32..640:32")
+    assert size_range.contains({"height": 64, "width": 640}) and not size_range.contains({"height": 65, "width": 64})
+    assert size_range.units({"height": 224, "width": 640}) == {"height": 7, "width": 20}
+    assert all(p["height"] % 32 == 0 and p["width"] % 32 == 0 for p in (*probe_sizes(size_range),
+                                                                        *check_sizes(size_range)))  # fmt: skip
+    assert {c["height"] for c in check_sizes(size_range)} >= {32, 64, 96, 128, 608, 640}
+    for spec, why in (("height=30..640:32", "multiples"), ("height=32..640:0", "STEP >= 1"),
+                      ("height=32..640:x", "NAME=LOW..HIGH")):  # fmt: skip
+        with pytest.raises(KernorchError, match=why):
+            SizeRange.parse(spec)
+
+
 def test_a_saved_range_loads_with_its_kernels_and_its_code_regenerated(step: tuple[bytes, Any, Any],
                                                                         tmp_path: Any,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,27 +362,37 @@ def test_values_placed_in_a_concatenation_move_with_the_size() -> None:
                                    rtol=1e-6, atol=1e-7)  # fmt: skip
 
 
-def _mean_over_sequence() -> bytes:
-    """x · (1 / sequence): the size reaches a value (Shape → Cast → Reciprocal, folded into a constant)."""
+def _scaled_by_sequence(unary: str) -> bytes:
+    """x · unary(sequence): the size reaches a value (Shape → Cast → unary, folded into a constant)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
              helper.make_node("Gather", ["shape", "one"], ["length"], axis=0),
              helper.make_node("Cast", ["length"], ["length_f"], to=TensorProto.FLOAT),
-             helper.make_node("Reciprocal", ["length_f"], ["inverse"]),
-             helper.make_node("Mul", ["x", "inverse"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "mean_over_sequence",
+             helper.make_node(unary, ["length_f"], ["factor"]),
+             helper.make_node("Mul", ["x", "factor"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "scaled_by_sequence",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence", 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "sequence", 8])],
                               [numpy_helper.from_array(np.array(1, np.int64), "one")])  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
+def test_a_mean_over_the_size_is_made_per_call() -> None:
+    """1 / sequence (a mean's divisor) is a count's reciprocal: made per call, exactly as the fold makes it."""
+    compiled = kernorch.compile(_scaled_by_sequence("Reciprocal"), cost="analytic", ranges=["sequence=1..32"])
+    assert isinstance(compiled, dynamic.DynamicModel)
+    assert len(compiled.generic_plans) == 1, compiled.describe()
+    for length in (1, 2, 11, 31, 32):
+        x = np.random.default_rng(length).standard_normal((1, length, 8)).astype(np.float32)
+        np.testing.assert_array_equal(compiled.run({"x": x})["y"], x * np.reciprocal(np.float32(length)))
+
+
 def test_a_size_used_as_a_value_is_refused_and_its_range_served_as_before() -> None:
-    compiled = kernorch.compile(_mean_over_sequence(), cost="analytic", ranges=["sequence=1..32"])
+    compiled = kernorch.compile(_scaled_by_sequence("Sqrt"), cost="analytic", ranges=["sequence=1..32"])
     assert isinstance(compiled, dynamic.DynamicModel)
     assert compiled.generic_plans == []
     assert "holds values that follow the size" in compiled.range_refusals["sequence=1..32"]
     x = np.random.default_rng(0).standard_normal((1, 11, 8)).astype(np.float32)
-    np.testing.assert_allclose(compiled.run({"x": x})["y"], x / 11, rtol=1e-6)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x * np.sqrt(np.float32(11)), rtol=1e-6)
 
 
 @pytest.mark.parametrize(("ranges", "message"), [
@@ -377,9 +452,15 @@ MUTANTS = [
          "return \", \".join([RUNTIME] * (len(values) - 1) + [str(values[-1])])",
          "return \", \".join(str(v) for v in values)", file="kernorch/codegen/library/run_sizes.py"),
     here("generic: every image of a batch read from the first",
-         'w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {steps[slot]};" for slot in slots),',
-         'w.line(*(f"image[{slot}] = (char *)a[{slot}];" for slot in slots),',
+         'w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {step};" for slot, step in sorted(steps.items())),',
+         'w.line(*(f"image[{slot}] = (char *)a[{slot}];" for slot, step in sorted(steps.items())),',
          file="kernorch/codegen/library/run_sizes.py"),
+    here("generic: a convolution run with the primitive of another image size",
+         "if (c->state && !memcmp(c->key, key, sizeof key)) e = c;", "if (c->state) e = c;",
+         file="kernorch/codegen/library/run_sizes.py"),
+    here("generic: a range's units taken as its sizes",
+         "return {name: sizes[name] // steps[name] for name in self.varying}",
+         "return {name: sizes[name] for name in self.varying}", file="kernorch/shapes/generic.py"),
     here("generic: probes without the consecutive pair",
          "sizes = [high, high - 1, low,", "sizes = [high, high - 2, low,", file="kernorch/shapes/generic.py"),
     here("generic: a constant that differs between probes taken as fixed",

@@ -14,12 +14,11 @@ from kernorch.codegen.gir import remembered
 from kernorch.codegen.library import (
     LibraryCall,
     Tensor,
-    batched,
     describe_library_call,
     onednn_rejection,
     render_matmul_at_run_sizes,
     render_onednn_call,
-    render_per_image,
+    render_per_shape,
 )
 from kernorch.codegen.loops import NotGeneratable
 from kernorch.ir.kernel import CandidateKernel
@@ -76,8 +75,8 @@ class LibraryCallBackend(Backend):
 
     def generic_source(self, name: str, kernel: CandidateKernel) -> str:
         call = library_call(kernel)
-        if batched(call):  # a convolution over images: created for one, run per image (library/run_sizes.py)
-            return render_per_image(name, call, self.render_call)
+        if call.op in ("convolution", "deconvolution"):  # created per shape, run per image (library/run_sizes.py)
+            return render_per_shape(name, call, self.render_call)
         return self.generic_render(name, call)
 
     def summary(self, kernel: CandidateKernel) -> str:

@@ -6,7 +6,7 @@ a primitive has one C spelling.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -125,33 +125,40 @@ def c_value_type(prim: str, dtype: str) -> str:
     return "uint8_t" if prim in BOOLEAN_RESULTS else C_TYPES[dtype]
 
 
-def c_index(tree: Tree, value: Callable[[Tree], str], prefix: str) -> str:
+def c_index(tree: Tree, value: Callable[[Tree], str], prefix: str,
+            formulas: Mapping[str, Callable[[str], str]] | None = None) -> str:  # fmt: skip
     """An index tree as a C expression. `value` renders a value tree read as an index (a gather's indices);
-    `prefix` names the kernel's tables (`PREFIX_NAME`)."""
+    `prefix` names the kernel's tables (`PREFIX_NAME`); `formulas`: tables computed from their index instead
+    (render.table_formula)."""
+    def index(t: Tree) -> str:
+        return c_index(t, value, prefix, formulas)
+
     kind = tree[0]
     if kind == "var":
         return str(tree[1])
     if kind == "lit":
         return f"{tree[1]}LL" if abs(tree[1]) > 2**31 - 1 else str(tree[1])
     if kind in ("+", "-", "*", "/", "%"):
-        return f"({c_index(tree[1], value, prefix)} {kind} {c_index(tree[2], value, prefix)})"
+        return f"({index(tree[1])} {kind} {index(tree[2])})"
     if kind in ("min", "max"):
-        a, b = c_index(tree[1], value, prefix), c_index(tree[2], value, prefix)
+        a, b = index(tree[1]), index(tree[2])
         return f"(({a}) {'<' if kind == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
     if kind == "sel":
-        return f"({c_cond(tree[1], value, prefix)} ? {c_index(tree[2], value, prefix)} : " \
-               f"{c_index(tree[3], value, prefix)})"
+        return f"({c_cond(tree[1], value, prefix, formulas)} ? {index(tree[2])} : {index(tree[3])})"
     if kind == "index":
         return f"ko_index((int64_t)({value(tree[1])}), {tree[2]}, &err)"
     if kind == "table":
-        return f"{prefix}_{tree[1]}[{c_index(tree[2], value, prefix)}]"
+        if formulas and tree[1] in formulas:
+            return formulas[tree[1]](index(tree[2]))
+        return f"{prefix}_{tree[1]}[{index(tree[2])}]"
     if kind == "part":  # a merged variable's coordinate that did not collapse back
         stride = int(np.prod(tree[2][tree[3] + 1:]))
         return f"(({tree[1]} / {stride}) % {tree[2][tree[3]]})"
     raise ValueError(f"not an index tree: {kind}")
 
 
-def c_cond(tree: Tree, value: Callable[[Tree], str], prefix: str) -> str:
+def c_cond(tree: Tree, value: Callable[[Tree], str], prefix: str,
+           formulas: Mapping[str, Callable[[str], str]] | None = None) -> str:  # fmt: skip
     if tree[0] == "&&":
-        return f"({c_cond(tree[1], value, prefix)} && {c_cond(tree[2], value, prefix)})"
-    return f"({c_index(tree[1], value, prefix)} {tree[0]} {c_index(tree[2], value, prefix)})"
+        return f"({c_cond(tree[1], value, prefix, formulas)} && {c_cond(tree[2], value, prefix, formulas)})"
+    return f"({c_index(tree[1], value, prefix, formulas)} {tree[0]} {c_index(tree[2], value, prefix, formulas)})"

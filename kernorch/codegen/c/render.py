@@ -28,6 +28,8 @@ import math
 import re
 from collections.abc import Callable
 
+import numpy as np
+
 from kernorch.codegen.c.expr import (
     FLOAT_SUFFIX,
     c_binary,
@@ -73,6 +75,25 @@ _SILENT = ("index",)  # elementwise gOperators that stand for address arithmetic
 SUM_UNROLL = 4  # vectors of a row added per unrolled iteration when rows are summed across a block (sum_across)
 
 
+def table_formula(values: np.ndarray) -> Callable[[str], str] | None:
+    """A table as C computing its element from the index, where it has such a form: one value everywhere (a
+    nearest resize's weights), or the index divided by a whole factor (its taps: output i reads input i // f).
+    A shape-generic kernel (Target.generic) computes them: a table's length and contents follow the sizes, and a
+    `static` array cannot (codegen/generic/unify.py)."""
+    if values.size == 0 or values.ndim != 1:
+        return None
+    first = values[0]
+    if np.all(values == first):
+        literal = c_literal(first.item(), "int64" if values.dtype.kind == "i" else "float32")
+        return lambda index: literal
+    if values.dtype.kind != "i" or values.size < 2:
+        return None
+    factor = int(np.argmax(values > 0)) if np.any(values > 0) else 0
+    if factor < 1 or not np.array_equal(values, np.arange(values.size) // factor):
+        return None
+    return lambda index: f"(({index}) / {factor})" if factor > 1 else f"({index})"
+
+
 def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
     """The kernel, lowered for `target`, as `int NAME(void **args)`, or with `tasks` as `int NAME(void **args, int
     ko_phase, int64_t ko_begin, int64_t ko_end)`, running iterations [ko_begin, ko_end) of phase ko_phase's
@@ -80,6 +101,8 @@ def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
     sharing = Sharing(tasks=tasks)
     w = CWriter()
     for table, values in gir.tables.items():
+        if target.generic and table_formula(values) is not None:  # computed where it is read
+            continue
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
         body = ", ".join(str(int(v)) if ctype == "int64_t" else repr(float(v)) + "f" for v in values)
         w.line(f"static const {ctype} {name}_{table}[{max(len(values), 1)}] = {{{body or '0'}}};")
@@ -135,6 +158,9 @@ def _err_only_where_set(lines: list[str]) -> list[str]:
 class _Phase:
     def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target) -> None:
         self.gir, self.phase, self.prefix, self.counter, self.target = gir, phase, prefix, counter, target
+        # tables computed where they are read: a shape-generic kernel's (table_formula)
+        self.formulas = {table: formula for table, values in gir.tables.items()
+                         if target.generic and (formula := table_formula(values)) is not None}  # fmt: skip
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
         self.bf16_buffers = {b.name for b in gir.buffers if b.dtype == "bfloat16"}
         self.names: dict[int, str] = {}  # register slice -> the C temporary or literal holding it
@@ -172,7 +198,7 @@ class _Phase:
         inner = {var for var, _ in self.phase.loops[-2 if self.phase.unrolled else -1:]}
         if count_kinds(tree, ("sel", "min", "max")) and not count_kinds(tree, ("index", "table")) \
                 and not _loop_vars(tree) & inner:  # fmt: skip
-            text = c_index(tree, lambda read: "", self.prefix)
+            text = c_index(tree, lambda read: "", self.prefix, self.formulas)
             if text not in self.hoisted:
                 self.counter[0] += 1
                 self.hoisted[text] = f"ko_i{self.counter[0]}"
@@ -561,14 +587,16 @@ class _Phase:
 
     def index(self, tree: Tree, op: GOperator) -> str:
         """An index tree in C; ("read", k) in it is the value of `op`'s k-th read (a gather's indices)."""
-        return c_index(tree, lambda read: self.names[op.reads[read[1]]], self.prefix)
+        return c_index(tree, lambda read: self.names[op.reads[read[1]]], self.prefix, self.formulas)
 
     def condition(self, tree: Tree, op: GOperator) -> str:
         """A guard or a select's condition; ("read", k) in it is the value of `op`'s k-th read."""
-        return c_cond(tree, lambda read: self.names[op.reads[read[1]]], self.prefix)
+        return c_cond(tree, lambda read: self.names[op.reads[read[1]]], self.prefix, self.formulas)
 
     def address(self, buffer: str, op: GOperator) -> str:
         if self.gir.roles.get(buffer) == "table":
+            if buffer in self.formulas:
+                return self.formulas[buffer](self.index(op.index, op))
             return f"{self.prefix}_{buffer}[{self.index(op.index, op)}]"
         return f"{buffer}[{self.index(self.hoisted_index(op.index), op)}]"
 

@@ -11,7 +11,7 @@ import pytest
 
 from kernorch.codegen.c.kernel import render_kernel
 from kernorch.codegen.c.prelude import PRELUDE
-from kernorch.codegen.c.render import _err_only_where_set
+from kernorch.codegen.c.render import _err_only_where_set, table_formula
 from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
 from kernorch.codegen.loops.description import KernelLoops, describe
@@ -347,6 +347,20 @@ def test_a_row_step_that_only_maps_is_a_simd_loop() -> None:
                 if line.startswith("for (") and "< 192;" in line and "ko_" not in line)  # fmt: skip
     assert lines[loop - 1].startswith("#pragma omp simd"), lines[loop - 3: loop + 1]
 
+
+
+def test_a_table_of_one_value_or_of_the_index_divided_is_computed() -> None:
+    """What a shape-generic kernel computes instead of reading a table (its length follows the sizes): a
+    nearest resize's taps (i // f) and weights (all one); any other table has no formula."""
+    taps = table_formula(np.arange(48) // 2)
+    assert taps is not None and taps("i") == "((i) / 2)"
+    same = table_formula(np.arange(7))
+    assert same is not None and same("i") == "(i)"
+    ones = table_formula(np.ones(48, np.float32))
+    assert ones is not None and ones("i") == "1.0f"
+    for other in (np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2]), np.array([1, 1, 2, 2]), np.array([0.5, 1.0]),
+                  np.arange(6).reshape(2, 3), np.zeros(0, np.int64)):  # fmt: skip
+        assert table_formula(other) is None, other
 
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)

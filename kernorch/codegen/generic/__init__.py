@@ -3,8 +3,9 @@
 point a plan calls (backend.py)."""
 
 from kernorch.codegen.generic.backend import PLACEHOLDER, GenericCode, GenericKernelBackend, generic_backend
-from kernorch.codegen.generic.polynomial import MAX_DEGREE, Polynomial, fit
+from kernorch.codegen.generic.polynomial import MAX_DEGREE, Polynomial, cross_monomials, fit
 from kernorch.codegen.generic.unify import SIZE_SYMBOL, GenericSource, NotGeneric, polynomial_of, unify
 
 __all__ = ["MAX_DEGREE", "PLACEHOLDER", "SIZE_SYMBOL", "GenericCode", "GenericKernelBackend", "GenericSource",
-           "NotGeneric", "Polynomial", "fit", "generic_backend", "polynomial_of", "unify"]  # fmt: skip
+           "NotGeneric", "Polynomial", "cross_monomials", "fit", "generic_backend", "polynomial_of",
+           "unify"]  # fmt: skip

@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.codegen.backends.base import Backend, Verdict, runs
-from kernorch.codegen.generic.unify import SIZE_SYMBOL, GenericSource, NotGeneric
+from kernorch.codegen.generic.unify import SIZE_SYMBOL, SIZES_PARAMETER, SIZES_POINTER, GenericSource, NotGeneric
 from kernorch.ir.kernel import CandidateKernel
 
 PLACEHOLDER = "ko_generic_kernel"  # the name a generic kernel is rendered under at every probe size
-SIZES_POINTER = "ko_sizes"
 
 
 @dataclass(frozen=True)
@@ -41,24 +40,30 @@ class GenericCode:
     def __post_init__(self) -> None:
         header, _ = self.entry
         text = self.source.text
-        start = text.find(header)
-        if start < 0:
+        if text.find(header) < 0:
             raise NotGeneric(f"{self.inner.name}'s code has no entry point {header[:-2]!r} to give sizes to")
-        if not self.source.is_fixed and text.find(SIZE_SYMBOL) < start:  # read where no size is declared
-            raise NotGeneric(f"{self.inner.name}'s code reads a size outside its entry point")
+        function = ""  # the header of the function a line is in
+        for line in text.split("\n"):
+            if line.endswith("{") and "(" in line and not line[:1].isspace():
+                function = line
+            elif SIZE_SYMBOL in line and function != header and not function.endswith(f"{SIZES_PARAMETER}) {{"):
+                raise NotGeneric(f"{self.inner.name}'s code reads a size outside its entry point")
 
     def text(self, inner: str) -> str:
         """The unified code, its symbols prefixed by `inner`, the entry point declaring the sizes it reads from
-        the argument behind its buffers."""
+        the argument behind its buffers, each function given them (SIZES_PARAMETER) declaring those it reads."""
         header, arguments = self.entry
         text = self.source.text.replace(PLACEHOLDER, inner)
-        if self.source.is_fixed:
-            return text
-        buffers = self.inputs + self.outputs + len(self.scratch)
-        declarations = (f"const int64_t *{SIZES_POINTER} = (const int64_t *){arguments}[{buffers}]; "
-                        + self.source.declarations(SIZES_POINTER))  # fmt: skip
         renamed = header.replace(PLACEHOLDER, inner)
-        return text.replace(renamed, f"{renamed}\n    {declarations}", 1)
+        if self.source.is_fixed:  # the same code at every size: nothing reads them (a call passes none)
+            if SIZES_POINTER not in text:
+                return text
+            return text.replace(renamed, f"{renamed}\n    const int64_t *{SIZES_POINTER} = NULL;", 1)
+        buffers = self.inputs + self.outputs + len(self.scratch)
+        declarations = self.source.declarations(SIZES_POINTER)
+        text = text.replace(f"{SIZES_PARAMETER}) {{", f"{SIZES_PARAMETER}) {{\n    {declarations}")
+        return text.replace(renamed, f"{renamed}\n    const int64_t *{SIZES_POINTER} = (const int64_t *)"
+                                     f"{arguments}[{buffers}]; {declarations}", 1)  # fmt: skip
 
     def moved(self, arguments: str) -> list[str]:
         """C filling `moved` from the plan's `arguments` (inputs with the size array last, outputs, scratch) in

@@ -4,11 +4,13 @@ byte count follows the sizes, found from its values at a few probe sizes and che
 A kernel rendered at several sizes writes every extent, stride and offset as a literal; where the code is the same
 but for those literals, each literal is some function of the sizes. Strides and extents of tensors are products of
 dims, so that function is a polynomial with integer coefficients (a cache's [layers, heads, past + 1, 64] stride
-512·past + 512; a score matrix's S² elements), of a low degree. `fit` solves for one of degree at most
-MAX_DEGREE through the probes and accepts it only if it reproduces every probe exactly: with more probes than
-coefficients, and probes of different residues modulo small powers of two and three, a literal that is not such
-a polynomial (a remainder, a rounding down to a vector width, a clamp) fails to fit, and the kernel is refused
-rather than generalised wrongly.
+512·past + 512; a score matrix's S² elements; a batch of feature maps' rows b·h·w), of a low degree. `fit` solves
+for one through the probes — each size to at most MAX_EXPONENT, of total degree at most MAX_DEGREE — and accepts it
+only if the probes determine it (their matrix of monomials has full rank) and it reproduces every probe exactly:
+with more probes than coefficients, probes of different residues modulo small powers of two and three, and more
+probes off the lines through the largest sizes than monomials of two sizes (shapes/generic.py: probe_sizes), a
+literal that is not such a polynomial (a remainder, a rounding down to a vector width, a clamp, a product of three
+sizes where the basis had only two) fails to fit, and the kernel is refused rather than generalised wrongly.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
-MAX_DEGREE = 2  # a score matrix's S·S elements; nothing in a tensor program's strides needs more
+MAX_EXPONENT = 2  # of one size: a score matrix's S·S elements; nothing in a tensor program's strides needs more
+MAX_DEGREE = 3  # of a monomial: a batch of feature maps' b·h·w elements, a batch of score matrices' b·S·S
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,25 @@ class Polynomial:
 
 
 def monomials(names: Sequence[str], degree: int = MAX_DEGREE) -> list[tuple[tuple[str, int], ...]]:
-    """Every monomial of the sizes up to `degree`, the constant first."""
+    """Every monomial of the sizes up to `degree` (each size to at most MAX_EXPONENT), the constant first."""
     result: list[tuple[tuple[str, int], ...]] = [()]
     for total in range(1, degree + 1):
         for combination in itertools.combinations_with_replacement(sorted(names), total):
-            result.append(tuple((name, combination.count(name)) for name in dict.fromkeys(combination)))
+            if max(combination.count(name) for name in combination) <= MAX_EXPONENT:
+                result.append(tuple((name, combination.count(name)) for name in dict.fromkeys(combination)))
     return result
 
 
+def cross_monomials(count: int) -> int:
+    """How many monomials of `count` sizes hold two or more of them: the coefficients only probes off the lines
+    through the largest sizes determine."""
+    return sum(len(m) > 1 for m in monomials([f"s{i}" for i in range(count)]))
+
+
 def fit(probes: Sequence[Mapping[str, int]], values: Sequence[int]) -> Polynomial | None:
-    """The polynomial of degree at most MAX_DEGREE with integer coefficients through (probe, value) for every probe,
-    of the lowest degree that fits; None if there is none (or the probes cannot tell it: fewer probes than its
-    coefficients)."""
+    """The polynomial of the module's form with integer coefficients through (probe, value) for every probe, of
+    the lowest degree that fits; None if there is none (or the probes cannot tell it: fewer probes than its
+    coefficients, or probes that do not determine them)."""
     if len(probes) != len(values) or not probes:
         raise ValueError("one value per probe")
     if len(set(values)) == 1:
@@ -100,6 +110,8 @@ def fit(probes: Sequence[Mapping[str, int]], values: Sequence[int]) -> Polynomia
 def _solve(basis: list[tuple[tuple[str, int], ...]], probes: Sequence[Mapping[str, int]],
            values: Sequence[int]) -> Polynomial | None:  # fmt: skip
     matrix = np.array([[float(np.prod([p[n] ** e for n, e in m])) for m in basis] for p in probes])
+    if np.linalg.matrix_rank(matrix) < len(basis):  # the probes do not tell these monomials apart
+        return None
     solution, *_ = np.linalg.lstsq(matrix, np.array(values, dtype=np.float64), rcond=None)
     coefficients = [Fraction(float(c)).limit_denominator(1) for c in solution]  # integers, or no fit
     candidate = Polynomial(tuple(sorted((m, int(c)) for m, c in zip(basis, coefficients, strict=True) if c)))

@@ -10,7 +10,16 @@ import pytest
 
 from kernorch.codegen.backends import GENERATED_C
 from kernorch.codegen.c import PRELUDE
-from kernorch.codegen.generic import PLACEHOLDER, GenericCode, GenericKernelBackend, NotGeneric, Polynomial, fit, unify
+from kernorch.codegen.generic import (
+    PLACEHOLDER,
+    GenericCode,
+    GenericKernelBackend,
+    NotGeneric,
+    Polynomial,
+    cross_monomials,
+    fit,
+    unify,
+)
 from kernorch.codegen.program import compile_source, load_library
 from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
@@ -34,9 +43,37 @@ def test_fit_finds_the_polynomial_and_refuses_what_is_not_one() -> None:
                     [(s + 15) // 16 for s in sizes], [s * s * s for s in sizes]):  # fmt: skip
         assert fit(PROBES, not_one) is None, not_one
     assert fit(PROBES[:3], [p["s"] ** 2 for p in PROBES[:3]]) is None  # three probes cannot show a quadratic
+    diagonal = [{"b": k, "s": k} for k in range(1, 9)]  # b = s at every probe: b·b, b·s and s·s look the same
+    assert fit(diagonal, [3 * k * k for k in range(1, 9)]) is None
     two = [{"b": b, "s": s} for b, s in ((4, 64), (3, 64), (4, 63), (2, 64), (4, 40), (1, 64), (4, 33), (3, 61))]
     product = fit(two, [64 * p["b"] * p["s"] + p["s"] for p in two])
     assert product is not None and product({"b": 5, "s": 9}) == 64 * 45 + 9
+
+
+def test_a_product_of_three_sizes_is_fitted_only_where_the_probes_determine_it() -> None:
+    """A batch of feature maps' rows, 16·b·h·w, found from a three-size range's probes. Those hold OFF_LINE_MARGIN
+    more points off the lines through the largest sizes than there are monomials of two or more sizes, so a value
+    that is a polynomial on the lines but not off them (a remainder times what vanishes on the lines) fits none;
+    with fewer, the probes do not determine one (rank) and nothing is accepted."""
+    from kernorch.shapes.generic import OFF_LINE_MARGIN, SizeRange, probe_sizes
+
+    size_range = SizeRange.parse("batch=1..16,height=8..96:8,width=8..96:8")
+    probes = [size_range.units(p) for p in probe_sizes(size_range)]
+
+    def rows(p: dict[str, int]) -> int:
+        return 16 * p["batch"] * p["height"] * p["width"]
+
+    def off_by_a_remainder(p: dict[str, int]) -> int:
+        return rows(p) + (p["batch"] - 16) * (p["height"] - 12) * (p["width"] - 12) * (p["batch"] * p["height"] % 5)
+
+    found = fit(probes, [rows(p) for p in probes])
+    assert found is not None and found({"batch": 3, "height": 1, "width": 7}) == 16 * 21, found
+    assert fit(probes, [off_by_a_remainder(p) for p in probes]) is None
+    lines = [p for p in probes if sum(p[n] != probes[0][n] for n in p) <= 1]
+    off = [p for p in probes if p not in lines]
+    assert len(off) >= cross_monomials(3) + OFF_LINE_MARGIN
+    too_few = lines + off[:2]
+    assert fit(too_few, [rows(p) for p in too_few]) is None
 
 
 def test_polynomial_renders_as_c_of_int64() -> None:
@@ -156,6 +193,9 @@ MUTANTS = [
     here("generic: a fit accepted without reproducing every probe",
          "if all(candidate(p) == v for p, v in zip(probes, values, strict=True)):  # exact, in integers",
          "if True:", file="kernorch/codegen/generic/polynomial.py"),
+    here("generic: a fit accepted from probes that do not determine it",
+         "if np.linalg.matrix_rank(matrix) < len(basis):  # the probes do not tell these monomials apart",
+         "if False:", file="kernorch/codegen/generic/polynomial.py"),
     here("generic: as many coefficients as probes accepted",
          "if len(basis) >= len(probes):  # as many unknowns as probes: any values fit, nothing is shown",
          "if len(basis) > len(probes):", file="kernorch/codegen/generic/polynomial.py"),

@@ -12,7 +12,7 @@ from kernorch.codegen.library.onednn import (
     render_onednn_call,
 )
 from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
-from kernorch.codegen.library.run_sizes import batched, render_matmul_at_run_sizes, render_per_image, runs_at_run_sizes
+from kernorch.codegen.library.run_sizes import batched, render_matmul_at_run_sizes, render_per_shape, runs_at_run_sizes
 
 __all__ = [
     "LibraryCall",
@@ -31,6 +31,6 @@ __all__ = [
     "post_ops_rejection",
     "render_matmul_at_run_sizes",
     "render_onednn_call",
-    "render_per_image",
+    "render_per_shape",
     "runs_at_run_sizes",
 ]

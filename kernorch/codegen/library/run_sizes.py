@@ -15,11 +15,14 @@ Only what this form can say: a float32 matmul with constant weights, a bias and 
 (a binary post-op's operand, scales, zero points, bfloat16) renders as the specialised call, which unifies only
 where the sizes do not reach it.
 
-**A convolution over a batch of images** (`render_per_image`): any library call's backend (oneDNN, kernorch's own
-convolutions) created for one image, run once per image of the call with every batched buffer advanced by its
-image's stride; the batch is the only literal of the run that follows the sizes. Images are independent in a
-convolution, so this is the batched call's result; oneDNN cannot make one convolution primitive for a batch
-known only at run time.
+**A convolution at run-time sizes** (`render_per_shape`): any library call's backend (oneDNN, kernorch's own
+convolutions) rendered for one image, as its source is unified across sizes (codegen/generic/): its create and
+run take the sizes (`SIZES_PARAMETER`), so a unified create makes the primitive of the call's sizes. oneDNN makes
+a convolution primitive for one shape only (no run-time dims), so a run looks the call's shape up in a small cache
+of created primitives (`PER_SHAPE_PRIMITIVES`, the least recently used one destroyed beyond it) and creates one on
+a miss — once per image size, on its first call: a detector's few resolutions each pay it once, a batch's any
+number of images never (the images are independent in a convolution: the primitive for one runs once per image
+of the call, every batched buffer advanced by its image's stride).
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from dataclasses import replace
 import numpy as np
 
 from kernorch.codegen.c import CWriter, c_literal
+from kernorch.codegen.generic.unify import SIZES_PARAMETER, SIZES_POINTER, NotGeneric
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.library.onednn import DEFAULT_ALPHA, ELTWISE_ALG, as_onednn, pointer_of, render_onednn_call
 
 RUNTIME = "DNNL_RUNTIME_DIM_VAL"
+# created calls a convolution keeps, one per shape it ran at: a detector's resolutions, each made once
+PER_SHAPE_PRIMITIVES = 8
 
 
 def runs_at_run_sizes(call: LibraryCall) -> bool:
@@ -154,33 +160,67 @@ def batched(call: LibraryCall) -> list[Tensor]:
     return [call.src, call.dst, *operands]
 
 
-def render_per_image(name: str, call: LibraryCall, render: Callable[[str, LibraryCall], str]) -> str:
-    """The convolution `call` as `render` makes it for one image, run per image (module doc); the specialised
-    call where it has no batch of images."""
+def render_per_shape(name: str, call: LibraryCall, render: Callable[[str, LibraryCall], str]) -> str:
+    """The convolution `call` at run-time sizes (module doc): `render`'s call for one image, its create and run
+    taking the sizes, behind a cache of one created call per shape."""
     tensors = batched(call)
-    if not tensors:
-        return render(name, call)
-    images = call.src.dims[0]
+    images = call.src.dims[0] if tensors else 1
     one = {id(t): replace(t, dims=(1, *t.dims[1:])) for t in tensors}
-    single = replace(call, src=one[id(call.src)], dst=one[id(call.dst)],
+    single = replace(call, src=one.get(id(call.src), call.src), dst=one.get(id(call.dst), call.dst),
                      post_ops=tuple((op, one.get(id(t), t) if t is not None else None) for op, t in call.post_ops))
-    slots = sorted({t.slot for t in tensors})
-    steps = {t.slot: t.strides[0] * int(np.dtype(_NUMPY[t.dtype]).itemsize) for t in tensors}
-    arguments = 1 + max(t.slot for t in (call.src, call.weights, call.dst, *(x for _, x in call.post_ops if x),
-                                        *(x for x in (call.bias, call.scales, call.src_zero) if x)))  # fmt: skip
+    inner = f"{name}_at"
+    text = render(inner, single)
+    for header in (f"{inner}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)",
+                   f"{inner}_run(void *state, dnnl_stream_t stream, void **a)"):  # fmt: skip
+        if text.count(header) != 1:
+            raise NotGeneric(f"the library call's code has no {header.split('(')[0]} to give the sizes to")
+        text = text.replace(header, f"{header[:-1]}, {SIZES_PARAMETER})")
+    key = [v for t in _operands(single) for v in (*t.dims, *t.strides)]
     w = CWriter()
-    w.line(render(f"{name}_image", single))
-    w.line(f"static void {name}_destroy(void *state) {{ {name}_image_destroy(state); }}",
-           f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a) "
-           f"{{ return {name}_image_create(engine, stream, a); }}")  # fmt: skip
+    w.line(text,
+           f"typedef struct {{ int64_t key[{len(key)}]; void *state; uint64_t used; }} {name}_entry;",
+           f"typedef struct {{ dnnl_engine_t engine; uint64_t clock; {name}_entry entry[{PER_SHAPE_PRIMITIVES}]; }} "
+           f"{name}_shapes;")  # fmt: skip
+    with w.function(f"static void {name}_destroy(void *state)", returns=None):
+        w.line(f"{name}_shapes *s = ({name}_shapes *)state;", "if (!s) return;",
+               f"for (int i = 0; i < {PER_SHAPE_PRIMITIVES}; i++) "
+               f"if (s->entry[i].state) {inner}_destroy(s->entry[i].state);", "free(s);")  # fmt: skip
+    with w.function(f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)",
+                    returns=None):  # fmt: skip
+        w.line("(void)stream; (void)a;  /* a call's primitive is created by its first run at its sizes */",
+               f"{name}_shapes *s = ({name}_shapes *)calloc(1, sizeof({name}_shapes));",
+               f'if (!s) {{ snprintf(ko_error, sizeof ko_error, "%s: out of memory", "{name}"); return NULL; }}',
+               "s->engine = engine;", "return s;")  # fmt: skip
     with w.function(f"static int {name}_run(void *state, dnnl_stream_t stream, void **a)", returns=None):
-        w.line(f"void *image[{arguments}];", f"for (int i = 0; i < {arguments}; i++) image[i] = a[i];",
-               f"const int64_t images = {images};")  # fmt: skip
-        with w.block("for (int64_t n = 0; n < images; n++)"):
-            w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {steps[slot]};" for slot in slots),
-                   f"if ({name}_image_run(state, stream, image)) return 1;")  # fmt: skip
+        w.line(f"{name}_shapes *s = ({name}_shapes *)state;",
+               f"const int64_t key[] = {{{', '.join(map(str, key))}}};",
+               f"{name}_entry *e = NULL, *oldest = &s->entry[0];")  # fmt: skip
+        with w.block(f"for (int i = 0; i < {PER_SHAPE_PRIMITIVES} && !e; i++)"):
+            w.line(f"{name}_entry *c = &s->entry[i];",
+                   "if (c->state && !memcmp(c->key, key, sizeof key)) e = c;",
+                   "else if (c->used < oldest->used) oldest = c;  /* an empty entry's is 0: filled first */")
+        with w.block("if (!e)"):
+            w.line("e = oldest;", f"if (e->state) {{ {inner}_destroy(e->state); e->state = NULL; }}",
+                   f"e->state = {inner}_create(s->engine, stream, a, {SIZES_POINTER});", "if (!e->state) return 1;",
+                   "memcpy(e->key, key, sizeof key);")  # fmt: skip
+        w.line("e->used = ++s->clock;")
+        if not tensors:
+            w.line(f"return {inner}_run(e->state, stream, a, {SIZES_POINTER});")
+            return w.text(end="\n")
+        arguments = 1 + max(t.slot for t in _operands(call))
+        steps = {t.slot: t.strides[0] * int(np.dtype(_NUMPY[t.dtype]).itemsize) for t in tensors}
+        w.line(f"void *image[{arguments}];", f"for (int i = 0; i < {arguments}; i++) image[i] = a[i];")
+        with w.block(f"for (int64_t n = 0; n < {images}; n++)"):
+            w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {step};" for slot, step in sorted(steps.items())),
+                   f"if ({inner}_run(e->state, stream, image, {SIZES_POINTER})) return 1;")  # fmt: skip
         w.line("return 0;")
     return w.text(end="\n")
+
+
+def _operands(call: LibraryCall) -> list[Tensor]:
+    """Every tensor the call names: its buffers, bias, post-op operands, scales and zero point."""
+    return [call.src, call.weights, call.dst, *(t for _, t in call.post_ops if t is not None),
+            *(t for t in (call.bias, call.scales, call.src_zero) if t is not None)]
 
 
 _NUMPY = {"float32": "float32", "bfloat16": "uint16", "int8": "int8", "uint8": "uint8", "int32": "int32"}
