@@ -119,6 +119,41 @@ def _bert_mini() -> torch.nn.Module:
     return Encoder()
 
 
+class Detector(torch.nn.Module):
+    """A one-stage detector's shape at any image size (a multiple of 32): ResNet-18's trunk, a feature pyramid
+    over its stride-8, -16 and -32 maps (1x1 laterals to 128 channels, the coarser map upsampled by nearest
+    neighbour and added, a 3x3 smoothing conv), a shared head (3x3 conv + ReLU, then 1x1 to 3 anchors x (4 box
+    + 1 objectness + 80 classes)) per level, every position's predictions as rows: [batch, positions, 85]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torchvision
+
+        trunk = torchvision.models.resnet18(weights=None)
+        self.stem = torch.nn.Sequential(trunk.conv1, trunk.bn1, trunk.relu, trunk.maxpool, trunk.layer1)
+        self.stages = torch.nn.ModuleList([trunk.layer2, trunk.layer3, trunk.layer4])
+        self.laterals = torch.nn.ModuleList([torch.nn.Conv2d(c, 128, 1) for c in (128, 256, 512)])
+        self.smooth = torch.nn.ModuleList([torch.nn.Conv2d(128, 128, 3, padding=1) for _ in range(3)])
+        self.head = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(128, 3 * 85, 1))  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        maps = []
+        x = self.stem(x)
+        for stage in self.stages:
+            x = stage(x)
+            maps.append(x)
+        merged = [lateral(m) for lateral, m in zip(self.laterals, maps, strict=True)]
+        for level in (1, 0):  # top-down: the coarser map upsampled into the finer
+            merged[level] = merged[level] + torch.nn.functional.interpolate(merged[level + 1], scale_factor=2,
+                                                                            mode="nearest")  # fmt: skip
+        rows = []
+        for level, feature in enumerate(merged):
+            out = self.head(self.smooth[level](feature))
+            rows.append(out.reshape(out.shape[0], 3 * 85, -1).transpose(1, 2).reshape(out.shape[0], -1, 85))
+        return torch.cat(rows, dim=1)
+
+
 # name -> (module builder, example input, dynamic axes of the input)
 MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor], dict[int, str]]] = {
     "efficientnet_b0": (_torchvision("efficientnet_b0"), lambda: torch.randn(2, 3, 224, 224), IMAGE),
@@ -129,7 +164,9 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor
     "candy": (Candy, lambda: torch.randn(2, 3, 224, 224), IMAGE),
     "segformer_b0": (_segformer, lambda: torch.randn(2, 3, 256, 256), IMAGE),
     "bert_mini": (_bert_mini, lambda: torch.randint(0, 1000, (2, 64)), {0: "batch", 1: "sequence"}),
+    "detector": (Detector, lambda: torch.randn(2, 3, 320, 416), IMAGE),
 }
+OUTPUT_AXES = {"detector": {0: "batch", 1: "positions"}}  # beyond the batch
 
 
 def export(name: str, target: Path) -> None:
@@ -138,7 +175,7 @@ def export(name: str, target: Path) -> None:
     module = build().eval()
     with torch.no_grad():
         torch.onnx.export(module, (example(),), str(target), input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": axes, "output": {0: "batch"}}, opset_version=17,
+                          dynamic_axes={"input": axes, "output": OUTPUT_AXES.get(name, {0: "batch"})}, opset_version=17,
                           dynamo=False)  # fmt: skip
 
 

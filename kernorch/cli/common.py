@@ -35,9 +35,10 @@ def add_shape_policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pad", action="append", metavar="NAME",
                         help="let a call whose size of NAME has no plan run padded to the next --dim size, where "
                         "kernorch proves per primitive that padding is exact (otherwise it is specialised)")
-    parser.add_argument("--range", action="append", metavar="NAME=LOW..HIGH,...",
+    parser.add_argument("--range", action="append", metavar="NAME=LOW..HIGH[:STEP],...",
                         help="plan once for every size in a range (each symbolic dim a size or LOW..HIGH, e.g. "
-                        "sequence=1,past=1..256: a decoder's steps): one shape-generic plan, checked against "
+                        "sequence=1,past=1..256: a decoder's steps; :STEP takes every STEP-th size, e.g. "
+                        "height=320..640:32 for a detector's images): one shape-generic plan, checked against "
                         "onnxruntime, runs any size in it at once; where it cannot be one program the log says why")
 
 

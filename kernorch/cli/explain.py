@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model, progress_bars, shape_sets
@@ -17,6 +18,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from kernorch.codegen.backends import choose_backend
     from kernorch.codegen.library import absorbed_summary
 
+    if getattr(args, "range", None) or Path(args.model).is_dir():
+        return _explain_shapes(args)
     if len(shape_sets(args)) == 2:
         return _explain_two_shapes(args)
     result = orchestrate_model(args, show_progress=True)
@@ -55,8 +58,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.schedule:
         _explain_schedule(args, result)
     if args.svg or args.html:
-        from pathlib import Path
-
         try:
             from kernorch.tools.picture import write_html, write_svg
         except ImportError as error:
@@ -81,6 +82,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for rejection in result.rejected[: args.rejected]:
             prims = " → ".join(graph.nodes[n].prim for n in rejection.nodes)
             print(f"  rejected [{prims}] ({rejection.rule}): {rejection.reason}")
+    return EXIT_OK
+
+
+def _explain_shapes(args: argparse.Namespace) -> int:
+    """A model with symbolic dims: what each shape runs on — a saved family of plans (`kernorch optimize --range
+    ... -o DIR`, or a served model saved), or MODEL compiled with its --range: each range's plan kernel by kernel."""
+    import kernorch
+    from kernorch.shapes import DynamicModel
+    from kernorch.shapes.report import generic_plan_lines, shape_lines
+
+    if Path(args.model).is_dir():
+        model = kernorch.load(args.model)
+    else:
+        model = kernorch.compile(args.model, options=make_options(args))
+    if not isinstance(model, DynamicModel):
+        raise KernorchError(f"{args.model} is one plan for one shape: explain it from its model with --input-shape")
+    for plan in model.generic_plans:
+        print("\n".join(generic_plan_lines(plan)))
+    print("\n".join(shape_lines(model)))
     return EXIT_OK
 
 
@@ -159,8 +179,6 @@ def _explain_gir(result: OrchestrationResult, k: int) -> None:
 
 
 def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> None:
-    from pathlib import Path
-
     from kernorch.pipeline import compile_plan
     from kernorch.runtime.feeds import graph_feeds
     from kernorch.tools.schedule_picture import draw_schedule, measure_schedule

@@ -117,10 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Orchestrate MODEL like `optimize`, then list every kernel of the plan with its primitives, "
         "the ONNX nodes they came from and the values it writes. --rejected N also lists N rejected candidate "
         "kernels with the pruning rule and reason. Two --input-shape sets (a model with symbolic dims) plan both "
-        "shapes and list the kernels in which the two plans differ.",
+        "shapes and list the kernels in which the two plans differ. --range plans a range of sizes once and lists "
+        "its kernels, each taking the sizes or the same at every size, and what each shape runs on; MODEL may be a "
+        "saved directory of plans (`optimize --range ... -o DIR`): which shapes run their own plan, which a "
+        "range's generic plan.",
     )  # fmt: skip
     add_model_args(explain)
     add_orchestration_args(explain)
+    explain.add_argument("--range", action="append", metavar="NAME=LOW..HIGH[:STEP],...",
+                         help="plan MODEL once for every size in the range (as `optimize --range`) and explain it")
     explain.add_argument("--rejected", type=non_negative_int, default=0, metavar="N",
                          help="list N rejected candidates")  # fmt: skip
     explain.add_argument("--gir", type=non_negative_int, metavar="K",

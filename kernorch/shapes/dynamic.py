@@ -527,6 +527,9 @@ class DynamicModel:
             "generic_plans": [{"range": plan.size_range.describe(), "kernels": [[list(n), list(o)]
                                                                                for n, o in plan.saved]}
                               for plan in self.generic_plans],
+            # the specialised shape sets whose range's generic plan measured faster (it runs them)
+            "generic_first": [[[name, list(shape)] for name, shape in shapes] for shapes in self.generic_first
+                              if shapes in self.specialisations],
         }  # fmt: skip
         family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
         (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
@@ -640,6 +643,9 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
     try:
         saved = {str(entry["range"]): saved_kernels_from_json(entry["kernels"])
                  for entry in family.get("generic_plans", [])}  # fmt: skip
+        first = [shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry})
+                 for entry in family.get("generic_first", [])]  # fmt: skip
+        loaded.generic_first.update(shapes for shapes in first if shapes in plans)
     except (TypeError, ValueError, KeyError) as error:
         raise ArtifactError(f"{manifest} is malformed: its generic plans: {str(error)[:160]}") from None
     loaded.prepare_ranges(saved)  # each range's kernels as saved; their code regenerated and checked

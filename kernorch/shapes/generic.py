@@ -390,12 +390,8 @@ class _KernelCodes:
         if any(set(views) != set(chosen[0][1]) for _, views in chosen):
             raise NotGeneric("the plan's views (values placed in another's bytes) differ between sizes")
         for index, kernel in enumerate(kernels):
-            backends = [c[0][index] for c in chosen]
-            if len({b.name for b in backends}) > 1:
-                self.refused[kernel.nodes] = "its backend differs between sizes"
-                self.backends.append(backends[0])
-                continue
-            backend = backends[0]
+            backend = chosen[0][0][index]  # at the largest sizes; at others another may be the first that runs it
+            # (a native convolution for some map sizes only): _unified takes one that runs it at every probe
             values = (*kernel.inputs, *kernel.outputs)
             fixed = all(d.is_constant for v in values for d in dims[v]) and not any(v in generators for v in values)
             try:
@@ -431,7 +427,8 @@ def _unified(kernel: CandidateKernel, at_probe: Sequence[CandidateKernel], at: S
     candidates = [chosen, *order[order.index(chosen) + 1:]] if chosen in order else [chosen]
     first: NotGeneric | None = None
     for backend in candidates:
-        if backend is not chosen and not all(backend.applies(k).runs for k in at_probe):
+        if not all(backend.applies(k).runs for k in at_probe):
+            first = first or NotGeneric(f"{backend.name} does not run it at every size")
             continue
         try:
             texts = [backend.generic_source(PLACEHOLDER, k) for k in at_probe]

@@ -112,9 +112,12 @@ def test_one_plan_serves_every_size_of_the_range_as_onnxruntime_computes_it(
 
 
 def test_a_shape_called_again_and_again_is_specialised_aside_and_the_faster_plan_kept(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:  # fmt: skip
     """A range's shape set called HOT_IN_RANGE times is planned in the background (never on the caller's thread),
-    timed against the generic plan, and the faster of the two runs it from then on; both compute onnxruntime's."""
+    timed against the generic plan, and the faster of the two runs it from then on; both compute onnxruntime's.
+    Saved and loaded, the choice holds, and `explain` says which shape runs what."""
+    from kernorch.shapes.report import shape_lines
+
     monkeypatch.setattr(dynamic, "HOT_IN_RANGE", 2)
     model = _cached_attention_step()
     compiled = kernorch.compile(model, cost="analytic", ranges=["past=1..40"])
@@ -131,6 +134,13 @@ def test_a_shape_called_again_and_again_is_specialised_aside_and_the_faster_plan
     np.testing.assert_allclose(compiled.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
     compiled.generic_first.symmetric_difference_update({shapes})  # the other plan computes the same
     np.testing.assert_allclose(compiled.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+    for generic_first in (True, False):
+        compiled.generic_first.clear()
+        compiled.generic_first.update({shapes} if generic_first else set())
+        loaded = kernorch.load(compiled.save(tmp_path / f"plans-{generic_first}"))
+        assert isinstance(loaded, dynamic.DynamicModel) and loaded.generic_first == compiled.generic_first
+        lines = "\n".join(shape_lines(loaded))
+        assert ("the generic plan of [past=1..40]" if generic_first else "its own plan") in lines, lines
 
 
 def test_calls_from_many_threads_at_once_each_get_their_own_sizes(step: tuple[bytes, Any, Any]) -> None:
@@ -252,13 +262,14 @@ def _detector() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
-def test_a_detector_at_image_sizes_known_only_when_it_runs() -> None:
+@pytest.mark.parametrize("batches", ["1..16", "1"])
+def test_a_detector_at_image_sizes_known_only_when_it_runs(batches: str) -> None:
     """Height and width as a range in steps of 8 (the detector halves its image twice... and a step of 8 keeps
     every map's size a polynomial of the units): its convolutions created once per image size on its first
     call (codegen/library/run_sizes.py), the rest generic; sizes 8 (the smallest: maps of 2x2), odd and prime
     units, tall and wide images, the largest, and two images a call, as onnxruntime computes them."""
     model = _detector()
-    compiled = kernorch.compile(model, cost="analytic", ranges=["batch=1..16,height=8..96:8,width=8..96:8"])
+    compiled = kernorch.compile(model, cost="analytic", ranges=[f"batch={batches},height=8..96:8,width=8..96:8"])
     assert isinstance(compiled, dynamic.DynamicModel)
     (plan,) = compiled.generic_plans
     assert plan.generic_kernels >= 3, compiled.describe()
@@ -267,6 +278,7 @@ def test_a_detector_at_image_sizes_known_only_when_it_runs() -> None:
     rng = np.random.default_rng(5)
     for batch, height, width in ((1, 96, 96), (1, 8, 8), (2, 56, 8), (1, 8, 88), (2, 40, 40), (1, 96, 96),
                                  (1, 24, 72), (2, 88, 16), (1, 56, 56), (1, 16, 16), (1, 64, 32), (1, 96, 96)):
+        batch = batch if batches != "1" else 1
         x = rng.standard_normal((batch, 3, height, width)).astype(np.float32)
         got = compiled.run({"x": x})
         assert compiled.runs_on(dynamic.shape_set({"x": x.shape})).startswith("the generic plan"), (height, width)
@@ -333,6 +345,12 @@ def test_the_command_line_plans_a_range_saves_it_and_runs_a_size_in_it(tmp_path:
     assert main(["run", str(plans), *inputs]) == 0
     out = capsys.readouterr().out
     assert "present: float32[1, 8, 24, 16]" in out and "on the generic plan of [past=1..40]" in out, out
+    assert main(["explain", str(plans)]) == 0  # the saved family: each range's kernels, what each shape runs on
+    out = capsys.readouterr().out
+    assert "range [past=1..40]: one plan" in out and "generic over past" in out, out
+    assert "every other shape of [past=1..40]: its generic plan" in out, out
+    assert main(["explain", str(model), "--range", "past=1..40", "--cost", "analytic"]) == 0
+    assert "generic over past" in capsys.readouterr().out
     assert main(["optimize", str(model), "--range", "pasta=1..40", "--cost", "analytic"]) == 2
     assert "names 'pasta', not a symbolic dim" in capsys.readouterr().err
 
@@ -458,6 +476,12 @@ MUTANTS = [
     here("generic: a convolution run with the primitive of another image size",
          "if (c->state && !memcmp(c->key, key, sizeof key)) e = c;", "if (c->state) e = c;",
          file="kernorch/codegen/library/run_sizes.py"),
+    here("generic: a saved plan forgets which specialised shapes the generic plan runs faster",
+         "loaded.generic_first.update(shapes for shapes in first if shapes in plans)", "pass",
+         file="kernorch/shapes/dynamic.py"),
+    here("generic: a count folded into a constant made without its reciprocal",
+         "np.reciprocal(dtype.type(count(sizes))) if inverse else count(sizes), dtype)",
+         "count(sizes), dtype)", file="kernorch/shapes/generic_constants.py"),
     here("generic: a range's units taken as its sizes",
          "return {name: sizes[name] // steps[name] for name in self.varying}",
          "return {name: sizes[name] for name in self.varying}", file="kernorch/shapes/generic.py"),

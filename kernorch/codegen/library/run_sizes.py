@@ -204,16 +204,16 @@ def render_per_shape(name: str, call: LibraryCall, render: Callable[[str, Librar
                    f"e->state = {inner}_create(s->engine, stream, a, {SIZES_POINTER});", "if (!e->state) return 1;",
                    "memcpy(e->key, key, sizeof key);")  # fmt: skip
         w.line("e->used = ++s->clock;")
-        if not tensors:
+        if tensors:
+            arguments = 1 + max(t.slot for t in _operands(call))
+            steps = {t.slot: t.strides[0] * int(np.dtype(_NUMPY[t.dtype]).itemsize) for t in tensors}
+            w.line(f"void *image[{arguments}];", f"for (int i = 0; i < {arguments}; i++) image[i] = a[i];")
+            with w.block(f"for (int64_t n = 0; n < {images}; n++)"):
+                w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {step};" for slot, step in sorted(steps.items())),
+                       f"if ({inner}_run(e->state, stream, image, {SIZES_POINTER})) return 1;")  # fmt: skip
+            w.line("return 0;")
+        else:
             w.line(f"return {inner}_run(e->state, stream, a, {SIZES_POINTER});")
-            return w.text(end="\n")
-        arguments = 1 + max(t.slot for t in _operands(call))
-        steps = {t.slot: t.strides[0] * int(np.dtype(_NUMPY[t.dtype]).itemsize) for t in tensors}
-        w.line(f"void *image[{arguments}];", f"for (int i = 0; i < {arguments}; i++) image[i] = a[i];")
-        with w.block(f"for (int64_t n = 0; n < {images}; n++)"):
-            w.line(*(f"image[{slot}] = (char *)a[{slot}] + n * {step};" for slot, step in sorted(steps.items())),
-                   f"if ({inner}_run(e->state, stream, image, {SIZES_POINTER})) return 1;")  # fmt: skip
-        w.line("return 0;")
     return w.text(end="\n")
 
 

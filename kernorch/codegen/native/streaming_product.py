@@ -20,6 +20,7 @@ The block is stored to a tile in L1, then the post-ops run on it as it is writte
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
@@ -141,6 +142,11 @@ def geometry(call: LibraryCall) -> Geometry | str:
 
 def streaming_rejection(call: LibraryCall) -> str | None:
     """Why the streaming kernel does not run `call` (None when it does)."""
+    if call.op == "convolution" and len(call.dst.dims) == 4 and len(call.weights.dims) == 4:
+        rows = call.dst.dims[0] * call.dst.dims[2] * call.dst.dims[3]
+        if rows > max(MAX_ROWS, MAX_ROWS_COLD):  # whatever its weights: told before every row's taps are listed
+            return f"{rows} output rows reuse each of {4 * math.prod(call.weights.dims)} bytes of weights: " \
+                "oneDNN's blocking pays off"  # fmt: skip
     shape = geometry(call)
     if isinstance(shape, str):
         return shape
