@@ -200,7 +200,8 @@ CODEGEN_ALLOWED = {
     "triton": {"loops", "gir", "target"},  # Triton from the loop description; gir: which phases read transposed
     "backends": {"loops", "gir", "c", "library", "native", "views", "backend", "target", "triton"},  # the registry
     "program": {"backends", "backend", "c", "library", "target", "triton"},  # the whole-plan program, compiler
-    "generic": {"backend"},  # one kernel's code for a range of sizes, and its entry point in a plan
+    "generic": {"backend", "c"},  # one kernel's code for a range of sizes, its entry point in a plan (c: how C
+    # receives the sizes)
 }
 
 

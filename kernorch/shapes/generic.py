@@ -49,6 +49,7 @@ from kernorch.codegen.generic import (
     polynomial_of,
     unify,
 )
+from kernorch.codegen.loops import NotGeneratable
 from kernorch.errors import InputMismatch, KernorchError
 from kernorch.frontend import InputSignature, shapes_for, symbols_of
 from kernorch.ir.graph import Graph
@@ -438,6 +439,8 @@ def _unified(kernel: CandidateKernel, at_probe: Sequence[CandidateKernel], at: S
                 raise NotGeneric("its scratch is not largest at the largest sizes")
             return GenericCode(backend, unify(texts, at, sizes), len(kernel.inputs), len(kernel.outputs),
                                tuple(scratch[0]))  # fmt: skip
+        except NotGeneratable as reason:  # a backend that cannot render it at some probe
+            first = first or NotGeneric(f"{backend.name} does not render it at every size: {reason}")
         except NotGeneric as reason:
             first = first or reason
     assert first is not None

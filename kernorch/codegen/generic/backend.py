@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernorch.codegen.backends.base import Backend, Verdict, runs
-from kernorch.codegen.generic.unify import SIZE_SYMBOL, SIZES_PARAMETER, SIZES_POINTER, GenericSource, NotGeneric
+from kernorch.codegen.c import SIZES_PARAMETER, SIZES_POINTER
+from kernorch.codegen.generic.unify import SIZE_SYMBOL, GenericSource, NotGeneric
 from kernorch.ir.kernel import CandidateKernel
 
 PLACEHOLDER = "ko_generic_kernel"  # the name a generic kernel is rendered under at every probe size

@@ -29,9 +29,6 @@ INTEGER = re.compile(r"(?<![\w.])\d+(?![\w.])")
 _FIXED_LINE = re.compile(r"^\s*(#|static\b)")
 _ARRAY_DECLARATION = re.compile(r"\b(?:float|double|char|u?int(?:8|16|32|64)_t|int|__m\w+)\s+\w+\s*\[[^\]]*$")
 SIZE_SYMBOL = "ko_size_"  # C variable of a size: ko_size_<index>, declared by the caller from its argument
-SIZES_POINTER = "ko_sizes"  # the C array of the sizes, int64_t, in the order the caller passes them
-# a function of a kernel's code given the sizes by its caller (its last parameter): its literals may follow them
-SIZES_PARAMETER = f"const int64_t *{SIZES_POINTER}"
 
 
 class NotGeneric(KernorchError):

@@ -32,11 +32,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from kernorch.codegen.c import CWriter, c_literal
-from kernorch.codegen.generic.unify import SIZES_PARAMETER, SIZES_POINTER, NotGeneric
+from kernorch.codegen.c import SIZES_PARAMETER, SIZES_POINTER, CWriter, c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.library.onednn import DEFAULT_ALPHA, ELTWISE_ALG, as_onednn, pointer_of, render_onednn_call
+from kernorch.codegen.loops import NotGeneratable
 
 RUNTIME = "DNNL_RUNTIME_DIM_VAL"
 # created calls a convolution keeps, one per shape it ran at: a detector's resolutions, each made once
@@ -173,7 +173,7 @@ def render_per_shape(name: str, call: LibraryCall, render: Callable[[str, Librar
     for header in (f"{inner}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)",
                    f"{inner}_run(void *state, dnnl_stream_t stream, void **a)"):  # fmt: skip
         if text.count(header) != 1:
-            raise NotGeneric(f"the library call's code has no {header.split('(')[0]} to give the sizes to")
+            raise NotGeneratable(f"the library call's code has no {header.split('(')[0]} to give the sizes to")
         text = text.replace(header, f"{header[:-1]}, {SIZES_PARAMETER})")
     key = [v for t in _operands(single) for v in (*t.dims, *t.strides)]
     w = CWriter()
