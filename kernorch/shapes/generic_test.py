@@ -284,6 +284,11 @@ def test_a_detector_at_image_sizes_known_only_when_it_runs(batches: str) -> None
         assert compiled.runs_on(dynamic.shape_set({"x": x.shape})).startswith("the generic plan"), (height, width)
         for name, want in zip(["boxes", "pooled"], session.run(["boxes", "pooled"], {"x": x}), strict=True):
             np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} at {height}x{width}")
+    for height, width in ((12, 16), (104, 96)):  # between the steps, beyond the range: served as before
+        x = rng.standard_normal((1, 3, height, width)).astype(np.float32)
+        assert not compiled.runs_on(dynamic.shape_set({"x": x.shape})).startswith("the generic plan")
+        np.testing.assert_allclose(compiled.run({"x": x})["boxes"], session.run(["boxes"], {"x": x})[0], rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip
 
 
 def test_a_size_between_the_steps_of_a_range_is_not_in_it() -> None:
