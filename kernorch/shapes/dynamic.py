@@ -26,9 +26,7 @@ cache is: the directory must be private to the user (0700), each entry carries a
 its slot and its plan's manifest hash, and the plan must record this model, shape set and options as its origin
 (runtime/origin.py); an entry that fails any check is logged, planned again and replaced. Kernels shared between
 specialisations are profiled once: the profile database is keyed by kernel, not by model. `DynamicModel.save`
-writes every specialisation plus the model itself (new shapes after `kernorch.load`), family.json listing each
-plan's manifest hash; `load_dynamic` verifies them all, each plan against the model, the shape set it is filed
-under and the family's options.
+writes them as a family of plans that `load_dynamic` verifies (shapes/family.py).
 """
 
 from __future__ import annotations
@@ -62,14 +60,11 @@ from kernorch.frontend import (
 from kernorch.frontend.onnx_import import load_proto
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
-from kernorch.options import SHAPE_POLICY_FIELDS, Options, options_from_json, options_to_json, plan_shaping
+from kernorch.options import SHAPE_POLICY_FIELDS, Options, plan_shaping
 from kernorch.pipeline import SILENT, Progress, compile_model
 from kernorch.runtime.artifact import (
-    MANIFEST_HASH_KEY,
     ArtifactError,
-    manifest_digest,
     manifest_hash,
-    read_json_manifest,
 )
 from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
@@ -81,20 +76,15 @@ from kernorch.shapes.generic import (
     SavedKernels,
     SizeRange,
     build_generic_plan,
-    saved_kernels_from_json,
 )
 from kernorch.shapes.padding import PaddingProof, prove_paddable
 from kernorch.shapes.serving import GenericServer, HotShapes, onnxruntime_available
 from kernorch.signing import private_dir, sign, signed
 
 LOGGER = logging.getLogger("kernorch.shapes")
-FAMILY_FORMAT = "kernorch-dynamic-plan"
-FAMILY_VERSION = 2  # 2: each specialisation's manifest hash, each plan's origin checked
-FAMILY_FILE = "family.json"
 CACHE_DIR = "specialisations"  # under the cache root: private to the user (0700), each slot signed
 SLOT_MAC_FILE = "slot.mac"
 SLOT_MAC_PURPOSE = "kernorch-cached-plan"
-MODEL_FILE = "model.onnx"
 HOT_IN_RANGE = 16  # calls of one shape set inside a range before it is specialised (the generic plan is fast)
 RANGE_TIMING_RUNS = 5  # timed runs of a specialised shape set and of its range's generic plan, each
 
@@ -506,35 +496,11 @@ class DynamicModel:
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Every specialisation (each a plan directory, verified at load), the model (new shapes after a load)
-        and the policy, under `directory`."""
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        (target / MODEL_FILE).write_bytes(self.model_bytes)
-        entries = []
-        for index, (shapes, plan) in enumerate(self.specialisations.items()):
-            folder = f"shape-{index}"
-            plan.save(target / folder)
-            entries.append({"shapes": [[name, list(shape)] for name, shape in shapes], "dir": folder,
-                            "manifest_sha256": manifest_hash(target / folder)})  # fmt: skip
-        family: dict[str, Any] = {
-            "format": FAMILY_FORMAT, "version": FAMILY_VERSION,
-            "inputs": [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in self.signature],
-            "options": options_to_json(self.options),
-            "model_sha256": self.model_sha256,
-            "specialisations": entries,
-            # each range's kernels (its code is regenerated from the model and checked when it is loaded)
-            "generic_plans": [{"range": plan.size_range.describe(), "kernels": [[list(n), list(o)]
-                                                                               for n, o in plan.saved]}
-                              for plan in self.generic_plans],
-            # the specialised shape sets whose range's generic plan measured faster (it runs them)
-            "generic_first": [[[name, list(shape)] for name, shape in shapes] for shapes in self.generic_first
-                              if shapes in self.specialisations],
-        }  # fmt: skip
-        family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
-        (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
-        return target
+        """Every specialisation (each a plan directory, verified at load), the model (new shapes after a load),
+        the policy and each range's kernels, under `directory` (shapes/family.py)."""
+        from kernorch.shapes.family import save_family
 
+        return save_family(self, directory)
 
 def _median_seconds(run: Callable[[], object]) -> float:
     run()  # warm: first-call allocations, a library's first run
@@ -574,79 +540,3 @@ def _signed_slot(slot: Path) -> bool:
         return signed(recorded, SLOT_MAC_PURPOSE, _slot_place(slot), manifest_hash(slot).encode())
     except (OSError, UnicodeDecodeError, KernorchError):
         return False
-
-
-def _load_family_plan(folder: Path, shapes: ShapeSet, family: dict[str, Any], threads: int | None,
-                      cache_dir: Path | None, runtime: str, max_workspaces: int | None) -> Any:  # fmt: skip
-    """One of a family's plans, checked against what the family files it under: its model, its shape set and its
-    options (an analytic plan where the family tuned in the background: the one served first, saved if the
-    measured one was not ready)."""
-    options = plan_shaping(options_from_json(family["options"], cache_dir))
-    expected = PlanOrigin(str(family["model_sha256"]), shapes, options)
-    try:
-        return load_model(folder, threads, cache_dir, runtime, expected=expected, max_workspaces=max_workspaces)
-    except ArtifactError as refusal:
-        if not family["options"].get("background_tuning") or "planned with other options" not in str(refusal):
-            raise
-    quick = PlanOrigin(expected.model_sha256, shapes, {**options, "cost": "analytic"})
-    return load_model(folder, threads, cache_dir, runtime, expected=quick, max_workspaces=max_workspaces)
-
-
-def is_family(directory: str | os.PathLike[str]) -> bool:
-    return (Path(directory) / FAMILY_FILE).is_file()
-
-
-def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-                 runtime: str = "kernels", max_workspaces: int | None = None,
-                 model_sha256: str | None = None) -> DynamicModel:  # fmt: skip
-    """A saved `DynamicModel`: the manifest's own hash, the model's hash and each specialisation (verified as a
-    saved plan whose origin is the model, shape set and options it is filed under) checked before any is used.
-    `model_sha256`: the model the family must hold, checked before any plan is read (or compiled)."""
-    source = Path(directory)
-    manifest = source / FAMILY_FILE
-    family = read_json_manifest(manifest, FAMILY_FORMAT, FAMILY_VERSION, "kernorch dynamic-shape plan")
-    try:
-        model = (source / MODEL_FILE).read_bytes()
-    except OSError as error:
-        raise ArtifactError(f"{source / MODEL_FILE} cannot be read: {error.strerror or error}") from None
-    if hashlib.sha256(model).hexdigest() != family.get("model_sha256"):
-        raise ArtifactError(f"{source / MODEL_FILE} does not match its checksum (corrupted or modified)")
-    if model_sha256 is not None and model_sha256 != family["model_sha256"]:
-        raise ArtifactError(f"{source} holds the plans of another model (sha256 {family['model_sha256'][:12]}…, "
-                            f"not {model_sha256[:12]}…); refusing it")  # fmt: skip
-    try:
-        options = options_from_json(family["options"], cache_dir)
-        if threads is not None:
-            options = options.with_(threads=threads)
-        options = options.with_(runtime=runtime, max_workspaces=max_workspaces)
-        plans: dict[ShapeSet, CompiledModel] = {}
-        for entry in family["specialisations"]:
-            shapes = shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry["shapes"]})
-            folder = str(entry["dir"])
-            if "/" in folder or "\\" in folder or folder.startswith("."):
-                raise ValueError(f"specialisation folder '{folder[:40]}' is not a plain name")
-            if manifest_hash(source / folder) != entry["manifest_sha256"]:
-                raise ArtifactError(f"{source / folder} is not the plan {FAMILY_FILE} lists there (its manifest hash "
-                                    "differs: replaced or edited)")  # fmt: skip
-            # its origin (model, input shapes, options) is the one it is filed under, or it is refused
-            plans[shapes] = _load_family_plan(source / folder, shapes, family, threads, cache_dir, runtime,
-                                              max_workspaces)  # fmt: skip
-    except ArtifactError:
-        raise
-    except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
-        raise ArtifactError(f"{manifest} is malformed: {str(error).splitlines()[0][:160]}") from None
-    loaded = DynamicModel(model, options, plans=plans)
-    declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
-    if declared != family.get("inputs"):
-        raise ArtifactError(f"{manifest} declares inputs that are not the model's")
-    loaded.load_server()
-    try:
-        saved = {str(entry["range"]): saved_kernels_from_json(entry["kernels"])
-                 for entry in family.get("generic_plans", [])}  # fmt: skip
-        first = [shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry})
-                 for entry in family.get("generic_first", [])]  # fmt: skip
-        loaded.generic_first.update(shapes for shapes in first if shapes in plans)
-    except (TypeError, ValueError, KeyError) as error:
-        raise ArtifactError(f"{manifest} is malformed: its generic plans: {str(error)[:160]}") from None
-    loaded.prepare_ranges(saved)  # each range's kernels as saved; their code regenerated and checked
-    return loaded

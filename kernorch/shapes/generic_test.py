@@ -232,6 +232,37 @@ def test_convolutions_over_a_batch_known_only_when_they_run(layout: str) -> None
         np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(["y"], {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("cin, cout, kernel, stride", [(64, 64, 3, 1), (3, 16, 7, 2)])
+def test_every_convolution_backend_renders_its_per_shape_form(cin: int, cout: int, kernel: int, stride: int) -> None:
+    """oneDNN and each of kernorch's own convolutions that runs a convolution over a batch (channels-last: the
+    Winograd kernel's 3x3, the few-channel kernel's 7x7 stem) render the form a generic plan unifies
+    (codegen/library/run_sizes.py): their create and run given the sizes, whatever type their stream has (a
+    backend whose form fails is never chosen for a range: the plan would lose it)."""
+    from kernorch.codegen.backends import registered
+    from kernorch.codegen.c import SIZES_PARAMETER
+    from kernorch.ir.kernel import make_kernel
+
+    weights = numpy_helper.from_array(np.random.default_rng(2).standard_normal((cout, cin, kernel, kernel))
+                                      .astype(np.float32), "w")  # fmt: skip
+    pad = kernel // 2
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2)], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", cin, 56, 56])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", cout, None, None])], [weights]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()  # fmt: skip
+    options = Options(cost="analytic", layout="channels-last")
+    graph = generic_stages(import_graph(model, {"x": (4, cin, 56, 56)}), options, "channels-last")
+    conv = next(i for i, node in enumerate(graph.nodes) if node.prim == "conv")
+    kernel_ = make_kernel(graph, (conv,), graph.nodes[conv].outputs)
+    rendered = []
+    for backend in registered():
+        if backend.stateful and backend.runs_code and backend.applies(kernel_).runs:
+            text = backend.generic_source("k", kernel_)
+            assert text.count(f"{SIZES_PARAMETER}) {{") == 2, backend.name  # its create and run
+            rendered.append(backend.name)
+    assert "onednn" in rendered and len(rendered) >= 2, rendered
+
+
 def _detector() -> bytes:
     """A detector's shape over a symbolic batch, height and width: two stride-2 convolutions, the coarser map
     upsampled and concatenated to the finer, a 1x1 head whose map is flattened into one row per position (a

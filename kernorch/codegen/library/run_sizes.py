@@ -27,6 +27,7 @@ of the call, every batched buffer advanced by its image's stride).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -170,11 +171,11 @@ def render_per_shape(name: str, call: LibraryCall, render: Callable[[str, Librar
                      post_ops=tuple((op, one.get(id(t), t) if t is not None else None) for op, t in call.post_ops))
     inner = f"{name}_at"
     text = render(inner, single)
-    for header in (f"{inner}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)",
-                   f"{inner}_run(void *state, dnnl_stream_t stream, void **a)"):  # fmt: skip
-        if text.count(header) != 1:
-            raise NotGeneratable(f"the library call's code has no {header.split('(')[0]} to give the sizes to")
-        text = text.replace(header, f"{header[:-1]}, {SIZES_PARAMETER})")
+    # its create and run definitions (oneDNN's take a dnnl_stream_t, kernorch's own convolutions a void *)
+    definition = re.compile(rf"(\b{re.escape(inner)}_(create|run)\([^)]*void \*\*a)\)(\s*{{)")
+    if sorted(found.group(2) for found in definition.finditer(text)) != ["create", "run"]:
+        raise NotGeneratable(f"the library call's code has no one {inner}_create and {inner}_run to give sizes to")
+    text = definition.sub(rf"\1, {SIZES_PARAMETER})\3", text)
     key = [v for t in _operands(single) for v in (*t.dims, *t.strides)]
     w = CWriter()
     w.line(text,
