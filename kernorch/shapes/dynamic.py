@@ -70,6 +70,7 @@ from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
+from kernorch.shapes.family import FAMILY_FILE, read_family, write_family
 from kernorch.shapes.generic import (
     GenericPlan,
     NotGeneric,
@@ -498,9 +499,9 @@ class DynamicModel:
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Every specialisation (each a plan directory, verified at load), the model (new shapes after a load),
         the policy and each range's kernels, under `directory` (shapes/family.py)."""
-        from kernorch.shapes.family import save_family
-
-        return save_family(self, directory)
+        return write_family(directory, self.model_bytes, self.signature, self.options, self.specialisations,
+                            [(plan.size_range.describe(), plan.saved) for plan in self.generic_plans],
+                            sorted(self.generic_first))  # fmt: skip
 
 def _median_seconds(run: Callable[[], object]) -> float:
     run()  # warm: first-call allocations, a library's first run
@@ -540,3 +541,24 @@ def _signed_slot(slot: Path) -> bool:
         return signed(recorded, SLOT_MAC_PURPOSE, _slot_place(slot), manifest_hash(slot).encode())
     except (OSError, UnicodeDecodeError, KernorchError):
         return False
+
+
+def is_family(directory: str | os.PathLike[str]) -> bool:
+    return (Path(directory) / FAMILY_FILE).is_file()
+
+
+def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
+                 runtime: str = "kernels", max_workspaces: int | None = None,
+                 model_sha256: str | None = None) -> DynamicModel:  # fmt: skip
+    """A saved `DynamicModel` (shapes/family.py: every part verified before any is used), serving its ranges
+    with the kernels it saved for them, their code regenerated and checked. `model_sha256`: the model the family
+    must hold, checked before any plan is read (or compiled)."""
+    family = read_family(directory, threads, cache_dir, runtime, max_workspaces, model_sha256)
+    loaded = DynamicModel(family.model, family.options, plans=family.plans)
+    declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
+    if declared != family.inputs:
+        raise ArtifactError(f"{family.manifest} declares inputs that are not the model's")
+    loaded.load_server()
+    loaded.generic_first.update(shapes for shapes in family.generic_first if shapes in family.plans)
+    loaded.prepare_ranges(family.ranges)  # each range's kernels as saved; their code regenerated and checked
+    return loaded

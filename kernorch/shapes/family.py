@@ -1,19 +1,21 @@
-"""A model's family of plans on disk: `DynamicModel.save` writes every specialisation (a plan directory each,
-its manifest hash listed), the model itself (new shapes after `kernorch.load`), the options, each range's
-kernels and which specialised shapes run their range's generic plan, in family.json; `load_dynamic` verifies them
-all — the model against its checksum, each plan against the model, the shape set it is filed under and the
-family's options — and regenerates each range's code from the model (shapes/generic.py)."""
+"""A model's family of plans on disk: `DynamicModel.save` writes (`write_family`) every specialisation (a plan
+directory each, its manifest hash listed), the model itself (new shapes after `kernorch.load`), the options, each
+range's kernels and which specialised shapes run their range's generic plan, in family.json; `load_dynamic` reads
+them (`read_family`), verified — the model against its checksum, each plan against the model, the shape set it is
+filed under and the family's options — and regenerates each range's code from the model (shapes/generic.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernorch.frontend import ShapeSet, shape_set
-from kernorch.options import options_from_json, options_to_json, plan_shaping
+from kernorch.frontend import InputSignature, ShapeSet, shape_set
+from kernorch.options import Options, options_from_json, options_to_json, plan_shaping
 from kernorch.runtime.artifact import (
     MANIFEST_HASH_KEY,
     ArtifactError,
@@ -23,8 +25,7 @@ from kernorch.runtime.artifact import (
 )
 from kernorch.runtime.compiled import CompiledModel, load_model
 from kernorch.runtime.origin import PlanOrigin
-from kernorch.shapes.dynamic import DynamicModel
-from kernorch.shapes.generic import saved_kernels_from_json
+from kernorch.shapes.generic import SavedKernels, saved_kernels_from_json
 
 FAMILY_FORMAT = "kernorch-dynamic-plan"
 FAMILY_VERSION = 2  # 2: each specialisation's manifest hash, each plan's origin checked
@@ -32,34 +33,49 @@ FAMILY_FILE = "family.json"
 MODEL_FILE = "model.onnx"
 
 
-def save_family(model: DynamicModel, directory: str | os.PathLike[str]) -> Path:
-    """`model`'s plans and ranges under `directory` (module doc)."""
+def write_family(directory: str | os.PathLike[str], model: bytes, signature: Sequence[InputSignature],
+                 options: Options, specialisations: Mapping[ShapeSet, CompiledModel],
+                 ranges: Sequence[tuple[str, SavedKernels]], generic_first: Sequence[ShapeSet]) -> Path:  # fmt: skip
+    """The family under `directory` (module doc): `ranges` each range's description and kernels, `generic_first`
+    the specialised shape sets its range's generic plan runs."""
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    (target / MODEL_FILE).write_bytes(model.model_bytes)
+    (target / MODEL_FILE).write_bytes(model)
     entries = []
-    for index, (shapes, plan) in enumerate(model.specialisations.items()):
+    for index, (shapes, plan) in enumerate(specialisations.items()):
         folder = f"shape-{index}"
         plan.save(target / folder)
         entries.append({"shapes": [[name, list(shape)] for name, shape in shapes], "dir": folder,
                         "manifest_sha256": manifest_hash(target / folder)})  # fmt: skip
     family: dict[str, Any] = {
         "format": FAMILY_FORMAT, "version": FAMILY_VERSION,
-        "inputs": [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in model.signature],
-        "options": options_to_json(model.options),
-        "model_sha256": model.model_sha256,
+        "inputs": [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in signature],
+        "options": options_to_json(options),
+        "model_sha256": hashlib.sha256(model).hexdigest(),
         "specialisations": entries,
         # each range's kernels (its code is regenerated from the model and checked when it is loaded)
-        "generic_plans": [{"range": plan.size_range.describe(), "kernels": [[list(n), list(o)]
-                                                                           for n, o in plan.saved]}
-                          for plan in model.generic_plans],
+        "generic_plans": [{"range": spec, "kernels": [[list(n), list(o)] for n, o in kernels]}
+                          for spec, kernels in ranges],
         # the specialised shape sets whose range's generic plan measured faster (it runs them)
-        "generic_first": [[[name, list(shape)] for name, shape in shapes] for shapes in model.generic_first
-                          if shapes in model.specialisations],
+        "generic_first": [[[name, list(shape)] for name, shape in shapes] for shapes in generic_first
+                          if shapes in specialisations],
     }  # fmt: skip
     family[MANIFEST_HASH_KEY] = manifest_digest(json.loads(json.dumps(family)))
     (target / FAMILY_FILE).write_text(json.dumps(family, indent=1))
     return target
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family as read and verified (`read_family`)."""
+
+    model: bytes
+    options: Options
+    plans: dict[ShapeSet, CompiledModel]
+    inputs: list[Any]  # the inputs family.json declares (the model's, or it is refused)
+    ranges: dict[str, SavedKernels]  # each range's kernels
+    generic_first: list[ShapeSet]
+    manifest: Path
 
 
 def _load_family_plan(folder: Path, shapes: ShapeSet, family: dict[str, Any], threads: int | None,
@@ -82,11 +98,11 @@ def is_family(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / FAMILY_FILE).is_file()
 
 
-def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
-                 runtime: str = "kernels", max_workspaces: int | None = None,
-                 model_sha256: str | None = None) -> DynamicModel:  # fmt: skip
-    """A saved `DynamicModel`: the manifest's own hash, the model's hash and each specialisation (verified as a
-    saved plan whose origin is the model, shape set and options it is filed under) checked before any is used.
+def read_family(directory: str | os.PathLike[str], threads: int | None = None, cache_dir: Path | None = None,
+                runtime: str = "kernels", max_workspaces: int | None = None,
+                model_sha256: str | None = None) -> Family:  # fmt: skip
+    """A saved family: the manifest's own hash, the model's hash and each specialisation (verified as a saved plan
+    whose origin is the model, shape set and options it is filed under) checked before any is used.
     `model_sha256`: the model the family must hold, checked before any plan is read (or compiled)."""
     source = Path(directory)
     manifest = source / FAMILY_FILE
@@ -117,22 +133,12 @@ def load_dynamic(directory: str | os.PathLike[str], threads: int | None = None, 
             # its origin (model, input shapes, options) is the one it is filed under, or it is refused
             plans[shapes] = _load_family_plan(source / folder, shapes, family, threads, cache_dir, runtime,
                                               max_workspaces)  # fmt: skip
+        ranges = {str(entry["range"]): saved_kernels_from_json(entry["kernels"])
+                  for entry in family.get("generic_plans", [])}  # fmt: skip
+        first = [shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry})
+                 for entry in family.get("generic_first", [])]  # fmt: skip
     except ArtifactError:
         raise
     except Exception as error:  # noqa: BLE001 - hostile data may break any check; each is a refusal
         raise ArtifactError(f"{manifest} is malformed: {str(error).splitlines()[0][:160]}") from None
-    loaded = DynamicModel(model, options, plans=plans)
-    declared = [{"name": s.name, "dims": list(s.dims), "dtype": s.dtype} for s in loaded.signature]
-    if declared != family.get("inputs"):
-        raise ArtifactError(f"{manifest} declares inputs that are not the model's")
-    loaded.load_server()
-    try:
-        saved = {str(entry["range"]): saved_kernels_from_json(entry["kernels"])
-                 for entry in family.get("generic_plans", [])}  # fmt: skip
-        first = [shape_set({str(name): tuple(int(d) for d in shape) for name, shape in entry})
-                 for entry in family.get("generic_first", [])]  # fmt: skip
-        loaded.generic_first.update(shapes for shapes in first if shapes in plans)
-    except (TypeError, ValueError, KeyError) as error:
-        raise ArtifactError(f"{manifest} is malformed: its generic plans: {str(error)[:160]}") from None
-    loaded.prepare_ranges(saved)  # each range's kernels as saved; their code regenerated and checked
-    return loaded
+    return Family(model, options, plans, list(family.get("inputs") or []), ranges, first, manifest)

@@ -513,7 +513,7 @@ MUTANTS = [
          "if (c->state && !memcmp(c->key, key, sizeof key)) e = c;", "if (c->state) e = c;",
          file="kernorch/codegen/library/run_sizes.py"),
     here("generic: a saved plan forgets which specialised shapes the generic plan runs faster",
-         "loaded.generic_first.update(shapes for shapes in first if shapes in plans)", "pass",
+         "loaded.generic_first.update(shapes for shapes in family.generic_first if shapes in family.plans)", "pass",
          file="kernorch/shapes/dynamic.py"),
     here("generic: a count folded into a constant made without its reciprocal",
          "np.reciprocal(dtype.type(count(sizes))) if inverse else count(sizes), dtype)",

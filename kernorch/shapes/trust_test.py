@@ -196,7 +196,7 @@ MUTANTS = [
     here("family.json's manifest hashes are not checked",
          'if manifest_hash(source / folder) != entry["manifest_sha256"]:',
          "if False:",
-         file="kernorch/shapes/dynamic.py"),
+         file="kernorch/shapes/family.py"),
     here("a cache slot's MAC does not cover its place",
          'return f"{slot.parent.name}/{slot.name}".encode()',
          'return b""',
