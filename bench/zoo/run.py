@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/zoo/run.py ZOO_DIR [--cost profile|analytic] [--no-bench] [--only NAME ...]
                                       [--out bench/results/DATE-zoo.md] [--timeout SECONDS] [--resume]
+                                      [--quantized DIR [--kinds static,dynamic]]
 
 Each model runs in a process of its own with a time limit, so one that hangs or dies is a row, not the end. The
 table lists per model: its family, whether `check --compiled` passed (and its error), the operators that ran
@@ -10,6 +11,11 @@ through the onnxruntime fallback, kernorch's median latency, the best peer's, an
 the table keeps every row, written after each model; `--resume` skips the models it already holds a measured
 row for (a run of all 53 takes about 2 h when profiles are cold, so it can be split across sessions). Exits 1
 when a model fails its check.
+
+`--quantized DIR` runs the same over the zoo's quantized files instead, as bench/quantize.py writes them into DIR
+(`bench/quantize.py ZOO_DIR/*.onnx -o DIR`): each model's `--kinds` (NAME.static.onnx: QDQ, per-channel;
+NAME.dynamic.onnx: DynamicQuantizeLinear + MatMulInteger), one row each; a model the tool did not quantize (no
+file) is a row saying so. `kernorch check --compiled` on a quantized file compares with onnxruntime on that file.
 """
 
 from __future__ import annotations
@@ -77,19 +83,28 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{datetime.date.today()}-zoo.md")
     parser.add_argument("--resume", action="store_true", help="skip the models the JSON beside --out already holds "
                         "a passing, benchmarked row for")  # fmt: skip
+    parser.add_argument("--quantized", type=Path, help="the zoo's quantized files (bench/quantize.py -o DIR)")
+    parser.add_argument("--kinds", default="static,dynamic", help="which quantized files, with --quantized")
     args = parser.parse_args()
     exported = json.loads((args.zoo / "export.json").read_text())
     rows: dict[str, dict[str, Any]] = {}
     results = args.out.with_suffix(".json")
     if results.exists():
         rows = json.loads(results.read_text())
-    for name, info in exported.items():
-        if not info["ok"] or (args.only and name not in args.only):
+    runs = [(name, info, args.zoo / f"{name}.onnx") for name, info in exported.items()]
+    if args.quantized:
+        runs = [(f"{name}.{kind}", info, args.quantized / f"{name}.{kind}.onnx")
+                for name, info in exported.items() for kind in args.kinds.split(",")]  # fmt: skip
+    for name, info, model in runs:
+        if not info["ok"] or (args.only and name.split(".")[0] not in args.only):
             continue
         if args.resume and rows.get(name, {}).get("check_exit") == 0 and ("ratio" in rows[name] or args.no_bench):
             print(f"{name}: kept from {results.name}", flush=True)
             continue
-        model = args.zoo / f"{name}.onnx"
+        if not model.exists():
+            rows[name] = {"family": info["family"], "source": info["source"], "check_exit": None, "rel_err": None,
+                          "fallback": "", "error": "not quantized (onnxruntime's tool wrote no file)"}  # fmt: skip
+            continue
         row = {"family": info["family"], "source": info["source"], **check(model, args.cost, args.timeout)}
         if not args.no_bench and row["check_exit"] == 0:
             row.update(bench(model, args.runs, args.timeout))
@@ -101,7 +116,7 @@ def main() -> int:
         results.write_text(json.dumps(rows, indent=1))
     args.out.write_text(table(rows, args.cost))
     print(f"wrote {args.out}")
-    return 1 if any(r["check_exit"] != 0 for r in rows.values()) else 0
+    return 1 if any(r["check_exit"] not in (0, None) for r in rows.values()) else 0
 
 
 def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
@@ -110,7 +125,8 @@ def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
              "ratio |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     ratios = []
     for name, row in sorted(rows.items(), key=lambda item: (item[1]["family"], item[0])):
-        verdict = "pass" if row["check_exit"] == 0 else f"FAIL: {row.get('error', '')}"
+        verdict = "pass" if row["check_exit"] == 0 else row["error"] if row["check_exit"] is None else \
+            f"FAIL: {row.get('error', '')}"  # fmt: skip
         error = f"{row['rel_err']:.1e}" if row.get("rel_err") is not None else ""
         timing = (f"{row['kernorch_ms']:.3f} | {row['best_peer_ms']:.3f} ({row['best_peer']}) | {row['ratio']:.2f}x"
                   if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
@@ -118,7 +134,9 @@ def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
             ratios.append(row["ratio"])
         lines.append(f"| {name} | {row['family']} | {verdict} | {error} | {row['fallback']} | {timing} |")
     passed = sum(1 for row in rows.values() if row["check_exit"] == 0)
-    lines += ["", f"{passed} of {len(rows)} pass `check --compiled`."]
+    checked = sum(1 for row in rows.values() if row["check_exit"] is not None)
+    lines += ["", f"{passed} of {checked} pass `check --compiled`"
+              + (f" ({len(rows) - checked} not quantized by onnxruntime's tool)." if checked < len(rows) else ".")]
     if ratios:
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         lines.append(f"Speed against the best peer: geometric mean {geomean:.2f}x over {len(ratios)} models, "
