@@ -67,7 +67,7 @@ from kernorch.runtime.artifact import (
     manifest_hash,
 )
 from kernorch.runtime.compiled import CompiledModel, load_model
-from kernorch.runtime.executor import PlanExecutor
+from kernorch.runtime.executor import KernelFailed, PlanExecutor
 from kernorch.runtime.feeds import call_with_arrays
 from kernorch.runtime.origin import PlanOrigin
 from kernorch.shapes.family import FAMILY_FILE, read_family, write_family
@@ -404,7 +404,14 @@ class DynamicModel:
         if plan is None:
             return self._generic.run(feeds)
         if isinstance(plan, _InRange):
-            return plan.run(feeds)
+            try:
+                return plan.run(feeds)
+            except KernelFailed as failure:  # a convolution's primitive refused at a new image size, memory...
+                if not self._serving:
+                    raise
+                LOGGER.warning("kernorch: [%s] failed on its range's generic plan (%s): served by onnxruntime",
+                               describe_shapes(shapes), failure)  # fmt: skip
+                return self._generic.run(feeds)
         return plan.run(feeds) if padding is None else padding.run(plan, dict(feeds))
 
     def _dispatch(self, shapes: ShapeSet) -> tuple[CompiledModel | _InRange | None, PaddingProof | None]:

@@ -335,6 +335,24 @@ def test_a_size_between_the_steps_of_a_range_is_not_in_it() -> None:
             SizeRange.parse(spec)
 
 
+def test_a_call_that_fails_on_the_generic_plan_is_served_by_onnxruntime(step: tuple[bytes, Any, Any],
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A kernel failing at run time on the generic plan (a primitive a library refuses to create at a new size)
+    is no lost call: onnxruntime answers it, and the log says why."""
+    from kernorch.runtime.executor import KernelFailed
+
+    model, compiled, session = step
+
+    def failing(self: Any, sizes: Any, feeds: Any) -> Any:
+        raise KernelFailed("kernel 3 ([conv]): oneDNN execution failed")
+
+    monkeypatch.setattr(generic.GenericPlan, "run", failing)
+    feeds = _feeds(7, seed=2)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], session.run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+    assert "failed on its range's generic plan (kernel 3" in caplog.text
+
+
 def test_a_saved_range_loads_with_its_kernels_and_its_code_regenerated(step: tuple[bytes, Any, Any],
                                                                         tmp_path: Any,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
