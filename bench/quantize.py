@@ -21,6 +21,7 @@ OpenVINO on the same file (their int8 paths) beside kernorch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -96,11 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=8, help="seeded inputs to calibrate static ranges on")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out.resolve()
     failed = 0
     for model in args.models:
         started = time.perf_counter()
         try:
-            files = quantize(model, args.out, args.kind, args.calibration)
+            # in a scratch directory: the tool's shape inference leaves sym_shape_infer_temp.onnx and its external
+            # data in the working directory when it fails (swin_t)
+            with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+                files = quantize(model.resolve(), out, args.kind, args.calibration)
         except Exception as error:  # the tool's failures share no base class; one model's does not stop the rest
             failed += 1
             print(f"{model.name}: onnxruntime's quantization failed: {str(error).splitlines()[0][:200]}")
