@@ -255,13 +255,14 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
     dims = _dims(graphs, at)
     _fits_largest(dims, size_range)
     generators = constant_generators(model, graphs, at, dims)
+    coded = [_made_per_call(g, generators) for g in graphs]  # those constants not folded into code as literals
     cost_model = make_cost_model(options) if saved is None else None
     excluded: frozenset[tuple[int, ...]] = frozenset()
     refused: dict[tuple[int, ...], str] = {}
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
         if saved is not None:
             kernels = _saved_kernels(largest, saved)
-            unified = _KernelCodes(kernels, graphs, at, generators, dims)
+            unified = _KernelCodes(kernels, coded, at, generators, dims)
             if unified.refused:
                 raise NotGeneric(f"a saved kernel is not the same program at every size: "
                                  f"{next(iter(unified.refused.values()))}")  # fmt: skip
@@ -277,7 +278,7 @@ def build_generic_plan(model: bytes, signature: Sequence[InputSignature], size_r
         if result.plan.graph.nodes != largest.nodes:
             raise NotGeneric("the orchestration changed the graph it was given")
         kernels = list(result.plan.kernels)
-        unified = _KernelCodes(kernels, graphs, at, generators, dims)
+        unified = _KernelCodes(kernels, coded, at, generators, dims)
         if not unified.refused:
             break
         refused = unified.refused
@@ -385,7 +386,6 @@ class _KernelCodes:
         self.view_offsets: dict[str, Polynomial] = {}
         self.generic = self.fixed = 0
         sizes = tuple(at[0])
-        graphs = [_made_per_call(g, generators) for g in graphs]  # not folded into the code as literals
         at_probe = [[CandidateKernel(k.nodes, k.inputs, k.outputs, g) for k in kernels] for g in graphs]
         chosen = [plan_views(ks, [_backend(k) for k in ks]) for ks in at_probe]
         if any(set(views) != set(chosen[0][1]) for _, views in chosen):

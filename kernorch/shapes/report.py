@@ -11,6 +11,7 @@ program at every size of it.
 from __future__ import annotations
 
 from kernorch.codegen.generic import GenericKernelBackend
+from kernorch.codegen.library import PER_SHAPE_PRIMITIVES
 from kernorch.frontend import bind, describe_shapes
 from kernorch.shapes.dynamic import DynamicModel
 from kernorch.shapes.generic import GenericPlan
@@ -31,7 +32,7 @@ def generic_plan_lines(plan: GenericPlan) -> list[str]:
         if isinstance(backend, GenericKernelBackend) and backend.takes_sizes:
             how = f"{backend.code.inner.name}, generic over {', '.join(sorted(backend.code.source.used))}"
             if backend.stateful and "_entry;" in backend.code.source.text:  # codegen/library/run_sizes.py
-                how += " (a primitive created per shape on its first call, the last 8 kept)"
+                how += f" (a primitive created per shape on its first call, the last {PER_SHAPE_PRIMITIVES} kept)"
         elif isinstance(backend, GenericKernelBackend):
             how = f"{backend.code.inner.name}, the same code at every size"
         else:

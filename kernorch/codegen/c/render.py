@@ -100,8 +100,11 @@ def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
     parallel loop on the calling thread (an rTask; the GIR says how many there are: `Gir.task_units`)."""
     sharing = Sharing(tasks=tasks)
     w = CWriter()
+    # tables computed where they are read: a shape-generic kernel's (table_formula)
+    formulas = {table: formula for table, values in gir.tables.items()
+                if target.generic and (formula := table_formula(values)) is not None}  # fmt: skip
     for table, values in gir.tables.items():
-        if target.generic and table_formula(values) is not None:  # computed where it is read
+        if table in formulas:
             continue
         ctype = "int64_t" if values.dtype.kind == "i" else "float"
         body = ", ".join(str(int(v)) if ctype == "int64_t" else repr(float(v)) + "f" for v in values)
@@ -115,7 +118,8 @@ def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
             ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
             w.line(f"{qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
         counter = [0]  # temporaries are numbered across the kernel
-        phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target).lines(sharing)) for phase in gir.phases]
+        phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target, formulas).lines(sharing))
+                  for phase in gir.phases]
         if not tasks:
             for lines in phases:
                 w.line(*lines)
@@ -156,11 +160,10 @@ def _err_only_where_set(lines: list[str]) -> list[str]:
 
 
 class _Phase:
-    def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target) -> None:
+    def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target,
+                 formulas: dict[str, Callable[[str], str]]) -> None:  # fmt: skip
         self.gir, self.phase, self.prefix, self.counter, self.target = gir, phase, prefix, counter, target
-        # tables computed where they are read: a shape-generic kernel's (table_formula)
-        self.formulas = {table: formula for table, values in gir.tables.items()
-                         if target.generic and (formula := table_formula(values)) is not None}  # fmt: skip
+        self.formulas = formulas  # tables computed where they are read (table_formula)
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
         self.bf16_buffers = {b.name for b in gir.buffers if b.dtype == "bfloat16"}
         self.names: dict[int, str] = {}  # register slice -> the C temporary or literal holding it

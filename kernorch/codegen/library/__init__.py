@@ -12,15 +12,20 @@ from kernorch.codegen.library.onednn import (
     render_onednn_call,
 )
 from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
-from kernorch.codegen.library.run_sizes import batched, render_matmul_at_run_sizes, render_per_shape, runs_at_run_sizes
+from kernorch.codegen.library.run_sizes import (
+    PER_SHAPE_PRIMITIVES,
+    render_matmul_at_run_sizes,
+    render_per_shape,
+    runs_at_run_sizes,
+)
 
 __all__ = [
     "LibraryCall",
     "ONEDNN_HEADER",
     "ONEDNN_PRELUDE",
+    "PER_SHAPE_PRIMITIVES",
     "Tensor",
     "absorbed_summary",
-    "batched",
     "binary_operands",
     "converted_operands",
     "describe_library_call",
