@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 from decode import percentiles, runner  # bench/decode.py: this script's directory is on the path
 
+from kernorch.options import parse_size_range
+
 CONTENDERS = ("kernorch", "kernorch-serve", "onnxruntime", "openvino")
 
 
@@ -44,17 +46,10 @@ def _inputs(model: Path) -> dict[str, tuple[list[int | str], int]]:
             for i in graph.input if i.name not in initializers}  # fmt: skip
 
 
-def _lengths(spec: str) -> tuple[int, int, int]:
-    """LOW..HIGH[:STEP]"""
-    bounds, _, step = spec.partition(":")
-    low, high = (int(v) for v in bounds.split(".."))
-    return low, high, int(step or 1)
-
-
 def requests(model: Path, dims: list[str], lengths: str, count: int,
              fixed: dict[str, int]) -> list[dict[str, np.ndarray]]:  # fmt: skip
     rng = np.random.default_rng(0)
-    low, high, step = _lengths(lengths)
+    ((_, low, high, step),) = parse_size_range(f"size={lengths}")  # LOW..HIGH[:STEP], as a range reads it
     drawn = rng.integers(low // step, high // step + 1, count) * step
     drawn[-1] = drawn[0]  # one length repeats: 23 distinct among 24
     made = []
