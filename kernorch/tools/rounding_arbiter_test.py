@@ -1,0 +1,199 @@
+"""The rounding arbiter: a quantizer that differs from onnxruntime's is judged in exact arithmetic, each divergence on
+its own (onnxruntime re-run with kernorch's integers given), and the outputs then compared.
+
+The runs are onnxruntime's, one of them with a quantizer's integers moved by a step (what a float sum's rounding,
+or a wrong kernel, does), so which element crosses which boundary is chosen here rather than hoped for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from kernorch.devtools.mutate import here
+from kernorch.tools.check import CheckReport, check_model, compare, run_onnxruntime
+from kernorch.tools.rounding_arbiter import NEAR_TIE_STEPS, Arbitration, QuantizerDivergence, _Model, arbitrate
+
+SCALE = 0.125  # the input's step: x / SCALE is exact in float32, so an input places x / scale where a test wants it
+
+
+def _model() -> onnx.ModelProto:
+    """x → quantized (step 1/8) → a 3x3 convolution of int8 weights per channel, with bias → quantized → output."""
+    rng = np.random.default_rng(3)
+    constants: dict[str, np.ndarray] = {
+        "xs": np.asarray(SCALE, np.float32), "xz": np.asarray(2, np.int8),
+        "w": rng.integers(-90, 90, (4, 3, 3, 3)).astype(np.int8),
+        "ws": np.asarray([0.01, 0.02, 0.015, 0.03], np.float32),
+        "b": rng.integers(-500, 500, (4,)).astype(np.int32),
+        "bs": np.asarray([0.00125, 0.0025, 0.001875, 0.00375], np.float32),
+        "ys": np.asarray(0.07, np.float32), "yz": np.asarray(-4, np.int8)}  # fmt: skip
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="quantize_x"),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"], name="quantize_c"),
+             helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    """Inputs whose x / SCALE is (k + 0.3) everywhere but element 0 at (k + ½ + 1e-4): a near tie there."""
+    steps = np.random.default_rng(4).integers(-40, 40, (1, 3, 5, 5)).astype(np.float64) + 0.3
+    steps.reshape(-1)[0] = 7.5001
+    return {"x": (steps * SCALE).astype(np.float32)}
+
+
+def _ort(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return run_onnxruntime(proto, dict(feeds), threads=1)
+
+
+def _moved(quantizer: str, element: int, step: int = 1):  # type: ignore[no-untyped-def]
+    """A runner computing as onnxruntime does but with `quantizer`'s integer at `element` moved by `step`, and
+    everything after it computed from the moved value."""
+    model = _Model(_model())
+
+    def run(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if quantizer in feeds:  # given: nothing of this run's own to move
+            return _ort(proto, feeds)
+        first = _ort(model.cut(), feeds)
+        moved = first[quantizer].copy()
+        moved.reshape(-1)[element] += step
+        given = [quantizer]
+        later = _ort(model.cut(given), {**feeds, quantizer: moved})
+        return {**later, quantizer: moved}
+
+    return run
+
+
+def _worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
+    return max((e.relative for e in compare(dict(got), dict(want))), default=0.0)
+
+
+def _arbitrate(kernorch, onnxruntime, proto: onnx.ModelProto | None = None) -> Arbitration:  # type: ignore[no-untyped-def]
+    proto = proto or _model()
+    feeds = _feeds()
+    actual = {"y": kernorch(_Model(proto).cut(), feeds)["y"]}
+    return arbitrate(proto, feeds, actual, 2e-2, kernorch, onnxruntime, _worst)
+
+
+def test_equal_runs_need_no_arbitration() -> None:
+    arbitration = _arbitrate(_ort, _ort)
+    assert arbitration.explained and arbitration.divergences == () and arbitration.remaining == 0.0
+
+
+def test_onnxruntime_rounding_off_a_tie_is_its_own() -> None:
+    """onnxruntime one step off at a non-tie element: kernorch's integer is the exact rounding; the step it carries
+    into the convolution's quantizer is not held against kernorch (onnxruntime re-run with kernorch's integer)."""
+    arbitration = _arbitrate(_ort, _moved("xq", 5))
+    assert arbitration.explained, arbitration.lines()
+    (divergence,) = arbitration.divergences
+    assert (divergence.quantizer, divergence.differing) == ("quantize_x", 1)
+    assert (divergence.exact, divergence.near_tie) == (1, 0)
+    assert arbitration.remaining == 0.0
+    assert "exact x/scale" in divergence.example
+
+
+def test_kernorch_off_a_non_tie_is_wrong() -> None:
+    arbitration = _arbitrate(_moved("xq", 5), _ort)
+    assert not arbitration.explained
+    (divergence,) = arbitration.divergences
+    assert (divergence.exact, divergence.near_tie) == (0, 0)
+    assert "1 WRONG" in divergence.describe()
+
+
+def test_kernorch_off_at_a_near_tie_is_allowed() -> None:
+    """x / scale = 7.5001 + zero point: 10 is the exact rounding, 9 is a float32 sum's: both allowed."""
+    arbitration = _arbitrate(_moved("xq", 0, -1), _ort)
+    assert arbitration.explained, arbitration.lines()
+    assert (arbitration.divergences[0].exact, arbitration.divergences[0].near_tie) == (0, 1)
+
+
+def test_a_later_divergence_is_judged_on_its_own() -> None:
+    """kernorch's first quantizer right (onnxruntime off at a non-tie) does not excuse a wrong step in the
+    convolution's quantizer after it: judged from agreed inputs once onnxruntime has kernorch's integers."""
+
+    def kernorch(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = _ort(proto, feeds)
+        out["cq"] = out["cq"].copy()
+        out["cq"].reshape(-1)[7] += 1
+        out["y"] = ((out["cq"].astype(np.float32) + 4) * np.float32(0.07)).astype(np.float32)
+        return out
+
+    arbitration = _arbitrate(kernorch, _moved("xq", 5))
+    assert not arbitration.explained
+    assert [d.quantizer for d in arbitration.divergences] == ["quantize_x", "quantize_c"]
+    assert arbitration.divergences[0].explained and not arbitration.divergences[1].explained
+
+
+def test_what_cannot_be_arbitrated_says_why() -> None:
+    moved = _moved("xq", 5)
+    assert "differ from kernorch's reference" in arbitrate(_model(), _feeds(), {"y": np.zeros((1, 4, 5, 5),
+                                                                                np.float32)}, 2e-2, _ort, moved,
+                                                        _worst).reason  # fmt: skip
+    computed = _model()  # the quantizer's scale computed, not a constant
+    computed.graph.node.insert(0, helper.make_node("Identity", ["xs"], ["xs_computed"]))
+    computed.graph.node[1].input[1] = "xs_computed"
+    assert "not a constant" in _arbitrate(_ort, moved, computed).reason
+
+
+def test_the_check_passes_only_what_is_explained() -> None:
+    divergence = QuantizerDivergence("q", 1, 10, 1, 0, "")
+    report = CheckReport("m", {}, 0, rtol=1e-2)
+    report.errors = compare({"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 2.1])})
+    assert not report.passed
+    report.arbitration = Arbitration((divergence,), 0.0, 1e-2)
+    assert report.passed and "judged exact or tied" in "\n".join(report.lines())
+    report.arbitration = Arbitration((divergence,), 2e-2, 1e-2)  # the outputs still apart afterwards
+    assert not report.passed
+    report.arbitration = Arbitration((QuantizerDivergence("q", 2, 10, 1, 0, ""),), 0.0, 1e-2)
+    assert not report.passed
+
+
+def test_check_model_arbitrates_beyond_the_tolerance(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """onnxruntime one step off in the input's quantizer: the check fails on the outputs, arbitrates, and passes
+    saying why; its feeds are the check's own (seeded), so the moved element is wherever x / scale is no tie."""
+    import kernorch.tools.check as check
+
+    real = check.run_onnxruntime
+    model = _Model(_model())
+
+    def moved(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2,
+              optimized: bool = True) -> dict[str, np.ndarray]:  # fmt: skip
+        if "xq" in feeds:
+            return real(proto, feeds, threads, optimized)
+        first = real(model.cut(), feeds, threads, optimized)
+        first["xq"].reshape(-1)[int(np.argmax(np.abs(feeds["x"].reshape(-1) / SCALE % 1 - 0.5)))] += 1
+        later = real(model.cut(["xq"]), {**feeds, "xq": first["xq"]}, threads, optimized)
+        return {name: later[name] for name in (o.name for o in proto.graph.output) if name in later} | \
+            ({"xq": first["xq"]} if "xq" in {o.name for o in proto.graph.output} else {})  # fmt: skip
+
+    monkeypatch.setattr(check, "run_onnxruntime", moved)
+    report, _ = check_model(_model(), rtol=1e-3)
+    assert report.worst_relative > 1e-3 and report.passed, report.lines()
+    assert report.arbitration is not None and [d.quantizer for d in report.arbitration.divergences] == ["quantize_x"]
+    assert "judged exact or tied" in "\n".join(report.lines())
+
+
+def test_near_tie_bound() -> None:
+    assert 0 < NEAR_TIE_STEPS <= 1e-2
+
+
+MUTANTS = [
+    here("a near tie judged wrong", "tie = np.abs(fraction - 0.5) <= NEAR_TIE_STEPS",
+         "tie = np.abs(fraction - 0.5) < 0"),
+    here("every divergence a tie", "tie = np.abs(fraction - 0.5) <= NEAR_TIE_STEPS", "tie = fraction == fraction"),
+    here("a divergence judged before its inputs agree", "            if read & differing:\n                continue",
+         "            if False:\n                continue"),
+    here("the outputs not compared afterwards", "        return not self.reason and all(d.explained for d in "
+         "self.divergences) and self.remaining is not None \\\n            and self.remaining <= self.rtol",
+         "        return not self.reason and all(d.explained for d in self.divergences)"),
+    here("the reference's outputs not held to the checked ones",
+         "    if any(not np.array_equal(mine[name], actual[name], equal_nan=True) for name in outputs):",
+         "    if False:"),
+]  # fmt: skip
