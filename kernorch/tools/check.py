@@ -161,6 +161,13 @@ def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> l
     return errors
 
 
+def _interpreted(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None, options: Options) -> Graph:
+    """The graph the reference interpreter runs for `proto`: fissioned, with the safe rewrites unless they are off
+    (float rewrites such as a division by a constant's reciprocal move roundings)."""
+    graph = fission(import_model(proto, input_shapes), strict=options.strict)
+    return rewrite_graph(graph)[0] if options.rewrite else graph
+
+
 def check_model(
     source: str | os.PathLike[str] | onnx.ModelProto,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -215,8 +222,7 @@ def check_model(
     if quantized_model and max((e.relative for e in errors), default=0.0) > rtol:
         arbitration = arbitrate(
             model.proto, feeds, actual, rtol,
-            kernorch=lambda proto, inputs: run_reference(fission(import_model(proto, input_shapes),
-                                                                 strict=options.strict), inputs),
+            kernorch=lambda proto, inputs: run_reference(_interpreted(proto, input_shapes, options), inputs),
             onnxruntime=lambda proto, inputs: run_onnxruntime(proto, dict(inputs), options.threads),
             compare=lambda got, want: max((e.relative for e in compare(dict(got), dict(want))),
                                           default=0.0))  # fmt: skip

@@ -22,7 +22,7 @@ So a divergence excuses nothing after it: each later one is judged on its own, f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,8 +34,11 @@ from onnx import helper, numpy_helper
 # element (and every differing element of a quantizer must pass)
 NEAR_TIE_STEPS = 1e-3
 MAX_ROUNDS = 64  # onnxruntime re-runs with kernorch's integers given: one per wave of divergences
-MAX_PRODUCERS = 64  # operators between a quantizer and the integers it is computed from, evaluated in float64
+MAX_PRODUCERS = 4096  # operators evaluated in float64 for one quantizer (each once per arbitration)
+# a dynamic quantizer's scale, (max(0, x) - min(0, x)) / 255 computed in float32 by both: a few ulps from exact
+SCALE_RTOL = 1e-6
 DEFAULT_DOMAINS = ("", "ai.onnx")
+QUANTIZERS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
 
 
 @dataclass(frozen=True)
@@ -102,62 +105,81 @@ class _Model:
         self.inputs = {i.name for i in proto.graph.input} - set(self.constants)
         inferred = onnx.shape_inference.infer_shapes(proto)
         infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
-        # the quantizers whose integers are compared: every QuantizeLinear whose output type shape inference knows
-        self.quantizers = [node for node in proto.graph.node if node.op_type == "QuantizeLinear"
-                           and node.domain in DEFAULT_DOMAINS and node.output[0] in infos]  # fmt: skip
-        self.infos = {node.output[0]: infos[node.output[0]] for node in self.quantizers}
+        # the quantizers whose results are compared: every one whose outputs' types shape inference knows
+        self.quantizers = [node for node in proto.graph.node
+                           if node.op_type in QUANTIZERS and node.domain in DEFAULT_DOMAINS
+                           and all(o in infos for o in node.output if o)]  # fmt: skip
+        self.infos = {out: infos[out] for node in self.quantizers for out in node.output if out}
 
-    def cut(self, given: Sequence[str] = ()) -> onnx.ModelProto:
-        """The model with every quantizer's integers an output, and the quantizers writing `given` removed (their
-        integers then graph inputs)."""
+    def cut(self, given: Collection[str] = ()) -> onnx.ModelProto:
+        """The model with every quantizer's results an output, and the quantizers writing `given` removed (their
+        results then graph inputs)."""
         cut = onnx.ModelProto()
         cut.CopyFrom(self.proto)
-        given_set = set(given)
-        kept = [node for node in cut.graph.node
-                if not (node.op_type == "QuantizeLinear" and node.output[0] in given_set)]  # fmt: skip
+        removed = [q for q in self.quantizers if q.output[0] in given]
+        kept = [node for node in cut.graph.node if not (node.op_type in QUANTIZERS and node.output[0] in given)]
         del cut.graph.node[:]
         cut.graph.node.extend(kept)
-        cut.graph.input.extend(self.infos[name] for name in given)
+        cut.graph.input.extend(self.infos[out] for q in removed for out in q.output if out)
         outputs = {o.name for o in cut.graph.output}
-        cut.graph.output.extend(self.infos[q.output[0]] for q in self.quantizers
-                                if q.output[0] not in given_set and q.output[0] not in outputs)  # fmt: skip
+        cut.graph.output.extend(self.infos[out] for q in self.quantizers if q.output[0] not in given
+                                for out in q.output if out and out not in outputs)  # fmt: skip
         return cut
 
-    def producing(self, value: str, known: Mapping[str, np.ndarray]) -> tuple[list[onnx.NodeProto], set[str]] | None:
-        """The operators computing `value` from known integers, constants and inputs (in graph order), and the
-        quantizer outputs they read; None when more than MAX_PRODUCERS."""
+    def upstream(self) -> dict[str, frozenset[str]]:
+        """Each value's quantizer results it is computed from without another quantizer between (a residual
+        sum in float reaches back through every block)."""
+        results = {out for q in self.quantizers for out in q.output if out}
+        depends: dict[str, frozenset[str]] = {}
+        for node in self.proto.graph.node:
+            reads = frozenset().union(*({v} if v in results else depends.get(v, frozenset()) for v in node.input))
+            depends.update((out, reads) for out in node.output if out)
+        return depends
+
+    def needed(self, value: str, available: Collection[str]) -> list[onnx.NodeProto]:
+        """The operators computing `value` from what is `available` (and constants and inputs), in graph order."""
         order = {id(node): i for i, node in enumerate(self.proto.graph.node)}
         nodes: dict[int, onnx.NodeProto] = {}
-        read: set[str] = set()
         pending = [value]
         while pending:
             name = pending.pop()
             node = self.producers.get(name)
-            if not name or node is None or id(node) in nodes:
+            if not name or node is None or id(node) in nodes or name in available:
                 continue
             nodes[id(node)] = node
-            if len(nodes) > MAX_PRODUCERS:
-                return None
-            for source in node.input:
-                if source in known and source not in self.constants and source not in self.inputs:
-                    read.add(source)  # a quantizer's integers: where the walk stops
-                elif source not in self.constants and source not in self.inputs:
-                    pending.append(source)
-        return sorted(nodes.values(), key=lambda n: order[id(n)]), read
+            pending.extend(v for v in node.input if v not in self.constants and v not in self.inputs)
+        return sorted(nodes.values(), key=lambda n: order[id(n)])
 
 
 def _float64(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64) if array.dtype.kind == "f" else array
 
 
-def _dequantized(node: onnx.NodeProto, values: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """DequantizeLinear `node` in float64 where its inputs are all in `values` (None otherwise, or when blocked)."""
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def _widened(node: onnx.NodeProto) -> onnx.NodeProto:
+    """`node` computing in float64 where it would make a narrower float: a Cast to float casts to double, a
+    Constant or ConstantOfShape of floats holds doubles."""
+    wide = onnx.NodeProto()
+    wide.CopyFrom(node)
+    for attribute in wide.attribute:
+        if node.op_type == "Cast" and attribute.name == "to" and attribute.i in FLOATS:
+            attribute.i = onnx.TensorProto.DOUBLE
+        elif node.op_type in ("Constant", "ConstantOfShape") and attribute.type == onnx.AttributeProto.TENSOR \
+                and attribute.t.data_type in FLOATS:  # fmt: skip
+            doubles = _float64(numpy_helper.to_array(attribute.t))
+            attribute.t.CopyFrom(numpy_helper.from_array(doubles, attribute.t.name))
+    return wide
+
+
+def _dequantized(node: onnx.NodeProto, sources: Sequence[np.ndarray | None]) -> np.ndarray:
+    """DequantizeLinear `node` of known `sources` (its inputs' values) in float64."""
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    sources = [values.get(name) if name else None for name in node.input]
-    if sources[0] is None or len(sources) < 2 or sources[1] is None or attributes.get("block_size", 0) \
-            or len(sources) > 2 and node.input[2] and sources[2] is None:  # fmt: skip
-        return None
+    if attributes.get("block_size", 0):
+        raise ArbitrationRefused(f"{node.name} dequantizes by blocks")
     integers, scale = sources[0], sources[1]
+    assert integers is not None and scale is not None
     zero = sources[2] if len(sources) > 2 and sources[2] is not None else np.zeros(())
     shape = [1] * integers.ndim
     if scale.size != 1:
@@ -169,64 +191,117 @@ def _dequantized(node: onnx.NodeProto, values: Mapping[str, np.ndarray]) -> np.n
     return (integers.astype(np.float64) - along(zero)) * along(scale)
 
 
-def _exactly(model: _Model, nodes: Sequence[onnx.NodeProto], value: str, feeds: Mapping[str, np.ndarray],
-             integers: Mapping[str, np.ndarray]) -> np.ndarray:  # fmt: skip
-    """`value` computed by `nodes` in float64: their dequantizations of known integers here, the rest by
-    onnx.reference with every float constant and input widened."""
-    from onnx.reference import ReferenceEvaluator
+class _Exact:
+    """Values computed in float64 from kernorch's quantizer results, the inputs and the constants: each operator
+    once per arbitration (a residual stream is evaluated once, not once per quantizer reading it)."""
 
-    values: dict[str, np.ndarray] = {**model.constants, **feeds, **integers}
-    rest = []
-    for node in nodes:
-        dequantized = _dequantized(node, values) if node.op_type == "DequantizeLinear" else None
-        if dequantized is None:
-            rest.append(node)
-        else:
-            values[node.output[0]] = dequantized
-    if not rest:
-        return values[value]
-    read = {source for node in rest for source in node.input if source}
-    produced = {out for node in rest for out in node.output}
-    inputs = {name: _float64(np.asarray(values[name])) for name in read - produced if name not in model.constants}
-    initializers = [numpy_helper.from_array(_float64(model.constants[name]), name) for name in sorted(read - produced)
-                    if name in model.constants]  # fmt: skip
-    graph = helper.make_graph(
-        rest, "exact",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
-         for name, array in inputs.items()],
-        [helper.make_tensor_value_info(value, onnx.TensorProto.DOUBLE, None)], initializers)  # fmt: skip
-    exact = helper.make_model(graph, opset_imports=model.proto.opset_import, ir_version=model.proto.ir_version)
-    results = ReferenceEvaluator(exact).run([value], inputs)  # a list unless `intermediate`
-    assert isinstance(results, list)
-    return np.asarray(results[0], np.float64)
+    def __init__(self, model: _Model, feeds: Mapping[str, np.ndarray], results: Mapping[str, np.ndarray]) -> None:
+        self.model = model
+        self.values = {name: _float64(np.asarray(value)) for name, value in {**feeds, **results}.items()}
+
+    def _value(self, name: str) -> np.ndarray:
+        value = self.values.get(name)
+        return _float64(self.model.constants[name]) if value is None else value
+
+    def of(self, value: str) -> np.ndarray:
+        """`value` in float64: dequantizations of known integers here, every other operator by onnx.reference
+        with floats widened (a Cast to float casts to double)."""
+        from onnx.reference import ReferenceEvaluator
+
+        nodes = self.model.needed(value, self.values)
+        if len(nodes) > MAX_PRODUCERS:
+            raise ArbitrationRefused(f"{value} is computed by {len(nodes)} operators (more than {MAX_PRODUCERS})")
+        rest = []
+        for node in nodes:
+            known = node.op_type == "DequantizeLinear" and all(
+                not name or name in self.values or name in self.model.constants for name in node.input)
+            if known:
+                self.values[node.output[0]] = _dequantized(node, [self._value(n) if n else None for n in node.input])
+            else:
+                rest.append(node)
+        if rest:
+            read = {source for node in rest for source in node.input if source}
+            produced = {out for node in rest for out in node.output if out}
+            inputs = {name: self._value(name) for name in sorted(read - produced)}
+            graph = helper.make_graph(
+                [_widened(node) for node in rest], "exact",
+                [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+                 for name, array in inputs.items()],
+                [helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None)
+                 for out in sorted(produced)])  # fmt: skip
+            evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=self.model.proto.opset_import,
+                                                             ir_version=self.model.proto.ir_version))  # fmt: skip
+            results = evaluator.run(sorted(produced), inputs)  # a list unless `intermediate`
+            assert isinstance(results, list)
+            self.values.update((out, np.asarray(result)) for out, result in zip(sorted(produced), results, strict=True))
+        return np.asarray(self.values[value], np.float64)
 
 
-def _judge(model: _Model, quantizer: onnx.NodeProto, x: np.ndarray, mine: np.ndarray,
-           theirs: np.ndarray) -> QuantizerDivergence | str:  # fmt: skip
-    """The quantizer's differing elements judged against x / scale computed exactly (or why they cannot be)."""
+class ArbitrationRefused(Exception):
+    """A quantizer the arbitration cannot judge; the message says why."""
+
+
+def _steps(quantizer: onnx.NodeProto, name: str, steps: np.ndarray, offset: np.ndarray, mine: np.ndarray,
+           theirs: np.ndarray, parameters: tuple[int, int, int] = (0, 0, 0), note: str = "") -> QuantizerDivergence:
+    """The quantizer's differing integers judged against steps (x / scale exactly) + offset; `parameters`: how many
+    of its scale and zero point differ, and how many of them are exact or tied (a dynamic quantizer's)."""
+    bounds = np.iinfo(mine.dtype)
+    exact = np.clip(np.rint(steps) + offset, bounds.min, bounds.max).reshape(-1)
+    differing = np.flatnonzero(mine.reshape(-1) != theirs.reshape(-1))
+    right = mine.reshape(-1)[differing] == exact[differing]
+    fraction = steps.reshape(-1)[differing] - np.floor(steps.reshape(-1)[differing])
+    tie = np.abs(fraction - 0.5) <= NEAR_TIE_STEPS
+    example = note
+    if differing.size:
+        first = int(differing[0])
+        example = "; ".join(filter(None, [f"element {first}: exact x/scale {steps.reshape(-1)[first]:.7f}, "
+                                          f"kernorch {mine.reshape(-1)[first]}, onnxruntime "
+                                          f"{theirs.reshape(-1)[first]}", note]))  # fmt: skip
+    return QuantizerDivergence(name, int(differing.size) + parameters[0], int(mine.size),
+                               int(np.count_nonzero(right)) + parameters[1],
+                               int(np.count_nonzero(tie & ~right)) + parameters[2], example)  # fmt: skip
+
+
+def _judge(model: _Model, quantizer: onnx.NodeProto, x: np.ndarray, mine: Sequence[np.ndarray],
+           theirs: Sequence[np.ndarray]) -> QuantizerDivergence | str:  # fmt: skip
+    """The quantizer's differing results judged against x computed exactly (or why they cannot be)."""
+    name = quantizer.name or quantizer.output[0]
+    if mine[0].dtype.kind not in "iu":
+        return f"{name}: it quantizes to {mine[0].dtype}, not to integers"
+    if quantizer.op_type == "DynamicQuantizeLinear":
+        return _judge_dynamic(name, quantizer, x, mine, theirs)
     attributes = {a.name: helper.get_attribute_value(a) for a in quantizer.attribute}
     scale = model.constants.get(quantizer.input[1])
     zero = model.constants.get(quantizer.input[2]) if len(quantizer.input) > 2 and quantizer.input[2] else None
     if scale is None or attributes.get("block_size", 0):
-        return f"{quantizer.name}: its scale is not a constant per tensor or per axis"
-    if mine.dtype.kind not in "iu":
-        return f"{quantizer.name}: it quantizes to {mine.dtype}, not to integers"
+        return f"{name}: its scale is not a constant per tensor or per axis"
     shape = [1] * x.ndim
     if scale.size != 1:
         shape[int(attributes.get("axis", 1)) % x.ndim] = scale.size
     steps = x / scale.astype(np.float64).reshape(shape if scale.size != 1 else ())
     offset = np.zeros(()) if zero is None else zero.astype(np.float64).reshape(shape if zero.size != 1 else ())
-    bounds = np.iinfo(mine.dtype)
-    exact = np.clip(np.rint(steps) + offset, bounds.min, bounds.max)
-    differing = np.flatnonzero(mine.reshape(-1) != theirs.reshape(-1))
-    right = mine.reshape(-1)[differing] == exact.reshape(-1)[differing]
-    fraction = steps.reshape(-1)[differing] - np.floor(steps.reshape(-1)[differing])
-    tie = np.abs(fraction - 0.5) <= NEAR_TIE_STEPS
-    first = int(differing[0])
-    example = f"element {first}: exact x/scale {steps.reshape(-1)[first]:.7f}, kernorch {mine.reshape(-1)[first]}, " \
-        f"onnxruntime {theirs.reshape(-1)[first]}"  # fmt: skip
-    return QuantizerDivergence(quantizer.name or quantizer.output[0], int(differing.size), int(mine.size),
-                               int(np.count_nonzero(right)), int(np.count_nonzero(tie & ~right)), example)  # fmt: skip
+    return _steps(quantizer, name, steps, offset, mine[0], theirs[0])
+
+
+def _judge_dynamic(name: str, quantizer: onnx.NodeProto, x: np.ndarray, mine: Sequence[np.ndarray],
+                   theirs: Sequence[np.ndarray]) -> QuantizerDivergence:  # fmt: skip
+    """DynamicQuantizeLinear: kernorch's scale within SCALE_RTOL of (max(0, x) - min(0, x)) / 255 exactly, its zero
+    point the rounding of -min(0, x) / its scale (or a tie), and its integers x / its scale rounded (or ties)."""
+    low = min(0.0, float(x.min(initial=0.0)))
+    exact_scale = (max(0.0, float(x.max(initial=0.0))) - low) / 255
+    scale, zero = float(mine[1]), float(mine[2])
+    scale_differs = float(theirs[1]) != scale
+    scale_right = abs(scale - exact_scale) <= SCALE_RTOL * exact_scale
+    zero_steps = -low / scale if scale else 0.0
+    zero_differs = float(theirs[2]) != zero
+    zero_right = zero == np.clip(np.rint(zero_steps), 0, 255)
+    zero_tie = abs(zero_steps - np.floor(zero_steps) - 0.5) <= NEAR_TIE_STEPS
+    # (how many of the two differ, how many of those are right, how many of the rest tied)
+    parameters = (scale_differs + zero_differs, (scale_differs and scale_right) + (zero_differs and zero_right),
+                  int(zero_differs and zero_tie and not zero_right))
+    note = f"scale {scale:.9g} (onnxruntime {float(theirs[1]):.9g}, exact {exact_scale:.9g}), zero point {zero:g}"
+    steps = x / scale if scale else np.zeros_like(x)
+    return _steps(quantizer, name, steps, np.asarray(zero), mine[0], theirs[0], parameters, note)
 
 
 Runner = Callable[[onnx.ModelProto, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -242,41 +317,39 @@ def arbitrate(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], actual: M
     worst relative error of outputs against expected ones."""
     model = _Model(proto)
     if not model.quantizers:
-        return Arbitration(rtol=rtol, reason="no QuantizeLinear whose integers can be compared")
+        return Arbitration(rtol=rtol, reason="no quantizer whose results can be compared")
     cut = model.cut()
     mine = kernorch(cut, feeds)
     outputs = [o.name for o in proto.graph.output]
     if any(not np.array_equal(mine[name], actual[name], equal_nan=True) for name in outputs):
         return Arbitration(rtol=rtol, reason="the checked outputs differ from kernorch's reference interpreter's")
-    names = [q.output[0] for q in model.quantizers]
+    results = {q.output[0]: [out for out in q.output if out] for q in model.quantizers}
+    exact = _Exact(model, feeds, {out: mine[out] for outs in results.values() for out in outs})
+    upstream = model.upstream()
     divergences: list[QuantizerDivergence] = []
     given: dict[str, np.ndarray] = {}
     for _ in range(MAX_ROUNDS):
-        theirs = onnxruntime(model.cut(list(given)), {**feeds, **given})
-        differing = {name for name in names if name not in given and not np.array_equal(mine[name], theirs[name])}
+        theirs = onnxruntime(model.cut(given), {**feeds, **given})
+        differing = {out for first, outs in results.items() if first not in given
+                     and any(not np.array_equal(mine[o], theirs[o]) for o in outs) for out in outs}  # fmt: skip
         if not differing:
             return Arbitration(tuple(divergences), compare({n: actual[n] for n in outputs},
                                                            {n: theirs[n] for n in outputs}), rtol)  # fmt: skip
-        known = {name: mine[name] for name in names}
         for quantizer in model.quantizers:
             name = quantizer.output[0]
-            if name not in differing:
-                continue
-            walk = model.producing(quantizer.input[0], known)
-            if walk is None:
-                return Arbitration(tuple(divergences), None, rtol, f"{quantizer.name} is computed by more than "
-                                   f"{MAX_PRODUCERS} operators from the integers before it")  # fmt: skip
-            nodes, read = walk
-            if read & differing:
-                continue  # judged once its inputs agree
+            if name not in differing or upstream.get(quantizer.input[0], frozenset()) & differing:
+                continue  # agreeing, or judged once what it is computed from agrees
             try:
-                x = _exactly(model, nodes, quantizer.input[0], feeds, {n: known[n] for n in read})
+                x = exact.of(quantizer.input[0])
+            except ArbitrationRefused as refused:
+                return Arbitration(tuple(divergences), None, rtol, f"{quantizer.name}: {refused}")
             except Exception as error:  # onnx.reference raises what numpy and its operators raise
                 return Arbitration(tuple(divergences), None, rtol, f"{quantizer.name} cannot be evaluated in float64 "
                                    f"by onnx.reference ({type(error).__name__}: {str(error)[:120]})")  # fmt: skip
-            judged = _judge(model, quantizer, x, mine[name], theirs[name])
+            judged = _judge(model, quantizer, x, [mine[o] for o in results[name]],
+                            [theirs[o] for o in results[name]])  # fmt: skip
             if isinstance(judged, str):
                 return Arbitration(tuple(divergences), None, rtol, judged)
             divergences.append(judged)
-            given[name] = mine[name]
+            given.update((o, mine[o]) for o in results[name])
     return Arbitration(tuple(divergences), None, rtol, f"quantizers still differ after {MAX_ROUNDS} rounds")
