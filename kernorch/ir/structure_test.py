@@ -1,0 +1,112 @@
+"""A kernel's structure names values by position: twins (a transformer's layers) are equal, and anything a backend
+or a cost model reads — an attribute, a constant's values, a type, a graph output — tells kernels apart. The
+roofline cost model then prices each structure once."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernorch.cost.interface import CostModelBase
+from kernorch.cost.model import GeneratableCost
+from kernorch.devtools.mutate import here
+from kernorch.ir.graph import Graph, Node
+from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.structure import Structures
+from kernorch.ir.types import TensorType
+
+T = TensorType((2, 8), "float32")
+
+
+def _chain(second_scale: float = 0.5, alpha: float = 0.1) -> Graph:
+    """Four blocks, v → mul(scale) → relu → add(v), each reading the one before; the last is the graph's output.
+    Blocks 1 and 2 (both reading and writing intermediate values) are twins unless block 2's scale or slope
+    differs."""
+    graph = Graph(inputs=["x"], outputs=["b3"], types={"x": T})
+    for block, (scale, slope) in enumerate([(0.5, 0.1), (0.5, 0.1), (second_scale, alpha), (0.5, 0.1)]):
+        source = "x" if block == 0 else f"b{block - 1}"
+        graph.constants[f"s{block}"] = np.full((2, 8), scale, np.float32)
+        graph.types.update({f"s{block}": T, f"m{block}": T, f"l{block}": T, f"b{block}": T})
+        graph.nodes += [Node("mul", (source, f"s{block}"), (f"m{block}",)),
+                        Node("relu", (f"m{block}",), (f"l{block}",), (("alpha", slope),)),
+                        Node("add", (f"l{block}", source), (f"b{block}",))]  # fmt: skip
+    return graph
+
+
+def _block(graph: Graph, block: int) -> CandidateKernel:
+    return make_kernel(graph, (3 * block, 3 * block + 1, 3 * block + 2), (f"b{block}",))
+
+
+def test_twins_are_equal_and_their_context_tells_them_apart() -> None:
+    structures = Structures()
+    graph = _chain()
+    assert structures.of(_block(graph, 1)) == structures.of(_block(graph, 2))
+    assert structures.of(_block(graph, 0)) != structures.of(_block(graph, 1))  # it reads the graph's input
+    assert structures.of(_block(graph, 3)) != structures.of(_block(graph, 1))  # it writes the graph's output
+
+
+def test_what_tells_kernels_apart() -> None:
+    structures = Structures()
+    assert structures.of(_block(_chain(second_scale=0.25), 1)) != structures.of(_block(_chain(second_scale=0.25), 2))
+    assert structures.of(_block(_chain(alpha=0.2), 1)) != structures.of(_block(_chain(alpha=0.2), 2))
+    swapped = _chain()  # an operand's position: block 2's add reads (b1, l2), block 1's (l1, b0)
+    swapped.nodes[8] = Node("add", ("b1", "l2"), ("b2",))
+    assert structures.of(_block(swapped, 1)) != structures.of(_block(swapped, 2))
+
+
+def test_a_digest_is_of_the_values() -> None:
+    structures = Structures()
+    a, b = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32)
+    assert structures.digest(a) == structures.digest(b)
+    assert structures.digest(a) != structures.digest(a.astype(np.float64))  # bytes, not values compared loosely
+    c = a.copy()
+    c[5] = 7
+    assert structures.digest(a) != structures.digest(c)
+
+
+class _Counting(CostModelBase):
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        self.calls += 1
+        return 1e-6 * len(candidate.nodes)
+
+
+def test_each_structure_is_priced_once() -> None:
+    graph = _chain()
+    first, second = _block(graph, 1), _block(graph, 2)
+    base = _Counting()
+    model = GeneratableCost(base)
+    assert model.cost(first) == model.cost(second) == 3e-6
+    assert base.calls == 1
+    assert model.rejection(first) is None
+
+
+def test_a_rejection_is_remembered_with_its_reason() -> None:
+    """Two matrix products in one kernel: no backend runs that (a library call takes one)."""
+    square = TensorType((8, 8), "float32")
+    graph = Graph(inputs=["x"], outputs=["z"], types={"x": T, "w": square, "y": T, "z": T})
+    graph.constants["w"] = np.eye(8, dtype=np.float32)
+    graph.nodes += [Node("matmul", ("x", "w"), ("y",)), Node("matmul", ("y", "w"), ("z",))]
+    base = _Counting()
+    model = GeneratableCost(base)
+    kernel = make_kernel(graph, (0, 1), ("z",))
+    assert model.cost(kernel) == math.inf and model.rejection(kernel)
+    assert model.cost(make_kernel(graph, (0, 1), ("z",))) == math.inf and base.calls == 0
+
+
+MUTANTS = [
+    here("a constant's values left out of the structure",
+         "self.digest(graph.constants[v]) if v in graph.constants else None", "v in graph.constants"),
+    here("graph outputs left out of the structure", "written = tuple((produced[v], v in graph_outputs)",
+         "written = tuple((produced[v], False)"),
+    here("operands by name, not position",
+         "operands = tuple(produced[v] if v in produced else (\"input\", inputs[v]) for v in node.inputs)",
+         "operands = tuple(sorted(produced[v] if v in produced else (\"input\", inputs[v]) for v in node.inputs))"),
+    here("every candidate priced anew", "        priced = self._priced.get(structure)", "        priced = None",
+         file="kernorch/cost/model.py"),
+]  # fmt: skip
