@@ -64,8 +64,14 @@ compile-check: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.compile_candidates --run $(MODELS)/*.onnx
 
 # On demand: generated C and native kernels built with ASan + UBSan; random plans, semantics, node tests, models
-sanitize: $(STAMP_DEV)
-	$(BIN)/python -m kernorch.devtools.sanitize --models $(MODELS)
+# the shared models' quantized versions (onnxruntime's tool: static QDQ, dynamic, QOperator), written once
+QUANTIZED ?= build/quantized
+$(QUANTIZED)/.written: $(STAMP_DEV)
+	$(BIN)/python bench/quantize.py $(MODELS)/*.onnx -o $(QUANTIZED) --kind all
+	touch $@
+
+sanitize: $(STAMP_DEV) $(QUANTIZED)/.written
+	$(BIN)/python -m kernorch.devtools.sanitize --models $(MODELS) --quantized $(QUANTIZED)
 
 # On demand: the model zoo. Its exporters need torchvision/timm/transformers, which torch 2.13's CPU wheel cannot
 # import: a venv of their own (about 6 GB), outside the project's. ZOO_FLAGS=--cost analytic for a quick pass.

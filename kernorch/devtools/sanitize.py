@@ -1,7 +1,8 @@
 """`make sanitize`: the generated C and the native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer
 (float-to-integer overflow included), then run on the random-plan tests, the ONNX semantics property test, the
-native kernels' own tests (those marked `sanitize`), the concurrency tests, the compiled ONNX node tests and
-every shared model.
+native kernels' own tests (those marked `sanitize`), the concurrency tests, the compiled ONNX node tests, every
+shared model and every quantized one (`--quantized DIR`, as bench/quantize.py writes them: the int8 kernels, their
+requantizing epilogues and the quantizers' generated C on real models).
 
 Each step runs in a child process with the sanitizers' runtimes preloaded and KERNORCH_SANITIZE=1 (the compile
 cache keys sanitized libraries apart, in a cache directory of their own). A report stops its process
@@ -9,7 +10,7 @@ cache keys sanitized libraries apart, in a cache directory of their own). A repo
 prints each step's verdict, every report, and their number, and exits 1 when there is any (or a step failed
 otherwise), 0 with zero reports.
 
-    python -m kernorch.devtools.sanitize [--quick] [--models DIR] [--cache DIR]
+    python -m kernorch.devtools.sanitize [--quick] [--models DIR] [--quantized DIR] [--cache DIR]
 
 `--quick` runs the semantics property test's groups of the dtypes generated C handles only (what the test suite
 runs, tests/test_sanitize.py).
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="only the semantics test's generated-C groups")
     parser.add_argument("--models", type=Path, default=ROOT.parent / "shared" / "models",
                         help="ONNX models checked compiled under the sanitizers (default ../shared/models)")
+    parser.add_argument("--quantized", type=Path, default=ROOT / "build" / "quantized",
+                        help="quantized models checked the same way (default build/quantized, which `make sanitize` "
+                             "fills with bench/quantize.py)")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "kernorch-sanitize",
                         help="compile cache of the sanitized libraries")  # fmt: skip
     args = parser.parse_args(argv)
@@ -91,9 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, arguments in (QUICK_STEPS if args.quick else PYTEST_STEPS).items():
         steps[name] = [*pytest, *arguments]
     if not args.quick:
-        for model in sorted(args.models.glob("*.onnx")):
-            steps[f"model {model.stem}"] = [sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled",
-                                           "--cost", "analytic"]  # fmt: skip
+        quantized = sorted(args.quantized.glob("*.onnx")) if args.quantized.is_dir() else []
+        if not quantized:
+            print(f"no quantized models in {args.quantized} (bench/quantize.py MODELS -o DIR writes them): the int8 "
+                  "kernels run only in their own tests", flush=True)  # fmt: skip
+        for model in [*sorted(args.models.glob("*.onnx")), *quantized]:
+            kind = "quantized model" if model in quantized else "model"
+            steps[f"{kind} {model.stem}"] = [sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled",
+                                             "--cost", "analytic"]  # fmt: skip
     failed = found = 0
     for name, command in steps.items():
         started = time.perf_counter()
