@@ -44,6 +44,7 @@ from kernorch.cost.verify import output_mismatch
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel, make_kernel
+from kernorch.ir.structure import Structure, Structures
 from kernorch.machine import fingerprint
 from kernorch.runtime.feeds import seeded_feeds
 from kernorch.runtime.memory import ALIGNMENT, aligned_copy, aligned_empty
@@ -133,6 +134,9 @@ class ProfiledCostModel(CostModelBase):
     verify: bool = True  # run each native kernel once against the reference interpreter before timing it
     _known: dict[str, float] = field(default_factory=dict)
     _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
+    # structure (ir/structure.py) -> signature: equal structures are the same code on the same shapes, signed once
+    _signature_by_structure: dict[Structure, str | None] = field(default_factory=dict)
+    _structures: Structures = field(default_factory=Structures)
     _graph: Graph | None = None
 
     def __post_init__(self) -> None:
@@ -151,19 +155,23 @@ class ProfiledCostModel(CostModelBase):
                 self._graph, self._signature_of = candidate.graph, {}
             if candidate.key in self._signature_of:
                 continue
+            structure = self._structures.of(candidate)
+            if structure in self._signature_by_structure:  # a twin's (another layer, the graph before a rewrite)
+                self._signature_of[candidate.key] = self._signature_by_structure[structure]
+                continue
             backend, _ = choose_backend(candidate)
             if backend is None:
-                self._signature_of[candidate.key] = None
+                self._signature_of[candidate.key] = self._signature_by_structure[structure] = None
                 continue
             if not backend.runs_code:  # an alias: no code runs, nothing to measure
-                self._signature_of[candidate.key] = VIEW_KEY
+                self._signature_of[candidate.key] = self._signature_by_structure[structure] = VIEW_KEY
                 self._known[VIEW_KEY] = 0.0
                 continue
             # generated C and library calls do not depend on where their inputs come from: signed (and compiled)
             # as they are in the graph, which shares the description the screen made; timed isolated
             native = backend.native
             kind, key = signature(candidate if native else isolate(candidate), backend if native else None)
-            self._signature_of[candidate.key] = key
+            self._signature_of[candidate.key] = self._signature_by_structure[structure] = key
             if key in self.failures:  # inf, or what its reference implementation took (a single primitive)
                 self._known.setdefault(key, math.inf)
             elif key not in self._known and key not in pending:

@@ -356,6 +356,27 @@ def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch
     assert len(described) > 50 and max(described.values()) == 1, max(described.values())
 
 
+def test_twins_are_signed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two blocks of equal structure (ir/structure.py) under other value names: one signature, one measurement."""
+    import kernorch.cost.profile as profile
+    from kernorch.ir.structure_test import _block, _chain
+
+    signed: list[CandidateKernel] = []
+    original = profile.signature
+
+    def counted(kernel: CandidateKernel, backend: Any = None) -> Any:
+        signed.append(kernel)
+        return original(kernel, backend)
+
+    monkeypatch.setattr(profile, "signature", counted)
+    graph = _chain()
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"))
+    first, second = _block(graph, 1), _block(graph, 2)
+    model.prepare([first, second])
+    assert len(signed) == 1 and model.signature_of(first) == model.signature_of(second) is not None
+    assert model.cost(first) == model.cost(second) > 0 and model.measured == 1
+
+
 def _levels():  # type: ignore[no-untyped-def]
     from kernorch.cost.bandwidth import MemoryLevel, MemoryLevels
 
@@ -490,6 +511,8 @@ def test_a_primitive_whose_every_kernel_a_library_refuses_runs_by_its_reference(
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("twins signed anew", "            if structure in self._signature_by_structure:  # a twin's",
+         "            if False:  # a twin's"),
     here("a lone primitive a library refuses is dropped, not run by its reference",
          "    if len(kernel.nodes) != 1:\n        return False\n    _REFUSED",
          "    if True:\n        return False\n    _REFUSED",
