@@ -8,10 +8,11 @@ are both right can then end several percent apart (hrnet_w18_small: onnxruntime 
 differ by 2.3e-2), so a quantized model whose outputs differ by more than the check's tolerance is arbitrated,
 quantizer by quantizer:
 
-1. every quantizer's integers (QuantizeLinear's; DynamicQuantizeLinear's with their scale and zero point),
-   kernorch's reference interpreter's against onnxruntime's. A compiled plan's float kernels round in their own
-   order and fuse quantizers away, so its integers are not all there to compare: its outputs are held to the
-   interpreter's within the tolerance instead, and the interpreter's arbitrated;
+1. every quantizer's results (QuantizeLinear's integers; DynamicQuantizeLinear's with their scale and zero point),
+   kernorch's against onnxruntime's. kernorch runs the model as the check did, with every quantizer's results
+   among its outputs: by its reference interpreter, or compiled (a plan of that model, which keeps them in
+   memory; its outputs must equal the checked plan's within the tolerance, and equal them bit for bit where the
+   extra outputs changed no kernel's arithmetic);
 2. a quantizer that differs while every quantizer it is computed from agrees is evaluated exactly: its producing
    operators in float64 (onnx.reference), from the shared integers upstream, at each differing element. kernorch's
    integer must be the exact value's rounding, or the exact value must lie within NEAR_TIE_STEPS of a boundary
@@ -75,7 +76,7 @@ class Arbitration:
     remaining: float | None = None  # relative error of the outputs then (None: not reached)
     rtol: float = 0.0
     reason: str = ""  # why the arbitration could not finish ("" when it did)
-    plan_error: float = 0.0  # relative error of the checked outputs against kernorch's reference interpreter's
+    plan_error: float = 0.0  # relative error of the checked outputs against the arbitrated run's
 
     @property
     def explained(self) -> bool:
@@ -97,7 +98,8 @@ class Arbitration:
         if self.remaining is not None:
             out.append(f"  with kernorch's integers there, onnxruntime's outputs differ by {self.remaining:.3e}")
         if self.plan_error:
-            out.append(f"  the checked outputs differ from kernorch's reference interpreter's by {self.plan_error:.3e}")
+            out.append(f"  the checked outputs differ from the arbitrated run's (every quantizer's results kept) by "
+                       f"{self.plan_error:.3e}")
         return out
 
 

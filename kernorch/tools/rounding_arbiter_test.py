@@ -140,12 +140,12 @@ def test_what_cannot_be_arbitrated_says_why() -> None:
 
 
 def test_a_plan_is_held_to_the_interpreter() -> None:
-    """Checked outputs (a compiled plan's) apart from kernorch's reference interpreter's by more than the tolerance
-    are not excused by the interpreter's arbitration."""
+    """Checked outputs apart from the arbitrated run's (the model with every quantizer's results kept) by more than
+    the tolerance are not excused by that run's arbitration."""
     far = arbitrate(_model(), _feeds(), {"y": np.zeros((1, 4, 5, 5), np.float32)}, 2e-2, _ort, _moved("xq", 5),
                     _worst)  # fmt: skip
     assert not far.explained and far.plan_error > 2e-2
-    assert "differ from kernorch's reference interpreter's by" in "\n".join(far.lines())
+    assert "differ from the arbitrated run's" in "\n".join(far.lines())
     near = _ort(_Model(_model()).cut(), _feeds())["y"]
     assert arbitrate(_model(), _feeds(), {"y": near}, 2e-2, _ort, _moved("xq", 5), _worst).explained
 
