@@ -359,7 +359,7 @@ def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch
 def test_twins_are_signed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two blocks of equal structure (ir/structure.py) under other value names: one signature, one measurement."""
     import kernorch.cost.profile as profile
-    from kernorch.ir.structure_test import _block, _chain
+    from kernorch.testing.blocks import block_kernel, chain_of_blocks
 
     signed: list[CandidateKernel] = []
     original = profile.signature
@@ -369,9 +369,9 @@ def test_twins_are_signed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         return original(kernel, backend)
 
     monkeypatch.setattr(profile, "signature", counted)
-    graph = _chain()
+    graph = chain_of_blocks()
     model = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"))
-    first, second = _block(graph, 1), _block(graph, 2)
+    first, second = block_kernel(graph, 1), block_kernel(graph, 2)
     model.prepare([first, second])
     assert len(signed) == 1 and model.signature_of(first) == model.signature_of(second) is not None
     assert model.cost(first) == model.cost(second) > 0 and model.measured == 1

@@ -15,44 +15,27 @@ from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.structure import Structures
 from kernorch.ir.types import TensorType
+from kernorch.testing.blocks import block_kernel as block
+from kernorch.testing.blocks import chain_of_blocks as chain
 
 T = TensorType((2, 8), "float32")
 
 
-def _chain(second_scale: float = 0.5, alpha: float = 0.1) -> Graph:
-    """Four blocks, v → mul(scale) → relu → add(v), each reading the one before; the last is the graph's output.
-    Blocks 1 and 2 (both reading and writing intermediate values) are twins unless block 2's scale or slope
-    differs."""
-    graph = Graph(inputs=["x"], outputs=["b3"], types={"x": T})
-    for block, (scale, slope) in enumerate([(0.5, 0.1), (0.5, 0.1), (second_scale, alpha), (0.5, 0.1)]):
-        source = "x" if block == 0 else f"b{block - 1}"
-        graph.constants[f"s{block}"] = np.full((2, 8), scale, np.float32)
-        graph.types.update({f"s{block}": T, f"m{block}": T, f"l{block}": T, f"b{block}": T})
-        graph.nodes += [Node("mul", (source, f"s{block}"), (f"m{block}",)),
-                        Node("relu", (f"m{block}",), (f"l{block}",), (("alpha", slope),)),
-                        Node("add", (f"l{block}", source), (f"b{block}",))]  # fmt: skip
-    return graph
-
-
-def _block(graph: Graph, block: int) -> CandidateKernel:
-    return make_kernel(graph, (3 * block, 3 * block + 1, 3 * block + 2), (f"b{block}",))
-
-
 def test_twins_are_equal_and_their_context_tells_them_apart() -> None:
     structures = Structures()
-    graph = _chain()
-    assert structures.of(_block(graph, 1)) == structures.of(_block(graph, 2))
-    assert structures.of(_block(graph, 0)) != structures.of(_block(graph, 1))  # it reads the graph's input
-    assert structures.of(_block(graph, 3)) != structures.of(_block(graph, 1))  # it writes the graph's output
+    graph = chain()
+    assert structures.of(block(graph, 1)) == structures.of(block(graph, 2))
+    assert structures.of(block(graph, 0)) != structures.of(block(graph, 1))  # it reads the graph's input
+    assert structures.of(block(graph, 3)) != structures.of(block(graph, 1))  # it writes the graph's output
 
 
 def test_what_tells_kernels_apart() -> None:
     structures = Structures()
-    assert structures.of(_block(_chain(second_scale=0.25), 1)) != structures.of(_block(_chain(second_scale=0.25), 2))
-    assert structures.of(_block(_chain(alpha=0.2), 1)) != structures.of(_block(_chain(alpha=0.2), 2))
-    swapped = _chain()  # an operand's position: block 2's add reads (b1, l2), block 1's (l1, b0)
+    assert structures.of(block(chain(second_scale=0.25), 1)) != structures.of(block(chain(second_scale=0.25), 2))
+    assert structures.of(block(chain(alpha=0.2), 1)) != structures.of(block(chain(alpha=0.2), 2))
+    swapped = chain()  # an operand's position: block 2's add reads (b1, l2), block 1's (l1, b0)
     swapped.nodes[8] = Node("add", ("b1", "l2"), ("b2",))
-    assert structures.of(_block(swapped, 1)) != structures.of(_block(swapped, 2))
+    assert structures.of(block(swapped, 1)) != structures.of(block(swapped, 2))
 
 
 def test_a_digest_is_of_the_values() -> None:
@@ -77,8 +60,8 @@ class _Counting(CostModelBase):
 
 
 def test_each_structure_is_priced_once() -> None:
-    graph = _chain()
-    first, second = _block(graph, 1), _block(graph, 2)
+    graph = chain()
+    first, second = block(graph, 1), block(graph, 2)
     base = _Counting()
     model = GeneratableCost(base)
     assert model.cost(first) == model.cost(second) == 3e-6
