@@ -64,10 +64,10 @@ compile-check: $(STAMP_DEV)
 	$(BIN)/python -m kernorch.devtools.compile_candidates --run $(MODELS)/*.onnx
 
 # On demand: generated C and native kernels built with ASan + UBSan; random plans, semantics, node tests, models
-# the shared models' quantized versions (onnxruntime's tool: static QDQ and dynamic), written once
+# the shared models' quantized versions (onnxruntime's tool: static QDQ, dynamic, QOperator), written once
 QUANTIZED ?= build/quantized
 $(QUANTIZED)/.written: $(STAMP_DEV)
-	$(BIN)/python bench/quantize.py $(MODELS)/*.onnx -o $(QUANTIZED) --kind both
+	$(BIN)/python bench/quantize.py $(MODELS)/*.onnx -o $(QUANTIZED) --kind all
 	touch $@
 
 sanitize: $(STAMP_DEV) $(QUANTIZED)/.written

@@ -1,10 +1,9 @@
 """`make sanitize`: the generated C and the native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer
 (float-to-integer overflow included), then run on the random-plan tests, the ONNX semantics property test, the
 native kernels' own tests (those marked `sanitize`), the concurrency tests, the compiled ONNX node tests, every
-shared model and every quantized one (`--quantized DIR`: the static QDQ and dynamic files bench/quantize.py writes,
-the int8 kernels, their requantizing epilogues and the quantizers' generated C on real models; QOperator files are
-left to their operators' tests, qoperator_test.py: candy's and vit_tiny's differ from onnxruntime by more than the
-check's tolerance through contrib operators the rounding arbiter does not evaluate).
+shared model and every quantized one (`--quantized DIR`: the static QDQ, dynamic and QOperator files
+bench/quantize.py writes; the int8 kernels, their requantizing epilogues and the quantizers' generated C on real
+models).
 
 Each step runs in a child process with the sanitizers' runtimes preloaded and KERNORCH_SANITIZE=1 (the compile
 cache keys sanitized libraries apart, in a cache directory of their own). A report stops its process
@@ -97,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, arguments in (QUICK_STEPS if args.quick else PYTEST_STEPS).items():
         steps[name] = [*pytest, *arguments]
     if not args.quick:
-        quantized = sorted([*args.quantized.glob("*.static.onnx"), *args.quantized.glob("*.dynamic.onnx")]) \
-            if args.quantized.is_dir() else []  # fmt: skip
+        quantized = sorted(args.quantized.glob("*.onnx")) if args.quantized.is_dir() else []
         if not quantized:
             print(f"no quantized models in {args.quantized} (bench/quantize.py MODELS -o DIR writes them): the int8 "
                   "kernels run only in their own tests", flush=True)  # fmt: skip

@@ -32,6 +32,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from kernorch.errors import KernorchError
+from kernorch.tools.qoperator_expansion import expanded
+
 # A float32 sum of up to ~10^4 products of at most a few hundred steps lands within ~1e-4 of a step of the exact
 # value; a wrong scale or zero point lands uniformly in [0, ½) from a boundary, here with probability 2e-3 per
 # element (and every differing element of a quantizer must pass)
@@ -104,28 +107,32 @@ class Arbitration:
 
 
 class _Model:
-    """The quantized model's producers, constants and quantizers, and the models the arbitration runs."""
+    """The quantized model's producers, constants and quantizers, and the models the arbitration runs. `proto` is
+    run (cut, by onnxruntime and kernorch); `exact`, its QOperator nodes written out as dequantization, float
+    operator and quantizer (qoperator_expansion.py), is what is evaluated and whose quantizers are judged."""
 
     def __init__(self, proto: onnx.ModelProto) -> None:
         self.proto = proto
+        self.exact = expanded(proto)
         self.constants = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-        self.producers = {out: node for node in proto.graph.node for out in node.output if out}
+        self.producers = {out: node for node in self.exact.graph.node for out in node.output if out}
         self.inputs = {i.name for i in proto.graph.input} - set(self.constants)
-        inferred = onnx.shape_inference.infer_shapes(proto)
-        infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
-        # the quantizers whose results are compared: every one whose outputs' types shape inference knows
-        self.quantizers = [node for node in proto.graph.node
+        inferred = onnx.shape_inference.infer_shapes(self.exact)
+        infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)
+                 if v.type.tensor_type.HasField("shape")}  # fmt: skip
+        # the quantizers whose results are compared: every one whose outputs' types and shapes inference knows
+        self.quantizers = [node for node in self.exact.graph.node
                            if node.op_type in QUANTIZERS and node.domain in DEFAULT_DOMAINS
                            and all(o in infos for o in node.output if o)]  # fmt: skip
         self.infos = {out: infos[out] for node in self.quantizers for out in node.output if out}
 
     def cut(self, given: Collection[str] = ()) -> onnx.ModelProto:
-        """The model with every quantizer's results an output, and the quantizers writing `given` removed (their
+        """The model with every quantizer's results an output, and the nodes writing `given` removed (their
         results then graph inputs)."""
         cut = onnx.ModelProto()
         cut.CopyFrom(self.proto)
         removed = [q for q in self.quantizers if q.output[0] in given]
-        kept = [node for node in cut.graph.node if not (node.op_type in QUANTIZERS and node.output[0] in given)]
+        kept = [node for node in cut.graph.node if node.output[0] not in given]
         del cut.graph.node[:]
         cut.graph.node.extend(kept)
         cut.graph.input.extend(self.infos[out] for q in removed for out in q.output if out)
@@ -139,14 +146,14 @@ class _Model:
         sum in float reaches back through every block)."""
         results = {out for q in self.quantizers for out in q.output if out}
         depends: dict[str, frozenset[str]] = {}
-        for node in self.proto.graph.node:
+        for node in self.exact.graph.node:
             reads = frozenset().union(*({v} if v in results else depends.get(v, frozenset()) for v in node.input))
             depends.update((out, reads) for out in node.output if out)
         return depends
 
     def needed(self, value: str, available: Collection[str]) -> list[onnx.NodeProto]:
         """The operators computing `value` from what is `available` (and constants and inputs), in graph order."""
-        order = {id(node): i for i, node in enumerate(self.proto.graph.node)}
+        order = {id(node): i for i, node in enumerate(self.exact.graph.node)}
         nodes: dict[int, onnx.NodeProto] = {}
         pending = [value]
         while pending:
@@ -211,37 +218,40 @@ class _Exact:
         value = self.values.get(name)
         return _float64(self.model.constants[name]) if value is None else value
 
-    def of(self, value: str) -> np.ndarray:
-        """`value` in float64: dequantizations of known integers here, every other operator by onnx.reference
-        with floats widened (a Cast to float casts to double)."""
+    def _evaluate(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        """Run `nodes` (graph order) by onnx.reference, floats widened (a Cast to float casts to double)."""
         from onnx.reference import ReferenceEvaluator
 
+        if not nodes:
+            return
+        read = {source for node in nodes for source in node.input if source}
+        produced = sorted({out for node in nodes for out in node.output if out})
+        inputs = {name: self._value(name) for name in sorted(read - set(produced))}
+        graph = helper.make_graph(
+            [_widened(node) for node in nodes], "exact",
+            [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+             for name, array in inputs.items()],
+            [helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None) for out in produced])  # fmt: skip
+        evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=self.model.exact.opset_import,
+                                                         ir_version=self.model.exact.ir_version))  # fmt: skip
+        results = evaluator.run(produced, inputs)  # a list unless `intermediate`
+        assert isinstance(results, list)
+        self.values.update((out, np.asarray(result)) for out, result in zip(produced, results, strict=True))
+
+    def of(self, value: str) -> np.ndarray:
+        """`value` in float64: dequantizations here, every other operator by onnx.reference."""
         nodes = self.model.needed(value, self.values)
         if len(nodes) > MAX_PRODUCERS:
             raise ArbitrationRefused(f"{value} is computed by {len(nodes)} operators (more than {MAX_PRODUCERS})")
-        rest = []
+        batch: list[onnx.NodeProto] = []
         for node in nodes:
-            known = node.op_type == "DequantizeLinear" and all(
-                not name or name in self.values or name in self.model.constants for name in node.input)
-            if known:
+            if node.op_type == "DequantizeLinear":  # here: onnx.reference has it only from opset 19
+                self._evaluate(batch)
+                batch = []
                 self.values[node.output[0]] = _dequantized(node, [self._value(n) if n else None for n in node.input])
             else:
-                rest.append(node)
-        if rest:
-            read = {source for node in rest for source in node.input if source}
-            produced = {out for node in rest for out in node.output if out}
-            inputs = {name: self._value(name) for name in sorted(read - produced)}
-            graph = helper.make_graph(
-                [_widened(node) for node in rest], "exact",
-                [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
-                 for name, array in inputs.items()],
-                [helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None)
-                 for out in sorted(produced)])  # fmt: skip
-            evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=self.model.proto.opset_import,
-                                                             ir_version=self.model.proto.ir_version))  # fmt: skip
-            results = evaluator.run(sorted(produced), inputs)  # a list unless `intermediate`
-            assert isinstance(results, list)
-            self.values.update((out, np.asarray(result)) for out, result in zip(sorted(produced), results, strict=True))
+                batch.append(node)
+        self._evaluate(batch)
         return np.asarray(self.values[value], np.float64)
 
 
@@ -326,8 +336,11 @@ def arbitrate(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], actual: M
     model = _Model(proto)
     if not model.quantizers:
         return Arbitration(rtol=rtol, reason="no quantizer whose results can be compared")
-    cut = model.cut()
-    mine = kernorch(cut, feeds)
+    try:
+        mine = kernorch(model.cut(), feeds)
+    except KernorchError as error:
+        return Arbitration(rtol=rtol, reason=f"kernorch cannot run the model with its quantizers' results as outputs "
+                                             f"({error})")  # fmt: skip
     outputs = [o.name for o in proto.graph.output]
     plan_error = compare({n: actual[n] for n in outputs}, {n: mine[n] for n in outputs})
     results = {q.output[0]: [out for out in q.output if out] for q in model.quantizers}
@@ -336,7 +349,11 @@ def arbitrate(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], actual: M
     divergences: list[QuantizerDivergence] = []
     given: dict[str, np.ndarray] = {}
     for _ in range(MAX_ROUNDS):
-        theirs = onnxruntime(model.cut(given), {**feeds, **given})
+        try:
+            theirs = onnxruntime(model.cut(given), {**feeds, **given})
+        except KernorchError as error:
+            return Arbitration(tuple(divergences), None, rtol, f"onnxruntime cannot run the model cut at its "
+                               f"quantizers ({error})")  # fmt: skip
         differing = {out for first, outs in results.items() if first not in given
                      and any(not np.array_equal(mine[o], theirs[o]) for o in outs) for out in outs}  # fmt: skip
         if not differing:
