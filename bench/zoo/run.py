@@ -49,6 +49,9 @@ def check(model: Path, cost: str, timeout: float) -> dict[str, Any]:
     row: dict[str, Any] = {"check_exit": code, "check_seconds": round(time.perf_counter() - started, 1)}
     error = re.search(r"rel err ([0-9.e+-]+|inf|nan) vs tolerance", output)
     row["rel_err"] = float(error.group(1)) if error else None
+    arbitrated = re.search(r"arbitrated in exact arithmetic: (\d+) quantizer", output)
+    if arbitrated and code == 0:  # beyond the tolerance, every divergence an exact rounding or a tie
+        row["arbitrated"] = int(arbitrated.group(1))
     fallback = re.search(r"run through onnxruntime, not optimized by kernorch: (.*)", output)
     row["fallback"] = fallback.group(1).strip() if fallback else ""
     if code != 0:
@@ -114,7 +117,10 @@ def main() -> int:
               + (f" -- {row['error']}" if "error" in row else "") + (f" -- {row['bench_error']}"
                                                                      if "bench_error" in row else ""), flush=True)
         results.write_text(json.dumps(rows, indent=1))
-    args.out.write_text(table(rows, args.cost))
+    text = table(rows, args.cost)
+    if args.out.exists() and "\n| model |" in (old := args.out.read_text()):  # notes written above the table stay
+        text = old[:old.index("\n| model |") + 1] + text[text.index("| model |"):]
+    args.out.write_text(text)
     print(f"wrote {args.out}")
     return 1 if any(r["check_exit"] not in (0, None) for r in rows.values()) else 0
 
@@ -127,6 +133,8 @@ def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
     for name, row in sorted(rows.items(), key=lambda item: (item[1]["family"], item[0])):
         verdict = "pass" if row["check_exit"] == 0 else row["error"] if row["check_exit"] is None else \
             f"FAIL: {row.get('error', '')}"  # fmt: skip
+        if row.get("arbitrated"):
+            verdict += f" (arbitrated: {row['arbitrated']} quantizers differ, each an exact rounding or a tie)"
         error = f"{row['rel_err']:.1e}" if row.get("rel_err") is not None else ""
         timing = (f"{row['kernorch_ms']:.3f} | {row['best_peer_ms']:.3f} ({row['best_peer']}) | {row['ratio']:.2f}x"
                   if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
