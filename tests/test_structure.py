@@ -323,8 +323,8 @@ def test_stages_that_price_kernels_import_the_cost_interface_only() -> None:
 MUTANTS = [
     # the backend registry
     here("a caller matches a backend's name instead of reading its attributes",
-         "if backend is not None and not backend.runs_code:",
-         'if backend is not None and backend.name == "view":',
+         "priced = (self.base.cost(candidate) if backend.runs_code else 0.0, None)",
+         'priced = (self.base.cost(candidate) if backend.name != "view" else 0.0, None)',
          file="kernorch/cost/model.py"),
 ]  # fmt: skip
 

@@ -48,6 +48,14 @@ EXPANSIONS: dict[tuple[str, str], Expansion] = {
 }  # fmt: skip
 
 
+def _bias(bias: str, x_scale: str, w_scale: str, fresh: str) -> list[onnx.NodeProto]:
+    """An int32 bias in float, `fresh`/bias: its integers times the product of the operands' scales."""
+    scales, floated = f"{fresh}/bias_scale", f"{fresh}/bias_float"
+    return [helper.make_node("Mul", [x_scale, w_scale], [scales]),
+            helper.make_node("Cast", [bias], [floated], to=onnx.TensorProto.FLOAT),
+            helper.make_node("Mul", [floated, scales], [f"{fresh}/bias"])]  # fmt: skip
+
+
 def _expand(node: onnx.NodeProto, expansion: Expansion, fresh: str) -> list[onnx.NodeProto] | None:
     inputs = list(node.input)
     triples = expansion.triples or tuple((i, i + 1, i + 2) for i in range(2, len(inputs), 3))
@@ -63,10 +71,7 @@ def _expand(node: onnx.NodeProto, expansion: Expansion, fresh: str) -> list[onnx
         floats.append(dequantized)
     if expansion.bias is not None and expansion.bias < len(inputs) and inputs[expansion.bias]:
         (_, x_scale, _), (_, w_scale, _) = triples[0], triples[1]
-        scales, floated = f"{fresh}/bias_scale", f"{fresh}/bias_float"
-        nodes += [helper.make_node("Mul", [inputs[x_scale], inputs[w_scale]], [scales]),
-                  helper.make_node("Cast", [inputs[expansion.bias]], [floated], to=onnx.TensorProto.FLOAT),
-                  helper.make_node("Mul", [floated, scales], [f"{fresh}/bias"])]  # fmt: skip
+        nodes += _bias(inputs[expansion.bias], inputs[x_scale], inputs[w_scale], fresh)
         floats.append(f"{fresh}/bias")
     kept = [a for a in node.attribute if a.name in expansion.attributes]
     operator = helper.make_node(expansion.operator, floats, [f"{fresh}/float"])
@@ -89,10 +94,7 @@ def _qgemm(node: onnx.NodeProto, fresh: str) -> list[onnx.NodeProto]:
              helper.make_node("DequantizeLinear", [i for i in inputs[3:6] if i], [b], axis=0 if trans_b else 1)]
     operands = [a, b]
     if inputs[6]:
-        scales, floated = f"{fresh}/bias_scale", f"{fresh}/bias_float"
-        nodes += [helper.make_node("Mul", [inputs[1], inputs[4]], [scales]),
-                  helper.make_node("Cast", [inputs[6]], [floated], to=onnx.TensorProto.FLOAT),
-                  helper.make_node("Mul", [floated, scales], [f"{fresh}/bias"])]  # fmt: skip
+        nodes += _bias(inputs[6], inputs[1], inputs[4], fresh)
         operands.append(f"{fresh}/bias")
     result = f"{fresh}/float" if inputs[7] else node.output[0]
     nodes.append(helper.make_node("Gemm", operands, [result], alpha=alpha, beta=alpha,
