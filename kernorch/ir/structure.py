@@ -34,9 +34,9 @@ class Structures:
 
     def of(self, kernel: CandidateKernel) -> Structure:
         """Each primitive with its attributes, where each operand comes from (an earlier primitive's output, or
-        the kernel's i-th input) and its outputs' types; each input's type, and whether it is a graph input or a
-        constant (and then its values' digest); which outputs the kernel writes, and which of them the graph
-        returns."""
+        the kernel's i-th input) and its outputs' types; each input's type, whether it is a graph input or output
+        (a concat of a graph output is no view: codegen/views.py) or a constant (and then its values' digest);
+        which outputs the kernel writes, and which of them the graph returns."""
         graph = kernel.graph
         inputs = {name: i for i, name in enumerate(kernel.inputs)}
         produced: dict[str, tuple[object, ...]] = {}
@@ -46,7 +46,7 @@ class Structures:
             primitives.append((node.prim, node.attrs, operands, tuple(graph.types[v] for v in node.outputs)))
             produced.update((v, (position, j)) for j, v in enumerate(node.outputs))
         graph_inputs, graph_outputs = set(graph.inputs), set(graph.outputs)
-        read = tuple((graph.types[v], v in graph_inputs,
+        read = tuple((graph.types[v], v in graph_inputs, v in graph_outputs,
                       self.digest(graph.constants[v]) if v in graph.constants else None)
                      for v in kernel.inputs)  # fmt: skip
         written = tuple((produced[v], v in graph_outputs) for v in kernel.outputs)

@@ -27,6 +27,8 @@ def test_twins_are_equal_and_their_context_tells_them_apart() -> None:
     assert structures.of(block(graph, 1)) == structures.of(block(graph, 2))
     assert structures.of(block(graph, 0)) != structures.of(block(graph, 1))  # it reads the graph's input
     assert structures.of(block(graph, 3)) != structures.of(block(graph, 1))  # it writes the graph's output
+    graph.outputs = ["b3", "b0"]  # block 1 reads a graph output, block 2 does not (a concat of one is no view)
+    assert structures.of(block(graph, 1)) != structures.of(block(graph, 2))
 
 
 def test_what_tells_kernels_apart() -> None:
@@ -87,6 +89,8 @@ MUTANTS = [
          "self.digest(graph.constants[v]) if v in graph.constants else None", "v in graph.constants"),
     here("graph outputs left out of the structure", "written = tuple((produced[v], v in graph_outputs)",
          "written = tuple((produced[v], False)"),
+    here("a graph output read by a kernel left out of the structure", "v in graph_inputs, v in graph_outputs,",
+         "v in graph_inputs, False,"),
     here("operands by name, not position",
          "operands = tuple(produced[v] if v in produced else (\"input\", inputs[v]) for v in node.inputs)",
          "operands = tuple(sorted(produced[v] if v in produced else (\"input\", inputs[v]) for v in node.inputs))"),
