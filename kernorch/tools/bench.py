@@ -45,7 +45,7 @@ from kernorch.orchestrate import OrchestrationResult
 from kernorch.pipeline import Progress
 from kernorch.runtime.feeds import graph_feeds
 from kernorch.runtime.timing import time_call
-from kernorch.tools.check import compare, quantized, run_onnxruntime
+from kernorch.tools.check import quantized, run_onnxruntime, worst_relative
 from kernorch.tools.quantized_check import widened
 
 OPENVINO_DEFAULT = "openvino-default"  # no precision hint: bf16 on CPUs that have it, what users run
@@ -292,12 +292,12 @@ def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str]
             outputs[RPROGRAM] = prepared.pop("outputs")
         reference = outputs["onnxruntime"]
         quantized_model = quantized(onnx.load(model_path, load_external_data=False))
-        spread = _worst(run_onnxruntime(onnx.load(model_path), feeds, threads, optimized=False), reference) \
+        spread = worst_relative(run_onnxruntime(onnx.load(model_path), feeds, threads, optimized=False), reference) \
             if quantized_model else 0.0  # fmt: skip
         float_reference = run_onnxruntime(checked_proto(float_model)[0], feeds, threads) if float_model else None
-        float_errors = {name: _worst(got, float_reference) for name, got in outputs.items()} \
+        float_errors = {name: worst_relative(got, float_reference) for name, got in outputs.items()} \
             if float_reference is not None else {}  # fmt: skip
-        errors = {name: float_errors[name] if name == KERNORCH_FLOAT else _worst(got, reference)
+        errors = {name: float_errors[name] if name == KERNORCH_FLOAT else worst_relative(got, reference)
                   for name, got in outputs.items()}  # fmt: skip
         if quantized_model:  # the other int8 engine's distance from onnxruntime is as much a spread as its own two runs
             spread = max([spread, *(errors[peer] for peer in BEST_PEERS[1:] if peer in errors)])  # [0]: reference
@@ -334,10 +334,6 @@ def _stop(process: Any, connection: Connection) -> None:
     process.join(timeout=10)
     if process.is_alive():
         process.kill()
-
-
-def _worst(got: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
-    return max((e.relative for e in compare(got, reference)), default=0.0)
 
 
 def available_peers(names: Sequence[str], throughput: bool = False) -> list[str]:

@@ -162,22 +162,30 @@ def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> l
     return errors
 
 
-def _interpreted(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None, options: Options) -> Graph:
-    """The graph the reference interpreter runs for `proto`: fissioned, with the safe rewrites unless they are off
-    (float rewrites such as a division by a constant's reciprocal move roundings)."""
-    graph = fission(import_model(proto, input_shapes), strict=options.strict)
-    return rewrite_graph(graph)[0] if options.rewrite else graph
+def worst_relative(got: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
+    """The largest relative error of `got`'s outputs against `reference`'s (0 with none)."""
+    return max((e.relative for e in compare(dict(got), dict(reference))), default=0.0)
+
+
+def _interpreted(graph: Graph, options: Options) -> Graph:
+    """What the reference interpreter runs of a fissioned graph: the safe rewrites unless they are off (no cost
+    model), and in bf16 mode every linear primitive bf16 (no cost model either: the mode's worst case)."""
+    if options.rewrite:
+        graph, _ = rewrite_graph(graph)
+    if options.precision == "bf16":
+        graph, _ = choose_precision(graph, None, "bf16")
+    return graph
 
 
 def _kernorch_run(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                   input_shapes: dict[str, tuple[int, ...]] | None, options: Options,
                   compiled: bool) -> dict[str, np.ndarray]:  # fmt: skip
-    """kernorch's outputs of `proto` as the check ran the model: its reference interpreter, or a compiled plan
-    (of this model: the arbiter's, with every quantizer's results among its outputs, so kept in memory)."""
-    if not compiled:
-        return run_reference(_interpreted(proto, input_shapes, options), feeds)
+    """kernorch's outputs of `proto` as the check runs a model: its reference interpreter, or a compiled plan (of
+    this model: the arbiter's, with every quantizer's results among its outputs, so kept in memory)."""
     graph = fission(import_model(proto, input_shapes), strict=options.strict)
-    return compile_plan(plan_graph(graph, options), options).run(feeds)
+    if compiled:
+        return compile_plan(plan_graph(graph, options), options).run(feeds)
+    return run_reference(_interpreted(graph, options), feeds)
 
 
 def check_model(
@@ -214,11 +222,7 @@ def check_model(
         fissioned = time.perf_counter()
         actual = program.run(feeds)
     else:
-        graph = fissioned_graph
-        if options.rewrite:
-            graph, _ = rewrite_graph(graph)  # the safe rules only: no cost model
-        if options.precision == "bf16":  # no cost model either: every linear primitive bf16, the mode's worst case
-            graph, _ = choose_precision(graph, None, "bf16")
+        graph = _interpreted(fissioned_graph, options)
         fissioned = time.perf_counter()
         actual = run_reference(graph, feeds)
     interpreted = time.perf_counter()
@@ -226,19 +230,18 @@ def check_model(
     spread = None
     if quantized_model:
         unoptimized = run_onnxruntime(model.proto, feeds, options.threads, optimized=False)
-        spread = max((e.relative for e in compare(unoptimized, expected)), default=0.0)
+        spread = worst_relative(unoptimized, expected)
         if widen:
             rtol = widened(rtol, spread)
     errors = compare(actual, expected)
     arbitration = None
     compared = time.perf_counter()
-    if quantized_model and max((e.relative for e in errors), default=0.0) > rtol:
+    if quantized_model and worst_relative(actual, expected) > rtol:
         arbitration = arbitrate(
             model.proto, feeds, actual, rtol,
             kernorch=lambda proto, inputs: _kernorch_run(proto, inputs, input_shapes, options, compiled),
             onnxruntime=lambda proto, inputs: run_onnxruntime(proto, dict(inputs), options.threads),
-            compare=lambda got, want: max((e.relative for e in compare(dict(got), dict(want))),
-                                          default=0.0))  # fmt: skip
+            compare=worst_relative)  # fmt: skip
     finished = time.perf_counter()
     name = os.path.basename(str(source)) if not isinstance(source, onnx.ModelProto) else graph.name
     stage = "optimize+compile" if compiled else "import+fission+rewrite" if options.rewrite else "import+fission"

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.devtools.mutate import here
-from kernorch.tools.check import compare, run_onnxruntime
+from kernorch.tools.check import run_onnxruntime, worst_relative
 from kernorch.tools.qoperator_expansion import CONTRIB, EXPANSIONS, expanded
 from kernorch.tools.rounding_arbiter import _Model, arbitrate
 
@@ -112,12 +112,9 @@ def test_a_qoperator_model_is_arbitrated() -> None:
             result["y"].reshape(-1)[element] += 1
         return result
 
-    def worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
-        return max((e.relative for e in compare(dict(got), dict(want))), default=0.0)
-
-    right = arbitrate(proto, feeds, exact(proto, feeds), 0.0, exact, moved, worst)
+    right = arbitrate(proto, feeds, exact(proto, feeds), 0.0, exact, moved, worst_relative)
     assert right.explained and right.divergences[0].exact == 1, right.lines()
-    wrong = arbitrate(proto, feeds, moved(proto, feeds), 0.0, moved, exact, worst)
+    wrong = arbitrate(proto, feeds, moved(proto, feeds), 0.0, moved, exact, worst_relative)
     assert not wrong.explained and wrong.divergences[0].exact == 0
 
 

@@ -120,6 +120,7 @@ class _Model:
         self.exact = expanded(proto)
         self.constants = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
         self.producers = {out: node for node in self.exact.graph.node for out in node.output if out}
+        self.order = {id(node): i for i, node in enumerate(self.exact.graph.node)}  # graph order, by node
         self.inputs = {i.name for i in proto.graph.input} - set(self.constants)
         inferred = onnx.shape_inference.infer_shapes(self.exact)
         infos = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)
@@ -157,7 +158,6 @@ class _Model:
 
     def needed(self, value: str, available: Collection[str]) -> list[onnx.NodeProto]:
         """The operators computing `value` from what is `available` (and constants and inputs), in graph order."""
-        order = {id(node): i for i, node in enumerate(self.exact.graph.node)}
         nodes: dict[int, onnx.NodeProto] = {}
         pending = [value]
         while pending:
@@ -167,7 +167,7 @@ class _Model:
                 continue
             nodes[id(node)] = node
             pending.extend(v for v in node.input if v not in self.constants and v not in self.inputs)
-        return sorted(nodes.values(), key=lambda n: order[id(n)])
+        return sorted(nodes.values(), key=lambda n: self.order[id(n)])
 
 
 def _float64(array: np.ndarray) -> np.ndarray:

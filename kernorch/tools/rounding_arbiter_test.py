@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.devtools.mutate import here
-from kernorch.tools.check import CheckReport, check_model, compare, run_onnxruntime
+from kernorch.tools.check import CheckReport, check_model, compare, run_onnxruntime, worst_relative
 from kernorch.tools.rounding_arbiter import (
     FLOAT_RTOL,
     NEAR_TIE_STEPS,
@@ -78,15 +78,11 @@ def _moved(quantizer: str, element: int, step: int = 1):  # type: ignore[no-unty
     return run
 
 
-def _worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
-    return max((e.relative for e in compare(dict(got), dict(want))), default=0.0)
-
-
 def _arbitrate(kernorch, onnxruntime, proto: onnx.ModelProto | None = None) -> Arbitration:  # type: ignore[no-untyped-def]
     proto = proto or _model()
     feeds = _feeds()
     actual = {"y": kernorch(_Model(proto).cut(), feeds)["y"]}
-    return arbitrate(proto, feeds, actual, 2e-2, kernorch, onnxruntime, _worst)
+    return arbitrate(proto, feeds, actual, 2e-2, kernorch, onnxruntime, worst_relative)
 
 
 def test_equal_runs_need_no_arbitration() -> None:
@@ -150,11 +146,11 @@ def test_a_plan_is_held_to_the_interpreter() -> None:
     """Checked outputs apart from the arbitrated run's (the model with every quantizer's results kept) by more than
     the tolerance are not excused by that run's arbitration."""
     far = arbitrate(_model(), _feeds(), {"y": np.zeros((1, 4, 5, 5), np.float32)}, 2e-2, _ort, _moved("xq", 5),
-                    _worst)  # fmt: skip
+                    worst_relative)  # fmt: skip
     assert not far.explained and far.plan_error > 2e-2
     assert "differ from the arbitrated run's" in "\n".join(far.lines())
     near = _ort(_Model(_model()).cut(), _feeds())["y"]
-    assert arbitrate(_model(), _feeds(), {"y": near}, 2e-2, _ort, _moved("xq", 5), _worst).explained
+    assert arbitrate(_model(), _feeds(), {"y": near}, 2e-2, _ort, _moved("xq", 5), worst_relative).explained
 
 
 def test_the_check_passes_only_what_is_explained() -> None:
@@ -230,14 +226,11 @@ def test_a_dynamic_quantizer_is_judged_with_kernorch_own_scale() -> None:
         given = {name: first[name] for name in ("xq", "xs", "xz")}
         return {**_ort(model.cut(given), {**inputs, **given}), **given}
 
-    def worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
-        return _worst(got, want)
-
-    theirs = arbitrate(proto, feeds, {"y": _ort(proto, feeds)["y"]}, 1e-3, _ort, moved, worst)
+    theirs = arbitrate(proto, feeds, {"y": _ort(proto, feeds)["y"]}, 1e-3, _ort, moved, worst_relative)
     assert theirs.explained, theirs.lines()
     assert (theirs.divergences[0].differing, theirs.divergences[0].exact) == (1, 1)
     assert "scale" in theirs.divergences[0].example
-    wrong = arbitrate(proto, feeds, {"y": moved(model.cut(), feeds)["y"]}, 1e-3, moved, _ort, worst)
+    wrong = arbitrate(proto, feeds, {"y": moved(model.cut(), feeds)["y"]}, 1e-3, moved, _ort, worst_relative)
     assert not wrong.explained and wrong.divergences[0].exact == 0
 
     def scaled(proto: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -248,7 +241,7 @@ def test_a_dynamic_quantizer_is_judged_with_kernorch_own_scale() -> None:
         given = {"xq": first["xq"], "xs": np.asarray(first["xs"] * np.float32(1 + 1e-3), np.float32), "xz": first["xz"]}
         return {**_ort(model.cut(given), {**inputs, **given}), **given}
 
-    off = arbitrate(proto, feeds, {"y": scaled(model.cut(), feeds)["y"]}, 1e-3, scaled, _ort, worst)
+    off = arbitrate(proto, feeds, {"y": scaled(model.cut(), feeds)["y"]}, 1e-3, scaled, _ort, worst_relative)
     assert not off.explained and "1 WRONG" in off.divergences[0].describe()
 
 
