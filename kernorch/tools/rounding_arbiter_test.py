@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.devtools.mutate import here
+from kernorch.options import Options
 from kernorch.tools.check import CheckReport, check_model, compare, run_onnxruntime, worst_relative
 from kernorch.tools.rounding_arbiter import (
     FLOAT_RTOL,
@@ -185,10 +186,13 @@ def test_check_model_arbitrates_beyond_the_tolerance(monkeypatch) -> None:  # ty
             ({"xq": first["xq"]} if "xq" in {o.name for o in proto.graph.output} else {})  # fmt: skip
 
     monkeypatch.setattr(check, "run_onnxruntime", moved)
-    report, _ = check_model(_model(), rtol=1e-3)
-    assert report.worst_relative > 1e-3 and report.passed, report.lines()
-    assert report.arbitration is not None and [d.quantizer for d in report.arbitration.divergences] == ["quantize_x"]
-    assert "judged exact or tied" in "\n".join(report.lines())
+    for compiled in (False, True):  # compiled: kernorch's integers from a plan keeping every quantizer's results
+        report, _ = check_model(_model(), rtol=1e-3, compiled=compiled, options=Options(cost="analytic"))
+        assert report.worst_relative > 1e-3 and report.passed, report.lines()
+        assert report.arbitration is not None
+        assert [d.quantizer for d in report.arbitration.divergences] == ["quantize_x"]
+        assert report.arbitration.plan_error == 0.0
+        assert "judged exact or tied" in "\n".join(report.lines())
 
 
 def _dynamic_model() -> onnx.ModelProto:
