@@ -4,7 +4,9 @@ Convex sets are exactly the differences of two execution states (Korch Theorem 1
 them directly: every connected convex set can be built from a single node by adding one neighbour at a
 time while staying connected and convex (remove a source or sink that is not a cut vertex, repeatedly),
 so growing from singletons and discarding non-convex sets finds them all. Monotone pruning rules stop
-the growth early. Each node set is kept once (its bitmask is the canonical key).
+the growth early. Each node set is kept once (its bitmask is the canonical key). The singletons are units:
+a node, or a convex region of one-element values grown and counted as one (subgraph.scalar_regions) — the
+same argument on the DAG with each region contracted to a node.
 
 Output sets (Definition 3): values some other kernel or the subgraph's consumers need. Values not
 consumed inside the kernel are mandatory outputs; values also consumed inside are optional, so one
@@ -94,7 +96,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
     neighbours = [sub.pred_masks[i] | sub.succ_masks[i] for i in range(sub.size)]
     seen: set[int] = set()
     accepted: list[int] = []
-    frontier = [1 << i for i in range(sub.size)]
+    frontier = list(dict.fromkeys(sub.unit_masks))  # each node alone, or its scalar region whole
     seen.update(frontier)
     while frontier:
         grown: list[int] = []
@@ -125,7 +127,7 @@ def enumerate_candidates(sub: Subgraph, limits: OrchestrationLimits, epilogues: 
                 reach |= neighbours[i]
             reach &= ~mask
             for i in iter_bits(reach):
-                extended = mask | (1 << i)
+                extended = mask | sub.unit_masks[i]
                 if extended not in seen:
                     seen.add(extended)
                     if is_convex(sub, extended):
@@ -180,7 +182,7 @@ def _recomputing(sub: Subgraph, mask: int, emitted: set[int]) -> list[tuple[int,
     found = []
     for p in iter_bits(feeding & ~mask):
         node = sub.graph.nodes[sub.node_ids[p]]
-        if PRIMITIVES[node.prim].kind != Kind.ELEMENTWISE or len(node.outputs) != 1:
+        if PRIMITIVES[node.prim].kind != Kind.ELEMENTWISE or len(node.outputs) != 1 or sub.unit_masks[p] != 1 << p:
             continue
         extended = mask | (1 << p)
         # p's inputs come from outside (p is not downstream of the set), and the set is not convex with it:

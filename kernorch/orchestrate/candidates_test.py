@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
+import kernorch
 from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node, verify
 from kernorch.ir.primitives import PRIMITIVES, Kind
@@ -11,7 +15,7 @@ from kernorch.ir.types import TensorType
 from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.candidates import enumerate_candidates
 from kernorch.orchestrate.pruning import LinearEpilogues
-from kernorch.orchestrate.subgraph import build_subgraphs
+from kernorch.orchestrate.subgraph import build_subgraphs, scalar_regions
 
 
 def test_a_library_call_writes_only_its_final_value() -> None:
@@ -67,6 +71,86 @@ def test_elementwise_chains_may_fill_larger_kernels() -> None:
     assert OrchestrationLimits(max_kernel_size=30).elementwise_kernel_size == 30  # never below any kernel's
 
 
+def _quantizer_scale(tail: bool) -> Graph:
+    """x → its min and max (one element each) → the range, the scale, the negated minimum and the zero point (one
+    element each: a scalar region) → x / scale + zero point. With `tail`, the sum of that map feeds the region
+    again (a scalar added to the scale), which makes the region not convex."""
+    big, one = TensorType((1, 4, 3, 3), "float32"), TensorType((1, 1, 1, 1), "float32")
+    graph = Graph(inputs=["x"], types={"x": big, "c": TensorType((), "float32")}, name="quantizer-scale")
+    graph.constants = {"c": np.asarray(255.0, np.float32)}
+    everything = (("axes", (0, 1, 2, 3)),)
+    graph.nodes = [Node("reduce_min", ("x",), ("lo",), everything), Node("reduce_max", ("x",), ("hi",), everything),
+                   Node("sub", ("hi", "lo"), ("range",)), Node("div", ("range", "c"), ("scale",)),
+                   Node("neg", ("lo",), ("nlo",)), Node("div", ("nlo", "scale"), ("zp",)),
+                   Node("div", ("x", "scale"), ("q",)), Node("add", ("q", "zp"), ("y",))]  # fmt: skip
+    graph.types.update({v: one for v in ("lo", "hi", "range", "scale", "nlo", "zp")})
+    graph.types.update({"q": big, "y": big})
+    graph.outputs = ["y"]
+    if tail:
+        graph.nodes += [Node("reduce_sum", ("y",), ("total",), everything), Node("add", ("total", "scale"), ("t",))]
+        graph.types.update({"total": one, "t": one})
+        graph.outputs.append("t")
+    verify(graph)
+    return graph
+
+
+def test_a_scalar_region_is_enumerated_whole() -> None:
+    """A quantizer's one-element chain (range, scale, zero point) is a unit: every candidate holds all of it or
+    none of it, it counts as one primitive toward the kernel size, and the kernel reducing the map can hold it
+    with the map's quantization (eight primitives under a size of five)."""
+    graph = _quantizer_scale(tail=False)
+    (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+    region = {sub.node_ids[i] for i in range(sub.size) if sub.unit_masks[i] != 1 << i}
+    assert region == {2, 3, 4, 5}, region
+    found = enumerate_candidates(sub, OrchestrationLimits(max_kernel_size=5), LinearEpilogues(graph))
+    assert all(region <= set(k.nodes) or not region & set(k.nodes) for k in found.kernels)
+    assert any(set(k.nodes) == set(range(8)) for k in found.kernels), "the whole quantizer is one candidate"
+    assert not any(set(k.nodes) == {2, 3} for k in found.kernels)
+
+
+def test_a_region_a_map_feeds_back_into_is_no_unit() -> None:
+    """The scale feeds the map whose sum feeds the scalar region again: contracted, it would be a cycle; its nodes
+    stay units of their own."""
+    graph = _quantizer_scale(tail=True)
+    (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
+    assert scalar_regions(sub) == []
+    found = enumerate_candidates(sub, OrchestrationLimits(), LinearEpilogues(graph))
+    assert any(set(k.nodes) == {2, 3} for k in found.kernels)
+
+
+def _dynamically_quantized_convolution() -> onnx.ModelProto:
+    """x → DynamicQuantizeLinear → a 3x3 ConvInteger of int8 weights → scaled to float, biased, relu: one layer as
+    onnxruntime's quantize_dynamic writes it."""
+    rng = np.random.default_rng(11)
+    constants: dict[str, np.ndarray] = {"w": rng.integers(-127, 127, (6, 5, 3, 3)).astype(np.int8),
+                                        "wz": np.zeros((), np.int8),
+                                        "ws": np.asarray(0.01, np.float32),
+                                        "b": rng.normal(0, 1, (1, 6, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]), helper.make_node("Mul", ["accf", "s"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "dq-conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7, 7])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_dynamic_quantizer_planned_by_regions_matches_onnxruntime() -> None:
+    """The plan of a dynamically quantized convolution, its scale chain a unit: the same outputs as onnxruntime's
+    on maps with a zero range (a constant map: the scale's guard), negative and odd values."""
+    model = _dynamically_quantized_convolution()
+    compiled = kernorch.compile(model, cost="analytic")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(12)
+    for x in (rng.uniform(-3, 5, (1, 5, 7, 7)), np.full((1, 5, 7, 7), 0.7), rng.normal(0, 9, (1, 5, 7, 7))):
+        feeds = {"x": x.astype(np.float32)}
+        (expected,) = session.run(None, feeds)
+        got = compiled.run(feeds)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
@@ -82,4 +166,13 @@ MUTANTS = [
          tests=("kernorch/orchestrate/candidates_test.py",
                 "kernorch/runtime/executor_test.py",
                 "kernorch/orchestrate/blp_test.py")),
+    here("a scalar region's nodes grown one by one",
+         "extended = mask | sub.unit_masks[i]",
+         "extended = mask | (1 << i)"),
+    here("a scalar region that a map feeds back into contracted all the same",
+         "if 1 < region.bit_count() <= MAX_SCALAR_REGION and is_convex(sub, region):",
+         "if 1 < region.bit_count() <= MAX_SCALAR_REGION:", file="kernorch/orchestrate/subgraph.py"),
+    here("a scalar region counted primitive by primitive toward the kernel size",
+         "size = (mask & sub.unit_leaders).bit_count()",
+         "size = mask.bit_count()", file="kernorch/orchestrate/pruning.py"),
 ]  # fmt: skip

@@ -112,9 +112,10 @@ def node_kinds(sub: Subgraph, mask: int) -> list[tuple[int, Kind]]:
 
 
 def _max_size(sub: Subgraph, mask: int, limits: OrchestrationLimits, _: LinearEpilogues) -> str | None:
-    """At most max_kernel_size primitives, or max_elementwise_kernel_size when all are elementwise. Monotone: a set
-    over the first limit with another kind keeps it in every superset, and every superset is larger."""
-    size = mask.bit_count()
+    """At most max_kernel_size primitives, or max_elementwise_kernel_size when all are elementwise; a scalar region
+    counts as one (subgraph.scalar_regions). Monotone: a set over the first limit with another kind keeps it in every
+    superset, and every superset is larger."""
+    size = (mask & sub.unit_leaders).bit_count()
     if size <= limits.max_kernel_size:
         return None
     if size > limits.elementwise_kernel_size:

@@ -74,6 +74,62 @@ class Subgraph:
             masks[i] = mask
         return masks
 
+    @cached_property
+    def unit_masks(self) -> list[int]:
+        """unit_masks[i]: the nodes enumerated together with node i — its scalar region (`scalar_regions`), or
+        the node alone. Candidate kernels are unions of units."""
+        units = [1 << i for i in range(self.size)]
+        for region in scalar_regions(self):
+            for i in iter_bits(region):
+                units[i] = region
+        return units
+
+    @cached_property
+    def unit_leaders(self) -> int:
+        """One node of each unit (its first): a node set's size in units is (mask & unit_leaders).bit_count()."""
+        return sum(1 << i for i in range(self.size) if (self.unit_masks[i] & -self.unit_masks[i]) == 1 << i)
+
+
+# Values of one element in dtypes a generated kernel computes in (bfloat16 is moved only: never grouped)
+SCALAR_DTYPES = frozenset({"float32", "float64", "int64", "int32", "int16", "uint16", "int8", "uint8", "bool"})
+# A larger region stays nodes of its own: one kernel holding it whole might inline too large an expression
+MAX_SCALAR_REGION = 32
+
+
+def _is_scalar(graph: Graph, node: Node) -> bool:
+    if PRIMITIVES[node.prim].kind not in (Kind.ELEMENTWISE, Kind.LAYOUT):
+        return False
+    return all(graph.types[v].dtype in SCALAR_DTYPES and all(d == 1 for d in graph.types[v].shape)
+               for v in (*node.inputs, *node.outputs))  # fmt: skip
+
+
+def scalar_regions(sub: Subgraph) -> list[int]:
+    """Connected sets (of two or more) of scalar primitives — elementwise or layout, every operand and result one
+    element — that are convex: each is enumerated as one unit. A dynamic quantizer's scale and zero point are
+    such a chain (min, max, range, its zero guard, the divisions, the rounding, casts and the scale products:
+    eighteen primitives in a squeezenet layer), and every connected subset of it fused with its neighbours was a
+    candidate of its own (10 624 in a 32-primitive subgraph, each described and priced). Splitting a region over
+    kernels saves no traffic — its values are single elements — so the plans left out differ from the kept ones
+    by where a few scalars are computed. A region that is not convex (a scalar feeding a map whose reduction
+    feeds the region again) stays nodes of its own."""
+    scalar = 0
+    for i, node in enumerate(sub.node_ids):
+        if _is_scalar(sub.graph, sub.graph.nodes[node]):
+            scalar |= 1 << i
+    regions, left = [], scalar
+    while left:
+        region = frontier = left & -left
+        while frontier:
+            reach = 0
+            for i in iter_bits(frontier):
+                reach |= sub.pred_masks[i] | sub.succ_masks[i]
+            frontier = reach & scalar & ~region
+            region |= frontier
+        left &= ~region
+        if 1 < region.bit_count() <= MAX_SCALAR_REGION and is_convex(sub, region):
+            regions.append(region)
+    return regions
+
 
 def iter_bits(mask: int) -> list[int]:
     bits = []
