@@ -109,3 +109,21 @@ def test_optimize_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     path.write_bytes(b"\x00garbage")
     assert main(["optimize", str(path)]) == 2
     assert "not" in capsys.readouterr().err
+
+
+def test_explain_names_the_dtypes_each_kernel_reads_and_writes(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    """A dynamically quantized convolution: the integer convolution reads the uint8 map (and its uint8 zero point)
+    and writes int32 sums; the kernel quantizing the map writes uint8."""
+    from kernorch.testing import dynamically_quantized_convolution
+
+    path = tmp_path / "dq.onnx"
+    path.write_bytes(dynamically_quantized_convolution().SerializeToString())
+    assert main(["explain", str(path), "--cost", "analytic"]) == 0
+    kernels = re.findall(r"^kernel \d+: .*\[(.*)\]\n.*\n.*\n    reads \d+ value\(s\) \[(.*)\], writes (.*)$",
+                         capsys.readouterr().out, flags=re.M)  # fmt: skip
+    convolution = [(reads, writes) for prims, reads, writes in kernels if "conv_integer" in prims.split(" → ")]
+    assert len(convolution) == 1, kernels
+    reads, writes = convolution[0]
+    assert "uint8" in reads and "float32" not in reads and writes.endswith("(int32)"), convolution
+    assert any("(uint8)" in writes for _, _, writes in kernels), kernels

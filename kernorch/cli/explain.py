@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +12,7 @@ from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model, progre
 from kernorch.errors import KernorchError
 
 if TYPE_CHECKING:
+    from kernorch.ir.graph import Graph
     from kernorch.orchestrate import OrchestrationResult
     from kernorch.rewrite import RewriteReport
 
@@ -36,7 +39,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"    library call: {absorbed}, by {backend.summary(kernel)}")
         else:
             print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
-        print(f"    reads {len(kernel.inputs)} value(s), writes {', '.join(kernel.outputs)}")
+        # the dtypes say which values a plan keeps int8 (or bfloat16) between kernels
+        written = ", ".join(f"{value} ({graph.types[value].dtype})" for value in kernel.outputs)
+        print(f"    reads {len(kernel.inputs)} value(s) [{_dtype_counts(graph, kernel.inputs)}], writes {written}")
         if bf16_plan:  # a bf16 kernel multiplies bfloat16 operands; everything else computes in float32
             from kernorch.precision import kernel_precision
 
@@ -189,6 +194,12 @@ def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> 
     print("\n".join(report.summary()))
     picture = draw_schedule(args.schedule, report, executor.backends, executor.threads, Path(args.model).stem)
     print(f"schedule picture (measured timestamps): {picture}")
+
+
+def _dtype_counts(graph: Graph, values: Sequence[str]) -> str:
+    """"float32 ×2, uint8": how many of `values` are of each dtype, in order of first appearance."""
+    counts = Counter(graph.types[value].dtype for value in values)
+    return ", ".join(dtype if count == 1 else f"{dtype} ×{count}" for dtype, count in counts.items())
 
 
 def _explain_rewrites(report: RewriteReport) -> None:

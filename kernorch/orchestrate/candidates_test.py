@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 import kernorch
 from kernorch.devtools.mutate import here
@@ -16,6 +14,7 @@ from kernorch.options import OrchestrationLimits
 from kernorch.orchestrate.candidates import enumerate_candidates
 from kernorch.orchestrate.pruning import LinearEpilogues
 from kernorch.orchestrate.subgraph import build_subgraphs, scalar_regions
+from kernorch.testing import dynamically_quantized_convolution
 
 
 def test_a_library_call_writes_only_its_final_value() -> None:
@@ -118,29 +117,10 @@ def test_a_region_a_map_feeds_back_into_is_no_unit() -> None:
     assert any(set(k.nodes) == {2, 3} for k in found.kernels)
 
 
-def _dynamically_quantized_convolution() -> onnx.ModelProto:
-    """x → DynamicQuantizeLinear → a 3x3 ConvInteger of int8 weights → scaled to float, biased, relu: one layer as
-    onnxruntime's quantize_dynamic writes it."""
-    rng = np.random.default_rng(11)
-    constants: dict[str, np.ndarray] = {"w": rng.integers(-127, 127, (6, 5, 3, 3)).astype(np.int8),
-                                        "wz": np.zeros((), np.int8),
-                                        "ws": np.asarray(0.01, np.float32),
-                                        "b": rng.normal(0, 1, (1, 6, 1, 1)).astype(np.float32)}
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
-             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
-             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["xs", "ws"], ["s"]), helper.make_node("Mul", ["accf", "s"], ["m"]),
-             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "dq-conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 7, 7])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7, 7])],
-                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
 def test_a_dynamic_quantizer_planned_by_regions_matches_onnxruntime() -> None:
     """The plan of a dynamically quantized convolution, its scale chain a unit: the same outputs as onnxruntime's
     on maps with a zero range (a constant map: the scale's guard), negative and odd values."""
-    model = _dynamically_quantized_convolution()
+    model = dynamically_quantized_convolution()
     compiled = kernorch.compile(model, cost="analytic")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(12)

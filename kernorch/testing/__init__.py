@@ -5,6 +5,7 @@ rewrite rules' tests; native.py checks the native kernels' tolerances and their 
 from kernorch.testing.models import (
     branchy_model,
     cpu_compile,
+    dynamically_quantized_convolution,
     fission_and_compare,
     integer_extremes,
     primitive_names,
@@ -12,5 +13,5 @@ from kernorch.testing.models import (
     single_op_model,
 )
 
-__all__ = ["branchy_model", "cpu_compile", "fission_and_compare", "integer_extremes", "primitive_names",
-           "random_array", "single_op_model"]  # fmt: skip
+__all__ = ["branchy_model", "cpu_compile", "dynamically_quantized_convolution", "fission_and_compare",
+           "integer_extremes", "primitive_names", "random_array", "single_op_model"]  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -149,3 +149,22 @@ def cpu_compile(model: Any, **options: Any) -> CompiledModel:
     compiled = compile(model, **options)
     assert isinstance(compiled, CompiledModel), type(compiled)
     return compiled
+
+
+def dynamically_quantized_convolution() -> onnx.ModelProto:
+    """x → DynamicQuantizeLinear → a 3x3 ConvInteger of int8 weights → scaled to float, biased, relu: one layer as
+    onnxruntime's quantize_dynamic writes it."""
+    rng = np.random.default_rng(11)
+    constants: dict[str, np.ndarray] = {"w": rng.integers(-127, 127, (6, 5, 3, 3)).astype(np.int8),
+                                        "wz": np.zeros((), np.int8),
+                                        "ws": np.asarray(0.01, np.float32),
+                                        "b": rng.normal(0, 1, (1, 6, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]), helper.make_node("Mul", ["accf", "s"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "dq-conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7, 7])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
