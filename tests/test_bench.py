@@ -4,6 +4,8 @@ checked before timing, the JSON has the documented keys."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,24 @@ def test_each_slice_is_timed_after_its_warm_up_runs() -> None:
 
 
 QUANTIZED_STEPS = "tests/test_bench.py::test_a_quantized_model_is_checked_and_benched_in_quantization_steps"
+
+
+def test_quantize_reports_a_model_the_tool_fails_on_and_keeps_going_when_asked(tmp_path: Path) -> None:
+    """bench/quantize.py over a model onnxruntime's tool cannot read: a line naming it, exit 1; with --keep-going
+    (make sanitize) exit 0, the other models' files written."""
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    good = tmp_path / "block.onnx"
+    good.write_bytes(conv_norm_act_block().SerializeToString())
+    script = Path(__file__).parents[1] / "bench" / "quantize.py"
+    for flags, code in (([], 1), (["--keep-going"], 0)):
+        run = subprocess.run([sys.executable, str(script), str(broken), str(good), "-o", str(tmp_path / "q"),
+                              "--kind", "dynamic", *flags], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == code, run.stdout + run.stderr
+        assert "broken.onnx: onnxruntime's quantization failed" in run.stdout, run.stdout
+        assert (tmp_path / "q" / "block.dynamic.onnx").exists()
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
