@@ -66,7 +66,7 @@ def writable_dir(path: Path, purpose: str) -> Path:
 class OrchestrationLimits:
     """Bounds on the orchestration search (Korch §4); see `kernorch optimize --help`."""
 
-    max_kernel_size: int = 12  # primitives per kernel
+    max_kernel_size: int = 12  # primitives per kernel (a region of one-element values counts as one)
     # primitives per kernel of elementwise primitives only: a chain's candidates grow linearly with it, and a
     # static-QDQ model's activation is one (GELU's eight steps, each quantized: 32 primitives)
     max_elementwise_kernel_size: int = 24

@@ -89,7 +89,8 @@ def add_orchestration_args(parser: argparse.ArgumentParser) -> None:
     add_cost_arg(parser, "the cost model the plan is optimized against")
     add_device_args(parser)
     parser.add_argument("--max-kernel-size", type=positive_int, default=defaults.max_kernel_size,
-                        help=f"max primitives per kernel (default {defaults.max_kernel_size})")
+                        help="max primitives per kernel, a region of one-element values (a dynamic "
+                             f"quantizer's scale chain) counting as one (default {defaults.max_kernel_size})")
     parser.add_argument("--max-elementwise-kernel-size", type=positive_int,
                         default=defaults.max_elementwise_kernel_size,
                         help="max primitives per kernel of elementwise primitives only (default "
