@@ -148,6 +148,32 @@ def test_selects_on_a_loop_variable_simplify_each_branch_exactly(seed: int) -> N
         assert _taken_load(simplified, point) == _taken_load(tree, point), (tree, simplified, point)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_a_concat_of_many_pieces_simplifies_each_piece_exactly(seed: int) -> None:
+    """A concat of up to 12 pieces along i (`i < t1 ? p1 : i < t2 ? p2 : ...`, some thresholds written shifted),
+    each piece reading its local index split into digits of its length less one (which fold only where the piece's
+    own range is known): every piece reads the same element as before."""
+    rng = random.Random(seed)
+    extent = rng.randint(13, 40)
+    ranges = {"i": extent, "j": rng.choice([2, 3, 5])}
+    cuts = sorted(rng.sample(range(1, extent), rng.randint(2, 11)))
+    starts = [0, *cuts]
+
+    def piece(k: int) -> Tree:
+        local: Tree = ("+", ("var", "i"), ("lit", -starts[k]))
+        digit = ("lit", max(1, [*cuts, extent][k] - starts[k] - 1))
+        return ("load", f"p{k}", ("+", ("*", ("/", local, digit), ("lit", 100)), ("%", local, digit)))
+
+    tree: Tree = piece(len(cuts))
+    for k in reversed(range(len(cuts))):
+        shift = rng.randint(-2, 2)
+        tree = ("where", ("<", ("+", ("var", "i"), ("lit", shift)), ("lit", cuts[k] + shift)), piece(k), tree)
+    simplified = simplify_indices(tree, ranges)
+    for values in itertools.product(*(range(size) for size in ranges.values())):
+        point = dict(zip(ranges, values, strict=True))
+        assert _taken_load(simplified, point) == _taken_load(tree, point), (tree, simplified, point)
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
@@ -164,11 +190,14 @@ MUTANTS = [
                 "kernorch/runtime/executor_test.py::test_random_plans_match_reference",
                 "kernorch/runtime/executor_test.py")),
     here("a select's lower branch is simplified as if its variable stopped one short of the threshold",
-         "{**ranges, var: threshold})",
-         "{**ranges, var: threshold - 1})"),
+         "return simplify_indices(tree, {**ranges, var: high})",
+         "return simplify_indices(tree, {**ranges, var: high - 1})"),
     here("a select's upper branch renames its variable back off by one",
-         '("lit", -threshold)))',
-         '("lit", 1 - threshold)))'),
+         '("lit", -low)))',
+         '("lit", 1 - low)))'),
+    here("a concat's later piece narrowed one short of its end",
+         "{**ranges, shifted: high - low}",
+         "{**ranges, shifted: high - low - 1}"),
     here("a factor split lets the low part reach the factor",
          "bounds[1] >= factor:",
          "bounds[1] > factor:"),
