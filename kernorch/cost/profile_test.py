@@ -342,14 +342,14 @@ def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch
     from kernorch.cost.gir_model import GirScreen
 
     described: dict[tuple[object, ...], int] = {}
-    original = memo.describe
+    original = memo.construct
 
     def counted(kernel: CandidateKernel):  # type: ignore[no-untyped-def]
         key = (kernel.nodes, kernel.outputs)
         described[key] = described.get(key, 0) + 1
         return original(kernel)
 
-    monkeypatch.setattr(memo, "describe", counted)
+    monkeypatch.setattr(memo, "construct", counted)
     graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
     model = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"), screen=GirScreen(_levels, 2))
     assert orchestrate(graph, model).all_optimal

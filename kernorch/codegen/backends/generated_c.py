@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.c import prelude_used_by, render, scratch_bytes
-from kernorch.codegen.gir import described, rewritten
+from kernorch.codegen.gir import constructed, described, rewritten
 from kernorch.codegen.loops import NotGeneratable, is_depthwise
 from kernorch.codegen.target import CPU
 from kernorch.ir.kernel import CandidateKernel
@@ -28,13 +28,13 @@ class GeneratedC(Backend):
             # reduction (1.0 vs 2.1 ms for 672 channels, 14x14, 5x5 here); channels-last it is the faster one
             if is_depthwise(kernel.graph, linear) and not linear.attr("channels_last", False):
                 try:
-                    described(kernel)
+                    constructed(kernel)  # every refusal is made constructing it: the verdict needs no more
                     return runs("generated depthwise conv")
                 except NotGeneratable:
                     pass
             return declines("a linear primitive runs as a library call")
         try:
-            described(kernel)
+            constructed(kernel)
         except NotGeneratable as error:
             return declines(str(error), claims=True)
         return runs("generated C")

@@ -27,7 +27,7 @@ from kernorch.codegen.gir.graph import (
     bare_sum,
 )
 from kernorch.codegen.gir.lowering import lower
-from kernorch.codegen.gir.memo import described, remembered, remembering, rewritten
+from kernorch.codegen.gir.memo import constructed, described, remembered, remembering, rewritten
 from kernorch.codegen.gir.reductions import SPLIT_MAX_OUTPUTS, TapBound, tap_ranges
 from kernorch.codegen.gir.row_permute import VECTOR, RowAccess, row_access, row_loops_of, table_lanes, window
 from kernorch.codegen.gir.rules import RULES, Rule, optimize
@@ -59,6 +59,7 @@ __all__ = [
     "VECTOR",
     "bare_sum",
     "tap_ranges",
+    "constructed",
     "described",
     "lower",
     "reads_transposed",

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from kernorch.codegen.gir.graph import Gir
 from kernorch.codegen.gir.lowering import lower
 from kernorch.codegen.gir.rules import optimize
-from kernorch.codegen.loops import KernelLoops, NotGeneratable, describe
+from kernorch.codegen.loops import KernelLoops, NotGeneratable, construct, simplified
 from kernorch.codegen.target import CPU, Target
 from kernorch.ir.kernel import CandidateKernel
 
@@ -55,9 +55,16 @@ def remembered(what: tuple[Any, ...], kernel: CandidateKernel, make: Callable[[]
     return value
 
 
+def constructed(kernel: CandidateKernel) -> KernelLoops:
+    """construct(kernel) — the description before its indices are simplified, every refusal made — once per kernel
+    while remembering: what a backend's verdict needs for every candidate."""
+    return remembered(("constructed",), kernel, lambda: construct(kernel))
+
+
 def described(kernel: CandidateKernel) -> KernelLoops:
-    """describe(kernel), made once per kernel while remembering (raises NotGeneratable likewise)."""
-    return remembered(("loops",), kernel, lambda: describe(kernel))
+    """describe(kernel), made once per kernel while remembering (raises NotGeneratable likewise): the constructed
+    description, simplified."""
+    return remembered(("loops",), kernel, lambda: simplified(constructed(kernel)))
 
 
 def rewritten(kernel: CandidateKernel, target: Target = CPU) -> Gir:

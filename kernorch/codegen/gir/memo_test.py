@@ -7,7 +7,7 @@ import pytest
 
 import kernorch.codegen.gir.memo as memo
 from kernorch.codegen.backends import GENERATED_C, choose_backend
-from kernorch.codegen.loops.description import NotGeneratable, describe
+from kernorch.codegen.loops.description import NotGeneratable, construct, describe, simplified
 from kernorch.devtools.mutate import here
 from kernorch.ir.graph import Graph, Node
 from kernorch.ir.kernel import make_kernel
@@ -26,9 +26,9 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def counted(kernel):  # type: ignore[no-untyped-def]
         calls.append(1)
-        return describe(kernel)
+        return construct(kernel)
 
-    monkeypatch.setattr(memo, "describe", counted)
+    monkeypatch.setattr(memo, "construct", counted)
     return calls
 
 
@@ -41,6 +41,25 @@ def test_a_candidate_is_described_once_while_remembering(monkeypatch: pytest.Mon
         memo.rewritten(kernel)
         assert len(calls) == 1
     assert GENERATED_C.source("k", kernel) == first and len(calls) == 2  # outside the block: described again
+
+
+def test_the_backend_verdict_leaves_the_indices_unsimplified(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Choosing the backend constructs the description (every refusal is made there) without simplifying it; the
+    source simplifies it once, and the result is `describe`'s."""
+    simplifications: list[int] = []
+
+    def counted(loops):  # type: ignore[no-untyped-def]
+        simplifications.append(1)
+        return simplified(loops)
+
+    monkeypatch.setattr(memo, "simplified", counted)
+    kernel = make_kernel(_graph("exp"), (0,), ("y",))
+    with memo.remembering():
+        assert choose_backend(kernel)[0] is GENERATED_C and not simplifications
+        GENERATED_C.source("k", kernel)
+        memo.rewritten(kernel)
+        assert len(simplifications) == 1
+        assert memo.described(kernel) == describe(kernel)
 
 
 def test_another_graph_with_the_same_node_indices_is_described_for_itself(monkeypatch: pytest.MonkeyPatch) -> None:

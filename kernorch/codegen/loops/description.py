@@ -573,6 +573,12 @@ def is_depthwise(graph: Graph, node: Node) -> bool:
 
 def describe(kernel: CandidateKernel) -> KernelLoops:
     """Build the loop description of a memory-intensive kernel, or raise NotGeneratable."""
+    return simplified(construct(kernel))
+
+
+def construct(kernel: CandidateKernel) -> KernelLoops:
+    """The loop description with its indices as built, or NotGeneratable: every refusal is made here, so this
+    alone is a backend's verdict (the simplification that follows never refuses and costs as much again)."""
     d = Describer(kernel)
     d.check()
     graph = kernel.graph
@@ -638,12 +644,17 @@ def describe(kernel: CandidateKernel) -> KernelLoops:
         loops = KernelLoops(d.buffers, phases, "phased", tables=d.tables)
     if sum(tree_size(p.expr) for p in phases) > MAX_TREE_NODES:
         raise NotGeneratable("inlined expression too large")
-    loops.phases = [_simplified(phase, loops) for phase in loops.phases]
-    used: set[str] = set()
-    for phase in loops.phases:
-        _tables_read(phase.expr, used)
-    loops.tables = {name: values for name, values in loops.tables.items() if name in used}  # not rebuilt ones
     return loops
+
+
+def simplified(loops: KernelLoops) -> KernelLoops:
+    """A constructed description with every index simplified, keeping the tables its phases still read."""
+    phases = [_simplified(phase, loops) for phase in loops.phases]
+    used: set[str] = set()
+    for phase in phases:
+        _tables_read(phase.expr, used)
+    tables = {name: values for name, values in loops.tables.items() if name in used}  # not rebuilt ones
+    return replace(loops, phases=phases, tables=tables)
 
 
 def _tables_read(tree: Any, found: set[str]) -> None:
