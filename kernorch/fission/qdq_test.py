@@ -111,10 +111,14 @@ def test_left_float_where_the_pattern_does_not_hold(change: dict[str, Any]) -> N
 
 
 def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1, per_channel: bool = True,
-                    bias: bool = True, activations: str = "uint8", runtime_scale: bool = False) -> onnx.ModelProto:
+                    bias: bool = True, activations: str = "uint8", runtime_scale: bool = False,
+                    requantized: bool = False) -> onnx.ModelProto:  # fmt: skip
     """x [1, C, 10, 10] (float) -> Q -> DQ -> Conv 3x3 padded (DQ of constant int8 weights, per output channel or
     per tensor; a bias) -> Relu -> GlobalAveragePool: a quantize_static convolution, and a classifier's pooling
-    (whose [1, O, 1, 1] output is the same bytes in either layout, so the relu stays with the convolution)."""
+    (whose [1, O, 1, 1] output is the same bytes in either layout, so the relu stays with the convolution).
+    `requantized`: the relu's output quantized again (Q, on a scale the largest values saturate) for a second,
+    1x1 QDQ convolution to 6 channels, whose output is the model's (as quantize_static writes a layer feeding
+    another)."""
     w = RNG.integers(-127, 128, (out_channels, channels // group, 3, 3)).astype(np.int8)
     scale = np.linspace(0.002, 0.02, out_channels).astype(np.float32) if per_channel else np.asarray(0.01, np.float32)
     zero = 3 if activations == "uint8" else -5
@@ -130,8 +134,19 @@ def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1
              helper.make_node("Conv", ["xd", "wd", *(["bias"] if bias else [])], ["c"], group=group,
                               pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
              helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])]  # fmt: skip
+    output_shape = [1, out_channels, 1, 1]
+    if requantized:
+        constants.update(rs=np.asarray(0.013, np.float32), rz=np.asarray(-9 if activations == "int8" else 7,
+                                                                          activations),
+                         w2=RNG.integers(-127, 128, (6, out_channels, 1, 1)).astype(np.int8),
+                         ws2=np.asarray(0.01, np.float32), wz2=np.asarray(0, np.int8))  # fmt: skip
+        nodes[-1:] = [helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"]),
+                      helper.make_node("DequantizeLinear", ["rq", "rs", "rz"], ["rd"]),
+                      helper.make_node("DequantizeLinear", ["w2", "ws2", "wz2"], ["wd2"]),
+                      helper.make_node("Conv", ["rd", "wd2"], ["y"], kernel_shape=[1, 1])]  # fmt: skip
+        output_shape = [1, 6, 10, 10]
     graph = helper.make_graph(nodes, "qdq_conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                                                        [1, out_channels, 1, 1])],
+                                                                                        output_shape)],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -183,6 +198,30 @@ def test_the_dequantization_bias_and_relu_run_inside_the_int8_convolution(case: 
     got = PlanExecutor(kernel.graph, [kernel], 2, tmp_path)(feeds)
     for name, want in run_reference(kernel.graph, feeds).items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_a_requantized_convolution_writes_its_integers_itself(activations: str) -> None:
+    """Conv -> Relu -> Q of the next layer: one oneDNN call writing the quantizer's integers (its dst scale and zero
+    point; saturated at the top, zero points of 7 and -9), equal to kernorch's exact quantizer where no sum lies
+    within a rounding of a tie."""
+    model = _qdq_conv_model(activations=activations, requantized=True)
+    compiled = cpu_compile(model, cost="analytic")
+    calls = [(library_call(k), b) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if any(n.prim == "conv_integer" for n in k.primitives)]  # fmt: skip
+    requantizing = [call for call, backend in calls if call.dst.dtype == activations and backend is ONEDNN]
+    assert len(calls) == 2 and len(requantizing) == 1, calls
+    assert requantizing[0].dst_scale is not None and requantizing[0].dst_zero is not None
+    graph = fission(import_model(model))
+    step = 0.013 * 0.01 * 127  # one requantized value one step off moves each output it reaches by at most this
+    for seed in range(3):
+        feeds = {"x": (np.random.default_rng(seed).standard_normal((1, 8, 10, 10)) * 3).astype(np.float32)}
+        exact = run_reference(graph, feeds)["y"]
+        got = compiled.run(feeds)["y"]
+        np.testing.assert_allclose(got, exact, rtol=0, atol=1.01 * step)
+        assert np.count_nonzero(np.abs(got - exact) > 1e-5) <= 6, np.abs(got - exact).max()  # one value's outputs
+        saturated = run_reference(graph, {"x": feeds["x"] * 50})["y"]
+        np.testing.assert_allclose(compiled.run({"x": feeds["x"] * 50})["y"], saturated, rtol=0, atol=1.01 * step)
 
 
 @pytest.mark.parametrize("change", [
@@ -267,6 +306,15 @@ MUTANTS = [
          "channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)", "channels = (w.shape[0],) + (1,) * (w.ndim - 1)"),
     here("a convolution's bias added before its scale", 'helper.make_node("Mul", [floats, scales], [scaled]',
          'helper.make_node("Mul", [floats, scales], [scaled + "_unused"]'),
+    here("a requantized convolution's dst zero point left out",
+         "dst_zero=Tensor(slots[requantized.zero], *scalar, requantized.zero in graph.constants))",
+         "dst_zero=None)", file="kernorch/codegen/library/call.py"),
+    here("a requantized convolution's dst scale not declared to oneDNN",
+         'w.line("KO_CHECK(dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_DST, 0));")',
+         "pass", file="kernorch/codegen/library/onednn.py"),
+    here("a uint8 requantization's range taken for int8's",
+         '_DST_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}',
+         '_DST_RANGES = {"int8": (-128, 127), "uint8": (-128, 127)}', file="kernorch/codegen/library/call.py"),
     here("a runtime scale taken",
          "if scale is None or zero is None or scale.size != 1 or zero.size != 1 or scale.dtype",
          "if zero is None or zero.size != 1 or scale is not None and scale.dtype"),

@@ -56,6 +56,10 @@ class LibraryCall:
     precision: str = "f32"
     src_zero: Tensor | None = None  # int8: the source's zero point (a scalar of its type, read on every run)
     scales: Tensor | None = None  # int8: float32 per tensor (1,) or per output channel (O,), times the sums
+    # int8 written requantized (dst int8 or uint8): the float32 result divided by `dst_scale` (a float32 scalar),
+    # rounded half to even, plus `dst_zero` (a float32 scalar holding an integer), saturated to the dst type
+    dst_scale: Tensor | None = None
+    dst_zero: Tensor | None = None
 
 
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
@@ -246,18 +250,74 @@ def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> Lib
             absorbed, start, scales = absorbed | {mul}, mul, scale
     if dst_dtype == "int32" and len(kernel.nodes) > 1:
         raise NotGeneratable("an epilogue on int32 sums (only their dequantization is absorbed)")
+    requantized = _requantization(graph, kernel, slots) if dst_dtype == "float32" else None
+    outputs = kernel.outputs if requantized is None else (requantized.value,)
+    skipped = absorbed - {start} | (set(requantized.nodes) if requantized is not None else set())
     try:
-        epilogue = compile_epilogue(graph, start, kernel.nodes, kernel.outputs, channel_axis(graph, node),
-                                    absorbed - {start})  # fmt: skip
+        epilogue = compile_epilogue(graph, start, kernel.nodes, outputs, channel_axis(graph, node), skipped)
     except EpilogueError as error:
         raise NotGeneratable(f"conv_integer epilogue: {error}") from None
+    if requantized is not None:  # the call writes the quantizer's integers into its cast's output
+        if epilogue.output != requantized.value:
+            raise NotGeneratable("the requantization is not of the call's result")
+        slots[epilogue.output], dst_dtype = slots[requantized.output], graph.types[requantized.output].dtype
     call = _convolution(graph, node, {x: x, w: w}, slots, epilogue)
     channels = graph.types[w].shape[0]
-    call = replace(call, precision="int8", src_zero=Tensor(slots[x_zero], (1,), (1,), x_zero in graph.constants,
+    scalar = (1,), (1,)
+    call = replace(call, precision="int8", src_zero=Tensor(slots[x_zero], *scalar, x_zero in graph.constants,
                                                            dtype=graph.types[x_zero].dtype),
                    scales=None if scales is None else Tensor(slots[scales], (channels,) if graph.types[scales].numel > 1
                                                              else (1,), (1,), scales in graph.constants))  # fmt: skip
+    if requantized is not None:
+        call = replace(call, dst_scale=Tensor(slots[requantized.scale], *scalar, requantized.scale in graph.constants),
+                       dst_zero=Tensor(slots[requantized.zero], *scalar, requantized.zero in graph.constants))
     return _with_epilogue(graph, node, call, epilogue, slots, dst_dtype)
+
+
+# The integers a saturating round to each type may write: oneDNN saturates an int8 or uint8 dst to them
+_DST_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+@dataclass(frozen=True)
+class Requantization:
+    """A quantizer ending the kernel: `value` / scale → saturating round (+ zero point) → cast to int8 or uint8."""
+
+    value: str  # the float32 value quantized (the call's result after its epilogue)
+    nodes: tuple[int, int, int]  # the division, the saturating round and the cast
+    scale: str  # float32 scalars the kernel reads
+    zero: str
+    output: str  # the integers: the kernel's one output
+
+
+def _requantization(graph: Graph, kernel: CandidateKernel, slots: dict[str, int]) -> Requantization | None:
+    """The quantizer ending the kernel where oneDNN can write it as the call's dst (a scale and zero point of one
+    element each, the type's full range, nothing else reading its intermediate values), else None."""
+    if len(kernel.outputs) != 1:
+        return None
+    (output,) = kernel.outputs
+    cast = _producer(graph, kernel, output)
+    dtype = graph.types[output].dtype
+    if cast is None or graph.nodes[cast].prim != "cast" or dtype not in _DST_RANGES:
+        return None
+    rounding = _producer(graph, kernel, graph.nodes[cast].inputs[0])
+    if rounding is None or graph.nodes[rounding].prim != "saturating_round" \
+            or _only_consumer(graph, kernel, graph.nodes[rounding].outputs[0]) != cast:  # fmt: skip
+        return None
+    quotient, zero, low, high = graph.nodes[rounding].inputs
+    bounds = [graph.constants[v] for v in (low, high) if v in graph.constants]
+    if len(bounds) != 2 or tuple(float(b.reshape(-1)[0]) if b.size == 1 else None for b in bounds) \
+            != _DST_RANGES[dtype]:  # fmt: skip
+        return None
+    division = _producer(graph, kernel, quotient)
+    if division is None or graph.nodes[division].prim != "div" \
+            or _only_consumer(graph, kernel, quotient) != rounding:  # fmt: skip
+        return None
+    value, scale = graph.nodes[division].inputs
+    if _only_consumer(graph, kernel, value) != division or \
+            any(v not in slots or graph.types[v].numel != 1 or graph.types[v].dtype != "float32"
+                for v in (scale, zero)):  # fmt: skip
+        return None
+    return Requantization(value, (division, rounding, cast), scale, zero, output)
 
 
 def _per_channel(graph: Graph, scale: str, node: Node) -> bool:

@@ -173,8 +173,15 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
             memories.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({position}) | DNNL_ARG_SRC_1", tensor, False))
     if call.scales is not None:
         memories.append(("DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS", call.scales, False))
-    if call.src_zero is not None:  # oneDNN reads an int32: the state's, set from the zero point on every run
-        memories.append(("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", replace(call.src_zero, dtype="int32"), False))
+    if call.dst_scale is not None:
+        memories.append(("DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST", call.dst_scale, False))
+    # oneDNN reads a zero point as an int32: the state's, set from the kernel's scalar on every run
+    zeros: dict[int, tuple[str, Tensor]] = {}  # memory index -> (the state's field, the scalar it is set from)
+    for field_name, argument, zero in (("zero", "DNNL_ARG_SRC", call.src_zero), ("dst_zero", "DNNL_ARG_DST",
+                                                                                  call.dst_zero)):  # fmt: skip
+        if zero is not None:
+            zeros[len(memories)] = (field_name, zero)
+            memories.append((f"DNNL_ARG_ATTR_ZERO_POINTS | {argument}", replace(zero, dtype="int32"), False))
     count = len(memories) + 1  # + scratchpad
     assert len(memories) <= 16, "more memories than the descriptor array holds"
     converted = converted_operands(call)
@@ -187,7 +194,7 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
     w = CWriter()
     w.line(f"typedef struct {{ dnnl_primitive_t prim; dnnl_memory_t mem[{count}]; dnnl_exec_arg_t args[{count}]; "
            "dnnl_primitive_t cvt[2]; dnnl_memory_t cvt_from[2]; dnnl_exec_arg_t cvt_args[2][2]; "
-           f"{'int32_t zero; ' if call.src_zero is not None else ''}}} {name}_state;")  # fmt: skip
+           f"{''.join(f'int32_t {field_name}; ' for field_name, _ in zeros.values())}}} {name}_state;")  # fmt: skip
     with w.function(f"static void {name}_destroy(void *state)", returns=None):
         w.line(f"{name}_state *s = ({name}_state *)state;", "if (!s) return;",
                f"for (int i = 0; i < {count}; i++) if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);")
@@ -196,13 +203,13 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
                    "if (s->cvt_from[j]) dnnl_memory_destroy(s->cvt_from[j]);")
         w.line("if (s->prim) dnnl_primitive_destroy(s->prim);", "free(s);")
     with w.function(f"static void *{name}_create(dnnl_engine_t engine, dnnl_stream_t stream, void **a)", returns="s"):
-        _create_body(w, name, call, memories, converted, repacked, per_run, element)
+        _create_body(w, name, call, memories, converted, repacked, per_run, element, zeros)
     with w.function(f"static int {name}_run(void *state, dnnl_stream_t stream, void **a)", returns=None):
         w.line(f"{name}_state *s = ({name}_state *)state;")
-        if call.src_zero is not None:
-            w.line(f"s->zero = *(const {C_ELEMENTS[call.src_zero.dtype]} *)a[{call.src_zero.slot}];")
+        for field_name, zero in zeros.values():  # a float32 dst zero point holds an integer: converted exactly
+            w.line(f"s->{field_name} = (int32_t)*(const {C_ELEMENTS[zero.dtype]} *)a[{zero.slot}];")
         for i, (_, tensor, packed) in enumerate(memories):
-            if call.src_zero is not None and i == len(memories) - 1:  # the state's int32, set above
+            if i in zeros:  # the state's int32, set above
                 continue
             if i in per_run:
                 j = per_run.index(i)
@@ -217,7 +224,8 @@ def render_onednn_call(name: str, call: LibraryCall) -> str:
 
 
 def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[str, Tensor, bool]],
-                 converted: tuple[int, ...], repacked: bool, per_run: tuple[int, ...], element: str) -> None:
+                 converted: tuple[int, ...], repacked: bool, per_run: tuple[int, ...], element: str,
+                 zeros: dict[int, tuple[str, Tensor]]) -> None:  # fmt: skip
     """`<name>_create`'s body up to `return s;`: the memory descriptors, the primitive with its post-ops, the weights
     packed once, the per-run conversions, the memories and arguments, and on any failure everything released."""
     w.line(f'static const char ko_where[] = "{name}";',
@@ -258,6 +266,10 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
         w.line(f"KO_CHECK(dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_WEIGHTS, {scales_mask(call)}));")
     if call.src_zero is not None:
         w.line("KO_CHECK(dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_SRC, 0));")
+    if call.dst_scale is not None:
+        w.line("KO_CHECK(dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_DST, 0));")
+    if call.dst_zero is not None:
+        w.line("KO_CHECK(dnnl_primitive_attr_set_zero_points_mask(attr, DNNL_ARG_DST, 0));")
     binary_index = 3 + (call.bias is not None)
     for op in (expanded for given, _ in call.post_ops for expanded in as_onednn(given)):
         if isinstance(op, Eltwise):
@@ -315,8 +327,8 @@ def _create_body(w: CWriter, name: str, call: LibraryCall, memories: list[tuple[
                    "dnnl_primitive_desc_destroy(reorder_pd); reorder_pd = NULL;",
                    f"s->cvt_args[{j}][0].arg = DNNL_ARG_FROM; s->cvt_args[{j}][0].memory = s->cvt_from[{j}];",
                    f"s->cvt_args[{j}][1].arg = DNNL_ARG_TO; s->cvt_args[{j}][1].memory = s->mem[{i}];")  # fmt: skip
-        elif call.src_zero is not None and i == len(memories) - 1:
-            w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, &s->zero));")
+        elif i in zeros:
+            w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, &s->{zeros[i][0]}));")
         elif not packed:  # pointed at the plan's buffer on every run
             w.line(f"KO_CHECK(dnnl_memory_create(&s->mem[{i}], md[{i}], engine, DNNL_MEMORY_NONE));")
     scratch = len(memories)
@@ -401,9 +413,9 @@ def _enums(include: Path) -> dict[str, int]:
     return values
 
 
-# DNNL_ARG_SRC and DNNL_ARG_WEIGHTS: #defines of dnnl_types.h (not enumerators the header reader finds), part of
-# oneDNN's stable C ABI
-ARG_SRC, ARG_WEIGHTS = 1, 33
+# DNNL_ARG_SRC, DNNL_ARG_DST and DNNL_ARG_WEIGHTS: #defines of dnnl_types.h (not enumerators the header reader
+# finds), part of oneDNN's stable C ABI
+ARG_SRC, ARG_DST, ARG_WEIGHTS = 1, 17, 33
 
 
 class _Api:
@@ -468,6 +480,8 @@ def library_implementation(call: LibraryCall) -> str | None:
                                         dst=described(call.dst), epilogue=None,
                                         scales=None if call.scales is None else described(call.scales),
                                         src_zero=None if call.src_zero is None else described(call.src_zero),
+                                        dst_scale=None if call.dst_scale is None else described(call.dst_scale),
+                                        dst_zero=None if call.dst_zero is None else described(call.dst_zero),
                                         bias=None if call.bias is None else described(call.bias),
                                         post_ops=tuple((op, None if t is None else described(t))
                                                        for op, t in call.post_ops)))  # fmt: skip
@@ -510,6 +524,10 @@ def _implementation(api: _Api, call: LibraryCall) -> str | None:
                                                                scales_mask(call)))  # fmt: skip
         if call.src_zero is not None:
             api.check(dnnl.dnnl_primitive_attr_set_zero_points_mask(attr, ARG_SRC, 0))
+        if call.dst_scale is not None:
+            api.check(dnnl.dnnl_primitive_attr_set_scales_mask(attr, ARG_DST, 0))
+        if call.dst_zero is not None:
+            api.check(dnnl.dnnl_primitive_attr_set_zero_points_mask(attr, ARG_DST, 0))
         if call.op == "matmul":
             status = dnnl.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), api.engine, src, weights, bias, dst,
                                                             attr)  # fmt: skip

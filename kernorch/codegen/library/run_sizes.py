@@ -221,7 +221,7 @@ def render_per_shape(name: str, call: LibraryCall, render: Callable[[str, Librar
 def _operands(call: LibraryCall) -> list[Tensor]:
     """Every tensor the call names: its buffers, bias, post-op operands, scales and zero point."""
     return [call.src, call.weights, call.dst, *(t for _, t in call.post_ops if t is not None),
-            *(t for t in (call.bias, call.scales, call.src_zero) if t is not None)]
+            *(t for t in (call.bias, call.scales, call.src_zero, call.dst_scale, call.dst_zero) if t is not None)]
 
 
 _NUMPY = {"float32": "float32", "bfloat16": "uint16", "int8": "int8", "uint8": "uint8", "int32": "int32"}

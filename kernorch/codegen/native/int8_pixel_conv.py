@@ -96,6 +96,8 @@ def pixel_conv_rejection(call: LibraryCall) -> str | None:
         return "not a channels-last int8 or uint8 source with its zero point"
     if call.weights.dtype != "int8":
         return f"{call.weights.dtype} weights (int8 only)"
+    if call.dst_scale is not None:
+        return "a requantized int8 dst (oneDNN's)"
     if call.dst.dtype == "int32" and (call.scales is not None or call.bias is not None or call.post_ops):
         return "an epilogue on int32 sums"
     if call.dst.dtype not in ("float32", "int32"):
