@@ -5,6 +5,8 @@ resident memory flat after warm-up."""
 
 from __future__ import annotations
 
+import os
+
 from kernorch.devtools.soak import soak
 
 
@@ -16,5 +18,8 @@ def test_a_short_soak_serves_every_call_right_and_leaks_nothing() -> None:
     assert report.peak_workspaces == 3  # the bound was reached and held: callers waited
     assert report.fds_after == report.fds_before
     assert report.threads_after == report.threads_before
-    # after warm-up: allocator noise only (100 000 calls: ~10 KiB per 1 000 calls, ~1 MiB in all)
-    assert report.rss_end_mib - report.rss_after_warmup_mib < 16
+    # after warm-up: allocator noise only (100 000 calls: ~10 KiB per 1 000 calls, ~1 MiB in all). Under make
+    # sanitize AddressSanitizer's quarantine holds freed blocks a while (28 MiB more over these calls): resident
+    # memory says nothing there
+    if not os.environ.get("KERNORCH_SANITIZE"):
+        assert report.rss_end_mib - report.rss_after_warmup_mib < 16
