@@ -192,7 +192,45 @@ def test_what_cannot_run_alone_is_still_refused(case: str) -> None:
         fission(import_model(model), strict=False)
 
 
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_a_dynamically_quantized_lstm_runs_through_onnxruntime(direction: str, tmp_path: Path) -> None:
+    """quantize_dynamic writes an LSTM as com.microsoft's DynamicQuantizeLSTM, which onnx's shape inference does not
+    know: its outputs are typed as an LSTM's (Y, Y_h, Y_c for the direction count), and it runs through the
+    fallback, equal to onnxruntime on one thread as the fallback runs it (onnxruntime's own runs of this node on one
+    and on two threads differ by 1e-2)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(7)
+    directions, hidden = (2 if direction == "bidirectional" else 1), 6
+    weights = {"w": rng.standard_normal((directions, 4 * hidden, 5)), "r": rng.standard_normal((directions,
+               4 * hidden, hidden)), "b": rng.standard_normal((directions, 8 * hidden))}  # fmt: skip
+    node = helper.make_node("LSTM", ["x", "w", "r", "b"], ["y", "h", "c"], hidden_size=hidden, direction=direction)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 3, 5])
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, directions, 3, hidden]),
+               *(helper.make_tensor_value_info(v, TensorProto.FLOAT, [directions, 3, hidden]) for v in "hc")]
+    model = helper.make_model(helper.make_graph([node], "lstm", [x], outputs, [
+        onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]),
+        opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    onnx.save(model, tmp_path / "float.onnx")
+    quantize_dynamic(tmp_path / "float.onnx", tmp_path / "dynamic.onnx", weight_type=QuantType.QInt8)
+    quantized = onnx.load(tmp_path / "dynamic.onnx")
+    assert [n.op_type for n in quantized.graph.node] == ["DynamicQuantizeLSTM"]
+    feeds = {"x": rng.standard_normal((7, 3, 5)).astype(np.float32)}
+    with pytest.warns(FallbackWarning, match="DynamicQuantizeLSTM"):
+        compiled = kernorch.compile(quantized, cost="analytic")
+    state = (directions, 3, hidden)
+    assert [compiled.graph.types[v].shape for v in ("y", "h", "c")] == [(7, directions, 3, hidden), state, state]
+    one_thread = ort.SessionOptions()
+    one_thread.intra_op_num_threads = 1
+    session = ort.InferenceSession(quantized.SerializeToString(), one_thread, providers=["CPUExecutionProvider"])
+    for got, expected in zip(compiled.run(feeds).values(), session.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 MUTANTS = [
+    here("a dynamically quantized LSTM typed as one direction's",
+         "directions = 2 if attributes.get(\"direction\", b\"forward\") == b\"bidirectional\" else 1",
+         "directions = 1", file="kernorch/fission/fallback.py"),
     here("the layout stage stores a scalar constant as [1]",
          'array = np.asarray(np.transpose(self.old.constants[value], layout), order="C")',
          "array = np.ascontiguousarray(np.transpose(self.old.constants[value], layout))",

@@ -36,7 +36,11 @@ def fallback_node(node: onnx.NodeProto, node_name: str, inputs: Sequence[str | N
     constants = {i: c for i, v in enumerate(present) if (c := builder.constant_value(v)) is not None}
     encoded, _, output_count = foreign.encode_node(node)
     opsets = tuple((domain or "", int(version)) for domain, version in opsets)
-    output_types = _inferred_output_types(encoded, opsets, input_types, constants, output_count, refuse)
+    rule = CONTRIB_OUTPUT_TYPES.get((node.domain, node.op_type))
+    if rule is not None:  # onnx's shape inference does not know the operator
+        output_types = rule(node, input_types)[:output_count]
+    else:
+        output_types = _inferred_output_types(encoded, opsets, input_types, constants, output_count, refuse)
     reason = (f"attribute '{refusal.attribute}': " if refusal.attribute else "") + refusal.reason
     attrs = {
         "node": encoded, "opsets": opsets, "op_type": node.op_type, "reason": reason,
@@ -51,6 +55,24 @@ def fallback_node(node: onnx.NodeProto, node_name: str, inputs: Sequence[str | N
         raise refuse(f"onnxruntime cannot run it: {str(error).strip().splitlines()[0][:200]}") from None
     outputs = iter(builder.emit("onnx_node", present, attrs))
     return [next(outputs) if name else "" for name in node.output]
+
+
+def _quantized_lstm_outputs(node: onnx.NodeProto, input_types: list[TensorType]) -> list[TensorType]:
+    """com.microsoft's DynamicQuantizeLSTM (quantize_dynamic's LSTM: int8 weights, activations quantized per step):
+    an LSTM's outputs, Y [sequence, directions, batch, hidden] and Y_h, Y_c [directions, batch, hidden], float32."""
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    directions = 2 if attributes.get("direction", b"forward") == b"bidirectional" else 1
+    sequence, batch, _ = input_types[0].shape
+    hidden = int(attributes["hidden_size"])
+    state = TensorType((directions, batch, hidden), "float32")
+    return [TensorType((sequence, directions, batch, hidden), "float32"), state, state]
+
+
+# Contrib operators onnxruntime's quantization tool writes and onnx's shape inference does not know: their output
+# types from the inputs' and the node's attributes (the shapes depend on no value)
+CONTRIB_OUTPUT_TYPES: dict[tuple[str, str], Callable[[onnx.NodeProto, list[TensorType]], list[TensorType]]] = {
+    ("com.microsoft", "DynamicQuantizeLSTM"): _quantized_lstm_outputs,
+}
 
 
 def _inferred_output_types(encoded: str, opsets: tuple[tuple[str, int], ...], input_types: list[TensorType],
