@@ -38,7 +38,8 @@ QUANTIZED_RTOL = 2e-2
 QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
                               "ConvInteger", "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul",
                               "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearConcat",
-                              "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})  # fmt: skip
+                              "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+                              "DynamicQuantizeLSTM"})  # fmt: skip
 
 
 def quantized(proto: onnx.ModelProto) -> bool:
