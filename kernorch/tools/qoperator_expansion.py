@@ -45,7 +45,16 @@ EXPANSIONS: dict[tuple[str, str], Expansion] = {
     (CONTRIB, "QLinearSigmoid"): Expansion("Sigmoid", ((0, 1, 2),), (3, 4)),
     (CONTRIB, "QLinearLeakyRelu"): Expansion("LeakyRelu", ((0, 1, 2),), (3, 4), ("alpha",)),
     (CONTRIB, "QLinearConcat"): Expansion("Concat", None, (0, 1), ("axis",)),
+    (CONTRIB, "QLinearSoftmax"): Expansion("Softmax", ((0, 1, 2),), (3, 4), ("axis",)),
 }  # fmt: skip
+
+
+def _softmax_of_opset_13(node: onnx.NodeProto) -> bool:
+    """A QLinearSoftmax means onnx's Softmax of its `opset` attribute: the same as Softmax-13's along `axis` when that
+    opset is 13 or later, or the axis is the last (before 13 Softmax flattens the dims from `axis` on); other cases
+    are not expanded."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return int(attributes.get("opset", 13)) >= 13 or int(attributes.get("axis", -1)) == -1
 
 
 def _bias(bias: str, x_scale: str, w_scale: str, fresh: str) -> list[onnx.NodeProto]:
@@ -113,6 +122,8 @@ def expanded(proto: onnx.ModelProto) -> onnx.ModelProto:
     for i, node in enumerate(proto.graph.node):
         key = (node.domain if node.domain != "ai.onnx" else "", node.op_type)
         expansion = EXPANSIONS.get(key)
+        if key == (CONTRIB, "QLinearSoftmax") and not _softmax_of_opset_13(node):
+            expansion = None
         written = _expand(node, expansion, f"qoperator_{i}") if expansion is not None else \
             _qgemm(node, f"qoperator_{i}") if key == (CONTRIB, "QGemm") else None  # fmt: skip
         nodes.extend(written if written is not None else [node])

@@ -25,6 +25,7 @@ def _constants() -> dict[str, np.ndarray]:
         "as": np.asarray(0.05, np.float32), "az": np.asarray(120, np.uint8),
         "bs": np.asarray(0.03, np.float32), "bz": np.asarray(131, np.uint8),
         "ys": np.asarray(0.07, np.float32), "yz": np.asarray(125, np.uint8),
+        "ys2": np.asarray(1 / 256, np.float32), "yz2": np.asarray(0, np.uint8),  # a softmax's [0, 1)
         "w": rng.integers(-100, 100, (3, 4, 3, 3)).astype(np.int8),
         "ws": np.asarray([0.011, 0.02, 0.017], np.float32), "wz": np.zeros(3, np.int8),
         "bias": rng.integers(-800, 800, (3,)).astype(np.int32),
@@ -50,6 +51,8 @@ CASES: dict[str, tuple[onnx.NodeProto, list[int]]] = {
                                           domain=CONTRIB), SHAPE),
     "QLinearConcat": (helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs", "bz"], ["y"],
                                        axis=1, domain=CONTRIB), [1, 8, 6, 6]),
+    "QLinearSoftmax": (helper.make_node("QLinearSoftmax", ["a", "as", "az", "ys2", "yz2"], ["y"], axis=-1, opset=13,
+                                        domain=CONTRIB), SHAPE),
     "QGemm": (helper.make_node("QGemm", ["a2", "as", "az", "g", "gs", "gz", "gbias", "ys", "yz"], ["y"], alpha=0.5,
                                transB=1, domain=CONTRIB), [6, 5]),
 }  # fmt: skip
@@ -118,7 +121,21 @@ def test_a_qoperator_model_is_arbitrated() -> None:
     assert not wrong.explained and wrong.divergences[0].exact == 0
 
 
+def test_a_softmax_of_an_older_opset_along_an_inner_axis_is_left_as_it_is() -> None:
+    """QLinearSoftmax with opset 11 along axis 1 of a 4-d map means Softmax-11 (the dims from axis 1 flattened into
+    one), not Softmax-13 along axis 1: not expanded (its quantizer is left unjudged); along the last axis it is."""
+    node, shape = CASES["QLinearSoftmax"]
+    for axis, written in ((1, False), (-1, True)):
+        older = helper.make_node("QLinearSoftmax", list(node.input), ["y"], axis=axis, opset=11, domain=CONTRIB)
+        model = _model("QLinearSoftmax")
+        model.graph.node[0].CopyFrom(older)
+        assert ([n.op_type for n in expanded(model).graph.node][-1] == "QuantizeLinear") == written
+
+
 MUTANTS = [
+    here("a QLinearSoftmax of an older opset expanded along its inner axis as Softmax-13's",
+         'return int(attributes.get("opset", 13)) >= 13 or int(attributes.get("axis", -1)) == -1',
+         "return True", file="kernorch/tools/qoperator_expansion.py"),
     here("a convolution's bias not scaled", 'helper.make_node("Mul", [floated, scales], [f"{fresh}/bias"])',
          'helper.make_node("Identity", [floated], [f"{fresh}/bias"])'),
     here("the weights' scales along the wrong axis", 'nodes[-1].attribute.append(helper.make_attribute("axis", 0))',
