@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,6 @@ from kernorch.cli.common import EXIT_OK, make_options, orchestrate_model, progre
 from kernorch.errors import KernorchError
 
 if TYPE_CHECKING:
-    from kernorch.ir.graph import Graph
     from kernorch.orchestrate import OrchestrationResult
     from kernorch.rewrite import RewriteReport
 
@@ -41,7 +40,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"    runs as: {backend.summary(kernel) if backend is not None else reason}")
         # the dtypes say which values a plan keeps int8 (or bfloat16) between kernels
         written = ", ".join(f"{value} ({graph.types[value].dtype})" for value in kernel.outputs)
-        print(f"    reads {len(kernel.inputs)} value(s) [{_dtype_counts(graph, kernel.inputs)}], writes {written}")
+        read = _dtype_counts(graph.types, kernel.inputs)
+        print(f"    reads {len(kernel.inputs)} value(s) [{read}], writes {written}")
         if bf16_plan:  # a bf16 kernel multiplies bfloat16 operands; everything else computes in float32
             from kernorch.precision import kernel_precision
 
@@ -196,9 +196,10 @@ def _explain_schedule(args: argparse.Namespace, result: OrchestrationResult) -> 
     print(f"schedule picture (measured timestamps): {picture}")
 
 
-def _dtype_counts(graph: Graph, values: Sequence[str]) -> str:
-    """"float32 ×2, uint8": how many of `values` are of each dtype, in order of first appearance."""
-    counts = Counter(graph.types[value].dtype for value in values)
+def _dtype_counts(types: Mapping[str, Any], values: Sequence[str]) -> str:
+    """"float32 ×2, uint8": how many of `values` (typed by `types`, the graph's) are of each dtype, in order of
+    first appearance."""
+    counts = Counter(types[value].dtype for value in values)
     return ", ".join(dtype if count == 1 else f"{dtype} ×{count}" for dtype, count in counts.items())
 
 

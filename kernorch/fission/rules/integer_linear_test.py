@@ -263,9 +263,9 @@ MUTANTS = [
     here("oneDNN's scales of a grouped convolution taken per group", "return 3 if len(call.weights.dims) == "
          "len(call.dst.dims) + 1 else 1", "return 1", file="kernorch/codegen/library/onednn.py",
          tests=("kernorch/fission/qdq_test.py",)),
-    here("the zero point read once, when the plan is created", "            w.line(f\"s->zero = *(const "
-         "{C_ELEMENTS[call.src_zero.dtype]} *)a[{call.src_zero.slot}];\")", "            pass",
-         file="kernorch/codegen/library/onednn.py"),
+    here("the zero point read once, when the plan is created",
+         '            w.line(f"s->{field_name} = (int32_t)*(const {C_ELEMENTS[zero.dtype]} *)a[{zero.slot}];")',
+         "            pass", file="kernorch/codegen/library/onednn.py"),
     here("QLinearConv's bias taken as a bound", 'sums = ctx.emit("add", sums, channel_param(',
          'sums = ctx.emit("max", sums, channel_param('),
 ]  # fmt: skip
