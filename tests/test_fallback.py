@@ -225,12 +225,24 @@ def test_a_dynamically_quantized_lstm_runs_through_onnxruntime(direction: str, t
     session = ort.InferenceSession(quantized.SerializeToString(), one_thread, providers=["CPUExecutionProvider"])
     for got, expected in zip(compiled.run(feeds).values(), session.run(None, feeds), strict=True):
         np.testing.assert_array_equal(got, expected)
+    # without Y: the states are typed by their own positions, not shifted into Y's
+    del quantized.graph.output[0]
+    quantized.graph.node[0].output[0] = ""
+    with pytest.warns(FallbackWarning, match="DynamicQuantizeLSTM"):
+        states = kernorch.compile(quantized, cost="analytic")
+    assert [states.graph.types[v].shape for v in ("h", "c")] == [state, state]
+    session = ort.InferenceSession(quantized.SerializeToString(), one_thread, providers=["CPUExecutionProvider"])
+    for got, expected in zip(states.run(feeds).values(), session.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(got, expected)
 
 
 MUTANTS = [
     here("a dynamically quantized LSTM typed as one direction's",
          "directions = 2 if attributes.get(\"direction\", b\"forward\") == b\"bidirectional\" else 1",
          "directions = 1", file="kernorch/fission/fallback.py"),
+    here("a dynamically quantized LSTM's types taken by present output, not by position",
+         "if name]",
+         "]", file="kernorch/fission/fallback.py"),
     here("the layout stage stores a scalar constant as [1]",
          'array = np.asarray(np.transpose(self.old.constants[value], layout), order="C")',
          "array = np.ascontiguousarray(np.transpose(self.old.constants[value], layout))",

@@ -37,8 +37,8 @@ def fallback_node(node: onnx.NodeProto, node_name: str, inputs: Sequence[str | N
     encoded, _, output_count = foreign.encode_node(node)
     opsets = tuple((domain or "", int(version)) for domain, version in opsets)
     rule = CONTRIB_OUTPUT_TYPES.get((node.domain, node.op_type))
-    if rule is not None:  # onnx's shape inference does not know the operator
-        output_types = rule(node, input_types)[:output_count]
+    if rule is not None:  # onnx's shape inference does not know the operator: its types by output position
+        output_types = [t for t, name in zip(rule(node, input_types), node.output, strict=False) if name]
     else:
         output_types = _inferred_output_types(encoded, opsets, input_types, constants, output_count, refuse)
     reason = (f"attribute '{refusal.attribute}': " if refusal.attribute else "") + refusal.reason
