@@ -200,6 +200,7 @@ def test_the_dequantization_bias_and_relu_run_inside_the_int8_convolution(case: 
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+@pytest.mark.sanitize  # its oneDNN call's dst scale and zero point under the sanitizers in `make sanitize`
 @pytest.mark.parametrize("activations", ["uint8", "int8"])
 def test_a_requantized_convolution_writes_its_integers_itself(activations: str) -> None:
     """Conv -> Relu -> Q of the next layer: one oneDNN call writing the quantizer's integers (its dst scale and zero
