@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain = commands.add_parser(
         "explain", help="print the chosen kernels and, on request, rejected candidates with the reason",
         description="Orchestrate MODEL like `optimize`, then list every kernel of the plan with its primitives, "
-        "the ONNX nodes they came from and the values it writes. --rejected N also lists N rejected candidate "
+        "the ONNX nodes they came from, the dtypes it reads and the values it writes with theirs (int8 kept between "
+        "kernels shows). --rejected N also lists N rejected candidate "
         "kernels with the pruning rule and reason. Two --input-shape sets (a model with symbolic dims) plan both "
         "shapes and list the kernels in which the two plans differ. --range plans a range of sizes once and lists "
         "its kernels, each taking the sizes or the same at every size, and what each shape runs on; MODEL may be a "
