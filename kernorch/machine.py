@@ -45,6 +45,17 @@ def bf16_supported() -> bool:
     return bool(set(isa_flags()) & {"avx512_bf16", "amx_bf16"})
 
 
+# The instructions that add int8 products into int32 sums directly. Without them (AVX2, AVX-512 before Cascade
+# Lake: AMD Zen 3, say) oneDNN multiplies unsigned by signed bytes with vpmaddubsw, which adds each pair of products
+# in a saturating int16: 2 * 255 * 127 does not fit, so sums ONNX defines as exact come out clipped
+INT8_DOT_PRODUCT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def int8_dot_products() -> bool:
+    """Whether this CPU adds int8 products into int32 sums exactly in hardware (VNNI or AMX-INT8)."""
+    return bool(set(isa_flags()) & INT8_DOT_PRODUCT_FLAGS)
+
+
 def check_bf16_supported() -> None:
     """One line refusing bf16 arithmetic on a CPU without bfloat16 instructions (oneDNN would emulate it, slower
     than float32: the mode exists to be faster, so it is refused rather than emulated)."""

@@ -6,12 +6,15 @@ from kernorch.testing.models import (
     branchy_model,
     cpu_compile,
     dynamically_quantized_convolution,
+    exact_int8_outputs,
     fission_and_compare,
     integer_extremes,
+    onnxruntime_saturates,
     primitive_names,
     random_array,
     single_op_model,
 )
 
-__all__ = ["branchy_model", "cpu_compile", "dynamically_quantized_convolution", "fission_and_compare",
-           "integer_extremes", "primitive_names", "random_array", "single_op_model"]  # fmt: skip
+__all__ = ["branchy_model", "cpu_compile", "dynamically_quantized_convolution", "exact_int8_outputs",
+           "fission_and_compare", "integer_extremes", "onnxruntime_saturates", "primitive_names", "random_array",
+           "single_op_model"]  # fmt: skip

@@ -168,3 +168,47 @@ def dynamically_quantized_convolution() -> onnx.ModelProto:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7, 7])],
                               [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+# onnxruntime's operators multiplying unsigned by signed bytes on its own int8 kernels
+_BYTE_PRODUCTS = {"MatMulInteger": (0, 1), "QLinearMatMul": (0, 3), "QLinearConv": (0, 3), "ConvInteger": (0, 1),
+                  "QGemm": (0, 3)}
+
+
+def onnxruntime_saturates(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> bool:
+    """Whether onnxruntime's sums of `model`'s byte products may saturate on this CPU: without VNNI its AVX2 kernels
+    add each pair of unsigned-by-signed byte products in an int16 (a limitation its quantization guide states; its
+    remedy is 7-bit weights), where ONNX's sums are exact. Seen on AMD Zen 3 for MatMulInteger, QLinearMatMul and
+    QLinearConv (and QDQ models it fuses into them)."""
+    from kernorch import machine
+
+    if machine.int8_dot_products():
+        return False
+    values = {**{i.name: numpy_helper.to_array(i) for i in model.graph.initializer}, **feeds}
+    for node in model.graph.node:
+        operands = [values.get(node.input[i]) for i in _BYTE_PRODUCTS.get(node.op_type, ())]
+        if len(operands) == 2 and all(v is not None for v in operands):
+            dtypes = [np.asarray(v).dtype for v in operands]
+            if dtypes == [np.dtype(np.uint8), np.dtype(np.int8)] or np.dtype(np.int8) in dtypes:
+                return True
+        if node.op_type == "DequantizeLinear" and values.get(node.input[0]) is not None \
+                and np.asarray(values[node.input[0]]).dtype == np.int8:  # fmt: skip
+            return True  # int8 weights onnxruntime may fuse into one of its int8 products
+    return False
+
+
+def exact_int8_outputs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What a test of integer products compares with: onnxruntime's outputs, or where its sums saturate on this CPU
+    (`onnxruntime_saturates`), those of the model unfused (a QDQ or QOperator model's products in float), or
+    onnx.reference's, whose integer sums are exact."""
+    if not onnxruntime_saturates(model, feeds):
+        return run_onnxruntime(model, dict(feeds))
+    from kernorch.tools.qoperator_expansion import expanded
+
+    written = expanded(model)  # com.microsoft's QOperator nodes as DequantizeLinear → float operator → QuantizeLinear
+    if not any(node.op_type in ("MatMulInteger", "ConvInteger") for node in written.graph.node):
+        return run_onnxruntime(written, dict(feeds), optimized=False)  # unfused: the products in float
+    from onnx.reference import ReferenceEvaluator
+
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, (np.asarray(v) for v in ReferenceEvaluator(model).run(names, dict(feeds))), strict=True))

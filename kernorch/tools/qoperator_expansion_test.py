@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.devtools.mutate import here
+from kernorch.testing import onnxruntime_saturates
 from kernorch.tools.check import run_onnxruntime, worst_relative
 from kernorch.tools.qoperator_expansion import CONTRIB, EXPANSIONS, expanded
 from kernorch.tools.rounding_arbiter import _Model, arbitrate
@@ -85,6 +86,8 @@ def test_the_expansion_means_what_onnxruntime_computes(op: str) -> None:
     feeds = {k: v for k, v in _feeds().items() if k in CASES[op][0].input}
     model.graph.ClearField("input")
     model.graph.input.extend(helper.make_tensor_value_info(v, TensorProto.UINT8, feeds[v].shape) for v in feeds)
+    if onnxruntime_saturates(model, feeds):
+        pytest.skip(f"onnxruntime's {op} adds byte products in a saturating int16 on this CPU (no VNNI)")
     kernel = run_onnxruntime(model, feeds, threads=1)["y"].astype(np.int32)
     meant = run_onnxruntime(expanded(model), feeds, threads=1, optimized=False)["y"].astype(np.int32)
     assert [n.op_type for n in expanded(model).graph.node][-1] == "QuantizeLinear"

@@ -60,6 +60,7 @@ class LibraryCall:
     # rounded half to even, plus `dst_zero` (a float32 scalar holding an integer), saturated to the dst type
     dst_scale: Tensor | None = None
     dst_zero: Tensor | None = None
+    widest_weight: int = 0  # int8: the largest |weight| (what decides whether oneDNN's sums are exact without VNNI)
 
 
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
@@ -266,6 +267,7 @@ def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> Lib
     scalar = (1,), (1,)
     call = replace(call, precision="int8", src_zero=Tensor(slots[x_zero], *scalar, x_zero in graph.constants,
                                                            dtype=graph.types[x_zero].dtype),
+                   widest_weight=int(np.abs(graph.constants[w].astype(np.int32)).max(initial=0)),
                    scales=None if scales is None else Tensor(slots[scales], (channels,) if graph.types[scales].numel > 1
                                                              else (1,), (1,), scales in graph.constants))  # fmt: skip
     if requantized is not None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
+from kernorch import machine
 from kernorch.codegen.c import CWriter, c_literal
 from kernorch.codegen.library.call import LibraryCall, Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
@@ -54,12 +55,33 @@ NAN_TO_BOUND = ("clip", "hardsigmoid", "logistic")
 
 
 def onednn_rejection(call: LibraryCall) -> str | None:
-    """Why oneDNN does not run `call` (None when it does): a post-op that would lose NaN, or a post-op operand
-    only oneDNN's reference kernels take (asked of oneDNN: the probe below)."""
+    """Why oneDNN does not run `call` (None when it does): a post-op that would lose NaN, int8 sums it does not add
+    exactly on this CPU, or a post-op operand only oneDNN's reference kernels take (asked of oneDNN: the probe
+    below)."""
     for op, _ in call.post_ops:
         if isinstance(op, Eltwise) and op.alg in NAN_TO_BOUND:
             return f"oneDNN's {op.alg} post-op turns NaN into a bound (onnxruntime keeps NaN)"
+    if call.precision == "int8" and not machine.int8_dot_products():
+        inexact = inexact_without_vnni(call.src.dtype, call.widest_weight)
+        if inexact:
+            return f"{inexact} on a CPU without VNNI: oneDNN's int8 sums are not exact there"
     return reference_rejection(call)
+
+
+# Without VNNI (AVX2: AMD Zen 3), oneDNN adds two products of an unsigned byte and a weight in a saturating int16:
+# exact while 2 * 255 * |w| <= 32767
+SATURATION_FREE_WEIGHT = 64
+
+
+def inexact_without_vnni(source: str, widest_weight: int) -> str:
+    """Why oneDNN's int8 convolution of `source` bytes by weights up to `widest_weight` in magnitude is not exact on
+    a CPU without VNNI ("" when it is): a signed source is shifted into unsigned bytes and its weights halved
+    (rounded: an odd weight loses its last bit, seen on Zen 3); an unsigned one saturates a pair of products beyond
+    7-bit weights."""
+    if source != "uint8":
+        return f"a {source} source (oneDNN halves its weights)"
+    return f"weights up to {widest_weight} (a pair of products beyond int16)" \
+        if widest_weight > SATURATION_FREE_WEIGHT else ""  # fmt: skip
 
 
 def as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:
