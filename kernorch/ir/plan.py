@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from kernorch.ir.graph import Graph
 from kernorch.ir.kernel import CandidateKernel
@@ -26,6 +27,25 @@ class Plan:
     def kernel_keys(self) -> frozenset[object]:
         """What tells two plans of one graph apart: their kernels' node sets and outputs."""
         return frozenset(k.key for k in self.kernels)
+
+
+def storing(plan: Plan, values: Sequence[str]) -> Plan:
+    """`plan` with `values` among its graph's outputs, each written by the kernel that computes it: the same
+    kernels, so the same arithmetic in the same order, with extra stores (a check reading a plan's intermediate
+    values). PlanError names a value no kernel computes."""
+    graph = plan.graph.copy()
+    graph.outputs = list(dict.fromkeys([*graph.outputs, *values]))
+    computed_anywhere: set[str] = set()
+    kernels = []
+    for kernel in plan.kernels:
+        computed = {out for node in kernel.primitives for out in node.outputs}
+        computed_anywhere |= computed
+        extra = tuple(v for v in dict.fromkeys(values) if v in computed and v not in kernel.outputs)
+        kernels.append(replace(kernel, outputs=kernel.outputs + extra, graph=graph))
+    missing = [value for value in values if value not in computed_anywhere and value not in graph.inputs]
+    if missing:
+        raise PlanError(f"no kernel of the plan computes {missing[:3]}")
+    return Plan(graph, kernels, list(plan.costs))
 
 
 def validate_plan(graph: Graph, kernels: list[CandidateKernel]) -> None:

@@ -11,7 +11,7 @@ ones that remain are ordinary layout primitives the orchestrator fuses into neig
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernorch.cost.interface import CostModel
@@ -37,6 +37,9 @@ class LayoutReport:
     seconds: float
     status: str
     note: str = ""  # with policy auto: which assignment the orchestrated plans chose, and their costs
+    # value -> the axis order it is stored in (materialize.py: transpose(v, layout) under v's name); what reads a
+    # plan's intermediate values (the rounding arbiter) turns them back. Not in to_json: a model's worth of names
+    layouts: dict[str, Perm] = field(default_factory=dict, compare=False, repr=False)
 
     def summary(self) -> str:
         text = (f"layout ({self.policy}): {self.channels_last_convs} of {self.convs} convolutions channels-last, "
@@ -45,7 +48,7 @@ class LayoutReport:
         return f"{text}; chosen: {self.note}" if self.note else text
 
     def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {name: value for name, value in vars(self).items() if name != "layouts"}
 
 
 def _conv_kernel(graph: Graph, node: Node, last: bool) -> CandidateKernel:
@@ -106,7 +109,7 @@ def choose_layouts(graph: Graph, cost_model: CostModel, policy: str = "auto") ->
     convs = [i for i, n in enumerate(graph.nodes) if n.prim in CONV_PRIMS]
     report = LayoutReport(policy, len(convs), sum(assignment.modes[i].reads_channels_last for i in convs),
                           assignment.transposes, assignment.cost, assignment.nchw_cost, assignment.seconds,
-                          assignment.status)  # fmt: skip
+                          assignment.status, layouts=dict(assignment.layouts))  # fmt: skip
     # everything row-major: nothing to rewrite, unless an int8 convolution runs channels-last on the same bytes (a
     # convolution to one channel reading its input through a transpose): it needs its `channels_last` attribute,
     # without which it runs in the reference implementation (oneDNN 3.2 has no other for NCHW int8)

@@ -15,7 +15,9 @@ from kernorch.errors import KernorchError
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
+from kernorch.ir.plan import PlanError, storing
 from kernorch.options import Options
+from kernorch.orchestrate import OrchestrationResult
 from kernorch.pipeline import compile_plan, plan_graph, warn_about_fallbacks
 from kernorch.precision import choose_precision
 from kernorch.rewrite import rewrite as rewrite_graph
@@ -180,13 +182,68 @@ def _interpreted(graph: Graph, options: Options) -> Graph:
 
 def _kernorch_run(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                   input_shapes: dict[str, tuple[int, ...]] | None, options: Options,
-                  compiled: bool) -> dict[str, np.ndarray]:  # fmt: skip
-    """kernorch's outputs of `proto` as the check runs a model: its reference interpreter, or a compiled plan (of
-    this model: the arbiter's, with every quantizer's results among its outputs, so kept in memory)."""
+                  checked: tuple[Graph, OrchestrationResult] | None) -> dict[str, np.ndarray]:  # fmt: skip
+    """kernorch's outputs of `proto` (the arbiter's cut of the checked model, every quantizer's results among its
+    outputs) as the check ran the model: its reference interpreter, or with `checked` (the fissioned graph and its
+    plan) the checked plan's own kernels storing those results too, so the same arithmetic in the same order.
+
+    Where the checked plan no longer holds them (a static QDQ model's quantizers fold into the float operators
+    around them), a plan of the cut model: other kernels, so other float orders, and the arbiter holds its outputs
+    to the checked ones within the tolerance only: a fault in the checked plan's kernels that the other plan does
+    not share shows there, not as the quantizer it moved."""
     graph = fission(import_model(proto, input_shapes), strict=options.strict)
-    if compiled:
+    if checked is None:
+        return run_reference(_interpreted(graph, options), feeds)
+    try:
+        return _stored_run(graph, feeds, options, *checked)
+    except _NotStored:
         return compile_plan(plan_graph(graph, options), options).run(feeds)
-    return run_reference(_interpreted(graph, options), feeds)
+
+
+class _NotStored(Exception):
+    """The checked plan does not compute one of the cut model's outputs as a value of its own."""
+
+
+def _stored_run(cut: Graph, feeds: Mapping[str, np.ndarray], options: Options, fissioned: Graph,
+                result: OrchestrationResult) -> dict[str, np.ndarray]:  # fmt: skip
+    """The cut model's outputs from the checked plan's kernels, each storing what it computes of them too."""
+    values = _aligned_outputs(fissioned, cut)
+    try:
+        plan = storing(result.plan, [value for value in values.values() if value not in fissioned.constants])
+    except PlanError as error:
+        raise _NotStored(str(error)) from None
+    outputs = compile_plan(result, options, plan).run(feeds)
+    layouts = result.layout_report.layouts if result.layout_report is not None else {}
+
+    def row_major(value: str) -> np.ndarray:  # a value the layout stage stored in another axis order, turned back
+        if value in fissioned.constants:
+            return np.asarray(fissioned.constants[value])
+        layout = layouts.get(value)
+        return outputs[value] if layout is None else np.transpose(outputs[value], np.argsort(layout))
+
+    found = {name: row_major(value) for name, value in values.items()}
+    for name, array in found.items():
+        if array.shape != cut.types[name].shape:
+            raise KernorchError(f"the checked plan holds {name} as {array.shape}, not {cut.types[name].shape}")
+    return found
+
+
+def _aligned_outputs(fissioned: Graph, cut: Graph) -> dict[str, str]:
+    """The cut model's graph outputs as values of the checked model's fissioned graph. Both fission the same
+    operators in the same order, the cut only naming more results as outputs (a renamed value, or an identity at
+    the end for a constant or shared one), so their primitives line up position by position."""
+    rename: dict[str, str] = {}
+    for index, node in enumerate(cut.nodes):
+        other = fissioned.nodes[index] if index < len(fissioned.nodes) else None
+        if node.origin == "output" and node.prim == "identity":  # _name_outputs' copy of a constant or shared value
+            rename[node.outputs[0]] = rename.get(node.inputs[0], node.inputs[0])
+        elif other is None or (other.prim, other.attrs, len(other.outputs)) != (node.prim, node.attrs,
+                                                                                len(node.outputs)):
+            raise _NotStored(f"the model with its quantizers' results as outputs fissions differently "
+                             f"(primitive {index}: {node.prim} from {node.origin})")  # fmt: skip
+        else:
+            rename.update(zip(node.outputs, other.outputs, strict=True))
+    return {name: rename.get(name, name) for name in cut.outputs}
 
 
 def check_model(
@@ -217,8 +274,10 @@ def check_model(
         # a GPU plan checked on a machine without a GPU: its Triton kernels in the interpreter, the library calls
         # through torch on the CPU
         options = options.with_(interpret=use_interpreter_without_gpu())
+    checked = None
     if compiled:
-        program = compile_plan(plan_graph(fissioned_graph, options), options)
+        checked = (fissioned_graph, plan_graph(fissioned_graph, options))
+        program = compile_plan(checked[1], options)
         graph = program.graph
         fissioned = time.perf_counter()
         actual = program.run(feeds)
@@ -240,7 +299,7 @@ def check_model(
     if quantized_model and worst_relative(actual, expected) > rtol:
         arbitration = arbitrate(
             model.proto, feeds, actual, rtol,
-            kernorch=lambda proto, inputs: _kernorch_run(proto, inputs, input_shapes, options, compiled),
+            kernorch=lambda proto, inputs: _kernorch_run(proto, inputs, input_shapes, options, checked),
             onnxruntime=lambda proto, inputs: run_onnxruntime(proto, dict(inputs), options.threads),
             compare=worst_relative)  # fmt: skip
     finished = time.perf_counter()

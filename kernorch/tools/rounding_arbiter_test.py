@@ -249,6 +249,52 @@ def test_a_dynamic_quantizer_is_judged_with_kernorch_own_scale() -> None:
     assert not off.explained and "1 WRONG" in off.divergences[0].describe()
 
 
+def _channels_last_dynamic_model() -> onnx.ModelProto:
+    """x → a float convolution → DynamicQuantizeLinear → ConvInteger → scaled to float: laid out channels-last, the
+    quantizer's integers are stored in that order (the layout stage's transpose under their own name)."""
+    rng = np.random.default_rng(8)
+    constants: dict[str, np.ndarray] = {"wf": rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32),
+                                        "w": rng.integers(-60, 60, (5, 6, 1, 1)).astype(np.int8),
+                                        "ws": np.asarray(0.02, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "wf"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("DynamicQuantizeLinear", ["c"], ["cq", "cs", "cz"], name="quantize_c"),
+             helper.make_node("ConvInteger", ["cq", "w", "cz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["cs", "ws"], ["s"]), helper.make_node("Mul", ["accf", "s"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 6, 7])],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_compiled_check_is_arbitrated_on_its_own_kernels(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """check --compiled's arbitration reads every quantizer's results from the checked plan's kernels (no second
+    plan, whose other kernels may not share a fault), turned back from the layout they are stored in, and the
+    plan's outputs are then the checked ones bit for bit."""
+    import kernorch.tools.check as check
+    from kernorch.fission import fission
+    from kernorch.frontend import import_model
+    from kernorch.pipeline import compile_plan, plan_graph
+
+    proto = _channels_last_dynamic_model()
+    options = Options(cost="analytic", layout="channels-last")
+    graph = fission(import_model(proto))
+    result = plan_graph(graph, options)
+    assert result.layout_report is not None and any(len(set(layout)) > 1 and list(layout) != sorted(layout)
+                                                    for layout in result.layout_report.layouts.values())  # fmt: skip
+    planned: list[object] = []
+    monkeypatch.setattr(check, "plan_graph", lambda *arguments, **options: planned.append(arguments))
+    feeds = {"x": np.random.default_rng(9).normal(0, 1, (1, 3, 6, 7)).astype(np.float32)}
+    cut = _Model(proto).cut()
+    mine = check._kernorch_run(cut, feeds, None, options, (graph, result))
+    assert not planned
+    theirs = _ort(cut, feeds)
+    assert mine["cq"].shape == theirs["cq"].shape == (1, 6, 6, 7)
+    assert np.count_nonzero(mine["cq"] != theirs["cq"]) <= 2 and mine["cz"] == theirs["cz"]
+    np.testing.assert_allclose(mine["cs"], theirs["cs"], rtol=1e-5)  # the float convolution's sums: an ulp apart
+    np.testing.assert_array_equal(mine["y"], compile_plan(result, options).run(feeds)["y"])
+
+
 def test_a_quantizer_after_a_float_residual_waits_for_everything_before_it() -> None:
     """What a quantizer is computed from reaches back through float operators to every quantizer behind them."""
     model = _Model(_model())
@@ -275,6 +321,9 @@ MUTANTS = [
     here("a dynamic quantizer's scale taken as right",
          "    scale_right = abs(scale - exact_scale) <= FLOAT_RTOL * exact_scale",
          "    scale_right = True"),
+    here("a stored value read in the axis order the layout stage stored it in",
+         "return outputs[value] if layout is None else np.transpose(outputs[value], np.argsort(layout))",
+         "return outputs[value]", file="kernorch/tools/check.py"),
     here("the checked outputs not held to the interpreter's",
          "and self.remaining <= self.rtol and self.plan_error <= self.rtol", "and self.remaining <= self.rtol"),
 ]  # fmt: skip
