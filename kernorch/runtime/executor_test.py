@@ -167,21 +167,33 @@ def random_plan(graph: Graph, rng: random.Random) -> list[CandidateKernel]:
     """A random executable selection: greedily cover required values with random candidates, sometimes
     adding redundant kernels that recompute primitives another kernel already ran."""
     (sub,) = build_subgraphs(graph, [(0, len(graph.nodes))])
-    kernels = [k for k in enumerate_candidates(sub, OrchestrationLimits(max_kernel_size=6),
-                                               LinearEpilogues(graph)).kernels if choose_backend(k)[0]]  # fmt: skip
+    kernels = enumerate_candidates(sub, OrchestrationLimits(max_kernel_size=6), LinearEpilogues(graph)).kernels
     rng.shuffle(kernels)
+    refused: set[object] = set()
+
+    def pick(pool: list[CandidateKernel]) -> CandidateKernel | None:
+        """A random kernel of `pool` some backend runs, asked on demand (describing all of a graph's thousands of
+        candidates took minutes)."""
+        pool = [k for k in pool if k.key not in refused]
+        while pool:
+            kernel = pool.pop(rng.randrange(len(pool)))
+            if choose_backend(kernel)[0]:
+                return kernel
+            refused.add(kernel.key)
+        return None
+
     available = set(graph.inputs) | set(graph.constants)
     chosen: list[CandidateKernel] = []
     while not set(graph.outputs) <= available:
-        runnable = [k for k in kernels if set(k.inputs) <= available and not set(k.outputs) <= available]
-        kernel = rng.choice(runnable)
+        kernel = pick([k for k in kernels if set(k.inputs) <= available and not set(k.outputs) <= available])
+        assert kernel is not None, "no runnable candidate"
         chosen.append(kernel)
         available |= set(kernel.outputs)
         if rng.random() < 0.3:
-            extra = [k for k in kernels if set(k.inputs) <= available and k not in chosen]
-            if extra:
-                chosen.append(rng.choice(extra))  # redundant: recomputes values already available
-                available |= set(chosen[-1].outputs)
+            extra = pick([k for k in kernels if set(k.inputs) <= available and k not in chosen])
+            if extra is not None:
+                chosen.append(extra)  # redundant: recomputes values already available
+                available |= set(extra.outputs)
     order, stuck = executable_order(chosen, set(graph.inputs) | set(graph.constants))
     assert not stuck
     plan = [chosen[i] for i in order]

@@ -23,6 +23,7 @@ from kernorch.codegen.library.onednn import (
 )
 from kernorch.devtools.mutate import here
 from kernorch.ir.strided import row_major
+from kernorch.machine import bf16_supported
 from kernorch.testing import cpu_compile, random_array
 from kernorch.tools.check import BF16_RTOL, DEFAULT_RTOL, compare, run_onnxruntime
 
@@ -150,7 +151,8 @@ def _conv_with_weights_input(op: str = "Conv") -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not bf16_supported(), reason="bf16 mode needs AVX512-BF16 or AMX"))])  # fmt: skip
 @pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
 def test_weights_known_only_at_run_time_are_repacked_on_every_run(layout: str, precision: str, op: str) -> None:
     """Two runs with different weights (the second with NaN and ±inf among them) each match onnxruntime: the
