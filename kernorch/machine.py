@@ -51,6 +51,11 @@ def bf16_supported() -> bool:
 INT8_DOT_PRODUCT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
+# What saturates without them: a pair of products of an unsigned byte (up to 255) and a weight fits int16 while
+# 2 * 255 * |w| <= 32767, so weights within 64 (7 bits) sum exactly (onnxruntime's remedy too: reduce_range)
+SATURATION_FREE_WEIGHT = 64
+
+
 def int8_dot_products() -> bool:
     """Whether this CPU adds int8 products into int32 sums exactly in hardware (VNNI or AMX-INT8)."""
     return bool(set(isa_flags()) & INT8_DOT_PRODUCT_FLAGS)

@@ -68,11 +68,6 @@ def onednn_rejection(call: LibraryCall) -> str | None:
     return reference_rejection(call)
 
 
-# Without VNNI (AVX2: AMD Zen 3), oneDNN adds two products of an unsigned byte and a weight in a saturating int16:
-# exact while 2 * 255 * |w| <= 32767
-SATURATION_FREE_WEIGHT = 64
-
-
 def inexact_without_vnni(source: str, widest_weight: int) -> str:
     """Why oneDNN's int8 convolution of `source` bytes by weights up to `widest_weight` in magnitude is not exact on
     a CPU without VNNI ("" when it is): a signed source is shifted into unsigned bytes and its weights halved
@@ -81,7 +76,7 @@ def inexact_without_vnni(source: str, widest_weight: int) -> str:
     if source != "uint8":
         return f"a {source} source (oneDNN halves its weights)"
     return f"weights up to {widest_weight} (a pair of products beyond int16)" \
-        if widest_weight > SATURATION_FREE_WEIGHT else ""  # fmt: skip
+        if widest_weight > machine.SATURATION_FREE_WEIGHT else ""  # fmt: skip
 
 
 def as_onednn(op: Eltwise | Binary) -> list[Eltwise | Binary]:

@@ -294,8 +294,9 @@ MUTANTS = [
     here("oneDNN's int8 convolution taken on a CPU without VNNI whatever its weights",
          'if call.precision == "int8" and not machine.int8_dot_products():', 'if False:',
          file="kernorch/codegen/library/onednn.py"),
-    here("a pair of products of 7-bit weights judged to saturate", "if widest_weight > SATURATION_FREE_WEIGHT else",
-         "if widest_weight >= SATURATION_FREE_WEIGHT else", file="kernorch/codegen/library/onednn.py"),
+    here("a pair of products of 7-bit weights judged to saturate",
+         "if widest_weight > machine.SATURATION_FREE_WEIGHT else",
+         "if widest_weight >= machine.SATURATION_FREE_WEIGHT else", file="kernorch/codegen/library/onednn.py"),
     here("QLinearConv's bias taken as a bound", 'sums = ctx.emit("add", sums, channel_param(',
          'sums = ctx.emit("max", sums, channel_param('),
 ]  # fmt: skip
