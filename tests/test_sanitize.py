@@ -26,6 +26,18 @@ def test_generated_c_has_no_undefined_behaviour_on_edge_values(tmp_path: Path) -
     assert "sanitizer reports: 0; steps failed: 0" in done.stdout
 
 
+def test_only_runs_the_steps_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--only narrows the run to the steps whose name contains its text (none: exit 2, saying so)."""
+    from kernorch.devtools.sanitize import main
+
+    try:
+        runtimes()
+    except SystemExit as missing:
+        pytest.skip(str(missing))
+    assert main(["--only", "no such step", "--cache", str(tmp_path), "--quantized", str(tmp_path)]) == 2
+    assert "no step's name contains no such step" in capsys.readouterr().err
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [

@@ -11,7 +11,7 @@ cache keys sanitized libraries apart, in a cache directory of their own). A repo
 prints each step's verdict, every report, and their number, and exits 1 when there is any (or a step failed
 otherwise), 0 with zero reports.
 
-    python -m kernorch.devtools.sanitize [--quick] [--models DIR] [--quantized DIR] [--cache DIR]
+    python -m kernorch.devtools.sanitize [--quick] [--models DIR] [--quantized DIR] [--cache DIR] [--only TEXT]
 
 `--quick` runs the semantics property test's groups of the dtypes generated C handles only (what the test suite
 runs, tests/test_sanitize.py).
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                              "fills with bench/quantize.py)")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "kernorch-sanitize",
                         help="compile cache of the sanitized libraries")  # fmt: skip
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the steps whose name contains TEXT (repeatable): a failed step run again, e.g. "
+                             "--only candy.dynamic")  # fmt: skip
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     env = environment(args.cache)
@@ -104,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             kind = "quantized model" if model in quantized else "model"
             steps[f"{kind} {model.stem}"] = [sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled",
                                              "--cost", "analytic"]  # fmt: skip
+    if args.only:
+        steps = {name: command for name, command in steps.items() if any(text in name for text in args.only)}
+        if not steps:
+            print(f"no step's name contains {' or '.join(args.only)}", file=sys.stderr)
+            return 2
     failed = found = 0
     for name, command in steps.items():
         started = time.perf_counter()
