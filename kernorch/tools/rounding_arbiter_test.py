@@ -249,6 +249,23 @@ def test_a_dynamic_quantizer_is_judged_with_kernorch_own_scale() -> None:
     assert not off.explained and "1 WRONG" in off.divergences[0].describe()
 
 
+def test_outputs_apart_after_the_last_quantizer_are_judged_exactly() -> None:
+    """Every quantizer agrees, yet onnxruntime's outputs stay apart (its byte products saturate without VNNI): the
+    operators after the quantizers are evaluated in float64 from kernorch's integers, and they decide."""
+    proto = _dynamic_model()
+    feeds = {"x": np.random.default_rng(6).uniform(-3, 5, (1, 3, 5, 5)).astype(np.float32)}
+
+    def off(proto: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**(run := _ort(proto, inputs)), "y": run["y"] * np.float32(1.1)}  # a product 10% off
+
+    right = arbitrate(proto, feeds, _ort(proto, feeds), 1e-3, _ort, off, worst_relative)
+    assert right.remaining is not None and right.remaining > 5e-2 and not right.divergences
+    assert right.exact_remaining is not None and right.exact_remaining < 1e-6 and right.explained
+    assert "evaluated exactly" in "\n".join(right.lines())
+    wrong = arbitrate(proto, feeds, off(proto, feeds), 1e-3, off, _ort, worst_relative)
+    assert wrong.exact_remaining is not None and wrong.exact_remaining > 5e-2 and not wrong.explained
+
+
 def _channels_last_dynamic_model() -> onnx.ModelProto:
     """x → a float convolution → DynamicQuantizeLinear → ConvInteger → scaled to float: laid out channels-last, the
     quantizer's integers are stored in that order (the layout stage's transpose under their own name)."""
@@ -324,6 +341,9 @@ MUTANTS = [
     here("a stored value read in the axis order the layout stage stored it in",
          "return outputs[value] if layout is None else np.transpose(outputs[value], np.argsort(layout))",
          "return outputs[value]", file="kernorch/tools/check.py"),
+    here("the outputs after the last quantizer judged against onnxruntime's again",
+         "{n: mine[n] for n in outputs}, {n: exact.of(n) for n in outputs})",
+         "{n: mine[n] for n in outputs}, {n: theirs[n] for n in outputs})"),
     here("the checked outputs not held to the interpreter's",
          "and self.remaining <= self.rtol and self.plan_error <= self.rtol", "and self.remaining <= self.rtol"),
 ]  # fmt: skip
