@@ -210,9 +210,10 @@ def _stored_run(cut: Graph, feeds: Mapping[str, np.ndarray], options: Options, f
     values = _aligned_outputs(fissioned, cut)
     try:
         plan = storing(result.plan, [value for value in values.values() if value not in fissioned.constants])
-    except PlanError as error:
+        program = compile_plan(result, options, plan)
+    except (PlanError, KernorchError) as error:  # (a kernel no backend runs with the extra stores: too large)
         raise _NotStored(str(error)) from None
-    outputs = compile_plan(result, options, plan).run(feeds)
+    outputs = program.run(feeds)
     layouts = result.layout_report.layouts if result.layout_report is not None else {}
 
     def row_major(value: str) -> np.ndarray:  # a value the layout stage stored in another axis order, turned back
