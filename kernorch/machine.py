@@ -49,8 +49,6 @@ def bf16_supported() -> bool:
 # Lake: AMD Zen 3, say) oneDNN multiplies unsigned by signed bytes with vpmaddubsw, which adds each pair of products
 # in a saturating int16: 2 * 255 * 127 does not fit, so sums ONNX defines as exact come out clipped
 INT8_DOT_PRODUCT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-
-
 # What saturates without them: a pair of products of an unsigned byte (up to 255) and a weight fits int16 while
 # 2 * 255 * |w| <= 32767, so weights within 64 (7 bits) sum exactly (onnxruntime's remedy too: reduce_range)
 SATURATION_FREE_WEIGHT = 64

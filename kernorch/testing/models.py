@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch import machine
 from kernorch.fission import fission
 from kernorch.frontend import import_model
 from kernorch.ir.graph import Graph
@@ -170,7 +171,8 @@ def dynamically_quantized_convolution() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-# onnxruntime's operators multiplying unsigned by signed bytes on its own int8 kernels
+# onnxruntime's operators multiplying bytes on its own int8 kernels: (the source's input, the weights') (ConvInteger
+# was not seen saturating; counted anyway, onnx.reference's sums being exact either way)
 _BYTE_PRODUCTS = {"MatMulInteger": (0, 1), "QLinearMatMul": (0, 3), "QLinearConv": (0, 3), "ConvInteger": (0, 1),
                   "QGemm": (0, 3)}
 
@@ -180,8 +182,6 @@ def onnxruntime_saturates(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray
     add each pair of unsigned-by-signed byte products in an int16 (a limitation its quantization guide states; its
     remedy is 7-bit weights), where ONNX's sums are exact. Seen on AMD Zen 3 for MatMulInteger, QLinearMatMul and
     QLinearConv (and QDQ models it fuses into them)."""
-    from kernorch import machine
-
     if machine.int8_dot_products():
         return False
     values = {**{i.name: numpy_helper.to_array(i) for i in model.graph.initializer}, **feeds}
