@@ -22,10 +22,6 @@ becomes what its quantization means, computed as onnxruntime and OpenVINO comput
    (centred int8) and their scales per tensor or per output channel:
 
     Conv(DQ(x, sx, zx), DQ(W, sw, zw), B)  ->  Cast(ConvInteger(x, W - zw, zx, 0), float) * (sx * sw) + B
-
-   On a CPU without VNNI only an unsigned source by weights within 64 (oneDNN's int8 convolution is exact there
-   for those alone: codegen/library/onednn.py); any other stays the float convolution of the dequantized values,
-   which is what the model defines and faster than an exact integer one without VNNI.
 """
 
 from __future__ import annotations
@@ -37,7 +33,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from kernorch import machine
 from kernorch.fission.rules.common import centred_int8
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.primitives import MAX_INTEGER_K
@@ -166,10 +161,6 @@ def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeP
     if activation is None or weights is None:
         return None
     w, w_scale = weights
-    widest = int(np.abs(w.astype(np.int32)).max(initial=0))
-    if not machine.int8_dot_products() and (graph.constants[activation[2]].dtype != np.uint8
-                                            or widest > machine.SATURATION_FREE_WEIGHT):  # fmt: skip
-        return None  # no int8 kernel here sums it both exactly and fast: the float convolution the model defines
     out = node.output[0]
     channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)  # an operand broadcast along the output channels
     w_name = graph.constant(f"{out}_int8_weights", w)
