@@ -33,16 +33,17 @@ def storing(plan: Plan, values: Sequence[str]) -> Plan:
     """`plan` with `values` among its graph's outputs, each written by the kernel that computes it: the same
     kernels, so the same arithmetic in the same order, with extra stores (a check reading a plan's intermediate
     values). PlanError names a value no kernel computes."""
+    wanted = list(dict.fromkeys(values))
     graph = plan.graph.copy()
-    graph.outputs = list(dict.fromkeys([*graph.outputs, *values]))
+    graph.outputs = list(dict.fromkeys([*graph.outputs, *wanted]))
     computed_anywhere: set[str] = set()
     kernels = []
     for kernel in plan.kernels:
         computed = {out for node in kernel.primitives for out in node.outputs}
         computed_anywhere |= computed
-        extra = tuple(v for v in dict.fromkeys(values) if v in computed and v not in kernel.outputs)
+        extra = tuple(v for v in wanted if v in computed and v not in kernel.outputs)
         kernels.append(replace(kernel, outputs=kernel.outputs + extra, graph=graph))
-    missing = [value for value in values if value not in computed_anywhere and value not in graph.inputs]
+    missing = [value for value in wanted if value not in computed_anywhere and value not in graph.inputs]
     if missing:
         raise PlanError(f"no kernel of the plan computes {missing[:3]}")
     return Plan(graph, kernels, list(plan.costs))
