@@ -22,7 +22,7 @@ from kernorch.ir.kernel import CandidateKernel, make_kernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.ir.reference_kernels import stack_layers
 from kernorch.ir.types import TensorType
-from kernorch.machine import cpu_model, fingerprint
+from kernorch.machine import cpu_model, fingerprint, int8_dot_products
 from kernorch.options import DEFAULT_THREADS, cache_root
 from kernorch.runtime.threads import thread_count
 from kernorch.runtime.timing import time_call
@@ -111,8 +111,16 @@ def kernel_bytes(candidate: CandidateKernel) -> float:
 # bf16 multiply-adds per float32 one: AVX512-BF16's dot product does two per lane; oneDNN's bf16 matmul ran at 2.5x
 # its float32 rate on an AMX machine (512x1024x1024), a 3x3 conv at 1.9x. The roofline takes the lower bound.
 BF16_RATE = 2.0
-# int8 multiply-adds per float32 one: a VNNI dot product does four per lane (bytes, int32 sums)
+# int8 multiply-adds per float32 one: a VNNI dot product does four per lane (bytes, int32 sums). Without VNNI the
+# exact path is AVX2's vpmaddwd (two int16 products a lane, native/int8_matmul.py): bert_mini's int8 matmuls ran at
+# 1.2x the fp32 peak in place on Zen 3 (2 threads)
 INT8_RATE = 4.0
+INT8_RATE_WITHOUT_VNNI = 1.0
+
+
+def int8_rate() -> float:
+    """This CPU's int8 multiply-adds per float32 one."""
+    return INT8_RATE if int8_dot_products() else INT8_RATE_WITHOUT_VNNI
 
 
 # an int8 convolution on NCHW buffers: no int8 kernel takes them (oneDNN 3.2 only by its reference kernel, ~1000x
@@ -130,7 +138,7 @@ def _rate(node: Node) -> float:
     if _by_reference(node):
         return REFERENCE_RATE
     if node.prim in ("matmul_integer", "conv_integer"):
-        return INT8_RATE
+        return int8_rate()
     return BF16_RATE if node.attr("precision") == "bf16" else 1.0
 
 

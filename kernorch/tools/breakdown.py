@@ -20,7 +20,7 @@ import numpy as np
 
 from kernorch.codegen.backends import Backend
 from kernorch.codegen.library import absorbed_summary
-from kernorch.cost.analytic import BF16_RATE, calibrate_this_machine, kernel_bytes, primitive_flops
+from kernorch.cost.analytic import BF16_RATE, calibrate_this_machine, int8_rate, kernel_bytes, primitive_flops
 from kernorch.ir.kernel import CandidateKernel
 from kernorch.ir.primitives import PRIMITIVES, Kind
 from kernorch.runtime.timing import time_call
@@ -49,6 +49,8 @@ def kind_of(kernel: CandidateKernel, backend: Backend) -> str:
     if not backend.native:
         return "run by Python (reference / onnxruntime)"
     if Kind.LINEAR in kinds:
+        if any(n.prim in ("matmul_integer", "conv_integer") for n in kernel.primitives):
+            return f"linear, int8 ({backend.family})"
         bf16 = any(n.attr("precision") == "bf16" for n in kernel.primitives)
         return f"linear, {'bf16' if bf16 else 'fp32'} ({backend.family})"
     if kinds == {Kind.LAYOUT}:
@@ -83,7 +85,8 @@ def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20)
     device = calibrate_this_machine(compiled.cache_dir, compiled.threads, refresh=True)
     for entry in linear:
         entry["of_fp32_peak"] = entry["gflops"] * 1e9 / device.peak_flops
-        peak = device.peak_flops * (BF16_RATE if entry["kind"].startswith("linear, bf16") else 1.0)
+        rate = {"bf16": BF16_RATE, "int8": int8_rate()}.get(entry["kind"].split(" ")[1], 1.0)
+        peak = device.peak_flops * rate
         entry.update(roofline(entry["flops"], entry["bytes"], entry["ms"] / 1e3, peak, device.stream_bandwidth))
         rows[entry["kind"]].roof_seconds += entry["of_roofline"] * entry["ms"] / 1e3
     return {"total_ms": total * 1e3, "kernels_ms": sum(times) * 1e3, "overhead_ms": (total - sum(times)) * 1e3,
@@ -94,10 +97,10 @@ def breakdown(compiled: Any, feeds: Mapping[str, np.ndarray], repeats: int = 20)
 
 
 def roofline(flops: float, moved: float, seconds: float, peak: float, stream: float) -> dict[str, Any]:
-    """A linear kernel against its own roof: its flops at the peak (a bf16 kernel's: the fp32 peak x BF16_RATE)
-    or the bytes it moves (operands, weights, outputs) at the stream bandwidth, whichever takes longer. A product
-    over a handful of rows (a CNN's last stage on a small image, a classifier's matmul) does ~2 flops per weight:
-    its roof is the weight stream."""
+    """A linear kernel against its own roof: its flops at the peak (a bf16 kernel's: the fp32 peak x BF16_RATE, an
+    int8 one's x int8_rate()) or the bytes it moves (operands, weights, outputs) at the stream bandwidth, whichever
+    takes longer. A product over a handful of rows (a CNN's last stage on a small image, a classifier's matmul)
+    does ~2 flops per weight: its roof is the weight stream."""
     compute, memory = flops / peak, moved / stream if stream > 0 else 0.0
     return {"bound": "memory" if memory > compute else "compute",
             "of_roofline": max(compute, memory) / seconds if seconds > 0 else 0.0}

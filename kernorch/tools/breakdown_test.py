@@ -1,11 +1,13 @@
-"""The roofline a linear kernel is read against in `bench --breakdown`."""
+"""The roofline a linear kernel is read against in `bench --breakdown`, and the row its time goes to."""
 
 from __future__ import annotations
 
 import pytest
 
+from kernorch.codegen.native.int8_matmul_test import _model
 from kernorch.devtools.mutate import here
-from kernorch.tools.breakdown import roofline
+from kernorch.testing import cpu_compile
+from kernorch.tools.breakdown import kind_of, roofline
 
 
 def test_a_product_over_few_rows_is_bound_by_its_weight_stream() -> None:
@@ -23,6 +25,12 @@ def test_a_product_over_many_rows_is_bound_by_the_peak() -> None:
 
 def test_an_unmeasured_stream_leaves_the_peak() -> None:
     assert roofline(1e6, 1e9, 1e-3, peak=1e12, stream=0.0) == {"bound": "compute", "of_roofline": pytest.approx(1e-3)}
+
+
+def test_an_integer_product_is_read_as_int8() -> None:
+    compiled = cpu_compile(_model((4,), 8, 16), cost="analytic")  # MatMulInteger, then its dequantization
+    kinds = [kind_of(k, b) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)]
+    assert "linear, int8 (native C)" in kinds and not any(k.startswith("linear, fp32") for k in kinds)
 
 
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must

@@ -15,8 +15,15 @@ zero point moved by 128 to match; the zero point then comes off as one product p
 
 exact in int32 (matmul_integer's K is bounded so no sum leaves it). An item is 6 rows by 32 columns: 12 int32
 accumulators of 16 lanes, the weights' two vectors per step of four k, a broadcast of each row's four bytes.
-Compiled where the compiler targets AVX512-VNNI (`-march=native` on Zen 4, Ice Lake and later); elsewhere the same
-packed weights are summed in scalar C, so a plan never depends on the instruction.
+Compiled where the compiler targets AVX512-VNNI (`-march=native` on Zen 4, Ice Lake and later).
+
+Without VNNI the bytes' own instruction (`vpmaddubsw`) adds pairs of products in a saturating int16: inexact (what
+onnxruntime and oneDNN run there). So on AVX2 the weights are packed as pairs of consecutive k, 8 columns to 16
+bytes (widened to int16 as they are loaded: half the bytes of int16 weights to bring from memory), and each item
+first widens its rows, their zero point taken off (a - za: within int16), into int16 on its stack, a chunk of k at a
+time: `vpmaddwd` multiplies a row's broadcast pair by each column's pair and adds the two products in int32, exact.
+An item is 4 rows by 16 columns there. Where neither instruction set is targeted, the same pairs are summed in
+scalar C, so a plan never depends on the instructions.
 """
 
 from __future__ import annotations
@@ -35,8 +42,34 @@ from kernorch.ir.kernel import CandidateKernel
 # columns 21.7 / 77 µs; 6 x 64 (24 accumulators, which GCC 12 spills) 40 / 37+; 4 x 64 25 / 95; 8 x 32 21 / 80 with
 # spills; 7 x 32 24 / 82; 6 x 48 30 / 116.
 ROWS, COLUMNS = 6, 32
+# AVX2's item: 4 rows x 2 vectors of 8 int32 sums (8 accumulators, 2 weight vectors, a broadcast and a product of
+# AVX2's 16 registers), its rows widened PAIR_CHUNK k at a time. Measured on Zen 3 (2 threads, 128x256x256 /
+# 128x256x1024): see AVX2_ROWS_MEASURED.
+AVX2_ROWS, AVX2_COLUMNS, PAIR_CHUNK = 3, 16, 512
 # VL for the 16-byte masked store of an 8-bit result
 VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
+AVX2_GUARD = "#elif defined(__AVX2__)"
+# the packed weights' layout follows the instructions targeted: VNNI's quads of bytes, else pairs
+LAYOUT = f"""#ifndef KO_I8_VNNI
+{VNNI_GUARD}
+#define KO_I8_VNNI 1
+#else
+#define KO_I8_VNNI 0
+#endif
+#endif"""
+# AVX2 has no byte-masked store: an 8-bit result's 8 int32 lanes packed to their low bytes, `count` of them stored
+AVX2_BYTES = """#if defined(__AVX2__) && !defined(KO_I8_STORE8)
+#define KO_I8_STORE8
+#include <immintrin.h>
+static inline void ko_i8_store8(void *p, __m256i v, int count) {
+  const __m256i low = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i bytes = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(low, _mm256_setr_epi32(0, 4, 0, 0, 0, 0,
+    0, 0)));
+  const int64_t t = _mm_cvtsi128_si64(bytes);
+  if (count == 8) memcpy(p, &t, 8); else memcpy(p, &t, (size_t)count);
+}
+#endif"""
 # four bytes of a row at any offset (rows K bytes apart are not 4-aligned: a cast pointer's load is undefined)
 WORD = """#ifndef KO_I8_WORD
 #define KO_I8_WORD
@@ -46,7 +79,7 @@ _C_TYPES = {"uint8": "uint8_t", "int8": "int8_t"}
 
 
 # the epilogue's primitives: what they compute on a vector of 16 lanes (AVX-512) and their result's type
-_ARITHMETIC = {"add": "_mm512_add_ps", "sub": "_mm512_sub_ps", "mul": "_mm512_mul_ps", "div": "_mm512_div_ps"}
+_ARITHMETIC = {"add": "add_ps", "sub": "sub_ps", "mul": "mul_ps", "div": "div_ps"}  # after _mm512_ or _mm256_
 _COMPARISONS = {"greater": "_CMP_GT_OQ", "less": "_CMP_LT_OQ", "greater_equal": "_CMP_GE_OQ",
                 "less_equal": "_CMP_LE_OQ", "equal": "_CMP_EQ_OQ"}  # ordered: false with NaN, as C's  # fmt: skip
 _WRITTEN = ("float32", "int32", "int8", "uint8")  # what the kernel may write
@@ -173,8 +206,9 @@ def _padded(spec: Int8Matmul) -> tuple[int, int]:
 
 
 def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
-    """State (packed weights, their column sums), destroy, and create: w[(n / 16 * K4 + k / 4) * 64 + n % 16 * 4 +
-    k % 4] = b[k][n] - b_zero (0 in the padding), colsum[n] = the column's sum."""
+    """State (packed weights, their column sums), destroy, and create. The weights' centred values v = b[k][n] -
+    b_zero (0 in the padding) packed as int8, for VNNI as w[(n / 16 * K4 + k / 4) * 64 + n % 16 * 4 + k % 4], else
+    in pairs as w[(n / 8 * K2 + k / 2) * 16 + n % 8 * 2 + k % 2] (K2 = 2 K4); colsum[n] = the column's sum (VNNI's)."""
     groups, padded = _padded(spec)
     zero = "zb[n]" if spec.weights_zero_per_column else "zb[0]"
     b_type = _C_TYPES[spec.weights_type]
@@ -188,49 +222,80 @@ def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
             with w.block(f"for (long k = 0; k < {groups * 4}; k++)"):
                 w.line(f"const int32_t v = k < {spec.depth} && n < {spec.columns} ? "
                        f"(int32_t)b[k * {spec.columns} + n] - (int32_t){zero} : 0;",
-                       f"s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4] = (int8_t)v;",
+                       f"if (KO_I8_VNNI) s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4] = (int8_t)v;",
+                       f"else s->w[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2] = (int8_t)v;",
                        "sum += v;")  # fmt: skip
             w.line("s->colsum[n] = sum;")
 
 
-def _vector_operand(operand: Operand, column: str) -> str:
+@dataclass(frozen=True)
+class _Vectors:
+    """How the epilogue is written for one vector width: its intrinsics as templates (`lanes`: the columns
+    stored, a mask of the ISA's kind)."""
+
+    prefix: str  # _mm512 or _mm256
+    types: dict[str, str]  # a step's dtype -> its vector type
+    round: str  # round half to even
+    compare: str  # {a}, {b}, {predicate}: a mask of the lanes where it holds (false with NaN)
+    select: str  # {mask}, {yes}, {no}
+    load_columns: str  # {pointer}: the stored columns' floats, 0 past them
+    to_bytes: str  # {x}: float32 to the integer whose low byte an 8-bit result keeps
+    stores: dict[str, str]  # written dtype -> {pointer}, {value}
+
+
+_AVX512 = _Vectors(
+    prefix="_mm512", types={"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i",
+                            "uint8": "__m128i"},
+    round="_mm512_roundscale_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
+    compare="_mm512_cmp_ps_mask({a}, {b}, {predicate})", select="_mm512_mask_blend_ps({mask}, {no}, {yes})",
+    load_columns="_mm512_maskz_loadu_ps(lanes, {pointer})", to_bytes="_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({x}))",
+    stores={"float32": "_mm512_mask_storeu_ps({pointer}, lanes, {value});",
+            "int32": "_mm512_mask_storeu_epi32({pointer}, lanes, {value});",
+            "int8": "_mm_mask_storeu_epi8({pointer}, lanes, {value});"})  # fmt: skip
+_AVX2 = _Vectors(
+    prefix="_mm256", types={"float32": "__m256", "bool": "__m256", "int32": "__m256i", "int8": "__m256i",
+                            "uint8": "__m256i"},
+    round="_mm256_round_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
+    compare="_mm256_cmp_ps({a}, {b}, {predicate})", select="_mm256_blendv_ps({no}, {yes}, {mask})",
+    load_columns="_mm256_maskload_ps({pointer}, lanes)", to_bytes="_mm256_cvttps_epi32({x})",
+    stores={"float32": "_mm256_maskstore_ps({pointer}, lanes, {value});",
+            "int32": "_mm256_maskstore_epi32({pointer}, lanes, {value});",
+            "int8": "ko_i8_store8({pointer}, {value}, count);"})  # fmt: skip
+
+
+def _vector_operand(operand: Operand, column: str, isa: _Vectors) -> str:
     if operand.kind == "sums":
         return "v"
     if operand.kind == "step":
         return f"t{operand.index}"
-    return f"_mm512_maskz_loadu_ps(lanes, e{operand.index} + {column})" if operand.per_column else \
-        f"_mm512_set1_ps(e{operand.index}[0])"  # fmt: skip
+    pointer = f"e{operand.index} + {column}"
+    return isa.load_columns.format(pointer=pointer) if operand.per_column else \
+        f"{isa.prefix}_set1_ps(e{operand.index}[0])"  # fmt: skip
 
 
-_NEAREST_EVEN = "_mm512_roundscale_ps({}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)"  # round half to even
-_VECTOR_TYPES = {"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i", "uint8": "__m128i"}
-
-
-def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str) -> None:
-    """The 16 sums `v` of (row, column..) through the epilogue's steps and stored (lanes `lanes`)."""
-    at = f"({row}) * {spec.columns}L + {column}"
+def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str, isa: _Vectors) -> None:
+    """The sums `v` of (row, column..) through the epilogue's steps and stored (the columns `lanes`)."""
     for index, step in enumerate(spec.steps):
-        x = [_vector_operand(o, column) for o in step.operands]
+        x = [_vector_operand(o, column, isa) for o in step.operands]
         if step.prim == "cast":
-            value = {"float32": f"_mm512_cvtepi32_ps({x[0]})", "int32": f"_mm512_cvttps_epi32({x[0]})"}.get(
-                step.dtype, f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({x[0]}))")  # 8-bit: the low byte, as C's
+            value = {"float32": f"{isa.prefix}_cvtepi32_ps({x[0]})", "int32": f"{isa.prefix}_cvttps_epi32({x[0]})"}\
+                .get(step.dtype, isa.to_bytes.format(x=x[0]))  # 8-bit: the low byte, as C's
         elif step.prim == "round":
-            value = _NEAREST_EVEN.format(x[0])
+            value = isa.round.format(x=x[0])
         elif step.prim == "saturating_round":  # max_ps gives its second operand where the first is NaN: low
-            rounded = _NEAREST_EVEN.format(x[0])
-            value = f"_mm512_min_ps(_mm512_max_ps(_mm512_add_ps({rounded}, {x[1]}), {x[2]}), {x[3]})"
+            rounded = isa.round.format(x=x[0])
+            value = f"{isa.prefix}_min_ps({isa.prefix}_max_ps({isa.prefix}_add_ps({rounded}, {x[1]}), {x[2]}), {x[3]})"
         elif step.prim in _COMPARISONS:
-            value = f"_mm512_cmp_ps_mask({x[0]}, {x[1]}, {_COMPARISONS[step.prim]})"
+            value = isa.compare.format(a=x[0], b=x[1], predicate=_COMPARISONS[step.prim])
         elif step.prim == "where":
-            value = f"_mm512_mask_blend_ps({x[0]}, {x[2]}, {x[1]})"
+            value = isa.select.format(mask=x[0], yes=x[1], no=x[2])
         else:
-            value = f"{_ARITHMETIC[step.prim]}({x[0]}, {x[1]})"
-        w.line(f"const {_VECTOR_TYPES[step.dtype]} t{index} = {value};")
+            value = f"{isa.prefix}_{_ARITHMETIC[step.prim]}({x[0]}, {x[1]})"
+        w.line(f"const {isa.types[step.dtype]} t{index} = {value};")
     result = f"t{len(spec.steps) - 1}" if spec.steps else "v"
-    store = {"float32": f"_mm512_mask_storeu_ps((float *)dst + {at}, lanes, {result});",
-             "int32": f"_mm512_mask_storeu_epi32((int32_t *)dst + {at}, lanes, {result});"}.get(
-        spec.written, f"_mm_mask_storeu_epi8((int8_t *)dst + {at}, lanes, {result});")  # fmt: skip
-    w.line(store)
+    store = isa.stores.get(spec.written, isa.stores["int8"])
+    pointer = f"({_C_RESULT_TYPES[spec.written]} *)dst + ({row}) * {spec.columns}L + {column}"
+    w.line(store.format(pointer=pointer, value=result))
 
 
 def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
@@ -271,7 +336,53 @@ def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
                 for r in range(ROWS):
                     with w.block(f"if ({r} < rows)"):
                         w.line(f"const __m512i v = _mm512_sub_epi32(c{r}_{j}, zc);")
-                        _vector_epilogue(w, spec, f"m0 + {r}", "n")
+                        _vector_epilogue(w, spec, f"m0 + {r}", "n", _AVX512)
+
+
+def _avx2_items(w: CWriter, spec: Int8Matmul) -> None:
+    """The items' loop on AVX2's exact int16 products (inside its guard): each item widens its rows, a chunk of k
+    at a time, into int16 on its stack (a - za, zero past K), then per pair of k broadcasts each row's pair and adds
+    `vpmaddwd`'s int32 sums of the two products into its accumulators."""
+    groups, _ = _padded(spec)
+    pairs = groups * 2  # the packed pairs per column (K rounded up to four)
+    blocks = (spec.columns + AVX2_COLUMNS - 1) // AVX2_COLUMNS
+    vectors = range(AVX2_COLUMNS // 8)
+    chunk = min(PAIR_CHUNK, groups * 4)
+    w.line("#pragma omp parallel for schedule(static)")
+    row_blocks = (spec.rows + AVX2_ROWS - 1) // AVX2_ROWS
+    with w.block(f"for (long it = 0; it < {row_blocks * blocks}L; it++)"):
+        # a thread's consecutive items share their columns: its weights stay in cache, the rows are streamed
+        w.line(f"const long m0 = it % {row_blocks} * {AVX2_ROWS}, n0 = it / {row_blocks} * {AVX2_COLUMNS};",
+               f"const int rows = {spec.rows} - m0 < {AVX2_ROWS} ? (int)({spec.rows} - m0) : {AVX2_ROWS};",
+               f"const int8_t *wb = s->w + n0 / 8 * {pairs * 16}L;",
+               f"int16_t x[{AVX2_ROWS}][{chunk}] __attribute__((aligned(32)));")  # fmt: skip
+        for r in range(AVX2_ROWS):  # rows past the last are computed from the last row (in bounds), never stored
+            w.line(f"const uint8_t *row{r} = src + (m0 + ({r} < rows ? {r} : rows - 1)) * {spec.depth}L;",
+                   f"__m256i {', '.join(f'c{r}_{j} = _mm256_setzero_si256()' for j in vectors)};")  # fmt: skip
+        flip = " ^ 0x80" if spec.signed else ""
+        with w.block(f"for (long k0 = 0; k0 < {spec.depth}; k0 += {chunk})"):
+            w.line(f"const long kn = {spec.depth} - k0 < {chunk} ? {spec.depth} - k0 : {chunk};")
+            for r in range(AVX2_ROWS):
+                w.line(f"for (long k = 0; k < kn; k++) x[{r}][k] = (int16_t)((int32_t)(row{r}[k0 + k]{flip}) - za);",
+                       f"for (long k = kn; k < (kn + 1) / 2 * 2; k++) x[{r}][k] = 0;")  # fmt: skip
+            with w.block("for (long p = 0; p < (kn + 1) / 2; p++)"):
+                w.line(*(f"const __m256i w{j} = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(wb + "
+                         f"({j * pairs}L + k0 / 2 + p) * 16)));" for j in vectors))  # fmt: skip
+                for r in range(AVX2_ROWS):
+                    w.line(f"const __m256i x{r} = _mm256_set1_epi32(ko_i8_word((const uint8_t *)&x[{r}][2 * p]));",
+                           *(f"c{r}_{j} = _mm256_add_epi32(c{r}_{j}, _mm256_madd_epi16(x{r}, w{j}));"
+                             for j in vectors))  # fmt: skip
+        for j in vectors:
+            with w.block(f"if (n0 + {j * 8} < {spec.columns})"):
+                w.line(f"const long n = n0 + {j * 8};",
+                       f"const int count = {spec.columns} - n >= 8 ? 8 : (int)({spec.columns} - n);",
+                       "const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), "
+                       "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));",
+                       "(void)lanes; (void)count;")  # fmt: skip
+                for r in range(AVX2_ROWS):
+                    with w.block(f"if ({r} < rows)"):
+                        w.line(f"const __m256i v = c{r}_{j};")
+                        _vector_epilogue(w, spec, f"m0 + {r}", "n", _AVX2)
 
 
 def _scalar_operand(operand: Operand) -> str:
@@ -286,8 +397,8 @@ _C_RESULT_TYPES = {"float32": "float", "bool": "int", "int32": "int32_t", "int8"
 
 
 def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
-    """The same sums of the same packed weights in scalar C (int64, then int32 as the VNNI sums wrap), and the
-    epilogue as generated C computes it (codegen/c/expr.py)."""
+    """The same sums of the pairs in scalar C (int64, then int32 as the vector sums wrap), and the epilogue
+    as generated C computes it (codegen/c/expr.py)."""
     groups, _ = _padded(spec)
     flip = "^ 0x80" if spec.signed else ""
     w.line("#pragma omp parallel for schedule(static)")
@@ -295,9 +406,9 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
         with w.block(f"for (long n = 0; n < {spec.columns}; n++)"):
             w.line("int64_t sum = 0;",
                    f"for (long k = 0; k < {spec.depth}; k++) "
-                   f"sum += (int64_t)(uint8_t)(src[m * {spec.depth}L + k] {flip}) * "
-                   f"s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4];",
-                   "const int32_t v = (int32_t)(sum - (int64_t)za * s->colsum[n]);")  # fmt: skip
+                   f"sum += (int64_t)((int32_t)(uint8_t)(src[m * {spec.depth}L + k] {flip}) - za) * "
+                   f"s->w[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2];",
+                   "const int32_t v = (int32_t)sum;")  # fmt: skip
             dtypes = ["int32"]
             for index, step in enumerate(spec.steps):
                 x = [_scalar_operand(o) for o in step.operands]
@@ -321,7 +432,7 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
 def render(name: str, spec: Int8Matmul) -> str:
     """C for the kernel: its state, create (packing), run, destroy."""
     w = CWriter()
-    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif", WORD)
+    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif", WORD, LAYOUT, AVX2_BYTES)
     _create(w, name, spec)
     a_type = _C_TYPES["int8" if spec.signed else "uint8"]
     with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
@@ -335,6 +446,8 @@ def render(name: str, spec: Int8Matmul) -> str:
         w.line(*(f"const float *e{slot} = (const float *)a[{slot}];" for slot in inputs))
         w.verbatim(VNNI_GUARD)
         _vnni_items(w, spec)
+        w.verbatim(AVX2_GUARD)
+        _avx2_items(w, spec)
         w.verbatim("#else")
         _scalar_items(w, spec)
         w.verbatim("#endif")

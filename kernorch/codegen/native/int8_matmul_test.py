@@ -92,6 +92,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "bert_mini's query: 128 x 256 x 256": dict(rows=(1, 128), depth=256, columns=256),
     "short k group, short vector, short row block": dict(rows=(2, 25), depth=77, columns=130),
     "one of each": dict(rows=(1,), depth=1, columns=1),
+    "k past AVX2's widened chunk, odd": dict(rows=(5,), depth=1031, columns=9),
     "int8 rows, zero point at the top": dict(rows=(7,), depth=33, columns=17, source="int8", zero=127),
     "int8 rows, zero point at the bottom": dict(rows=(3, 5), depth=64, columns=64, source="int8", zero=-128),
     "uint8 weights around 128": dict(rows=(13,), depth=40, columns=70, weights="uint8", weights_zero=128, zero=0),
@@ -193,8 +194,8 @@ EPILOGUES: dict[str, tuple[Step, ...]] = {
 @pytest.mark.parametrize("signed", [False, True])
 @pytest.mark.parametrize("epilogue", list(EPILOGUES))
 def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, epilogue: str) -> None:
-    """The scalar path (compiled for x86-64-v3: no AVX-512) against the reference, and the VNNI path (where this
-    CPU has it) against the scalar one, bit for bit."""
+    """The scalar path (compiled for x86-64: no AVX2) against the reference, and the AVX2 path (x86-64-v3) and the
+    VNNI path (where this CPU has it) against the scalar one, bit for bit."""
     steps = EPILOGUES[epilogue]
     rows, depth, columns = 11, 30, 35
     dtype = np.int8 if signed else np.uint8
@@ -219,13 +220,14 @@ def test_scalar_c_equals_the_vnni_path(tmp_path: Path, signed: bool, epilogue: s
     spec = Int8Matmul(rows=rows, depth=depth, columns=columns, signed=signed, src=0, src_zero=1, weights=2,
                       weights_type="int8", weights_zero=3, weights_zero_per_column=False, dst=8, steps=steps)
     outputs = {}
-    for isa in ("x86-64-v3", *(("native",) if VNNI else ())):
+    for isa in ("x86-64", "x86-64-v3", *(("native",) if VNNI else ())):
         out = np.zeros((rows, columns), expected.dtype)
         run_library(render("k", spec), isa, tmp_path, [x, zero, w, wz, scale, vector, low, high, out])
         outputs[isa] = out
-    np.testing.assert_array_equal(outputs["x86-64-v3"], expected)
+    np.testing.assert_array_equal(outputs["x86-64"], expected)
+    np.testing.assert_array_equal(outputs["x86-64-v3"], outputs["x86-64"])
     if VNNI:
-        np.testing.assert_array_equal(outputs["native"], outputs["x86-64-v3"])
+        np.testing.assert_array_equal(outputs["native"], outputs["x86-64"])
     if epilogue == "requantize to int8":
         assert np.abs(sums % 2).max() == 1 and np.abs(sums / 2).max() > 127  # ties and saturation were exercised
     if "zero scale" in epilogue:
@@ -241,14 +243,24 @@ MUTANTS = [
     here("the weights' zero point ignored", "(int32_t)b[k * {spec.columns} + n] - (int32_t){zero}",
          "(int32_t)b[k * {spec.columns} + n]"),
     here("the short vector stored whole", "(__mmask16)((1u << ({spec.columns} - n)) - 1)", "(__mmask16)0xFFFF"),
-    here("a select's branches swapped", 'value = f"_mm512_mask_blend_ps({x[0]}, {x[2]}, {x[1]})"',
-         'value = f"_mm512_mask_blend_ps({x[0]}, {x[1]}, {x[2]})"'),
-    here("rounding toward zero", "_mm512_roundscale_ps({}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
-         "_mm512_roundscale_ps({}, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)"),
+    here("a select's branches swapped (AVX-512)", 'select="_mm512_mask_blend_ps({mask}, {no}, {yes})"',
+         'select="_mm512_mask_blend_ps({mask}, {yes}, {no})"'),
+    here("a select's branches swapped (AVX2)", 'select="_mm256_blendv_ps({no}, {yes}, {mask})"',
+         'select="_mm256_blendv_ps({yes}, {no}, {mask})"'),
+    here("rounding toward zero (AVX-512)", "_mm512_roundscale_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
+         "_mm512_roundscale_ps({x}, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)"),
+    here("rounding toward zero (AVX2)", "_mm256_round_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
+         "_mm256_round_ps({x}, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)"),
     here("a compare true on NaN", '"greater": "_CMP_GT_OQ"', '"greater": "_CMP_GT_UQ"'),
-    here("a saturating round keeps NaN", "_mm512_max_ps(_mm512_add_ps({rounded}, {x[1]}), {x[2]})",
-         "_mm512_max_ps({x[2]}, _mm512_add_ps({rounded}, {x[1]}))"),
-    here("a saturating round without its offset", "_mm512_add_ps({rounded}, {x[1]})", "{rounded}"),
+    here("a saturating round keeps NaN", "{isa.prefix}_max_ps({isa.prefix}_add_ps({rounded}, {x[1]}), {x[2]})",
+         "{isa.prefix}_max_ps({x[2]}, {isa.prefix}_add_ps({rounded}, {x[1]}))"),
+    here("a saturating round without its offset", "{isa.prefix}_add_ps({rounded}, {x[1]})", "{rounded}"),
+    here("AVX2's rows widened with their zero point", "(int32_t)(row{r}[k0 + k]{flip}) - za)",
+         "(int32_t)(row{r}[k0 + k]{flip}))"),
+    here("AVX2's weights read from the first chunk of k", "({j * pairs}L + k0 / 2 + p)", "({j * pairs}L + p)"),
+    here("AVX2's short vector stored whole", "_mm256_set1_epi32(count)", "_mm256_set1_epi32(8)"),
+    here("AVX2's 8-bit results stored from the wrong bytes", "_mm256_setr_epi8(0, 4, 8, 12, -1",
+         "_mm256_setr_epi8(1, 5, 9, 13, -1"),
     here("uint8 weights beyond int8 taken", "if centred.size and (centred.min() < -128 or centred.max() > 127):",
          "if centred.size and (centred.min() < -256 or centred.max() > 255):"),
 ]  # fmt: skip
