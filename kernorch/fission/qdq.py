@@ -22,6 +22,10 @@ becomes what its quantization means, computed as onnxruntime and OpenVINO comput
    (centred int8) and their scales per tensor or per output channel:
 
     Conv(DQ(x, sx, zx), DQ(W, sw, zw), B)  ->  Cast(ConvInteger(x, W - zw, zx, 0), float) * (sx * sw) + B
+
+   On a CPU without VNNI only an unsigned source by weights within 64 (oneDNN's int8 convolution is exact there
+   for those alone: codegen/library/onednn.py); any other stays the float convolution of the dequantized values,
+   which is what the model defines and faster than an exact integer one without VNNI (`integer_convolution_pays`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from kernorch import machine
 from kernorch.fission.rules.common import centred_int8
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.primitives import MAX_INTEGER_K
@@ -154,6 +159,13 @@ def _conv_weights(graph: _Graph, value: str) -> tuple[np.ndarray, np.ndarray] | 
     return None if centred is None else (centred, scale.reshape(scale.shape if per_channel else ()))
 
 
+def integer_convolution_pays(source: np.dtype, widest_weight: int) -> bool:
+    """Whether a QDQ convolution of `source` bytes by centred weights up to `widest_weight` in magnitude becomes an
+    integer convolution on this CPU: with VNNI always; without, only where oneDNN's int8 convolution sums it exactly
+    (kernorch's pixel kernel, exact everywhere, is scalar C there: slower than the float convolution)."""
+    return machine.int8_dot_products() or (source == np.uint8 and widest_weight <= machine.SATURATION_FREE_WEIGHT)
+
+
 def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     """The nodes computing Conv `node` of dequantized activations and weights as an integer convolution."""
     activation = _activation(graph, node.input[0])
@@ -161,6 +173,8 @@ def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeP
     if activation is None or weights is None:
         return None
     w, w_scale = weights
+    if not integer_convolution_pays(graph.constants[activation[2]].dtype, int(np.abs(w.astype(np.int32)).max())):
+        return None  # no int8 kernel here sums it both exactly and fast: the float convolution the model defines
     out = node.output[0]
     channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)  # an operand broadcast along the output channels
     w_name = graph.constant(f"{out}_int8_weights", w)

@@ -7,6 +7,7 @@ within the quantized tolerance."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def _qdq_conv_model(*, channels: int = 8, out_channels: int = 12, group: int = 1
     1x1 QDQ convolution to 6 channels, whose output is the model's (as quantize_static writes a layer feeding
     another)."""
     w = RNG.integers(-WIDEST, WIDEST + 1, (out_channels, channels // group, 3, 3)).astype(np.int8)
+    w.reshape(-1)[:2] = -WIDEST, WIDEST  # the widest weights drawn, at both ends
     scale = np.linspace(0.002, 0.02, out_channels).astype(np.float32) if per_channel else np.asarray(0.01, np.float32)
     zero = 3 if activations == "uint8" else -5
     constants = {"w": w, "ws": scale, "wz": np.zeros(scale.shape, np.int8), "xs": np.asarray(0.05, np.float32),
@@ -174,7 +176,8 @@ def test_integer_convolutions_agree_with_onnxruntime(case: str) -> None:
     attributes, the bias and relu as post-ops), as onnxruntime's own QDQ fusion computes it."""
     model = _qdq_conv_model(**CONV_CASES[case])
     graph = fission(import_model(model))
-    assert "conv_integer" in [n.prim for n in graph.nodes] and "conv" not in [n.prim for n in graph.nodes]
+    integer = _on_onednn_here(CONV_CASES[case].get("activations", "uint8"))  # else the float convolution stays
+    assert ("conv_integer" in [n.prim for n in graph.nodes]) == integer != ("conv" in [n.prim for n in graph.nodes])
     x = (RNG.standard_normal((1, model.graph.input[0].type.tensor_type.shape.dim[1].dim_value, 10, 10)) * 3)
     x = x.astype(np.float32)
     x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
@@ -248,6 +251,23 @@ def test_a_convolution_stays_float_where_the_pattern_does_not_pay(change: dict[s
     assert "conv_integer" not in prims and "conv" in prims
 
 
+@pytest.mark.parametrize(("activations", "widest", "integer"), [("uint8", 64, True), ("uint8", 127, False),
+                                                                ("int8", 64, False)])  # fmt: skip
+def test_without_vnni_a_convolution_is_integer_only_where_onednn_sums_it_exactly(  # type: ignore[no-untyped-def]
+        monkeypatch, activations: str, widest: int, integer: bool) -> None:
+    """On a CPU without VNNI an int8 convolution would run exactly only on the reference: the float convolution
+    the model defines stays, but for an unsigned source by 7-bit weights (oneDNN's exact case); numbers unchanged."""
+    monkeypatch.setattr(machine, "int8_dot_products", lambda: False)
+    monkeypatch.setattr(sys.modules[__name__], "WIDEST", widest)
+    model = _qdq_conv_model(activations=activations)
+    prims = [n.prim for n in fission(import_model(model)).nodes]
+    assert ("conv_integer" in prims) == integer and ("conv" in prims) != integer
+    feeds = {"x": (np.random.default_rng(2).standard_normal((1, 8, 10, 10)) * 3).astype(np.float32)}
+    expected = run_onnxruntime(model, feeds, optimized=False)["y"]
+    np.testing.assert_allclose(cpu_compile(model, cost="analytic").run(feeds)["y"], expected, rtol=1e-4,
+                               atol=1e-4 * float(np.abs(expected).max()))  # fmt: skip
+
+
 def _moves_model(second_scale: float = 0.05, consumer: str = "Add") -> onnx.ModelProto:
     """x -> Q -> DQ -> Reshape -> Q -> DQ -> Transpose -> Q -> DQ -> consumer: the requantizations around moves that
     quantize_static writes (the second one on `second_scale`'s grid)."""
@@ -308,6 +328,12 @@ def test_a_requantization_after_arithmetic_stays() -> None:
 
 
 MUTANTS = [
+    here("a QDQ convolution made integer without VNNI whatever its source and weights",
+         "return machine.int8_dot_products() or (source == np.uint8",
+         "return True or (source == np.uint8", file="kernorch/fission/qdq.py"),
+    here("a QDQ convolution by weights at the saturation edge kept float without VNNI",
+         "widest_weight <= machine.SATURATION_FREE_WEIGHT)", "widest_weight < machine.SATURATION_FREE_WEIGHT)",
+         file="kernorch/fission/qdq.py"),
     here("requantization dropped on another grid", "return parameters[0] == parameters[1]", "return True"),
     here("requantization dropped after any operator", "if move is None or move.op_type not in VALUE_MOVES",
          "if move is None"),
