@@ -1,15 +1,15 @@
-"""An int8 matmul on VNNI dot products: matmul_integer ([M, K] uint8 or int8 rows by constant [K, N] weights, zero
-points, int32 sums) with the epilogue quantized models put after it, applied while the sums are in registers:
-dequantization (the cast to float32, products and sums by a scalar or a per-column vector: the scales, the bias)
-and requantization (a quotient by the next scale, rounding half to even, the zero point, saturation by compares and
-selects, the cast to int8 or uint8), written int32, float32 or 8-bit.
+"""An int8 matmul on VNNI dot products (on exact AVX2 products without them): matmul_integer ([M, K] uint8 or int8 rows
+by constant [K, N] weights, zero points, int32 sums) with the epilogue quantized models put after it, applied while
+the sums are in registers: dequantization (the cast to float32, products and sums by a scalar or a per-column
+vector: the scales, the bias) and requantization (a quotient by the next scale, rounding half to even, the zero
+point, saturation by compares and selects, the cast to int8 or uint8), written int32, float32 or 8-bit.
 
-The weights are centred on their zero point and packed once, when the plan is created, as int8 in groups of four
-consecutive k per column, 16 columns to a 64-byte vector (VNNI's operand: `vpdpbusd` multiplies four unsigned
+The weights are centred on their zero point and packed once, when the plan is created, for VNNI as int8 in groups of
+four consecutive k per column, 16 columns to a 64-byte vector (VNNI's operand: `vpdpbusd` multiplies four unsigned
 bytes of a row by four signed bytes of each column and adds the four products to the column's int32 sum). So the
-weights' centred values must fit int8 (checked on the constant when the plan is made; uint8 weights with their
-zero point in the middle do). A row of int8 values is read as unsigned by flipping its sign bit (a + 128) and its
-zero point moved by 128 to match; the zero point then comes off as one product per column:
+weights' centred values must fit int8 (checked on the constant when the plan is made; uint8 weights with their zero
+point in the middle do). A row of int8 values is read as unsigned by flipping its sign bit (a + 128) and its zero
+point moved by 128 to match; the zero point then comes off as one product per column:
 
     sum_k (a - za) * w = sum_k a' * w - za' * colsum(w)      (a' = a + 128, za' = za + 128 for int8 rows)
 
@@ -18,12 +18,11 @@ accumulators of 16 lanes, the weights' two vectors per step of four k, a broadca
 Compiled where the compiler targets AVX512-VNNI (`-march=native` on Zen 4, Ice Lake and later).
 
 Without VNNI the bytes' own instruction (`vpmaddubsw`) adds pairs of products in a saturating int16: inexact (what
-onnxruntime and oneDNN run there). So on AVX2 the weights are packed as pairs of consecutive k, 8 columns to 16
-bytes (widened to int16 as they are loaded: half the bytes of int16 weights to bring from memory), and each item
-first widens its rows, their zero point taken off (a - za: within int16), into int16 on its stack, a chunk of k at a
-time: `vpmaddwd` multiplies a row's broadcast pair by each column's pair and adds the two products in int32, exact.
-An item is 4 rows by 16 columns there. Where neither instruction set is targeted, the same pairs are summed in
-scalar C, so a plan never depends on the instructions.
+onnxruntime and oneDNN run there). So on AVX2 the weights are packed as int16 pairs of consecutive k, 8 columns to
+a 32-byte vector, and each item first widens its rows, their zero point taken off (a - za: within int16), into
+int16 on its stack, a chunk of k at a time: `vpmaddwd` multiplies a row's broadcast pair by each column's pair and
+adds the two products in int32, exact. An item is 2 rows by 32 columns there. Where neither instruction set is
+targeted, the same pairs are summed in scalar C, so a plan never depends on the instructions.
 """
 
 from __future__ import annotations
@@ -42,10 +41,11 @@ from kernorch.ir.kernel import CandidateKernel
 # columns 21.7 / 77 µs; 6 x 64 (24 accumulators, which GCC 12 spills) 40 / 37+; 4 x 64 25 / 95; 8 x 32 21 / 80 with
 # spills; 7 x 32 24 / 82; 6 x 48 30 / 116.
 ROWS, COLUMNS = 6, 32
-# AVX2's item: 4 rows x 2 vectors of 8 int32 sums (8 accumulators, 2 weight vectors, a broadcast and a product of
-# AVX2's 16 registers), its rows widened PAIR_CHUNK k at a time. Measured on Zen 3 (2 threads, 128x256x256 /
-# 128x256x1024): see AVX2_ROWS_MEASURED.
-AVX2_ROWS, AVX2_COLUMNS, PAIR_CHUNK = 3, 16, 512
+# AVX2's item: 2 rows x 4 vectors of 8 int32 sums (8 accumulators of AVX2's 16 registers; the weights read by the
+# products from memory), its rows widened PAIR_CHUNK k at a time. Measured on Zen 3 (2 threads, best of 1000 runs,
+# 128x256x256 / 128x384x1536 / 128x1536x384 µs): 2 x 32 int16 weights 78 / 710 / 710; 3 x 16 int8 weights widened as
+# loaded 120 / 820 / 678; 2 x 24 122 / 775 / 909; 1 x 48 131 / 711 / 881; 4 x 16 int16 spills an accumulator.
+AVX2_ROWS, AVX2_COLUMNS, PAIR_CHUNK = 2, 32, 512
 # VL for the 16-byte masked store of an 8-bit result
 VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
 AVX2_GUARD = "#elif defined(__AVX2__)"
@@ -207,13 +207,13 @@ def _padded(spec: Int8Matmul) -> tuple[int, int]:
 
 def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
     """State (packed weights, their column sums), destroy, and create. The weights' centred values v = b[k][n] -
-    b_zero (0 in the padding) packed as int8, for VNNI as w[(n / 16 * K4 + k / 4) * 64 + n % 16 * 4 + k % 4], else
-    in pairs as w[(n / 8 * K2 + k / 2) * 16 + n % 8 * 2 + k % 2] (K2 = 2 K4); colsum[n] = the column's sum (VNNI's)."""
+    b_zero (0 in the padding) packed for VNNI as int8 w[(n / 16 * K4 + k / 4) * 64 + n % 16 * 4 + k % 4], else as
+    int16 pairs w[(n / 8 * K2 + k / 2) * 16 + n % 8 * 2 + k % 2] (K2 = 2 K4); colsum[n] = the column's sum (VNNI's)."""
     groups, padded = _padded(spec)
     zero = "zb[n]" if spec.weights_zero_per_column else "zb[0]"
     b_type = _C_TYPES[spec.weights_type]
     with create_function(w, name, "int8_t *w; int32_t *colsum;", ["w", "colsum"],
-                         [f"s->w = (int8_t *)aligned_alloc(64, {groups * padded * 4});",
+                         [f"s->w = (int8_t *)aligned_alloc(64, {groups * padded * 4} * (KO_I8_VNNI ? 1 : 2));",
                           f"s->colsum = (int32_t *)aligned_alloc(64, {padded * 4});"]):  # fmt: skip
         w.line(f"const {b_type} *b = (const {b_type} *)a[{spec.weights}];",
                f"const {b_type} *zb = (const {b_type} *)a[{spec.weights_zero}];")
@@ -223,7 +223,8 @@ def _create(w: CWriter, name: str, spec: Int8Matmul) -> None:
                 w.line(f"const int32_t v = k < {spec.depth} && n < {spec.columns} ? "
                        f"(int32_t)b[k * {spec.columns} + n] - (int32_t){zero} : 0;",
                        f"if (KO_I8_VNNI) s->w[(n / 16 * {groups} + k / 4) * 64 + n % 16 * 4 + k % 4] = (int8_t)v;",
-                       f"else s->w[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2] = (int8_t)v;",
+                       f"else ((int16_t *)s->w)[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2] = "
+                       "(int16_t)v;",
                        "sum += v;")  # fmt: skip
             w.line("s->colsum[n] = sum;")
 
@@ -354,7 +355,7 @@ def _avx2_items(w: CWriter, spec: Int8Matmul) -> None:
         # a thread's consecutive items share their columns: its weights stay in cache, the rows are streamed
         w.line(f"const long m0 = it % {row_blocks} * {AVX2_ROWS}, n0 = it / {row_blocks} * {AVX2_COLUMNS};",
                f"const int rows = {spec.rows} - m0 < {AVX2_ROWS} ? (int)({spec.rows} - m0) : {AVX2_ROWS};",
-               f"const int8_t *wb = s->w + n0 / 8 * {pairs * 16}L;",
+               f"const int16_t *wb = (const int16_t *)s->w + n0 / 8 * {pairs * 16}L;",
                f"int16_t x[{AVX2_ROWS}][{chunk}] __attribute__((aligned(32)));")  # fmt: skip
         for r in range(AVX2_ROWS):  # rows past the last are computed from the last row (in bounds), never stored
             w.line(f"const uint8_t *row{r} = src + (m0 + ({r} < rows ? {r} : rows - 1)) * {spec.depth}L;",
@@ -366,8 +367,8 @@ def _avx2_items(w: CWriter, spec: Int8Matmul) -> None:
                 w.line(f"for (long k = 0; k < kn; k++) x[{r}][k] = (int16_t)((int32_t)(row{r}[k0 + k]{flip}) - za);",
                        f"for (long k = kn; k < (kn + 1) / 2 * 2; k++) x[{r}][k] = 0;")  # fmt: skip
             with w.block("for (long p = 0; p < (kn + 1) / 2; p++)"):
-                w.line(*(f"const __m256i w{j} = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(wb + "
-                         f"({j * pairs}L + k0 / 2 + p) * 16)));" for j in vectors))  # fmt: skip
+                w.line(*(f"const __m256i w{j} = _mm256_load_si256((const __m256i *)(wb + ({j * pairs}L + k0 / 2 + p) "
+                         "* 16));" for j in vectors))  # fmt: skip
                 for r in range(AVX2_ROWS):
                     w.line(f"const __m256i x{r} = _mm256_set1_epi32(ko_i8_word((const uint8_t *)&x[{r}][2 * p]));",
                            *(f"c{r}_{j} = _mm256_add_epi32(c{r}_{j}, _mm256_madd_epi16(x{r}, w{j}));"
@@ -407,7 +408,7 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
             w.line("int64_t sum = 0;",
                    f"for (long k = 0; k < {spec.depth}; k++) "
                    f"sum += (int64_t)((int32_t)(uint8_t)(src[m * {spec.depth}L + k] {flip}) - za) * "
-                   f"s->w[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2];",
+                   f"((const int16_t *)s->w)[(n / 8 * {groups * 2} + k / 2) * 16 + n % 8 * 2 + k % 2];",
                    "const int32_t v = (int32_t)sum;")  # fmt: skip
             dtypes = ["int32"]
             for index, step in enumerate(spec.steps):
