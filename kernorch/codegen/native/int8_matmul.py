@@ -46,6 +46,7 @@ ROWS, COLUMNS = 6, 32
 # 128x256x256 / 128x384x1536 / 128x1536x384 µs): 2 x 32 int16 weights 78 / 710 / 710; 3 x 16 int8 weights widened as
 # loaded 120 / 820 / 678; 2 x 24 122 / 775 / 909; 1 x 48 131 / 711 / 881; 4 x 16 int16 spills an accumulator.
 AVX2_ROWS, AVX2_COLUMNS, PAIR_CHUNK = 2, 32, 512
+assert COLUMNS % AVX2_COLUMNS == 0  # the packed columns (padded to COLUMNS) hold whole AVX2 items
 # VL for the 16-byte masked store of an 8-bit result
 VNNI_GUARD = "#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)"
 AVX2_GUARD = "#elif defined(__AVX2__)"
