@@ -173,7 +173,8 @@ def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeP
     if activation is None or weights is None:
         return None
     w, w_scale = weights
-    if not integer_convolution_pays(graph.constants[activation[2]].dtype, int(np.abs(w.astype(np.int32)).max())):
+    widest = int(np.abs(w.astype(np.int32)).max(initial=0))
+    if not integer_convolution_pays(graph.constants[activation[2]].dtype, widest):
         return None  # no int8 kernel here sums it both exactly and fast: the float convolution the model defines
     out = node.output[0]
     channels = (1, w.shape[0]) + (1,) * (w.ndim - 2)  # an operand broadcast along the output channels
