@@ -74,9 +74,11 @@ sanitize: $(STAMP_DEV) $(QUANTIZED)/.written
 	$(BIN)/python -m kernorch.devtools.sanitize --models $(MODELS) --quantized $(QUANTIZED)
 
 # On demand: the model zoo. Its exporters need torchvision/timm/transformers, which torch 2.13's CPU wheel cannot
-# import: a venv of their own (about 6 GB), outside the project's. ZOO_FLAGS=--cost analytic for a quick pass.
+# import: a venv of their own (about 6 GB), outside the project's. ZOO_FLAGS=--cost analytic for a quick pass;
+# ZOO_SET=real ZOO_DIR=zoo-real for the families the small zoo lacks, at real input sizes (bench/zoo/export.py).
 ZOO_VENV := .zoo-venv
 ZOO_DIR ?= zoo
+ZOO_SET ?= zoo
 $(ZOO_VENV)/.installed:
 	$(PYTHON) -m venv $(ZOO_VENV)
 	$(ZOO_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1 timm==1.0.31 transformers==5.24.0 \
@@ -84,7 +86,7 @@ $(ZOO_VENV)/.installed:
 	touch $@
 
 zoo: $(ZOO_VENV)/.installed $(STAMP_BENCH)
-	$(ZOO_VENV)/bin/python bench/zoo/export.py $(ZOO_DIR)
+	$(ZOO_VENV)/bin/python bench/zoo/export.py $(ZOO_DIR) --set $(ZOO_SET)
 	$(BIN)/python bench/zoo/run.py $(ZOO_DIR) $(ZOO_FLAGS)
 
 # On demand: the newest torch the `torch` extra allows (2.14), in a venv of its own, under the tests that use
