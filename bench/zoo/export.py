@@ -252,7 +252,7 @@ def _diffusion_unet() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[s
             embedding = self.time(torch.cat([torch.sin(angles), torch.cos(angles)], dim=1))
             x = self.stem(latent)
             skips = []
-            for block, downsample in zip(self.down, self.downsample):
+            for block, downsample in zip(self.down, self.downsample, strict=True):
                 x = block(x, embedding)
                 skips.append(x)
                 x = downsample(x)

@@ -66,7 +66,7 @@ def bench(model: Path, runs: int, timeout: float) -> dict[str, Any]:
     if code != 0:
         lines = [line for line in output.strip().splitlines() if line.strip()]
         return {"bench_error": lines[-1][:300] if lines else f"exit {code}"}
-    report = json.loads(output[output.index("{"):])
+    report, _ = json.JSONDecoder().raw_decode(output, output.index("{"))  # warnings may follow on stderr
     contenders = report["contenders"]
     peers = {name: contenders[name]["median_ms"] for name in ("onnxruntime", "openvino") if name in contenders}
     best = min(peers, key=lambda name: peers[name])

@@ -28,6 +28,10 @@ def resize(ctx: RuleContext) -> list[str]:
     exclude_outside = bool(ctx.attr("exclude_outside", 0))
     ctx.attr("extrapolation_value")  # only used by tf_crop_and_resize, which is refused above
     policy = ctx.allow("keep_aspect_ratio_policy", "stretch", "not_larger", "not_smaller", default="stretch")
+    # opset 18: antialiasing stretches the linear and cubic filters by 1/scale where an axis shrinks, and changes
+    # nothing where none shrinks (torch.onnx's dynamo exporter writes antialias=0 always); onnxruntime refuses it
+    # in nearest mode, and so does kernorch
+    antialias = ctx.allow("antialias", 0, 1, default=0)
     axes_attr = ctx.attr("axes", None)
     axes = list(range(rank)) if axes_attr is None else [ctx.normalize_axis(a, rank, "axes") for a in axes_attr]
 
@@ -65,6 +69,10 @@ def resize(ctx: RuleContext) -> list[str]:
             for axis in requested:
                 sizes[axis] = int(scale * x_type.shape[axis] + 0.5)
                 scales[axis] = scale
+    if antialias and mode == "nearest":
+        ctx.refuse("antialias applies to linear and cubic modes only", "antialias")
+    if antialias and any(scale < 1 for scale in scales):
+        ctx.refuse(f"antialiased {mode} downscaling is not supported", "antialias")
     return [ctx.emit("resize", ctx.input(0), sizes=tuple(sizes), scales=tuple(scales), mode=mode,
                      coordinate_mode=coordinate_mode, nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,
                      exclude_outside=exclude_outside)]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernorch.devtools.mutate import here
 from kernorch.errors import UnsupportedOperator
 from kernorch.fission import fission
 from kernorch.frontend import import_model
@@ -38,6 +39,26 @@ def test_resize_sizes() -> None:
     assert primitive_names(fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)) == ["resize"]
 
 
+@pytest.mark.parametrize("antialias, mode, scales", [(0, "linear", [1, 1, 0.6, 1.7]), (0, "nearest", [1, 1, 0.6, 2]),
+                                                     (1, "linear", [1, 1, 2, 1.5]), (1, "cubic", [1, 1, 1, 3])])
+def test_antialias_where_it_changes_nothing(antialias: int, mode: str, scales: list[float]) -> None:
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+    model = single_op_model("Resize", {"x": X}, {"mode": mode, "antialias": antialias}, constants,
+                            input_order=["x", "roi", "scales"], opset=18)  # fmt: skip
+    assert primitive_names(fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)) == ["resize"]
+
+
+@pytest.mark.parametrize("mode, scales, why", [("linear", [1, 1, 0.5, 1], "antialiased linear downscaling"),
+                                              ("cubic", [1, 1, 1, 0.9], "antialiased cubic downscaling"),
+                                              ("nearest", [1, 1, 2, 2], "linear and cubic modes only")])
+def test_antialias_where_it_matters_is_refused(mode: str, scales: list[float], why: str) -> None:
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+    model = single_op_model("Resize", {"x": X}, {"mode": mode, "antialias": 1}, constants,
+                            input_order=["x", "roi", "scales"], opset=18)  # fmt: skip
+    with pytest.raises(UnsupportedOperator, match=why):
+        fission(import_model(model))
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])  # what onnxruntime resizes
 def test_nearest_resize_moves_integers(dtype: type) -> None:
     info = np.iinfo(dtype)
@@ -69,3 +90,10 @@ def test_upsample_is_an_asymmetric_resize(mode: str, opset: int) -> None:
     graph = fission_and_compare(model, {"x": X}, rtol=1e-4, atol=1e-5)
     assert primitive_names(graph) == ["resize"]
     assert graph.nodes[0].attr("coordinate_mode") == "asymmetric" and graph.nodes[0].attr("sizes") == (1, 2, 10, 21)
+
+
+MUTANTS = [
+    here("antialiased downscaling accepted as plain interpolation",
+         "if antialias and any(scale < 1 for scale in scales):",
+         "if antialias and any(scale < 0 for scale in scales):"),
+]
