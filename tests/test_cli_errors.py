@@ -62,7 +62,7 @@ def test_unknown_operator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_unsupported_attribute(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     x = random_array((1, 1, 4, 4))
-    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 0.5, 0.5], np.float32)}
     model = single_op_model("Resize", {"x": x}, {"mode": "linear", "antialias": 1}, constants,
                             input_order=["x", "roi", "scales"], opset=18)  # fmt: skip
     code, err = run_cli(["check", save(model, tmp_path / "m.onnx"), "--strict"], capsys)

@@ -151,17 +151,17 @@ def test_cli_warns_in_one_line_and_strict_exits_2(tmp_path: Path, capsys: pytest
 
 
 def test_an_attribute_a_rule_refuses_falls_back_too() -> None:
-    """A rule's refusal (here Resize with antialias, which kernorch's rule does not take) falls back too, with
-    the rule's reason in the warning."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    """A rule's refusal (here Resize's antialiased downscaling, which kernorch's rule does not take) falls back
+    too, with the rule's reason in the warning."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.5, 0.5])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)
     model = helper.make_model(helper.make_graph([node], "r", [x], [y], [scales]),
                               opset_imports=[helper.make_opsetid("", 18)])  # fmt: skip
     graph = fission(import_model(model), strict=False)
     assert [n.prim for n in graph.nodes] == ["onnx_node"]
-    data = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    data = np.random.default_rng(1).standard_normal((1, 1, 8, 8)).astype(np.float32)
     with pytest.warns(FallbackWarning, match="Resize.*antialias"):
         compiled = kernorch.compile(model, cost="analytic")
     np.testing.assert_allclose(compiled.run({"x": data})["y"], _onnxruntime(model, {"x": data})[0], rtol=1e-5)
