@@ -18,6 +18,7 @@ from kernorch.codegen.native import (
     depthwise_conv,
     direct_conv,
     few_channel_conv,
+    grouped_conv,
     int8_matmul,
     int8_pixel_conv,
     lstm,
@@ -45,6 +46,7 @@ _ORDERS: dict[str, list[Backend]] = {
         # kernorch's own library calls, each for the shapes oneDNN handles worst, before oneDNN (which takes the rest)
         direct_conv.BACKEND,
         depthwise_conv.BACKEND,
+        grouped_conv.BACKEND,
         streaming_product.BACKEND,
         few_channel_conv.BACKEND,
         pointwise_conv.BACKEND,

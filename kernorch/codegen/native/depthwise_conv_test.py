@@ -30,6 +30,7 @@ EPILOGUES = {
     "none": [helper.make_node("Identity", ["c"], ["e"])],
     "swish": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["e"])],
     "hardswish": [helper.make_node("HardSwish", ["c"], ["e"])],
+    "relu": [helper.make_node("Relu", ["c"], ["e"])],
     "relu6": [helper.make_node("Clip", ["c", "lo", "hi"], ["e"])],
     "residual": [helper.make_node("Add", ["c", "x0"], ["e"])],
     "swish, scaled per channel": [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),

@@ -1,0 +1,226 @@
+"""A grouped convolution in generated C: channels-last, groups of 8 or 16 output channels (RegNet's and
+ResNeXt's group widths), its epilogue applied in cache, on CPUs without AVX-512.
+
+oneDNN 3.2 runs such a conv on AVX2 as `jit:avx2` at 14-35 GFLOP/s, a tenth to a quarter of the FMA peak:
+regnety_400mf's 3x3 conv of 6 groups of 8 channels at 112x112 -> 56x56 took 1.0-1.5 ms where onnxruntime's
+NCHWc kernel takes 0.42 ms; its 55 groups at 7x7 ~0.12 ms each (Zen 3, 2 threads; bench/results, session 36). Each
+group is a small dense conv whose weights (taps x input channels x output channels, 2.3 KB for 3x3 and 8 x 8)
+stay in L1: an output pixel's group is one or two vectors of output channels, summed over the taps and the
+group's input channels as broadcast input value times a vector of weights.
+
+The kernel: each parallel item is one output row (n, y) and a chunk of groups (rows alone would leave a thread
+idle on a 7x7 map). Inside the image, a block of output pixels accumulates in registers (`_block_size`: the
+accumulators, a weight vector and the broadcast value within AVX2's 16), per tap and input channel one weight
+load per output vector and one broadcast per pixel; the columns left after the full blocks are one shorter
+block; pixels whose taps leave the image (padding) take a bounds-checked loop. The bias starts the sums; the
+post-ops (library/post_ops.py) then run over the item's outputs while they are in L1 — relu among them, which a
+oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS). Weights are repacked once at create,
+[group][tap][input channel][output channel]. A run allocates nothing.
+
+On AVX-512 oneDNN's grouped kernel was not measured against this one, so the call stays with oneDNN there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernorch import machine
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
+from kernorch.codegen.library import (
+    LibraryCall,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+)
+from kernorch.codegen.native.skeleton import create_function, operand_rejection, run_function, weights_pointer
+
+LANES = 8  # output channels per vector: an AVX2 register
+# The broadcast is AVX's instruction where there is one: written as scalar times vector, GCC's SLP vectorizer
+# gathered a pixel's adjacent input channels into one vector and spilled each lane to the stack to broadcast it
+# (1.3 ms for regnety's first grouped conv, oneDNN's 1.0-1.5)
+VECTOR_TYPES = """#ifndef KO_V8
+#define KO_V8
+typedef float ko_v8 __attribute__((vector_size(32)));
+typedef float ko_v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load */
+#ifdef __AVX__
+#include <immintrin.h>
+#define KO_BROADCAST8(p) ((ko_v8)_mm256_broadcast_ss(p))
+#else
+#define KO_BROADCAST8(p) ((ko_v8){0} + *(p))
+#endif
+#endif"""
+MAX_GROUP_VECTORS = 2  # output channels per group: 8 or 16
+ACCUMULATORS = 12  # of AVX2's 16 registers; the rest hold a weight vector and the broadcast input
+MIN_ITEMS = 32  # parallel items a call is cut into when rows allow
+
+
+def grouped_rejection(call: LibraryCall) -> str | None:
+    """Why the grouped kernel does not run `call` (None when it does)."""
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 5:
+        return "not a grouped 2-d convolution"
+    groups, group_out, group_in = call.weights.dims[:3]
+    if groups == 1:
+        return "one group"
+    if group_out == 1 and group_in == 1:
+        return "depthwise"
+    if group_out % LANES or group_out > LANES * MAX_GROUP_VECTORS:
+        return f"{group_out} output channels per group (this kernel takes 8 or 16)"
+    if any(flag.startswith("avx512") for flag in machine.isa_flags()):
+        return "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
+    return post_ops_rejection(call.post_ops)
+
+
+def _block_size(group_vectors: int, width: int) -> int:
+    return max(1, min(ACCUMULATORS // group_vectors, width))
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """The conv's sizes and element strides, as the C below uses them."""
+
+    call: LibraryCall
+
+    @property
+    def group_in(self) -> int:
+        return self.call.weights.dims[2]
+
+    @property
+    def group_out(self) -> int:
+        return self.call.weights.dims[1]
+
+    @property
+    def kernel_w(self) -> int:
+        return self.call.weights.dims[4]
+
+    def source_row(self, tap_y: str) -> str:
+        """Offset of the input row filter row `tap_y` reads for output row y."""
+        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
+
+    def source_column(self, x: str, tap_x: str) -> str:
+        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
+
+    def weights(self, tap_y: str, tap_x: str) -> str:
+        """The packed weights of group g at a tap: [input channel][output channel]."""
+        return f"wg + ({tap_y} * {self.kernel_w} + {tap_x}) * {self.group_in * self.group_out}L"
+
+    def interior(self, w: CWriter, block: int) -> None:
+        """`block` pixels from x on whose taps are all inside the image."""
+        vectors, src_x, dst_x = self.group_out // LANES, self.call.src.strides[3], self.call.dst.strides[3]
+        (_, stride_x) = self.call.strides
+        accumulators = [(i, v) for i in range(block) for v in range(vectors)]
+        w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * LANES});"
+                 for i, v in accumulators))  # fmt: skip
+        with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
+            w.line(f"const float *r = in + {self.source_row('ky')} + {self.source_column('x', 'kx')} * {src_x}"
+                   f" + g * {self.group_in};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
+            w.line(f"#pragma GCC unroll {min(self.group_in, 8)}")
+            with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
+                w.line(*(f"const ko_v8 w{v} = *(const ko_v8u *)(wt + ic * {self.group_out} + {v * LANES});"
+                         for v in range(vectors)))  # fmt: skip
+                for i in range(block):
+                    fmas = " ".join(f"acc{i}_{v} += b * w{v};" for v in range(vectors))
+                    w.line(f"{{ const ko_v8 b = KO_BROADCAST8(r + {i * stride_x * src_x}L + ic); {fmas} }}")
+        w.line(*(f"*(ko_v8u *)(out + (long)(x + {i}) * {dst_x} + g * {self.group_out} + {v * LANES}) = acc{i}_{v};"
+                 for i, v in accumulators))  # fmt: skip
+
+    def edge(self, w: CWriter, begin: str, end: str) -> None:
+        """Pixels [begin, end) with taps outside the image (padding), one at a time, bounds checked per tap (on a
+        7x7 map two of seven columns: as scalar code they took longer than the other five)."""
+        vectors, src_x, dst_x = self.group_out // LANES, self.call.src.strides[3], self.call.dst.strides[3]
+        with w.block(f"for (int x = {begin}; x < {end}; x++)"):
+            w.line(*(f"ko_v8 acc{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * LANES});"
+                     for v in range(vectors)))  # fmt: skip
+            with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
+                w.line(f"const long ix = {self.source_column('x', 'kx')};",
+                       f"if (ix < 0 || ix >= {self.call.src.dims[3]}) continue;",
+                       f"const float *r = in + {self.source_row('ky')} + ix * {src_x} + g * {self.group_in};",
+                       f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
+                with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
+                    w.line("const ko_v8 b = KO_BROADCAST8(r + ic);",
+                           *(f"acc{v} += b * *(const ko_v8u *)(wt + ic * {self.group_out} + {v * LANES});"
+                             for v in range(vectors)))  # fmt: skip
+            w.line(*(f"*(ko_v8u *)(out + (long)x * {dst_x} + g * {self.group_out} + {v * LANES}) = acc{v};"
+                     for v in range(vectors)))  # fmt: skip
+
+
+def _chunking(rows: int, groups: int) -> tuple[int, int]:
+    """(groups per item, items per row): rows alone when there are enough of them."""
+    if rows >= MIN_ITEMS:
+        return groups, 1
+    chunk = -(-groups // min(-(-MIN_ITEMS // rows), groups))
+    return chunk, -(-groups // chunk)
+
+
+def render_grouped_conv(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `grouped_rejection` accepted): state, create, run, destroy."""
+    batch, _, height, width = call.src.dims
+    groups, group_out, group_in, kernel_h, kernel_w = call.weights.dims
+    _, out_channels, out_h, out_w = call.dst.dims
+    src_n = call.src.strides[0]
+    dst_n, _, dst_y, dst_x = call.dst.strides
+    w_g, w_o, w_i, w_y, w_x = call.weights.strides
+    stride_y, stride_x = call.strides
+    dilate_y, dilate_x = (d + 1 for d in call.dilates)
+    pad_y, pad_x = call.pad_begin
+    geometry = _Geometry(call)
+    group_size = kernel_h * kernel_w * group_in * group_out
+    chunk, chunks = _chunking(batch * out_h, groups)
+    # output columns whose taps all fall inside the image: full blocks, then one shorter block
+    first = min(-(-pad_x // stride_x), out_w)
+    last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
+    block = _block_size(group_out // LANES, max(last - first, 1))
+    blocked = first + (last - first) // block * block
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+    pointers, operands = binary_operands(call.post_ops)
+    epilogue = post_op_statements(call.post_ops, operands)
+
+    w = CWriter()
+    w.line(VECTOR_TYPES)
+    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
+                         [f"s->w = (float *)aligned_alloc(64, {groups * group_size * 4});",
+                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+        w.nest(f"for (int g = 0; g < {groups}; g++) for (int o = 0; o < {group_out}; o++)",
+               f"for (int i = 0; i < {group_in}; i++)",
+               f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
+               f"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_in} + i) * {group_out} + o] = "
+               f"w[(long)g * {w_g} + (long)o * {w_o} + (long)i * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
+        w.line(f"for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;")
+    with run_function(w, name, call):
+        w.line(*pointers, "#pragma omp parallel for schedule(static)")
+        with w.block(f"for (long item = 0; item < {batch * out_h * chunks}L; item++)"):
+            w.line(f"const long row = item / {chunks}, n = row / {out_h}, y = row % {out_h};",
+                   f"const int g0 = (int)(item % {chunks}) * {chunk};",
+                   f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} : {groups};",
+                   f"const float *in = src + n * {src_n}L;",
+                   f"float *out = dst + n * {dst_n}L + y * {dst_y}L;",
+                   f"int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
+                   f"while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y} < 0) ky0++;",
+                   f"while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y} >= {height}) ky1--;")
+            with w.block("for (int g = g0; g < g1; g++)"):
+                w.line(f"const float *wg = s->w + (long)g * {group_size};")
+                geometry.edge(w, "0", str(first))
+                with w.block(f"for (int x = {first}; x < {blocked}; x += {block})"):
+                    geometry.interior(w, block)
+                if last > blocked:
+                    with w.block(""):
+                        w.line(f"const int x = {blocked};")
+                        geometry.interior(w, last - blocked)
+                geometry.edge(w, str(last), str(out_w))
+            if epilogue:
+                with w.block(f"for (int x = 0; x < {out_w}; x++)"):
+                    w.line(f"float *o = out + (long)x * {dst_x};")
+                    post_op_loop(w, "o", f"g0 * {group_out}", f"g1 * {group_out}", epilogue)
+    return w.text(end="\n")
+
+
+# oneDNN's AVX2 grouped conv runs groups of 8 channels at a tenth of the FMA peak
+BACKEND = LibraryCallBackend("grouped_conv", "native C", "direct C grouped convolution", grouped_rejection,
+                             render_grouped_conv)  # fmt: skip

@@ -1,0 +1,115 @@
+"""The direct grouped convolution (native/grouped_conv.py): chosen exactly where it applies, and equal to
+onnxruntime across group widths, kernel sizes, strides, dilations, asymmetric padding, batch, wide rows (several
+register blocks and a shorter one), maps with fewer rows than parallel items, and the epilogues it applies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernorch import machine
+from kernorch.codegen.library.call import LibraryCall
+from kernorch.codegen.native.depthwise_conv_test import compiled_calls, depthwise_model
+from kernorch.codegen.native.grouped_conv import grouped_rejection
+from kernorch.devtools.mutate import here
+from kernorch.testing.native import assert_close, assert_compiles_for
+
+pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
+
+AVX2 = ("avx", "avx2", "fma", "sse4_2")
+
+
+@pytest.fixture(autouse=True)
+def without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel takes its calls on CPUs without AVX-512; its C (8-float vectors) runs on every x86-64, so the
+    tests run it wherever they run."""
+    monkeypatch.setattr(machine, "isa_flags", lambda: AVX2)
+
+
+CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call must apply
+    "RegNet's groups of 8, strided, relu": (
+        dict(channels=48, kernel=3, size=(13, 17), strides=(2, 2), pads=(1, 1, 1, 1), group_channels=8,
+             epilogue="relu"), ("relu",)),
+    "groups of 16, dilated 5x5, batch 2, no bias, a residual": (
+        dict(channels=32, kernel=5, size=(9, 12), batch=2, dilations=(2, 2), pads=(4, 4, 4, 4), bias=False,
+             group_channels=16, epilogue="residual"), ("add",)),
+    "a wide row (full blocks and a shorter one), asymmetric pads, swish": (
+        dict(channels=16, kernel=3, size=(5, 43), pads=(1, 0, 1, 2), group_channels=8, epilogue="swish"),
+        ("swish",)),
+    "a 7x7 map: fewer rows than items, groups chunked": (
+        dict(channels=88, kernel=3, size=(7, 7), pads=(1, 1, 1, 1), group_channels=8), ()),
+    "unpadded, stride 2, a per-channel operand": (
+        dict(channels=24, kernel=3, size=(9, 10), strides=(2, 2), group_channels=8,
+             epilogue="swish, scaled per channel"), ("swish", "mul")),
+    "a row narrower than the filter's reach: edge pixels only": (
+        dict(channels=16, kernel=5, size=(6, 3), pads=(2, 2, 2, 2), group_channels=8, epilogue="relu6"),
+        ("clip",)),
+}  # fmt: skip
+
+
+def _post_op_names(call: LibraryCall) -> tuple[str, ...]:
+    return tuple(op.alg for op, _ in call.post_ops)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_grouped_conv_matches_onnxruntime(case: str) -> None:
+    arguments, post_ops = CASES[case]
+    actual, expected, calls = compiled_calls(depthwise_model(**arguments))
+    assert [grouped_rejection(call) for call in calls] == [None]
+    assert _post_op_names(calls[0]) == post_ops
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    (dict(group_channels=4), "4 output channels per group (this kernel takes 8 or 16)"),
+    (dict(group_channels=32), "32 output channels per group (this kernel takes 8 or 16)"),
+    (dict(epilogue="softplus"), "no C for the soft_relu post-op"),
+])  # fmt: skip
+def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
+    arguments: dict[str, Any] = dict(channels=64, kernel=3, size=(7, 9), pads=(1, 1, 1, 1), group_channels=8) | changes
+    actual, expected, calls = compiled_calls(depthwise_model(**arguments))
+    assert [grouped_rejection(call) for call in calls] == [reason]
+    assert_close(actual, expected)
+
+
+def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    arguments, _ = CASES["RegNet's groups of 8, strided, relu"]
+    _, _, calls = compiled_calls(depthwise_model(**arguments))
+    monkeypatch.setattr(machine, "isa_flags", lambda: (*AVX2, "avx512f"))
+    reason = "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
+    assert grouped_rejection(calls[0]) == reason
+
+
+def test_depthwise_and_ungrouped_convs_are_not_its() -> None:
+    _, _, (depthwise,) = compiled_calls(depthwise_model(channels=16, kernel=3, size=(7, 9), pads=(1, 1, 1, 1)))
+    assert grouped_rejection(depthwise) == "depthwise"
+
+
+@pytest.mark.parametrize("isa", [("-mavx2", "-mfma"), ("-mavx512f",), ("-march=x86-64",)])
+def test_the_same_source_compiles_for_every_isa(isa: tuple[str, ...], tmp_path: Path) -> None:
+    arguments, _ = CASES["RegNet's groups of 8, strided, relu"]
+    _, _, calls = compiled_calls(depthwise_model(**arguments))
+    assert_compiles_for(isa, calls[0], tmp_path)
+
+
+# The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
+# catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the grouped conv's padded edge reads the pixel past the row's end",
+         'f"if (ix < 0 || ix >= {self.call.src.dims[3]}) continue;",',
+         'f"if (ix < 0 || ix > {self.call.src.dims[3]}) continue;",'),
+    here("the grouped conv's interior forgets the bias",
+         'w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * LANES});"',
+         'w.line(*(f"ko_v8 acc{i}_{v} = (ko_v8){{0}};"'),
+    here("the grouped conv reads every group's input from the first group's channels",
+         'f" + g * {self.group_in};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")',
+         'f" + 0 * {self.group_in};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")'),
+    here("the grouped conv packs the weights with input and output channels swapped",
+         "f\"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_in} + i) * {group_out} + o] = \"",
+         "f\"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_out} + o) * {group_in} + i] = \""),
+    here("the grouped conv's chunked items skip their last group",
+         'f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} : {groups};",',
+         'f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} - 1 : {groups};",'),
+]  # fmt: skip
