@@ -1,4 +1,4 @@
-"""A grouped convolution in generated C: channels-last, groups of 8 or 16 output channels (RegNet's and
+"""A grouped convolution in generated C: channels-last, groups of 4, 8 or 16 output channels (RegNet's and
 ResNeXt's group widths), its epilogue applied in cache, on CPUs without AVX-512.
 
 oneDNN 3.2 runs such a conv on AVX2 as `jit:avx2` at 14-35 GFLOP/s, a tenth to a quarter of the FMA peak:
@@ -22,6 +22,7 @@ On AVX-512 oneDNN's grouped kernel was not measured against this one, so the cal
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kernorch import machine
@@ -36,7 +37,7 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import create_function, operand_rejection, run_function, weights_pointer
 
-LANES = 8  # output channels per vector: an AVX2 register
+LANES = 8  # output channels per vector: an AVX2 register (half of one for groups of 4)
 # The broadcast is AVX's instruction where there is one: written as scalar times vector, GCC's SLP vectorizer
 # gathered a pixel's adjacent input channels into one vector and spilled each lane to the stack to broadcast it
 # (1.3 ms for regnety's first grouped conv, oneDNN's 1.0-1.5)
@@ -44,11 +45,15 @@ VECTOR_TYPES = """#ifndef KO_V8
 #define KO_V8
 typedef float ko_v8 __attribute__((vector_size(32)));
 typedef float ko_v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load */
+typedef float ko_v4 __attribute__((vector_size(16)));
+typedef float ko_v4u __attribute__((vector_size(16), aligned(4)));
 #ifdef __AVX__
 #include <immintrin.h>
 #define KO_BROADCAST8(p) ((ko_v8)_mm256_broadcast_ss(p))
+#define KO_BROADCAST4(p) ((ko_v4)_mm_broadcast_ss(p))
 #else
 #define KO_BROADCAST8(p) ((ko_v8){0} + *(p))
+#define KO_BROADCAST4(p) ((ko_v4){0} + *(p))
 #endif
 #endif"""
 MAX_GROUP_VECTORS = 2  # output channels per group: 8 or 16
@@ -65,8 +70,8 @@ def grouped_rejection(call: LibraryCall) -> str | None:
         return "one group"
     if group_out == 1 and group_in == 1:
         return "depthwise"
-    if group_out % LANES or group_out > LANES * MAX_GROUP_VECTORS:
-        return f"{group_out} output channels per group (this kernel takes 8 or 16)"
+    if group_out not in (4, LANES, LANES * MAX_GROUP_VECTORS):
+        return f"{group_out} output channels per group (this kernel takes 4, 8 or 16)"
     if any(flag.startswith("avx512") for flag in machine.isa_flags()):
         return "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
     operands = operand_rejection(call)
@@ -97,6 +102,15 @@ class _Geometry:
     def kernel_w(self) -> int:
         return self.call.weights.dims[4]
 
+    @property
+    def lanes(self) -> int:
+        """Output channels per vector: a group of 4 takes half an AVX2 vector (ResNeXt-50 32x4d's first stage)."""
+        return min(LANES, self.group_out)
+
+    def vectorized(self, lines: list[str]) -> list[str]:
+        """Lines written for 8-float vectors, on this call's vectors."""
+        return [re.sub(r"\b(ko_v|KO_BROADCAST)8", rf"\g<1>{self.lanes}", line) for line in lines]
+
     def source_row(self, tap_y: str) -> str:
         """Offset of the input row filter row `tap_y` reads for output row y."""
         (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
@@ -110,32 +124,35 @@ class _Geometry:
         """The packed weights of group g at a tap: [input channel][output channel]."""
         return f"wg + ({tap_y} * {self.kernel_w} + {tap_x}) * {self.group_in * self.group_out}L"
 
-    def interior(self, w: CWriter, block: int) -> None:
+    def interior(self, into: CWriter, block: int) -> None:
         """`block` pixels from x on whose taps are all inside the image."""
-        vectors, src_x, dst_x = self.group_out // LANES, self.call.src.strides[3], self.call.dst.strides[3]
+        w, lanes = CWriter(), self.lanes
+        vectors, src_x, dst_x = self.group_out // lanes, self.call.src.strides[3], self.call.dst.strides[3]
         (_, stride_x) = self.call.strides
         accumulators = [(i, v) for i in range(block) for v in range(vectors)]
-        w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * LANES});"
+        w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"
                  for i, v in accumulators))  # fmt: skip
         with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
             w.line(f"const float *r = in + {self.source_row('ky')} + {self.source_column('x', 'kx')} * {src_x}"
                    f" + g * {self.group_in};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
             w.line(f"#pragma GCC unroll {min(self.group_in, 8)}")
             with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
-                w.line(*(f"const ko_v8 w{v} = *(const ko_v8u *)(wt + ic * {self.group_out} + {v * LANES});"
+                w.line(*(f"const ko_v8 w{v} = *(const ko_v8u *)(wt + ic * {self.group_out} + {v * lanes});"
                          for v in range(vectors)))  # fmt: skip
                 for i in range(block):
                     fmas = " ".join(f"acc{i}_{v} += b * w{v};" for v in range(vectors))
                     w.line(f"{{ const ko_v8 b = KO_BROADCAST8(r + {i * stride_x * src_x}L + ic); {fmas} }}")
-        w.line(*(f"*(ko_v8u *)(out + (long)(x + {i}) * {dst_x} + g * {self.group_out} + {v * LANES}) = acc{i}_{v};"
-                 for i, v in accumulators))  # fmt: skip
+        w.line(*(f"*(ko_v8u *)(out + (long)(x + {i}) * {dst_x} + g * {self.group_out} + {v * lanes}) = "
+                 f"acc{i}_{v};" for i, v in accumulators))  # fmt: skip
+        into.line(*self.vectorized(w.lines))
 
-    def edge(self, w: CWriter, begin: str, end: str) -> None:
+    def edge(self, into: CWriter, begin: str, end: str) -> None:
         """Pixels [begin, end) with taps outside the image (padding), one at a time, bounds checked per tap (on a
         7x7 map two of seven columns: as scalar code they took longer than the other five)."""
-        vectors, src_x, dst_x = self.group_out // LANES, self.call.src.strides[3], self.call.dst.strides[3]
+        w, lanes = CWriter(), self.lanes
+        vectors, src_x, dst_x = self.group_out // lanes, self.call.src.strides[3], self.call.dst.strides[3]
         with w.block(f"for (int x = {begin}; x < {end}; x++)"):
-            w.line(*(f"ko_v8 acc{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * LANES});"
+            w.line(*(f"ko_v8 acc{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"
                      for v in range(vectors)))  # fmt: skip
             with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
                 w.line(f"const long ix = {self.source_column('x', 'kx')};",
@@ -144,10 +161,11 @@ class _Geometry:
                        f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
                 with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
                     w.line("const ko_v8 b = KO_BROADCAST8(r + ic);",
-                           *(f"acc{v} += b * *(const ko_v8u *)(wt + ic * {self.group_out} + {v * LANES});"
+                           *(f"acc{v} += b * *(const ko_v8u *)(wt + ic * {self.group_out} + {v * lanes});"
                              for v in range(vectors)))  # fmt: skip
-            w.line(*(f"*(ko_v8u *)(out + (long)x * {dst_x} + g * {self.group_out} + {v * LANES}) = acc{v};"
+            w.line(*(f"*(ko_v8u *)(out + (long)x * {dst_x} + g * {self.group_out} + {v * lanes}) = acc{v};"
                      for v in range(vectors)))  # fmt: skip
+        into.line(*self.vectorized(w.lines))
 
 
 def _chunking(rows: int, groups: int) -> tuple[int, int]:
@@ -175,7 +193,7 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     # output columns whose taps all fall inside the image: full blocks, then one shorter block
     first = min(-(-pad_x // stride_x), out_w)
     last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
-    block = _block_size(group_out // LANES, max(last - first, 1))
+    block = _block_size(group_out // geometry.lanes, max(last - first, 1))
     blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
