@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, Tensor, post_op_statements
-from kernorch.codegen.native.skeleton import create_function
+from kernorch.codegen.native.skeleton import aligned_size, create_function
 from kernorch.machine import isa_flags
 
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
@@ -191,7 +191,7 @@ def amx_create(w: CWriter, name: str, packed_bytes: int, per_thread: int) -> Ite
     the plan is created, at most MAX_SLOTS), its destroy and its create, the packing written inside. The scratch
     starts zeroed: a ring's padding and zero row (`Ring`) are never written after."""
     with create_function(w, name, "uint16_t *w; char *scratch; int slots;", ["w", "scratch"],
-                         [f"s->w = (uint16_t *)aligned_alloc(64, {(packed_bytes + 63) // 64 * 64});",
+                         [f"s->w = (uint16_t *)aligned_alloc(64, {aligned_size(packed_bytes)});",
                           f"s->slots = omp_get_max_threads() < {MAX_SLOTS} ? omp_get_max_threads() : {MAX_SLOTS};",
                           "if (s->slots < 1) s->slots = 1;",
                           f"s->scratch = (char *)aligned_alloc(64, (size_t)s->slots * {per_thread});",
@@ -250,11 +250,11 @@ class Ring:
     @property
     def tags_at(self) -> int:
         """Where the slots' tags (one long each) start: after the rows and the zero row, on a 64-byte line."""
-        return ((self.rows + 1) * self.row_elements * 2 + 63) // 64 * 64
+        return aligned_size((self.rows + 1) * self.row_elements * 2)
 
     @property
     def bytes(self) -> int:
-        return self.tags_at + (self.rows * 8 + 63) // 64 * 64
+        return self.tags_at + aligned_size(self.rows * 8)
 
 
 RING_LIMIT = 4 << 20  # bytes per thread; a convolution needing more copies blocks of rows instead

@@ -14,7 +14,13 @@ from __future__ import annotations
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
 from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall
-from kernorch.codegen.native.skeleton import VECTOR_TYPES, create_function, run_function, weights_pointer
+from kernorch.codegen.native.skeleton import (
+    VECTOR_TYPES,
+    aligned_size,
+    create_function,
+    run_function,
+    weights_pointer,
+)
 
 VECTOR = 16  # input channels must come in multiples of this: an AVX-512 register, two AVX2 ones
 MAX_OUTPUT_CHANNELS = 4
@@ -79,7 +85,7 @@ def render_direct_conv(name: str, call: LibraryCall) -> str:
     w.line(VECTOR_TYPES,
            f"enum {{ {block} = KO_VC_ACCUMULATORS / {out_channels} < 8 ? KO_VC_ACCUMULATORS / {out_channels} : 8 }};")
     with create_function(w, name, f"float *w; float bias[{out_channels}];", ["w"],
-                         [f"s->w = (float *)aligned_alloc(64, {(packed * 4 + 63) // 64 * 64});"]):  # fmt: skip
+                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(packed * 4)});"]):  # fmt: skip
         w.line(f"const float *w = {weights_pointer(call)};")
         w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int ky = 0; ky < {kernel_h}; ky++)",
                f"for (int kx = 0; kx < {kernel_w}; kx++) for (int c = 0; c < {in_channels}; c++)",

@@ -35,7 +35,13 @@ from kernorch.codegen.library import (
     post_op_statements,
     post_ops_rejection,
 )
-from kernorch.codegen.native.skeleton import create_function, operand_rejection, run_function, weights_pointer
+from kernorch.codegen.native.skeleton import (
+    aligned_size,
+    create_function,
+    operand_rejection,
+    run_function,
+    weights_pointer,
+)
 
 LANES = 8  # output channels per vector: an AVX2 register (half of one for groups of 4)
 # The broadcast is AVX's instruction where there is one: written as scalar times vector, GCC's SLP vectorizer
@@ -202,8 +208,8 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     w = CWriter()
     w.line(VECTOR_TYPES)
     with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
-                         [f"s->w = (float *)aligned_alloc(64, {groups * group_size * 4});",
-                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]):  # fmt: skip
+                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(groups * group_size * 4)});",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});"]):  # fmt: skip
         w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
         w.nest(f"for (int g = 0; g < {groups}; g++) for (int o = 0; o < {group_out}; o++)",
                f"for (int i = 0; i < {group_in}; i++)",

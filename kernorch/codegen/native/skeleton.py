@@ -88,6 +88,12 @@ def create_function(w: CWriter, name: str, fields: str, buffers: Sequence[str],
         yield
 
 
+def aligned_size(size: int) -> int:
+    """`size` bytes rounded up to a multiple of 64, the alignment every native kernel's buffers are allocated at:
+    C11's aligned_alloc requires it of the size (ASan reports a size that is not)."""
+    return -(-size // 64) * 64
+
+
 def weights_pointer(call: LibraryCall) -> str:
     """C for the call's weights as `create` reads them: a constant's view may start `offset` elements in."""
     offset = f" + {call.weights.offset}" if call.weights.offset else ""
