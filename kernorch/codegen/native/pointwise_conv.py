@@ -28,6 +28,7 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
+    aligned_size,
     create_function,
     operand_rejection,
     run_function,
@@ -92,8 +93,8 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
            f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
            f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */")
     with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
-                         [f"s->w = (float *)aligned_alloc(64, {in_channels * out_channels * 4});",
-                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});"]):  # fmt: skip
+                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(in_channels * out_channels * 4)});",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});"]):  # fmt: skip
         w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
         w.nest(f"for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
                f"s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];")

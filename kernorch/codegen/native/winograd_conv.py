@@ -35,6 +35,7 @@ from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall, Tensor, binary_operands, post_op_statements, post_ops_rejection
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
+    aligned_size,
     create_function,
     operand_rejection,
     run_function,
@@ -367,8 +368,8 @@ def render_winograd_conv(name: str, call: LibraryCall) -> str:
                          [f"s->threads = omp_get_max_threads() < {MAX_THREADS} ? omp_get_max_threads() : "
                           f"{MAX_THREADS};",
                           f"s->u = (float *)aligned_alloc(64, {16 * in_channels * out_channels * 4}L);",
-                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-                          f"s->wd = (float *)aligned_alloc(64, {9 * in_channels * out_channels * 4}L);",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});",
+                          f"s->wd = (float *)aligned_alloc(64, {aligned_size(9 * in_channels * out_channels * 4)}L);",
                           f"s->scratch = (float *)aligned_alloc(64, (size_t)s->threads * "
                           f"{(v_floats + m_floats) * 4}L);"]):  # fmt: skip
         _filter_transform(w, call, frames)
@@ -447,8 +448,8 @@ def _render_streamed(name: str, call: LibraryCall, frames: Frames) -> str:
     with create_function(w, name, "float *u; float *bias; float *wd; float *v; float *m; char *bad; char weights_bad;",
                          ["u", "bias", "wd", "v", "m", "bad"],
                          [f"s->u = (float *)aligned_alloc(64, {16 * taps_k * out_channels * 4}L);",
-                          f"s->bias = (float *)aligned_alloc(64, {out_channels * 4});",
-                          f"s->wd = (float *)aligned_alloc(64, {9 * taps_k * out_channels * 4}L);",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});",
+                          f"s->wd = (float *)aligned_alloc(64, {aligned_size(9 * taps_k * out_channels * 4)}L);",
                           f"s->bad = (char *)calloc({rows}, 1);",
                           f"s->v = (float *)aligned_alloc(64, {16 * rows * in_channels * 4}L);",
                           f"s->m = (float *)aligned_alloc(64, {16 * tiles * out_channels * 4}L);"]):  # fmt: skip
