@@ -8,13 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from kernorch import machine
 from kernorch.codegen.library.call import LibraryCall
 from kernorch.codegen.native.depthwise_conv_test import compiled_calls, depthwise_model
 from kernorch.codegen.native.grouped_conv import grouped_rejection
 from kernorch.devtools.mutate import here
+from kernorch.testing import random_array
 from kernorch.testing.native import assert_close, assert_compiles_for
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -75,6 +78,28 @@ def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason
     arguments: dict[str, Any] = dict(channels=64, kernel=3, size=(7, 9), pads=(1, 1, 1, 1), group_channels=8) | changes
     actual, expected, calls = compiled_calls(depthwise_model(**arguments))
     assert [grouped_rejection(call) for call in calls] == [reason]
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(("group_in", "group_out"), [(4, 8), (16, 8), (1, 4)])
+def test_groups_whose_input_and_output_widths_differ(group_in: int, group_out: int) -> None:
+    """x -> 1x1 Conv -> Relu -> grouped Conv (4 groups of `group_in` -> `group_out` channels) -> 1x1 Conv."""
+    groups, size = 4, (9, 11)
+    inputs, outputs = groups * group_in, groups * group_out
+    initializers = [numpy_helper.from_array(random_array((inputs, inputs, 1, 1), seed=4) * 0.3, "w0"),
+                    numpy_helper.from_array(random_array((outputs, group_in, 3, 3), seed=1) * 0.3, "w"),
+                    numpy_helper.from_array(random_array((outputs,), seed=2), "b"),
+                    numpy_helper.from_array(random_array((4, outputs, 1, 1), seed=5) * 0.3, "w1")]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "b"], ["c"], group=groups, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c", "w1"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               (1, inputs, *size))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)  # fmt: skip
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                                ir_version=8))  # fmt: skip
+    actual, expected, calls = compiled_calls(model)
+    assert [grouped_rejection(call) for call in calls] == [None]
     assert_close(actual, expected)
 
 
