@@ -51,6 +51,27 @@ def onnxruntime_node_times(model_path: str, feeds: dict[str, np.ndarray], thread
     return {name: float(np.median(durations[1:] or durations)) for name, durations in per_name.items()}
 
 
+# what onnxruntime fuses into a conv (its NCHWc node then carries the last fused node's output name)
+FUSED_AFTER = {"Relu", "Clip", "Add", "Sigmoid", "Mul", "HardSigmoid", "LeakyRelu"}
+
+
+def _named_after_their_op(times: dict[str, float], proto: onnx.ModelProto, op: str) -> dict[str, float]:
+    """onnxruntime's NCHWc nodes are named after the value they write (`<value>_nchwc`), the last of the ONNX nodes
+    they fused (a conv's relu or residual add): each such time is given the name of the `op` node it starts from,
+    found by walking back through the fused nodes' first inputs."""
+    producer = {output: node for node in proto.graph.node for output in node.output}
+    renamed: dict[str, float] = {}
+    for name, micros in times.items():
+        node = producer.get(name.removesuffix("_nchwc")) if name.endswith("_nchwc") else None
+        for _ in range(3):
+            if node is None or node.op_type not in FUSED_AFTER or not node.input:
+                break
+            node = producer.get(node.input[0])
+        key = node.name if node is not None and node.op_type == op else name
+        renamed[key] = renamed.get(key, 0.0) + micros
+    return renamed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model")
@@ -67,6 +88,7 @@ def main() -> int:
     theirs = onnxruntime_node_times(args.model, feeds, args.threads, args.runs)
     proto = onnx.load(args.model)
     wanted = [n.name for n in proto.graph.node if n.op_type == args.op]
+    theirs = _named_after_their_op(theirs, proto, args.op)
     graph = compiled.graph
     rows = []
     for name in wanted:
