@@ -33,6 +33,7 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
+    ConvGeometry,
     create_function,
     operand_rejection,
     run_function,
@@ -83,24 +84,10 @@ def _chunking(rows: int, channels: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class _Geometry:
+class _Geometry(ConvGeometry):
     """The conv's sizes and element strides, as the C below uses them."""
 
-    call: LibraryCall
     pitch: int  # packed weights: elements between two taps
-
-    @property
-    def kernel_w(self) -> int:
-        return self.call.weights.dims[4]
-
-    def source_row(self, tap_y: str) -> str:
-        """Offset of the input row filter row `tap_y` reads for output row y."""
-        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
-        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
-
-    def source_column(self, x: str, tap_x: str) -> str:
-        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
-        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
 
     def tap(self, tap_y: str, tap_x: str) -> str:
         return f"({tap_y} * {self.kernel_w} + {tap_x}) * {self.pitch}L"
@@ -172,22 +159,18 @@ class _Geometry:
 
 def render_depthwise_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `depthwise_rejection` accepted): state, create, run, destroy."""
-    batch, channels, height, width = call.src.dims
+    batch, channels = call.src.dims[:2]
     kernel_h, kernel_w = call.weights.dims[3:]
     _, _, out_h, out_w = call.dst.dims
     src_n = call.src.strides[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
     w_c, _, _, w_y, w_x = call.weights.strides
-    stride_y, stride_x = call.strides
-    dilate_y, dilate_x = (d + 1 for d in call.dilates)
-    pad_y, pad_x = call.pad_begin
     pitch = -(-channels // CHANNEL_PAD) * CHANNEL_PAD
     geometry = _Geometry(call, pitch)
     block = _block_size(kernel_w)
     chunk, chunks = _chunking(batch * out_h, channels)
     # output columns whose taps all fall inside the image: full blocks, then one shorter block
-    first = min(-(-pad_x // stride_x), out_w)
-    last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
+    first, last = geometry.inside_columns()
     blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
@@ -213,9 +196,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
                    f"const int c1 = c0 + {chunk} < {channels} ? c0 + {chunk} : {channels};",
                    f"const float *in = src + n * {src_n}L;",
                    f"float *out = dst + n * {dst_n}L + y * {dst_y}L;",
-                   f"int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
-                   f"while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y} < 0) ky0++;",
-                   f"while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y} >= {height}) ky1--;")
+                   *geometry.filter_rows())
             geometry.edge(w, "0", str(first))
             with w.block(f"for (int x = {first}; x < {blocked}; x += {block})"):
                 geometry.interior(w, block)

@@ -169,5 +169,6 @@ MUTANTS = [
          'body = accumulate("ko_vc acc = (ko_vc){0};",'),
     here("the depthwise conv adds the top padding instead of subtracting it",
          'return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"',
-         'return f"(y * {stride_y} + {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"'),
+         'return f"(y * {stride_y} + {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"',
+         file="kernorch/codegen/native/skeleton.py"),
 ]  # fmt: skip

@@ -36,6 +36,7 @@ from kernorch.codegen.library import (
     post_ops_rejection,
 )
 from kernorch.codegen.native.skeleton import (
+    ConvGeometry,
     aligned_size,
     create_function,
     operand_rejection,
@@ -62,7 +63,7 @@ typedef float ko_v4u __attribute__((vector_size(16), aligned(4)));
 #define KO_BROADCAST4(p) ((ko_v4){0} + *(p))
 #endif
 #endif"""
-MAX_GROUP_VECTORS = 2  # output channels per group: 8 or 16
+MAX_GROUP_VECTORS = 2  # vectors of output channels per group, at most: 16 channels
 ACCUMULATORS = 12  # of AVX2's 16 registers; the rest hold a weight vector and the broadcast input
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow
 
@@ -91,10 +92,8 @@ def _block_size(group_vectors: int, width: int) -> int:
 
 
 @dataclass(frozen=True)
-class _Geometry:
+class _Geometry(ConvGeometry):
     """The conv's sizes and element strides, as the C below uses them."""
-
-    call: LibraryCall
 
     @property
     def group_in(self) -> int:
@@ -105,10 +104,6 @@ class _Geometry:
         return self.call.weights.dims[1]
 
     @property
-    def kernel_w(self) -> int:
-        return self.call.weights.dims[4]
-
-    @property
     def lanes(self) -> int:
         """Output channels per vector: a group of 4 takes half an AVX2 vector (ResNeXt-50 32x4d's first stage)."""
         return min(LANES, self.group_out)
@@ -116,15 +111,6 @@ class _Geometry:
     def vectorized(self, lines: list[str]) -> list[str]:
         """Lines written for 8-float vectors, on this call's vectors."""
         return [re.sub(r"\b(ko_v|KO_BROADCAST)8", rf"\g<1>{self.lanes}", line) for line in lines]
-
-    def source_row(self, tap_y: str) -> str:
-        """Offset of the input row filter row `tap_y` reads for output row y."""
-        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
-        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
-
-    def source_column(self, x: str, tap_x: str) -> str:
-        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
-        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
 
     def weights(self, tap_y: str, tap_x: str) -> str:
         """The packed weights of group g at a tap: [input channel][output channel]."""
@@ -184,21 +170,17 @@ def _chunking(rows: int, groups: int) -> tuple[int, int]:
 
 def render_grouped_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `grouped_rejection` accepted): state, create, run, destroy."""
-    batch, _, height, width = call.src.dims
+    batch = call.src.dims[0]
     groups, group_out, group_in, kernel_h, kernel_w = call.weights.dims
     _, out_channels, out_h, out_w = call.dst.dims
     src_n = call.src.strides[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
     w_g, w_o, w_i, w_y, w_x = call.weights.strides
-    stride_y, stride_x = call.strides
-    dilate_y, dilate_x = (d + 1 for d in call.dilates)
-    pad_y, pad_x = call.pad_begin
     geometry = _Geometry(call)
     group_size = kernel_h * kernel_w * group_in * group_out
     chunk, chunks = _chunking(batch * out_h, groups)
     # output columns whose taps all fall inside the image: full blocks, then one shorter block
-    first = min(-(-pad_x // stride_x), out_w)
-    last = max(min((width - 1 + pad_x - (kernel_w - 1) * dilate_x) // stride_x + 1, out_w), first)
+    first, last = geometry.inside_columns()
     block = _block_size(group_out // geometry.lanes, max(last - first, 1))
     blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
@@ -225,9 +207,7 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
                    f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} : {groups};",
                    f"const float *in = src + n * {src_n}L;",
                    f"float *out = dst + n * {dst_n}L + y * {dst_y}L;",
-                   f"int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
-                   f"while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y} < 0) ky0++;",
-                   f"while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y} >= {height}) ky1--;")
+                   *geometry.filter_rows())
             with w.block("for (int g = g0; g < g1; g++)"):
                 w.line(f"const float *wg = s->w + (long)g * {group_size};")
                 geometry.edge(w, "0", str(first))

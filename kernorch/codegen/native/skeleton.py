@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from kernorch.codegen.c import CWriter
 from kernorch.codegen.library import LibraryCall
@@ -86,6 +87,44 @@ def create_function(w: CWriter, name: str, fields: str, buffers: Sequence[str],
         w.line(f'if (!s || {missing}) {{ snprintf(ko_error, sizeof ko_error, "{name}: out of memory"); '
                f"{name}_destroy(s); return NULL; }}")  # fmt: skip
         yield
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A direct 2-d convolution's source arithmetic, as the C of its run function uses it (`y` the output row, `in`
+    its image): which input row and column a tap reads, which output columns read no padding, which filter rows
+    fall inside the image. The depthwise and grouped kernels share it."""
+
+    call: LibraryCall
+
+    @property
+    def kernel_w(self) -> int:
+        return self.call.weights.dims[4]
+
+    def source_row(self, tap_y: str) -> str:
+        """Offset of the input row filter row `tap_y` reads for output row y."""
+        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"(y * {stride_y} - {pad_y} + {tap_y} * {dilate_y + 1}) * {self.call.src.strides[2]}L"
+
+    def source_column(self, x: str, tap_x: str) -> str:
+        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return f"((long)({x}) * {stride_x} - {pad_x} + {tap_x} * {dilate_x + 1})"
+
+    def inside_columns(self) -> tuple[int, int]:
+        """[first, last): the output columns whose taps all fall inside the image."""
+        width, out_w = self.call.src.dims[3], self.call.dst.dims[3]
+        (_, stride_x), (_, dilate_x), (_, pad_x) = self.call.strides, self.call.dilates, self.call.pad_begin
+        first = min(-(-pad_x // stride_x), out_w)
+        last = (width - 1 + pad_x - (self.kernel_w - 1) * (dilate_x + 1)) // stride_x + 1
+        return first, max(min(last, out_w), first)
+
+    def filter_rows(self) -> list[str]:
+        """C declaring `ky0` and `ky1`: the filter rows inside the image for output row y."""
+        kernel_h, height = self.call.weights.dims[3], self.call.src.dims[2]
+        (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
+        return [f"int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
+                f"while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y + 1} < 0) ky0++;",
+                f"while (ky1 > ky0 && y * {stride_y} - {pad_y} + (ky1 - 1) * {dilate_y + 1} >= {height}) ky1--;"]
 
 
 def aligned_size(size: int) -> int:
