@@ -169,9 +169,6 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
     geometry = _Geometry(call, pitch)
     block = _block_size(kernel_w)
     chunk, chunks = _chunking(batch * out_h, channels)
-    # output columns whose taps all fall inside the image: full blocks, then one shorter block
-    first, last = geometry.inside_columns()
-    blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
@@ -197,14 +194,7 @@ def render_depthwise_conv(name: str, call: LibraryCall) -> str:
                    f"const float *in = src + n * {src_n}L;",
                    f"float *out = dst + n * {dst_n}L + y * {dst_y}L;",
                    *geometry.filter_rows())
-            geometry.edge(w, "0", str(first))
-            with w.block(f"for (int x = {first}; x < {blocked}; x += {block})"):
-                geometry.interior(w, block)
-            if last > blocked:
-                with w.block(""):
-                    w.line(f"const int x = {blocked};")
-                    geometry.interior(w, last - blocked)
-            geometry.edge(w, str(last), str(out_w))
+            geometry.output_row(w, block)
             if epilogue:
                 with w.block(f"for (int x = 0; x < {out_w}; x++)"):
                     w.line(f"float *o = out + (long)x * {dst_x};")

@@ -179,10 +179,8 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     geometry = _Geometry(call)
     group_size = kernel_h * kernel_w * group_in * group_out
     chunk, chunks = _chunking(batch * out_h, groups)
-    # output columns whose taps all fall inside the image: full blocks, then one shorter block
     first, last = geometry.inside_columns()
     block = _block_size(group_out // geometry.lanes, max(last - first, 1))
-    blocked = first + (last - first) // block * block
     bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
@@ -210,14 +208,7 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
                    *geometry.filter_rows())
             with w.block("for (int g = g0; g < g1; g++)"):
                 w.line(f"const float *wg = s->w + (long)g * {group_size};")
-                geometry.edge(w, "0", str(first))
-                with w.block(f"for (int x = {first}; x < {blocked}; x += {block})"):
-                    geometry.interior(w, block)
-                if last > blocked:
-                    with w.block(""):
-                        w.line(f"const int x = {blocked};")
-                        geometry.interior(w, last - blocked)
-                geometry.edge(w, str(last), str(out_w))
+                geometry.output_row(w, block)
             if epilogue:
                 with w.block(f"for (int x = 0; x < {out_w}; x++)"):
                     w.line(f"float *o = out + (long)x * {dst_x};")

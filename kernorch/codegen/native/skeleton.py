@@ -118,6 +118,28 @@ class ConvGeometry:
         last = (width - 1 + pad_x - (self.kernel_w - 1) * (dilate_x + 1)) // stride_x + 1
         return first, max(min(last, out_w), first)
 
+    def edge(self, w: CWriter, begin: str, end: str) -> None:
+        """The C of output columns [begin, end), whose taps may read padding."""
+        raise NotImplementedError
+
+    def interior(self, w: CWriter, block: int) -> None:
+        """The C of `block` output columns from x on, whose taps all read the image."""
+        raise NotImplementedError
+
+    def output_row(self, w: CWriter, block: int) -> None:
+        """The C of one output row: the padded columns on the left, the inside in register blocks of `block`
+        columns and one shorter block, the padded columns on the right."""
+        first, last = self.inside_columns()
+        blocked = first + (last - first) // block * block
+        self.edge(w, "0", str(first))
+        with w.block(f"for (int x = {first}; x < {blocked}; x += {block})"):
+            self.interior(w, block)
+        if last > blocked:
+            with w.block(""):
+                w.line(f"const int x = {blocked};")
+                self.interior(w, last - blocked)
+        self.edge(w, str(last), str(self.call.dst.dims[3]))
+
     def filter_rows(self) -> list[str]:
         """C declaring `ky0` and `ky1`: the filter rows inside the image for output row y."""
         kernel_h, height = self.call.weights.dims[3], self.call.src.dims[2]
