@@ -36,6 +36,7 @@ from kernorch.codegen.library import (
     post_ops_rejection,
 )
 from kernorch.codegen.native.skeleton import (
+    AVX2_VECTOR_TYPES,
     ConvGeometry,
     aligned_size,
     create_function,
@@ -45,24 +46,6 @@ from kernorch.codegen.native.skeleton import (
 )
 
 LANES = 8  # output channels per vector: an AVX2 register (half of one for groups of 4)
-# The broadcast is AVX's instruction where there is one: written as scalar times vector, GCC's SLP vectorizer
-# gathered a pixel's adjacent input channels into one vector and spilled each lane to the stack to broadcast it
-# (1.3 ms for regnety's first grouped conv, oneDNN's 1.0-1.5)
-VECTOR_TYPES = """#ifndef KO_V8
-#define KO_V8
-typedef float ko_v8 __attribute__((vector_size(32)));
-typedef float ko_v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load */
-typedef float ko_v4 __attribute__((vector_size(16)));
-typedef float ko_v4u __attribute__((vector_size(16), aligned(4)));
-#ifdef __AVX__
-#include <immintrin.h>
-#define KO_BROADCAST8(p) ((ko_v8)_mm256_broadcast_ss(p))
-#define KO_BROADCAST4(p) ((ko_v4)_mm_broadcast_ss(p))
-#else
-#define KO_BROADCAST8(p) ((ko_v8){0} + *(p))
-#define KO_BROADCAST4(p) ((ko_v4){0} + *(p))
-#endif
-#endif"""
 MAX_GROUP_VECTORS = 2  # vectors of output channels per group, at most: 16 channels
 ACCUMULATORS = 12  # of AVX2's 16 registers; the rest hold a weight vector and the broadcast input
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow
@@ -186,7 +169,7 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     epilogue = post_op_statements(call.post_ops, operands)
 
     w = CWriter()
-    w.line(VECTOR_TYPES)
+    w.line(AVX2_VECTOR_TYPES)
     with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
                          [f"s->w = (float *)aligned_alloc(64, {aligned_size(groups * group_size * 4)});",
                           f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});"]):  # fmt: skip

@@ -52,7 +52,7 @@ def pointwise_rejection(call: LibraryCall) -> str | None:
     if not slow_in_onednn(call):
         return "no post-op oneDNN runs slowly: it runs the call at full speed"
     if in_channels > MAX_INPUT_CHANNELS:
-        return f"{in_channels} input channels: oneDNN's blocking pays off"
+        return f"{in_channels} input channels: a chunk's weights would leave L1"
     if out_channels % CHANNEL_MULTIPLE:
         return f"{out_channels} output channels are no multiple of {CHANNEL_MULTIPLE}"
     operands = operand_rejection(call)

@@ -29,6 +29,26 @@ typedef float ko_vhu __attribute__((vector_size(KO_VH_LANES * 4), aligned(4)));
 #endif"""
 
 
+# Vectors of AVX2's width, for the kernels written for it (grouped_conv, panel_conv). The broadcast is AVX's
+# instruction where there is one: written as scalar times vector, GCC's SLP vectorizer
+# gathered a pixel's adjacent input channels into one vector and spilled each lane to the stack to broadcast it
+# (1.3 ms for regnety's first grouped conv, oneDNN's 1.0-1.5)
+AVX2_VECTOR_TYPES = """#ifndef KO_V8
+#define KO_V8
+typedef float ko_v8 __attribute__((vector_size(32)));
+typedef float ko_v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load */
+typedef float ko_v4 __attribute__((vector_size(16)));
+typedef float ko_v4u __attribute__((vector_size(16), aligned(4)));
+#ifdef __AVX__
+#include <immintrin.h>
+#define KO_BROADCAST8(p) ((ko_v8)_mm256_broadcast_ss(p))
+#define KO_BROADCAST4(p) ((ko_v4)_mm_broadcast_ss(p))
+#else
+#define KO_BROADCAST8(p) ((ko_v8){0} + *(p))
+#define KO_BROADCAST4(p) ((ko_v4){0} + *(p))
+#endif
+#endif"""
+
 # The post-ops oneDNN runs slowly inside a convolution; cheap ones (linear, binary) stay there. Relu too is
 # slow: oneDNN's relu is a max that turns NaN into 0, so its calls run relu as elu(0) + linear (library/onednn.py),
 # an exp per value (mnasnet0_5's 16 -> 48 expansion: conv 4.8 us, conv + relu 13.4 us, profiled).

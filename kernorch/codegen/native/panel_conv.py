@@ -1,0 +1,154 @@
+"""A 1x1 convolution over many input channels in generated C, its epilogue applied in cache, on CPUs without AVX-512.
+
+oneDNN 3.2 runs a 1x1 convolution's relu as elu(0) + linear (library/onednn.py: its relu turns NaN into 0), an exp
+per output: MobileNetV4's 128 -> 512 expansions at 7x7 took 111 µs with relu in place against 80 µs without
+(onnxruntime's fused conv + relu: 85), and where the plan runs relu as a pass of its own it reads and writes the
+map once more. native/pointwise_conv.py fuses it but keeps a whole chunk's weights in L1, so it takes at most 64
+input channels. This kernel takes any number.
+
+Channels-last, the convolution is a product [pixels, K] x [K, N]. The weights are repacked once at create into
+panels of 16 output channels (two AVX2 vectors; a last panel of 8), each [K][16], so a register block reads one
+contiguous stream. Each parallel item is a run of RUN pixels and one panel: the panel's weights (K x 64 bytes) are
+read once per block of ROWS pixels, the run's source rows (RUN x K floats) once per panel while they stay in L2.
+A block of 6 pixels x 2 vectors accumulates in 12 of AVX2's 16 registers, starting from the bias; per input
+channel two weight loads and one broadcast per pixel feed 12 FMAs. The block is stored, and the post-ops
+(library/post_ops.py) run over it while it is in L1. A run allocates nothing.
+
+On AVX-512 oneDNN's 1x1 kernels were not measured against this one, so the call stays with oneDNN there.
+"""
+
+from __future__ import annotations
+
+from kernorch import machine
+from kernorch.codegen.backends.library_calls import LibraryCallBackend
+from kernorch.codegen.c import CWriter
+from kernorch.codegen.library import (
+    LibraryCall,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+)
+from kernorch.codegen.native.pointwise_conv import MAX_INPUT_CHANNELS
+from kernorch.codegen.native.skeleton import (
+    AVX2_VECTOR_TYPES,
+    aligned_size,
+    create_function,
+    operand_rejection,
+    run_function,
+    slow_in_onednn,
+    weights_pointer,
+)
+
+LANES = 8  # floats per AVX2 vector
+PANEL = 2 * LANES  # output channels per panel: a register block's width
+ROWS = 6  # pixels per register block: 6 x 2 accumulators, two weight vectors and a broadcast in 16 registers
+RUN = 8 * ROWS  # pixels per parallel item, at most
+
+
+def panel_rejection(call: LibraryCall) -> str | None:
+    """Why the panel kernel does not run `call` (None when it does)."""
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
+        return "not a 2-d convolution without groups"
+    out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
+    if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
+        return "not a 1x1 stride-1 convolution without padding"
+    if not slow_in_onednn(call):
+        return "no post-op oneDNN runs slowly: it runs the call at full speed"
+    if in_channels <= MAX_INPUT_CHANNELS:
+        return f"{in_channels} input channels: the pointwise kernel's"
+    if out_channels % LANES:
+        return f"{out_channels} output channels are no multiple of {LANES}"
+    if any(flag.startswith("avx512") for flag in machine.isa_flags()):
+        return "AVX-512: oneDNN's 1x1 convolution, not measured against this kernel there"
+    operands = operand_rejection(call)
+    if operands is not None:
+        return operands
+    _, _, _, width = call.src.dims
+    if call.src.strides[2] != width * call.src.strides[3] or call.dst.strides[2] != width * call.dst.strides[3]:
+        return "pixels are not evenly strided"
+    return post_ops_rejection(call.post_ops)
+
+
+def _block(w: CWriter, name: str, in_channels: int, src_x: int, dst_x: int, rows: int, vectors: int) -> None:
+    """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias."""
+    accumulators = [(r, v) for r in range(rows) for v in range(vectors)]
+    with w.function(f"static inline __attribute__((always_inline)) void {name}_block_{rows}_{vectors}("
+                    "const float *restrict in, const float *restrict wp, const float *restrict bias, "
+                    "float *restrict out)", returns=None):  # fmt: skip
+        w.line(*(f"ko_v8 a{r}_{v} = *(const ko_v8 *)(bias + {v * LANES});" for r, v in accumulators),
+               "#pragma GCC unroll 4")  # fmt: skip
+        with w.block(f"for (int k = 0; k < {in_channels}; k++)"):
+            w.line(*(f"const ko_v8 w{v} = *(const ko_v8 *)(wp + k * {vectors * LANES} + {v * LANES});"
+                     for v in range(vectors)))  # fmt: skip
+            for r in range(rows):
+                fmas = " ".join(f"a{r}_{v} += b * w{v};" for v in range(vectors))
+                w.line(f"{{ const ko_v8 b = KO_BROADCAST8(in + {r * src_x}L + k); {fmas} }}")
+        w.line(*(f"*(ko_v8u *)(out + {r * dst_x}L + {v * LANES}) = a{r}_{v};" for r, v in accumulators))
+
+
+def render_panel_conv(name: str, call: LibraryCall) -> str:
+    """C for `call` (which `panel_rejection` accepted): state, create, run, destroy."""
+    batch, in_channels, height, width = call.src.dims
+    out_channels = call.weights.dims[0]
+    src_n, _, _, src_x = call.src.strides
+    dst_n, _, _, dst_x = call.dst.strides
+    w_o, w_i, _, _ = call.weights.strides
+    pixels = height * width
+    panels = -(-out_channels // PANEL)
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+    pointers, operands = binary_operands(call.post_ops)
+    epilogue = post_op_statements(call.post_ops, operands)
+
+    w = CWriter()
+    w.line(AVX2_VECTOR_TYPES)
+    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
+                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(panels * PANEL * in_channels * 4)});",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(panels * PANEL * 4)});"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+        # panel p holds output channels [16p, 16p + width) as [k][width]: a last panel of 8 is 8 wide
+        w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int k = 0; k < {in_channels}; k++)",
+               f"s->w[(long)(o / {PANEL}) * {PANEL * in_channels} + (long)k * ({out_channels} - o / {PANEL} * "
+               f"{PANEL} < {PANEL} ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")
+        w.line(f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
+    widths = sorted({min(2, (out_channels - p * PANEL) // LANES) for p in range(panels)})  # vectors per panel
+    blocks = [(rows, vectors) for vectors in widths for rows in range(1, ROWS + 1)]
+    for rows, vectors in blocks:
+        _block(w, name, in_channels, src_x, dst_x, rows, vectors)
+    with run_function(w, name, call):
+        # whole runs per thread: two threads writing the two halves of the same output rows ran no faster than one
+        # (7x7, 128 -> 512: 84 µs on one thread, 82 on two, 53 with a run each), so the runs are a multiple of the
+        # threads, of equal length; with fewer pixels than a block per thread, one run whose panels the threads share
+        w.line(*pointers, "const long threads = omp_get_max_threads();",
+               f"const long runs = {pixels} < threads * {ROWS} ? 1 : "
+               f"({-(-pixels // RUN)} + threads - 1) / threads * threads;",
+               f"const long run = ({pixels} + runs - 1) / runs;",
+               "#pragma omp parallel for schedule(static)")  # fmt: skip
+        with w.block(f"for (long item = 0; item < {batch}L * runs * {panels}; item++)"):
+            w.line(f"const long n = item / (runs * {panels}), r = item / {panels} % runs;",
+                   f"const int c0 = (int)(item % {panels}) * {PANEL};",
+                   f"const int vectors = {out_channels} - c0 < {PANEL} ? 1 : 2;",
+                   f"const long p0 = r * run, p1 = p0 + run < {pixels} ? p0 + run : {pixels};",
+                   f"const float *wp = s->w + (long)c0 * {in_channels}, *bp = s->bias + c0;")  # fmt: skip
+            # the run in blocks of nearly equal rows: 25 pixels as five blocks of 5, not four of 6 and one of 1 (a
+            # block of 1 waits on its two accumulators' FMA latency: two thirds of a full block's time)
+            w.line(f"const long blocks = p1 > p0 ? (p1 - p0 + {ROWS - 1}) / {ROWS} : 0;")
+            with w.block("for (long b = 0, p = p0, rows; b < blocks; b++, p += rows)"):
+                w.line("rows = (p1 - p0) / blocks + (b < (p1 - p0) % blocks);",
+                       f"const float *in = src + n * {src_n}L + p * {src_x}L;",
+                       f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
+                with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
+                    w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out); break;"
+                             for rows, vectors in blocks)  # fmt: skip
+                if epilogue:  # over the block just stored, still in L1
+                    with w.block("for (long q = p; q < p + rows; q++)"):
+                        w.line(f"const long y = q / {width}, x = q % {width};",
+                               "(void)y; (void)x;  /* read by binary post-ops' operands only */",
+                               f"float *o = dst + n * {dst_n}L + q * {dst_x}L;")  # fmt: skip
+                        post_op_loop(w, "o", "c0", f"c0 + vectors * {LANES}", epilogue, simd=True)
+    return w.text(end="\n")
+
+
+# oneDNN runs relu after a 1x1 convolution as an exp per output (or the plan as a pass of its own)
+BACKEND = LibraryCallBackend("panel_conv", "native C", "1x1 C convolution in panels, its epilogue in cache",
+                             panel_rejection, render_panel_conv)  # fmt: skip
