@@ -17,6 +17,11 @@ post-ops (library/post_ops.py) then run over the item's outputs while they are i
 oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS). Weights are repacked once at create,
 [group][tap][input channel][output channel]. A run allocates nothing.
 
+A dense convolution is the same computation with every group reading every input channel: its output channels in
+panels of 16 (or 8), taken where oneDNN would run its epilogue slowly (relu: elu(0) + linear, or a pass of its own)
+and a panel's weights stay in L1 (MobileNetV4's 3x3 stride-2 32 -> 96 at 56x56 with relu: 340-362 µs, oneDNN's conv
++ relu 382-398, its conv alone 348-365). 1x1 stride-1 convolutions are the pointwise and panel kernels'.
+
 On AVX-512 oneDNN's grouped kernel was not measured against this one, so the call stays with oneDNN there.
 """
 
@@ -42,6 +47,7 @@ from kernorch.codegen.native.skeleton import (
     create_function,
     operand_rejection,
     run_function,
+    slow_in_onednn,
     weights_pointer,
 )
 
@@ -49,25 +55,73 @@ LANES = 8  # output channels per vector: an AVX2 register (half of one for group
 MAX_GROUP_VECTORS = 2  # vectors of output channels per group, at most: 16 channels
 ACCUMULATORS = 12  # of AVX2's 16 registers; the rest hold a weight vector and the broadcast input
 MIN_ITEMS = 32  # parallel items a call is cut into when rows allow
+# A dense conv's panel reads its weights once per block of pixels: from L1 they keep up with the FMAs, from L2 not
+# (3x3 over 128 channels, 144 KB a panel: 1.9 ms with relu where oneDNN's conv + relu took 1.4)
+MAX_PANEL_BYTES = 24 << 10
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A convolution's output channels as groups this kernel computes one at a time: a grouped conv's own groups,
+    or a dense conv's panels of 16 (or 8) output channels, each of which reads every input channel."""
+
+    groups: int
+    group_out: int
+    group_in: int
+    weight_strides: tuple[int, int, int, int, int]  # (group, output channel, input channel, row, column)
+    input_step: int  # input channels from one group's first to the next one's: 0 in a dense conv
+
+    @staticmethod
+    def of(call: LibraryCall) -> Grouping:
+        if len(call.weights.dims) == 5:
+            groups, group_out, group_in = call.weights.dims[:3]
+            return Grouping(groups, group_out, group_in, call.weights.strides, group_in)  # type: ignore[arg-type]
+        out_channels, in_channels = call.weights.dims[:2]
+        panel = LANES * MAX_GROUP_VECTORS if out_channels % (LANES * MAX_GROUP_VECTORS) == 0 else LANES
+        w_o, w_i, w_y, w_x = call.weights.strides
+        return Grouping(out_channels // panel, panel, in_channels, (panel * w_o, w_o, w_i, w_y, w_x), 0)
 
 
 def grouped_rejection(call: LibraryCall) -> str | None:
     """Why the grouped kernel does not run `call` (None when it does)."""
-    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 5:
-        return "not a grouped 2-d convolution"
-    groups, group_out, group_in = call.weights.dims[:3]
-    if groups == 1:
-        return "one group"
-    if group_out == 1 and group_in == 1:
-        return "depthwise"
-    if group_out not in (4, LANES, LANES * MAX_GROUP_VECTORS):
-        return f"{group_out} output channels per group (this kernel takes 4, 8 or 16)"
+    if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) not in (4, 5):
+        return "not a 2-d convolution"
+    if len(call.weights.dims) == 4:
+        dense = _dense_rejection(call)
+        if dense is not None:
+            return dense
+    else:
+        groups, group_out, group_in = call.weights.dims[:3]
+        if groups == 1:
+            return "one group"
+        if group_out == 1 and group_in == 1:
+            return "depthwise"
+        if group_out not in (4, LANES, LANES * MAX_GROUP_VECTORS):
+            return f"{group_out} output channels per group (this kernel takes 4, 8 or 16)"
     if any(flag.startswith("avx512") for flag in machine.isa_flags()):
         return "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
     operands = operand_rejection(call)
     if operands is not None:
         return operands
     return post_ops_rejection(call.post_ops)
+
+
+def _dense_rejection(call: LibraryCall) -> str | None:
+    """Why a dense convolution does not run here in panels: only where oneDNN would run its epilogue slowly (the
+    plan still prices the convolution alone on oneDNN, then the epilogue), and not where another of kernorch's
+    kernels is meant for it."""
+    out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
+    if not slow_in_onednn(call):
+        return "a dense convolution without a post-op oneDNN runs slowly: oneDNN's"
+    if (kernel_h, kernel_w) == (1, 1) and tuple(call.strides) == (1, 1) and not any(call.pad_begin + call.pad_end):
+        return "a 1x1 stride-1 convolution: the pointwise and panel kernels'"
+    if in_channels < LANES:
+        return f"{in_channels} input channels: too few to fill the FMA pipes between broadcasts"
+    if kernel_h * kernel_w * in_channels * LANES * MAX_GROUP_VECTORS * 4 > MAX_PANEL_BYTES:
+        return f"a panel's weights ({kernel_h}x{kernel_w} x {in_channels} x 16 floats) would leave L1"
+    if out_channels % LANES:
+        return f"{out_channels} output channels are no multiple of {LANES}"
+    return None
 
 
 def _block_size(group_vectors: int, width: int) -> int:
@@ -80,11 +134,15 @@ class _Geometry(ConvGeometry):
 
     @property
     def group_in(self) -> int:
-        return self.call.weights.dims[2]
+        return Grouping.of(self.call).group_in
 
     @property
     def group_out(self) -> int:
-        return self.call.weights.dims[1]
+        return Grouping.of(self.call).group_out
+
+    @property
+    def input_step(self) -> int:
+        return Grouping.of(self.call).input_step
 
     @property
     def lanes(self) -> int:
@@ -109,7 +167,7 @@ class _Geometry(ConvGeometry):
                  for i, v in accumulators))  # fmt: skip
         with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
             w.line(f"const float *r = in + {self.source_row('ky')} + {self.source_column('x', 'kx')} * {src_x}"
-                   f" + g * {self.group_in};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
+                   f" + g * {self.input_step};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
             w.line(f"#pragma GCC unroll {min(self.group_in, 8)}")
             with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
                 w.line(*(f"const ko_v8 w{v} = *(const ko_v8u *)(wt + ic * {self.group_out} + {v * lanes});"
@@ -132,7 +190,7 @@ class _Geometry(ConvGeometry):
             with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
                 w.line(f"const long ix = {self.source_column('x', 'kx')};",
                        f"if (ix < 0 || ix >= {self.call.src.dims[3]}) continue;",
-                       f"const float *r = in + {self.source_row('ky')} + ix * {src_x} + g * {self.group_in};",
+                       f"const float *r = in + {self.source_row('ky')} + ix * {src_x} + g * {self.input_step};",
                        f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
                 with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
                     w.line("const ko_v8 b = KO_BROADCAST8(r + ic);",
@@ -154,11 +212,13 @@ def _chunking(rows: int, groups: int) -> tuple[int, int]:
 def render_grouped_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `grouped_rejection` accepted): state, create, run, destroy."""
     batch = call.src.dims[0]
-    groups, group_out, group_in, kernel_h, kernel_w = call.weights.dims
+    grouping = Grouping.of(call)
+    groups, group_out, group_in = grouping.groups, grouping.group_out, grouping.group_in
+    kernel_h, kernel_w = call.weights.dims[-2:]
     _, out_channels, out_h, out_w = call.dst.dims
     src_n = call.src.strides[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
-    w_g, w_o, w_i, w_y, w_x = call.weights.strides
+    w_g, w_o, w_i, w_y, w_x = grouping.weight_strides
     geometry = _Geometry(call)
     group_size = kernel_h * kernel_w * group_in * group_out
     chunk, chunks = _chunking(batch * out_h, groups)
@@ -200,5 +260,5 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
 
 
 # oneDNN's AVX2 grouped conv runs groups of 8 channels at a tenth of the FMA peak
-BACKEND = LibraryCallBackend("grouped_conv", "native C", "direct C grouped convolution", grouped_rejection,
-                             render_grouped_conv)  # fmt: skip
+BACKEND = LibraryCallBackend("grouped_conv", "native C", "direct C grouped convolution (dense: in panels)",
+                             grouped_rejection, render_grouped_conv)  # fmt: skip

@@ -50,6 +50,12 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "unpadded, stride 2, a per-channel operand": (
         dict(channels=24, kernel=3, size=(9, 10), strides=(2, 2), group_channels=8,
              epilogue="swish, scaled per channel"), ("swish", "mul")),
+    "a dense 3x3 conv in panels of 16 (every panel reads every input channel), strided, relu": (
+        dict(channels=32, kernel=3, size=(13, 17), strides=(2, 2), pads=(1, 1, 1, 1), group_channels=32,
+             epilogue="relu"), ("relu",)),
+    "a dense conv of 24 output channels: panels of 8, swish, asymmetric pads": (
+        dict(channels=24, kernel=3, size=(6, 19), pads=(0, 1, 2, 1), group_channels=24, epilogue="swish"),
+        ("swish",)),
     "a row narrower than the filter's reach: edge pixels only": (
         dict(channels=16, kernel=5, size=(6, 3), pads=(2, 2, 2, 2), group_channels=8, epilogue="relu6"),
         ("clip",)),
@@ -73,6 +79,11 @@ def test_grouped_conv_matches_onnxruntime(case: str) -> None:
     (dict(group_channels=2), "2 output channels per group (this kernel takes 4, 8 or 16)"),
     (dict(group_channels=32), "32 output channels per group (this kernel takes 4, 8 or 16)"),
     (dict(epilogue="softplus"), "no C for the soft_relu post-op"),
+    (dict(channels=16, group_channels=16), "a dense convolution without a post-op oneDNN runs slowly: oneDNN's"),
+    (dict(channels=48, group_channels=48, epilogue="relu"),
+     "a panel's weights (3x3 x 48 x 16 floats) would leave L1"),
+    (dict(channels=16, group_channels=16, kernel=1, pads=(0, 0, 0, 0), epilogue="relu"),
+     "a 1x1 stride-1 convolution: the pointwise and panel kernels'"),
 ])  # fmt: skip
 def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason: str) -> None:
     arguments: dict[str, Any] = dict(channels=64, kernel=3, size=(7, 9), pads=(1, 1, 1, 1), group_channels=8) | changes
@@ -133,8 +144,14 @@ MUTANTS = [
          'w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"',
          'w.line(*(f"ko_v8 acc{i}_{v} = (ko_v8){{0}};"'),
     here("the grouped conv reads every group's input from the first group's channels",
-         'f" + g * {self.group_in};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")',
-         'f" + 0 * {self.group_in};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")'),
+         'f" + g * {self.input_step};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")',
+         'f" + 0 * {self.input_step};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")'),
+    here("the grouped conv's dense panels each read the input channels of a group of their own",
+         "return Grouping(out_channels // panel, panel, in_channels, (panel * w_o, w_o, w_i, w_y, w_x), 0)",
+         "return Grouping(out_channels // panel, panel, in_channels, (panel * w_o, w_o, w_i, w_y, w_x), in_channels)"),
+    here("the grouped conv's dense panels of 8 are packed as panels of 16",
+         "panel = LANES * MAX_GROUP_VECTORS if out_channels % (LANES * MAX_GROUP_VECTORS) == 0 else LANES",
+         "panel = LANES * MAX_GROUP_VECTORS if out_channels % LANES == 0 else LANES"),
     here("the grouped conv packs the weights with input and output channels swapped",
          "f\"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_in} + i) * {group_out} + o] = \"",
          "f\"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_out} + o) * {group_in} + i] = \""),

@@ -119,7 +119,7 @@ class ConvGeometry:
 
     @property
     def kernel_w(self) -> int:
-        return self.call.weights.dims[4]
+        return self.call.weights.dims[-1]
 
     def source_row(self, tap_y: str) -> str:
         """Offset of the input row filter row `tap_y` reads for output row y."""
@@ -162,7 +162,7 @@ class ConvGeometry:
 
     def filter_rows(self) -> list[str]:
         """C declaring `ky0` and `ky1`: the filter rows inside the image for output row y."""
-        kernel_h, height = self.call.weights.dims[3], self.call.src.dims[2]
+        kernel_h, height = self.call.weights.dims[-2], self.call.src.dims[2]
         (stride_y, _), (dilate_y, _), (pad_y, _) = self.call.strides, self.call.dilates, self.call.pad_begin
         return [f"int ky0 = 0, ky1 = {kernel_h};  /* the filter rows inside the image */",
                 f"while (ky0 < {kernel_h} && y * {stride_y} - {pad_y} + ky0 * {dilate_y + 1} < 0) ky0++;",
