@@ -1,5 +1,5 @@
-"""Helpers for the native kernels' tests (codegen/native/*_test.py): tolerances for long sums, and the check that a
-kernel's C compiles for every ISA it is written for."""
+"""Helpers for the native kernels' tests (codegen/native/*_test.py): tolerances for long sums, the check that a
+kernel's C compiles for every ISA it is written for, and which kernel a small 1x1 conv + relu gets here."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernorch import machine
 from kernorch.codegen.backends import LibraryCallBackend, registered
 from kernorch.codegen.c import PRELUDE
 from kernorch.codegen.library import ONEDNN_PRELUDE, LibraryCall
@@ -29,3 +30,12 @@ def assert_compiles_for(isa: tuple[str, ...], call: LibraryCall, directory: Path
     include, _ = onednn_paths()
     subprocess.run(["cc", "-fsyntax-only", "-std=gnu11", "-fopenmp", f"-I{include}", *isa,
                     "-Werror=implicit-function-declaration", str(source)], check=True)  # fmt: skip
+
+
+def small_relu_1x1_kernel() -> str:
+    """What `kernorch explain` names the kernel of a 1x1 conv over 16 channels with its relu (a test model's first
+    conv): the panel kernel's on CPUs without AVX-512, the pointwise kernel's with it."""
+    from kernorch.codegen.native import panel_conv, pointwise_conv
+
+    avx512 = any(flag.startswith("avx512") for flag in machine.isa_flags())
+    return (pointwise_conv.BACKEND if avx512 else panel_conv.BACKEND).what

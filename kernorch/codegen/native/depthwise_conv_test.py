@@ -19,7 +19,7 @@ from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.depthwise_conv import depthwise_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
-from kernorch.testing.native import assert_close, assert_compiles_for
+from kernorch.testing.native import assert_close, assert_compiles_for, small_relu_1x1_kernel
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -144,9 +144,7 @@ def test_explain_names_the_depthwise_conv(tmp_path: Path) -> None:
                "--layout", "channels-last"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = [line for line in result.stdout.splitlines() if "library call:" in line]
-    # the model's first conv (1x1 + relu) is kernorch's pointwise kernel's
-    expected = ["1x1 C convolution with its epilogue in cache", "direct C depthwise convolution",
-                "direct C convolution (few output channels)"]
+    expected = [small_relu_1x1_kernel(), "direct C depthwise convolution", "direct C convolution (few output channels)"]
     assert [line.split(", by ")[-1] for line in lines] == expected, lines
     assert "conv (channels-last) ← bias, swish" in lines[1]
 

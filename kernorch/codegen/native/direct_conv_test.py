@@ -19,7 +19,7 @@ from kernorch.codegen.library.epilogue import Eltwise
 from kernorch.codegen.native.direct_conv import direct_conv_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
-from kernorch.testing.native import assert_close, assert_compiles_for
+from kernorch.testing.native import assert_close, assert_compiles_for, small_relu_1x1_kernel
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -111,8 +111,7 @@ def test_explain_names_the_direct_conv(tmp_path: Path) -> None:
                "--layout", "channels-last"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = [line for line in result.stdout.splitlines() if "library call:" in line]
-    # the model's first conv (1x1, 16 channels, + relu) is kernorch's pointwise kernel's
-    expected = ["1x1 C convolution with its epilogue in cache", "direct C convolution (few output channels)"]
+    expected = [small_relu_1x1_kernel(), "direct C convolution (few output channels)"]
     assert [line.split(", by ")[-1] for line in lines] == expected, lines
 
 

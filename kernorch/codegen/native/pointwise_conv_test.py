@@ -13,6 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch import machine
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.pointwise_conv import pointwise_rejection
 from kernorch.devtools.mutate import here
@@ -21,6 +22,13 @@ from kernorch.testing.native import assert_close, assert_compiles_for
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
+
+
+@pytest.fixture(autouse=True)
+def with_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without AVX-512 the panel kernel (native/panel_conv.py) takes these convolutions first; this kernel's C is
+    the same source for every ISA (#ifdef __AVX512F__), so the tests run it wherever they run."""
+    monkeypatch.setattr(machine, "isa_flags", lambda: ("avx", "avx2", "fma", "avx512f", "avx512bw"))
 
 EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
     "none": [helper.make_node("Identity", ["c"], ["e"])],
