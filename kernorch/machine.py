@@ -40,6 +40,11 @@ def isa_flags() -> tuple[str, ...]:
     return tuple(sorted(set(_cpuinfo().get("flags", platform.machine()).split())))
 
 
+def avx512() -> bool:
+    """Whether this CPU has AVX-512 (any of its extensions): the AVX2 kernels of codegen/native step aside there."""
+    return any(flag.startswith("avx512") for flag in isa_flags())
+
+
 def bf16_supported() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX-BF16)."""
     return bool(set(isa_flags()) & {"avx512_bf16", "amx_bf16"})

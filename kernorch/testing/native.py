@@ -37,5 +37,4 @@ def small_relu_1x1_kernel() -> str:
     conv): the panel kernel's on CPUs without AVX-512, the pointwise kernel's with it."""
     from kernorch.codegen.native import panel_conv, pointwise_conv
 
-    avx512 = any(flag.startswith("avx512") for flag in machine.isa_flags())
-    return (pointwise_conv.BACKEND if avx512 else panel_conv.BACKEND).what
+    return (pointwise_conv.BACKEND if machine.avx512() else panel_conv.BACKEND).what

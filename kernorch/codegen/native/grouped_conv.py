@@ -98,7 +98,7 @@ def grouped_rejection(call: LibraryCall) -> str | None:
             return "depthwise"
         if group_out not in (4, LANES, LANES * MAX_GROUP_VECTORS):
             return f"{group_out} output channels per group (this kernel takes 4, 8 or 16)"
-    if any(flag.startswith("avx512") for flag in machine.isa_flags()):
+    if machine.avx512():
         return "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
     operands = operand_rejection(call)
     if operands is not None:

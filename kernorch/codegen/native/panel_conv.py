@@ -10,8 +10,9 @@ threads: 56x56 32 -> 32 56-60 µs against pointwise's 68-72 and oneDNN's conv al
 
 Channels-last, the convolution is a product [pixels, K] x [K, N]. The weights are repacked once at create into
 panels of 16 output channels (two AVX2 vectors; a last panel of 8), each [K][16], so a register block reads one
-contiguous stream. Each parallel item is a run of RUN pixels and one panel: the panel's weights (K x 64 bytes) are
-read once per block of ROWS pixels, the run's source rows (RUN x K floats) once per panel while they stay in L2.
+contiguous stream. Each parallel item is a run of at most RUN pixels and one panel: the panel's weights (K x 64
+bytes) are read once per block of up to ROWS pixels, the run's source rows once per panel while they stay in L2.
+The runs are of equal length and a multiple of the threads in number, so that each thread writes whole output rows.
 A block of 6 pixels x 2 vectors accumulates in 12 of AVX2's 16 registers, starting from the bias; per input
 channel two weight loads and one broadcast per pixel feed 12 FMAs. The block is stored, and the post-ops
 (library/post_ops.py) run over it while it is in L1. A run allocates nothing.
@@ -58,7 +59,7 @@ def panel_rejection(call: LibraryCall) -> str | None:
         return "no post-op oneDNN runs slowly: it runs the call at full speed"
     if out_channels % LANES:
         return f"{out_channels} output channels are no multiple of {LANES}"
-    if any(flag.startswith("avx512") for flag in machine.isa_flags()):
+    if machine.avx512():
         return "AVX-512: oneDNN's 1x1 convolution, not measured against this kernel there"
     operands = operand_rejection(call)
     if operands is not None:
