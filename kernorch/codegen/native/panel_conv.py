@@ -122,16 +122,20 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
         w.line(*pointers, "const long threads = omp_get_max_threads();",
                f"const long runs = {pixels} < threads * {ROWS} ? 1 : "
                f"({-(-pixels // RUN)} + threads - 1) / threads * threads;",
-               f"const long run = ({pixels} + runs - 1) / runs;",
+               f"const long run = ({pixels} + runs - 1) / runs, total = {batch}L * runs;",
+               "const long per = total % threads ? total : total / threads;  /* a thread's runs */",
+               # A thread takes its runs panel by panel where the weights outweigh its source rows (which then stay
+               # in L2 while the weights stream through once), else panel after panel for each run (its rows in L1)
+               f"const int panel_major = total % threads == 0 && {out_channels}L * threads > {pixels};",
                "#pragma omp parallel for schedule(static)")  # fmt: skip
-        with w.block(f"for (long item = 0; item < {batch}L * runs * {panels}; item++)"):
-            w.line(f"const long n = item / (runs * {panels}), r = item / {panels} % runs;",
-                   f"const int c0 = (int)(item % {panels}) * {PANEL};",
+        with w.block(f"for (long item = 0; item < total * {panels}; item++)"):
+            w.line(f"const long first = item / (per * {panels}) * per, within = item % (per * {panels});",
+                   f"const long g = first + (panel_major ? within % per : within / {panels});",
+                   f"const int c0 = (int)(panel_major ? within / per : within % {panels}) * {PANEL};",
+                   "const long n = g / runs, r = g % runs;",
                    f"const int vectors = {out_channels} - c0 < {PANEL} ? 1 : 2;",
                    f"const long p0 = r * run, p1 = p0 + run < {pixels} ? p0 + run : {pixels};",
                    f"const float *wp = s->w + (long)c0 * {in_channels}, *bp = s->bias + c0;")  # fmt: skip
-            # the run in blocks of nearly equal rows: 25 pixels as five blocks of 5, not four of 6 and one of 1 (a
-            # block of 1 waits on its two accumulators' FMA latency: two thirds of a full block's time)
             w.line(f"const long blocks = p1 > p0 ? (p1 - p0 + {ROWS - 1}) / {ROWS} : 0;")
             with w.block("for (long b = 0, p = p0, rows; b < blocks; b++, p += rows)"):
                 w.line("rows = (p1 - p0) / blocks + (b < (p1 - p0) % blocks);",

@@ -48,7 +48,8 @@ def compiled_calls(model: onnx.ModelProto, x: np.ndarray | None = None, threads:
 
 
 CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call must apply
-    "MobileNetV4's 128 -> 512 expansion at 7x7, relu (runs of 25 and 24 pixels: blocks of 5 and of 6)": (
+    "MobileNetV4's 128 -> 512 expansion at 7x7, relu (runs of 25 and 24 pixels: blocks of 5 and of 6; each "
+    "thread's run panel by panel)": (
         dict(in_channels=128, out_channels=512, size=(7, 7)), ("relu",)),
     "72 -> 40: two panels of 16 and one of 8, a 5x7 map": (
         dict(in_channels=72, out_channels=40, size=(5, 7)), ("relu",)),
@@ -61,7 +62,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         dict(in_channels=65, out_channels=8, size=(3, 2), bias=False, epilogue="swish"), ("swish",)),
     "few input channels (the pointwise kernel's on AVX-512), relu": (
         dict(in_channels=16, out_channels=48, size=(8, 8)), ("relu",)),
-    "tanh over a 16x16 map (six runs: five of 43 pixels, one of 41)": (
+    "tanh over a 16x16 map (six runs: five of 43 pixels, one of 41; panel after panel for each run)": (
         dict(in_channels=70, out_channels=32, size=(16, 16), epilogue="tanh"), ("tanh",)),
 }  # fmt: skip
 
@@ -143,6 +144,12 @@ MUTANTS = [
     here("the panel convolution packs a last panel of 8 as if it were 16 wide",
          'f"{PANEL} < {PANEL} ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")',
          'f"{PANEL} < 0 ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")'),
+    here("the panel convolution's threads take their runs panel by panel at the wrong runs",
+         'f"const long g = first + (panel_major ? within % per : within / {panels});",',
+         'f"const long g = first + (panel_major ? within / per : within / {panels});",'),
+    here("the panel convolution's panel-by-panel order takes the wrong panels",
+         'f"const int c0 = (int)(panel_major ? within / per : within % {panels}) * {PANEL};",',
+         'f"const int c0 = (int)(panel_major ? within % per : within % {panels}) * {PANEL};",'),
     here("the panel convolution's blocks leave a run's remainder rows out",
          'w.line("rows = (p1 - p0) / blocks + (b < (p1 - p0) % blocks);",',
          'w.line("rows = (p1 - p0) / blocks;",'),
