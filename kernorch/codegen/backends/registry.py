@@ -47,12 +47,12 @@ _ORDERS: dict[str, list[Backend]] = {
         # kernorch's own library calls, each for the shapes oneDNN handles worst, before oneDNN (which takes the rest)
         direct_conv.BACKEND,
         depthwise_conv.BACKEND,
-        grouped_conv.BACKEND,
         streaming_product.BACKEND,
         few_channel_conv.BACKEND,
         panel_conv.BACKEND,
         pointwise_conv.BACKEND,
         winograd_conv.BACKEND,
+        grouped_conv.BACKEND,  # after Winograd: its dense panels take a 3x3 convolution Winograd does not
         amx_matmul.BACKEND,
         int8_matmul.BACKEND,
         int8_pixel_conv.BACKEND,
