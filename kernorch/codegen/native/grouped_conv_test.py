@@ -12,24 +12,20 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch import machine
 from kernorch.codegen.library.call import LibraryCall
 from kernorch.codegen.native.depthwise_conv_test import compiled_calls, depthwise_model
 from kernorch.codegen.native.grouped_conv import grouped_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import random_array
-from kernorch.testing.native import assert_close, assert_compiles_for
+from kernorch.testing.native import assert_close, assert_compiles_for, pretend_isa
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
-
-AVX2 = ("avx", "avx2", "fma", "sse4_2")
-
 
 @pytest.fixture(autouse=True)
 def without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel takes its calls on CPUs without AVX-512; its C (8-float vectors) runs on every x86-64, so the
     tests run it wherever they run."""
-    monkeypatch.setattr(machine, "isa_flags", lambda: AVX2)
+    pretend_isa(monkeypatch, avx512=False)
 
 
 CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call must apply
@@ -117,7 +113,7 @@ def test_groups_whose_input_and_output_widths_differ(group_in: int, group_out: i
 def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     arguments, _ = CASES["RegNet's groups of 8, strided, relu"]
     _, _, calls = compiled_calls(depthwise_model(**arguments))
-    monkeypatch.setattr(machine, "isa_flags", lambda: (*AVX2, "avx512f"))
+    pretend_isa(monkeypatch, avx512=True)
     reason = "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
     assert grouped_rejection(calls[0]) == reason
 

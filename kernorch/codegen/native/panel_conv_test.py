@@ -11,25 +11,21 @@ import numpy as np
 import onnx
 import pytest
 
-from kernorch import machine
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.panel_conv import panel_rejection
 from kernorch.codegen.native.pointwise_conv_test import pointwise_model
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
-from kernorch.testing.native import assert_close, assert_compiles_for
+from kernorch.testing.native import assert_close, assert_close_with_edges, assert_compiles_for, pretend_isa
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
-
-AVX2 = ("avx", "avx2", "fma", "sse4_2")
-
 
 @pytest.fixture(autouse=True)
 def without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel takes its calls on CPUs without AVX-512; its C (8-float vectors) runs on every x86-64, so the
     tests run it wherever they run."""
-    monkeypatch.setattr(machine, "isa_flags", lambda: AVX2)
+    pretend_isa(monkeypatch, avx512=False)
 
 
 def compiled_calls(model: onnx.ModelProto, x: np.ndarray | None = None, threads: int = 2) -> tuple[
@@ -101,11 +97,7 @@ def test_edge_values_pass_through_as_onnxruntime_computes_them() -> None:
     x[0, :, 0, 0], x[0, :, 1, 2], x[0, 3, 2, 4] = 1e30, -1e30, np.nan
     actual, expected, calls = compiled_calls(model, x)
     assert [panel_rejection(call) for call in calls] == [None]
-    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
-    np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
-    finite = np.isfinite(expected)
-    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4,
-                               atol=1e-5 * float(np.abs(expected[finite]).max()))  # fmt: skip
+    assert_close_with_edges(actual, expected)
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
@@ -121,7 +113,7 @@ def test_convs_it_does_not_take_go_elsewhere(changes: dict[str, Any], reason: st
 
 
 def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(machine, "isa_flags", lambda: (*AVX2, "avx512f", "avx512bw"))
+    pretend_isa(monkeypatch, avx512=True)
     actual, expected, calls = compiled_calls(pointwise_model(in_channels=72, out_channels=32, size=(4, 5),
                                                              epilogue="relu"))  # fmt: skip
     assert [panel_rejection(call) for call in calls] == [

@@ -13,12 +13,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch import machine
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
 from kernorch.codegen.native.pointwise_conv import pointwise_rejection
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
-from kernorch.testing.native import assert_close, assert_compiles_for
+from kernorch.testing.native import assert_close, assert_close_with_edges, assert_compiles_for, pretend_isa
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -28,7 +27,7 @@ pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 def with_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without AVX-512 the panel kernel (native/panel_conv.py) takes these convolutions first; this kernel's C is
     the same source for every ISA (#ifdef __AVX512F__), so the tests run it wherever they run."""
-    monkeypatch.setattr(machine, "isa_flags", lambda: ("avx", "avx2", "fma", "avx512f", "avx512bw"))
+    pretend_isa(monkeypatch, avx512=True)
 
 EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
     "none": [helper.make_node("Identity", ["c"], ["e"])],
@@ -118,11 +117,7 @@ def test_edge_values_pass_through_as_onnxruntime_computes_them(epilogue: str) ->
     x[0, :, 0, 0], x[0, :, 1, 2], x[0, 3, 2, 4] = 1e30, -1e30, np.nan
     actual, expected, calls = compiled_calls(model, x)
     assert [pointwise_rejection(call) for call in calls] == [None]
-    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
-    np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
-    finite = np.isfinite(expected)
-    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4,
-                               atol=1e-5 * float(np.abs(expected[finite]).max()))  # fmt: skip
+    assert_close_with_edges(actual, expected)
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
