@@ -43,12 +43,10 @@ from kernorch.codegen.library import (
 from kernorch.codegen.native.skeleton import (
     AVX2_VECTOR_TYPES,
     ConvGeometry,
-    aligned_size,
-    create_function,
     operand_rejection,
+    packed_weights_state,
     run_function,
     slow_in_onednn,
-    weights_pointer,
 )
 
 LANES = 8  # output channels per vector: an AVX2 register (half of one for groups of 4)
@@ -224,22 +222,17 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     chunk, chunks = _chunking(batch * out_h, groups)
     first, last = geometry.inside_columns()
     block = _block_size(group_out // geometry.lanes, max(last - first, 1))
-    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
 
     w = CWriter()
     w.line(AVX2_VECTOR_TYPES)
-    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
-                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(groups * group_size * 4)});",
-                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});"]):  # fmt: skip
-        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+    with packed_weights_state(w, name, call, groups * group_size):
         w.nest(f"for (int g = 0; g < {groups}; g++) for (int o = 0; o < {group_out}; o++)",
                f"for (int i = 0; i < {group_in}; i++)",
                f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
                f"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_in} + i) * {group_out} + o] = "
                f"w[(long)g * {w_g} + (long)o * {w_o} + (long)i * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
-        w.line(f"for (int c = 0; c < {out_channels}; c++) s->bias[c] = bias ? bias[c] : 0.0f;")
     with run_function(w, name, call):
         w.line(*pointers, "#pragma omp parallel for schedule(static)")
         with w.block(f"for (long item = 0; item < {batch * out_h * chunks}L; item++)"):

@@ -34,12 +34,10 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import (
     AVX2_VECTOR_TYPES,
-    aligned_size,
-    create_function,
     operand_rejection,
+    packed_weights_state,
     run_function,
     slow_in_onednn,
-    weights_pointer,
 )
 
 LANES = 8  # floats per AVX2 vector
@@ -96,21 +94,16 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     w_o, w_i, _, _ = call.weights.strides
     pixels = height * width
     panels = -(-out_channels // PANEL)
-    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
 
     w = CWriter()
     w.line(AVX2_VECTOR_TYPES)
-    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
-                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(panels * PANEL * in_channels * 4)});",
-                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(panels * PANEL * 4)});"]):  # fmt: skip
-        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+    with packed_weights_state(w, name, call, panels * PANEL * in_channels):
         # panel p holds output channels [16p, 16p + width) as [k][width]: a last panel of 8 is 8 wide
         w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int k = 0; k < {in_channels}; k++)",
                f"s->w[(long)(o / {PANEL}) * {PANEL * in_channels} + (long)k * ({out_channels} - o / {PANEL} * "
                f"{PANEL} < {PANEL} ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")
-        w.line(f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
     widths = sorted({min(2, (out_channels - p * PANEL) // LANES) for p in range(panels)})  # vectors per panel
     blocks = [(rows, vectors) for vectors in widths for rows in range(1, ROWS + 1)]
     for rows, vectors in blocks:

@@ -28,12 +28,10 @@ from kernorch.codegen.library import (
 )
 from kernorch.codegen.native.skeleton import (
     VECTOR_TYPES,
-    aligned_size,
-    create_function,
     operand_rejection,
+    packed_weights_state,
     run_function,
     slow_in_onednn,
-    weights_pointer,
 )
 
 MAX_INPUT_CHANNELS = 64  # the chunk's weights (64 x 96 floats, 24 KB) and a run's source rows share L1
@@ -73,7 +71,6 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
     w_o, w_i, _, _ = call.weights.strides
     pixels = height * width
     runs = -(-pixels // PIXELS)
-    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
     pointers, operands = binary_operands(call.post_ops)
     epilogue = post_op_statements(call.post_ops, operands)
     block = f"{name}_block"
@@ -92,13 +89,9 @@ def render_pointwise_conv(name: str, call: LibraryCall) -> str:
     w.line(VECTOR_TYPES,
            f"#define {name}_ROWS (KO_VC_ACCUMULATORS / {CHUNK_VECTORS})",
            f"#define {name}_CHUNK ({CHUNK_VECTORS} * KO_VC_LANES)  /* output channels per item */")
-    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
-                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(in_channels * out_channels * 4)});",
-                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(out_channels * 4)});"]):  # fmt: skip
-        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+    with packed_weights_state(w, name, call, in_channels * out_channels):
         w.nest(f"for (int k = 0; k < {in_channels}; k++) for (int o = 0; o < {out_channels}; o++)",
                f"s->w[k * {out_channels} + o] = w[(long)o * {w_o} + (long)k * {w_i}];")
-        w.line(f"for (int o = 0; o < {out_channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
     # rows x vectors of one chunk; `rows` and `vectors` are constants at every call (always inlined)
     with w.function(f"static inline __attribute__((always_inline)) void {block}(const float *restrict in, "
                     "const float *restrict w, const float *restrict bias, float *restrict out, int rows, int vectors)",

@@ -109,6 +109,21 @@ def create_function(w: CWriter, name: str, fields: str, buffers: Sequence[str],
         yield
 
 
+@contextmanager
+def packed_weights_state(w: CWriter, name: str, call: LibraryCall, weight_floats: int) -> Iterator[None]:
+    """`create_function` for a kernel whose state is its repacked weights (`s->w`, `weight_floats` floats) and its
+    bias (`s->bias`, one per output channel, zeros where the call has none): inside, `w` and `bias` point at the
+    call's operands and the packing of `s->w` is written; the bias is copied after it."""
+    channels = call.dst.dims[1]
+    bias = f"(const float *)a[{call.bias.slot}]" if call.bias is not None else "NULL"
+    with create_function(w, name, "float *w; float *bias;", ["w", "bias"],
+                         [f"s->w = (float *)aligned_alloc(64, {aligned_size(weight_floats * 4)});",
+                          f"s->bias = (float *)aligned_alloc(64, {aligned_size(channels * 4)});"]):  # fmt: skip
+        w.line(f"const float *w = {weights_pointer(call)};", f"const float *bias = {bias};")
+        yield
+        w.line(f"for (int o = 0; o < {channels}; o++) s->bias[o] = bias ? bias[o] : 0.0f;")
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """A direct 2-d convolution's source arithmetic, as the C of its run function uses it (`y` the output row, `in`
