@@ -11,7 +11,14 @@ from kernorch.codegen.library.onednn import (
     onednn_root,
     render_onednn_call,
 )
-from kernorch.codegen.library.post_ops import binary_operands, post_op_loop, post_op_statements, post_ops_rejection
+from kernorch.codegen.library.post_ops import (
+    VECTOR_SELECT,
+    binary_operands,
+    post_op_loop,
+    post_op_statements,
+    post_ops_rejection,
+    vector_post_op_statements,
+)
 from kernorch.codegen.library.run_sizes import (
     PER_SHAPE_PRIMITIVES,
     render_matmul_at_run_sizes,
@@ -20,6 +27,7 @@ from kernorch.codegen.library.run_sizes import (
 )
 
 __all__ = [
+    "VECTOR_SELECT",
     "LibraryCall",
     "ONEDNN_HEADER",
     "ONEDNN_PRELUDE",
@@ -34,6 +42,7 @@ __all__ = [
     "post_op_loop",
     "post_op_statements",
     "post_ops_rejection",
+    "vector_post_op_statements",
     "render_matmul_at_run_sizes",
     "render_onednn_call",
     "render_per_shape",

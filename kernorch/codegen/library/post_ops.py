@@ -44,6 +44,56 @@ def _eltwise(op: Eltwise) -> str | None:
     return statements.get(op.alg)
 
 
+# The C vector_post_op_statements' selects need besides ko_v8, AVX2's 8 floats (native/skeleton.AVX2_VECTOR_TYPES
+# defines both)
+VECTOR_SELECT = """typedef int ko_i8 __attribute__((vector_size(32)));  /* a comparison's lanes: all ones where true */
+/* per lane, x where the comparison m holds, else y (C has no ?: over vectors) */
+#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(x)) | (~(m) & (ko_i8)(y))))"""
+
+
+def _vector_eltwise(op: Eltwise) -> str | None:
+    """`op` on a vector `v` of 8 floats, with _eltwise's results (NaN kept, relu's +0), or None where it has no
+    vector form here. Selects are bitwise (KO_SELECT8): C has no ?: over vectors."""
+    a, b = _f(op.alpha), _f(op.beta)
+    zero, one = "(ko_v8){0}", "((ko_v8){0} + 1.0f)"
+
+    def clamped(u: str) -> str:
+        return f"KO_SELECT8({u} < 0.0f, {zero}, KO_SELECT8({u} > 1.0f, {one}, {u}))"
+
+    statements = {
+        "relu": (f"v = KO_SELECT8(v > 0.0f, v, {a} * v);" if op.alpha
+                 else f"v = KO_SELECT8((v > 0.0f) | (v != v), v, {zero});"),
+        "clip": f"v = KO_SELECT8(v < {a}, {zero} + {a}, KO_SELECT8(v > {b}, {zero} + {b}, v));",
+        "hardswish": f"{{ const ko_v8 u = {a} * v + {b}; v = v * {clamped('u')}; }}",
+        "hardsigmoid": f"{{ const ko_v8 u = {a} * v + {b}; v = {clamped('u')}; }}",
+        "abs": "v = (ko_v8)((ko_i8)v & 0x7fffffff);",
+        "square": "v = v * v;",
+        "linear": f"v = {a} * v + {b};",
+    }  # fmt: skip
+    return statements.get(op.alg)
+
+
+def vector_post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...],
+                              operand: list[str]) -> list[str] | None:  # fmt: skip
+    """post_op_statements on a vector `v` of AVX2's 8 floats (native/skeleton.AVX2_VECTOR_TYPES: ko_v8, ko_i8,
+    KO_SELECT8), for a kernel applying its epilogue to accumulators before it stores them; `operand[i]` is the C
+    of binary post-op i's vector. None where a post-op has no vector form (the transcendentals; max and min): the
+    kernel then runs post_op_loop over the outputs it stored."""
+    lines, binary = [], 0
+    for op, _ in post_ops:
+        if isinstance(op, Binary):
+            if op.alg in ("max", "min"):
+                return None
+            lines.append(_BINARY[op.alg].format(t=operand[binary]))
+            binary += 1
+        else:
+            statement = _vector_eltwise(op)
+            if statement is None:
+                return None
+            lines.append(statement)
+    return lines
+
+
 def post_ops_rejection(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...]) -> str | None:
     """Why these post-ops have no C here (None when every one has)."""
     for op, _ in post_ops:

@@ -12,8 +12,14 @@ import pytest
 
 from kernorch.codegen.c.prelude import PRELUDE
 from kernorch.codegen.library.epilogue import Binary, Eltwise
-from kernorch.codegen.library.post_ops import post_op_statements, post_ops_rejection
+from kernorch.codegen.library.post_ops import (
+    VECTOR_SELECT,
+    post_op_statements,
+    post_ops_rejection,
+    vector_post_op_statements,
+)
 from kernorch.codegen.program.compiler import compile_source, load_library
+from kernorch.devtools.mutate import here
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -78,3 +84,55 @@ def test_post_ops_without_c_are_named() -> None:
 def test_binary_operands_are_used_in_order() -> None:
     ops = ((Binary("mul", "s"), None), (Eltwise("relu"), None), (Binary("add", "r"), None))
     assert post_op_statements(ops, ["S", "R"]) == ["v = v * S;", "v = (v > 0.0f || v != v) ? v : 0.0f;", "v = v + R;"]
+
+
+VECTOR_CASES = [op for op, _ in CASES if vector_post_op_statements(((op, None),), ["t"]) is not None]
+
+
+def test_vector_forms_cover_the_cheap_post_ops() -> None:
+    """relu, clip, hardswish, linear, add ... in registers; the transcendentals, max and min stay scalar."""
+    assert {op.alg for op in VECTOR_CASES} == {"relu", "clip", "hardswish", "hardsigmoid", "abs", "square", "linear",
+                                              "add", "sub", "mul", "div"}  # fmt: skip
+
+
+@pytest.mark.parametrize("op", VECTOR_CASES, ids=[op.describe() for op in VECTOR_CASES])
+def test_vector_form_equals_the_scalar_statement_bit_for_bit(op: Eltwise | Binary) -> None:
+    """On 8-float vectors the same values as the scalar statement, NaN, ±inf, ±0 and subnormals included."""
+    (scalar,) = post_op_statements(((op, None),), ["t[i]"])
+    vector = vector_post_op_statements(((op, None),), ["*(const ko_v8u *)(t + i)"])
+    assert vector is not None
+    source = PRELUDE + """
+typedef float ko_v8 __attribute__((vector_size(32)));
+typedef float ko_v8u __attribute__((vector_size(32), aligned(4)));
+""" + VECTOR_SELECT + f"""
+void scalar(const float *x, const float *t, float *y, long n) {{
+    for (long i = 0; i < n; i++) {{ float v = x[i]; {scalar} y[i] = v; }}
+}}
+void vector(const float *x, const float *t, float *y, long n) {{
+    for (long i = 0; i < n; i += 8) {{ ko_v8 v = *(const ko_v8u *)(x + i); {" ".join(vector)} *(ko_v8u *)(y + i) = v; }}
+}}
+"""
+    library = load_library(compile_source(source))
+    edges = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.0, -3.0, 6.0, 1e30, -1e30, 0.5, -0.5]
+    x = np.concatenate([np.linspace(-12, 12, 4801), edges]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 8, np.float32)])
+    t = np.random.default_rng(0).uniform(-2.0, 2.0, x.shape).astype(np.float32)
+    t[4801:4801 + len(edges)] = np.array(edges[::-1], np.float32)  # the operand's edges meet the input's
+    expected, actual = np.empty_like(x), np.empty_like(x)
+    library.scalar(*(ctypes.c_void_p(a.ctypes.data) for a in (x, t, expected)), ctypes.c_long(len(x)))
+    library.vector(*(ctypes.c_void_p(a.ctypes.data) for a in (x, t, actual)), ctypes.c_long(len(x)))
+    np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
+
+
+# The mutants of the code this file tests (`make mutate`: kernorch/devtools/mutate.py collects them)
+MUTANTS = [
+    here("the vector relu turns NaN into 0",
+         'else f"v = KO_SELECT8((v > 0.0f) | (v != v), v, {zero});"),',
+         'else f"v = KO_SELECT8(v > 0.0f, v, {zero});"),'),
+    here("the vector clip swaps its bounds",
+         '"clip": f"v = KO_SELECT8(v < {a}, {zero} + {a}, KO_SELECT8(v > {b}, {zero} + {b}, v));",',
+         '"clip": f"v = KO_SELECT8(v < {a}, {zero} + {b}, KO_SELECT8(v > {b}, {zero} + {a}, v));",'),
+    here("the vector select takes y where the comparison holds",
+         '#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(x)) | (~(m) & (ko_i8)(y))))',
+         '#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(y)) | (~(m) & (ko_i8)(x))))'),
+]  # fmt: skip

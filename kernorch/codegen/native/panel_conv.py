@@ -1,10 +1,13 @@
-"""A 1x1 convolution over many input channels in generated C, its epilogue applied in cache, on CPUs without AVX-512.
+"""A 1x1 convolution over many input channels in generated C, its epilogue in registers, on CPUs without AVX-512.
 
 oneDNN 3.2 runs a 1x1 convolution's relu as elu(0) + linear (library/onednn.py: its relu turns NaN into 0), an exp
 per output: MobileNetV4's 128 -> 512 expansions at 7x7 took 111 µs with relu in place against 80 µs without
 (onnxruntime's fused conv + relu: 85), and where the plan runs relu as a pass of its own it reads and writes the
-map once more. native/pointwise_conv.py fuses it but keeps a whole chunk's weights in L1, so it takes at most 64
-input channels; this kernel takes any number, and on AVX2 it is the faster of the two below 64 too (relu, 2
+map once more. Without a post-op, too, oneDNN's jit:avx2 1x1 kernel is slower than this one on most shapes:
+ResNet-50's 1x1 convs in place ran at 0.71-0.97x onnxruntime's nodes on oneDNN (with a residual add 0.68-0.78x),
+0.89-1.05x here (bench/results/2026-11-30-panel-everywhere-zen3.md), so it takes every 1x1 stride-1 convolution
+whose output channels it can panel. native/pointwise_conv.py keeps a whole chunk's weights in L1, so it takes at
+most 64 input channels; this kernel takes any number, and on AVX2 it is the faster of the two below 64 too (relu, 2
 threads: 56x56 32 -> 32 56-60 µs against pointwise's 68-72 and oneDNN's conv alone 61; 14x14 64 -> 256 49-51 against
 83-93 and 55-60), so it is asked first.
 
@@ -14,13 +17,17 @@ contiguous stream. Each parallel item is a run of at most RUN pixels and one pan
 bytes) are read once per block of up to ROWS pixels, the run's source rows once per panel while they stay in L2.
 The runs are of equal length and a multiple of the threads in number, so that each thread writes whole output rows.
 A block of 6 pixels x 2 vectors accumulates in 12 of AVX2's 16 registers, starting from the bias; per input
-channel two weight loads and one broadcast per pixel feed 12 FMAs. The block is stored, and the post-ops
-(library/post_ops.py) run over it while it is in L1. A run allocates nothing.
+channel two weight loads and one broadcast per pixel feed 12 FMAs. The post-ops (library/post_ops.py) are applied
+to the accumulators before the store where each has a vector form and each binary operand's pixels are evenly
+strided (relu, clip, a residual add, a per-channel scale: ResNet-50's 56x56 64 -> 256 with add + relu 730-770 µs,
+959 as a loop over the stored block, 650-680 without the epilogue); the others (swish, tanh) run over the stored
+block while it is in L1. A run allocates nothing.
 
-On AVX-512 oneDNN's 1x1 kernels were not measured against this one, so the call stays with oneDNN there.
-"""
+On AVX-512 oneDNN's 1x1 kernels were not measured against this one, so the call stays with oneDNN there."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from kernorch import machine
 from kernorch.codegen.backends.library_calls import LibraryCallBackend
@@ -31,13 +38,13 @@ from kernorch.codegen.library import (
     post_op_loop,
     post_op_statements,
     post_ops_rejection,
+    vector_post_op_statements,
 )
 from kernorch.codegen.native.skeleton import (
     AVX2_VECTOR_TYPES,
     operand_rejection,
     packed_weights_state,
     run_function,
-    slow_in_onednn,
 )
 
 LANES = 8  # floats per AVX2 vector
@@ -53,8 +60,6 @@ def panel_rejection(call: LibraryCall) -> str | None:
     out_channels, _, kernel_h, kernel_w = call.weights.dims
     if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
         return "not a 1x1 stride-1 convolution without padding"
-    if not slow_in_onednn(call):
-        return "no post-op oneDNN runs slowly: it runs the call at full speed"
     if out_channels % LANES:
         return f"{out_channels} output channels are no multiple of {LANES}"
     if machine.avx512():
@@ -68,12 +73,57 @@ def panel_rejection(call: LibraryCall) -> str | None:
     return post_ops_rejection(call.post_ops)
 
 
-def _block(w: CWriter, name: str, in_channels: int, src_x: int, dst_x: int, rows: int, vectors: int) -> None:
-    """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias."""
+@dataclass(frozen=True)
+class _VectorOperand:
+    """A binary post-op's operand as the register blocks read it: `t{position}` advanced to the block's first pixel
+    and panel (by the run loop), then `pixel_stride` floats per pixel; a vector of 8 channels, or one value for
+    all of them (`per_channel` False: an operand broadcast over channels)."""
+
+    position: int
+    batch_stride: int
+    pixel_stride: int
+    per_channel: bool
+
+    def block_start(self) -> str:
+        channels = " + c0" if self.per_channel else ""
+        return f"t{self.position} + n * {self.batch_stride}L + p * {self.pixel_stride}L{channels}"
+
+    def vector(self, row: int, vector: int) -> str:
+        at = f"t{self.position} + {row * self.pixel_stride}"
+        return f"*(const ko_v8u *)({at} + {vector * LANES})" if self.per_channel else f"((ko_v8){{0}} + *({at}))"
+
+
+def _vector_operands(call: LibraryCall) -> list[_VectorOperand] | None:
+    """The binary post-ops' operands as register blocks read them, or None where one's pixels are not evenly
+    strided or its channels not contiguous (the epilogue then runs over the stored block)."""
+    _, _, height, width = call.dst.dims
+    operands = []
+    for position, (_, tensor) in enumerate(call.post_ops):
+        if tensor is None:
+            continue
+        (n, c, y, x), (n_stride, c_stride, y_stride, x_stride) = tensor.dims, tensor.strides
+        if (y, x) == (1, 1):
+            pixel_stride = 0
+        elif (y, x) == (height, width) and y_stride == width * x_stride:
+            pixel_stride = x_stride
+        else:
+            return None
+        if c != 1 and c_stride != 1:
+            return None
+        operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))
+    return operands
+
+
+def _block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
+           operands: list[_VectorOperand] | None) -> None:  # fmt: skip
+    """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias; with
+    `operands`, the epilogue applied in registers before the store (their pointers follow `out`)."""
+    in_channels, src_x, dst_x = call.src.dims[1], call.src.strides[3], call.dst.strides[3]
     accumulators = [(r, v) for r in range(rows) for v in range(vectors)]
+    operand_parameters = "".join(f", const float *restrict t{o.position}" for o in operands or [])
     with w.function(f"static inline __attribute__((always_inline)) void {name}_block_{rows}_{vectors}("
                     "const float *restrict in, const float *restrict wp, const float *restrict bias, "
-                    "float *restrict out)", returns=None):  # fmt: skip
+                    f"float *restrict out{operand_parameters})", returns=None):  # fmt: skip
         w.line(*(f"ko_v8 a{r}_{v} = *(const ko_v8 *)(bias + {v * LANES});" for r, v in accumulators),
                "#pragma GCC unroll 4")  # fmt: skip
         with w.block(f"for (int k = 0; k < {in_channels}; k++)"):
@@ -82,7 +132,14 @@ def _block(w: CWriter, name: str, in_channels: int, src_x: int, dst_x: int, rows
             for r in range(rows):
                 fmas = " ".join(f"a{r}_{v} += b * w{v};" for v in range(vectors))
                 w.line(f"{{ const ko_v8 b = KO_BROADCAST8(in + {r * src_x}L + k); {fmas} }}")
-        w.line(*(f"*(ko_v8u *)(out + {r * dst_x}L + {v * LANES}) = a{r}_{v};" for r, v in accumulators))
+        for r, v in accumulators:
+            store = f"*(ko_v8u *)(out + {r * dst_x}L + {v * LANES})"
+            statements = (vector_post_op_statements(call.post_ops, [o.vector(r, v) for o in operands])
+                          if operands is not None else None)  # fmt: skip
+            if statements:
+                w.line(f"{{ ko_v8 v = a{r}_{v}; {' '.join(statements)} {store} = v; }}")
+            else:
+                w.line(f"{store} = a{r}_{v};")
 
 
 def render_panel_conv(name: str, call: LibraryCall) -> str:
@@ -95,7 +152,12 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     pixels = height * width
     panels = -(-out_channels // PANEL)
     pointers, operands = binary_operands(call.post_ops)
-    epilogue = post_op_statements(call.post_ops, operands)
+    # the epilogue in registers before the store where every post-op has a vector form (relu, clip, add, ...),
+    # else over each stored block: ResNet-50's 56x56 64 -> 256 with add + relu took 959 µs that way, 672 without
+    vector_operands = _vector_operands(call)
+    if vector_operands is not None and vector_post_op_statements(call.post_ops, ["t"] * len(vector_operands)) is None:
+        vector_operands = None
+    epilogue = post_op_statements(call.post_ops, operands) if vector_operands is None else []
 
     w = CWriter()
     w.line(AVX2_VECTOR_TYPES)
@@ -107,7 +169,8 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     widths = sorted({min(2, (out_channels - p * PANEL) // LANES) for p in range(panels)})  # vectors per panel
     blocks = [(rows, vectors) for vectors in widths for rows in range(1, ROWS + 1)]
     for rows, vectors in blocks:
-        _block(w, name, in_channels, src_x, dst_x, rows, vectors)
+        _block(w, name, call, rows, vectors, vector_operands)
+    block_operands = "".join(f", {o.block_start()}" for o in vector_operands or [])
     with run_function(w, name, call):
         # whole runs per thread: two threads writing the two halves of the same output rows ran no faster than one
         # (7x7, 128 -> 512: 84 µs on one thread, 82 on two, 53 with a run each), so the runs are a multiple of the
@@ -135,8 +198,8 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
                        f"const float *in = src + n * {src_n}L + p * {src_x}L;",
                        f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
                 with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
-                    w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out); break;"
-                             for rows, vectors in blocks)  # fmt: skip
+                    w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out"
+                             f"{block_operands}); break;" for rows, vectors in blocks)  # fmt: skip
                 if epilogue:  # over the block just stored, still in L1
                     with w.block("for (long q = p; q < p + rows; q++)"):
                         w.line(f"const long y = q / {width}, x = q % {width};",
@@ -146,6 +209,6 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     return w.text(end="\n")
 
 
-# oneDNN runs relu after a 1x1 convolution as an exp per output (or the plan as a pass of its own)
-BACKEND = LibraryCallBackend("panel_conv", "native C", "1x1 C convolution in panels, its epilogue in cache",
+# oneDNN's jit:avx2 1x1 convolution is slower without a post-op, and runs relu as an exp per output
+BACKEND = LibraryCallBackend("panel_conv", "native C", "1x1 C convolution in panels, its epilogue in registers",
                              panel_rejection, render_panel_conv)  # fmt: skip

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from kernorch.codegen.library.call import LibraryCall, describe_library_call
-from kernorch.codegen.native.panel_conv import panel_rejection
+from kernorch.codegen.native.panel_conv import panel_rejection, render_panel_conv
 from kernorch.codegen.native.pointwise_conv_test import pointwise_model
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
@@ -60,7 +60,21 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         dict(in_channels=16, out_channels=48, size=(8, 8)), ("relu",)),
     "tanh over a 16x16 map (six runs: five of 43 pixels, one of 41; panel after panel for each run)": (
         dict(in_channels=70, out_channels=32, size=(16, 16), epilogue="tanh"), ("tanh",)),
+    "no post-op (ResNet's 1x1 convs before their own relu or add)": (
+        dict(in_channels=64, out_channels=48, size=(7, 9), epilogue="none"), ()),
+    "swish, then a residual: the epilogue over each stored block, the residual read per pixel": (
+        dict(in_channels=24, out_channels=24, size=(5, 11), epilogue="swish, then a residual"), ("swish", "add")),
+    "relu, scaled per channel: a vector of the scales in registers": (
+        dict(in_channels=48, out_channels=40, size=(3, 7), epilogue="relu, scaled per channel"), ("relu", "mul")),
+    "relu, times a map of the pixels: one value for all of a pixel's channels": (
+        dict(in_channels=32, out_channels=24, size=(6, 5), batch=2, epilogue="relu, times a map of the pixels"),
+        ("relu", "mul")),
+    "relu6, then a residual, batch 2": (
+        dict(in_channels=24, out_channels=24, size=(4, 13), batch=2, epilogue="relu6, then a residual"),
+        ("clip", "add")),
 }  # fmt: skip
+# the post-ops a kernel applies over each block it stored (no vector form): swish, tanh (the rest in registers)
+STORED_EPILOGUES = {"swish", "tanh"}
 
 
 def _post_op_names(call: LibraryCall) -> tuple[str, ...]:
@@ -77,6 +91,10 @@ def test_panel_conv_matches_onnxruntime(case: str) -> None:
     actual, expected, calls = compiled_calls(pointwise_model(**_arguments(arguments)))
     assert [panel_rejection(call) for call in calls] == [None]
     assert _post_op_names(calls[0]) == post_ops
+    source = render_panel_conv("k", calls[0])
+    in_registers = "ko_v8 v = a0_0;" in source
+    assert in_registers == (bool(post_ops) and not STORED_EPILOGUES & set(post_ops)), source
+    assert ("#pragma omp simd" in source) == bool(STORED_EPILOGUES & set(post_ops))
     assert_close(actual, expected)
 
 
@@ -101,7 +119,6 @@ def test_edge_values_pass_through_as_onnxruntime_computes_them() -> None:
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
-    (dict(epilogue="none"), "no post-op oneDNN runs slowly: it runs the call at full speed"),
     (dict(out_channels=44), "44 output channels are no multiple of 8"),
     (dict(kernel=3), "not a 1x1 stride-1 convolution without padding"),
 ])  # fmt: skip
@@ -154,4 +171,16 @@ MUTANTS = [
     here("the panel convolution's epilogue reads a residual at the transposed pixel",
          'w.line(f"const long y = q / {width}, x = q % {width};",',
          'w.line(f"const long x = q / {width}, y = q % {width};",'),
+    here("the panel convolution's registers read a residual at the block's first pixel for every row",
+         'at = f"t{self.position} + {row * self.pixel_stride}"',
+         'at = f"t{self.position} + {self.pixel_stride}"'),
+    here("the panel convolution's registers read a per-channel operand from the first panel's channels",
+         'channels = " + c0" if self.per_channel else ""',
+         'channels = ""'),
+    here("the panel convolution's registers read one value for a channel vector's operand",
+         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
+         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, False))'),
+    here("the panel convolution's registers read the first image's operand for every image",
+         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
+         'operands.append(_VectorOperand(position, 0, pixel_stride, c != 1))'),
 ]  # fmt: skip

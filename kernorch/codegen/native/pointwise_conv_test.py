@@ -40,6 +40,13 @@ EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
     "relu": [helper.make_node("Relu", ["c"], ["e"])],
     # the residual is the first conv's output before its relu: the tested conv's own input would fold into its weights
     "a residual, then relu": [helper.make_node("Add", ["c", "x0"], ["m"]), helper.make_node("Relu", ["m"], ["e"])],
+    "relu, scaled per channel": [helper.make_node("Relu", ["c"], ["m"]),
+                                 helper.make_node("Mul", ["m", "scale"], ["e"])],
+    # one value per pixel for every channel (a spatial attention map's shape)
+    "relu, times a map of the pixels": [helper.make_node("Relu", ["c"], ["m"]),
+                                        helper.make_node("Mul", ["m", "map"], ["e"])],
+    "relu6, then a residual": [helper.make_node("Clip", ["c", "zero", "six"], ["m"]),
+                               helper.make_node("Add", ["m", "x0"], ["e"])],
 }
 
 
@@ -53,7 +60,10 @@ def pointwise_model(in_channels: int, out_channels: int, size: tuple[int, int], 
                     numpy_helper.from_array(random_array((in_channels, in_channels, 1, 1), seed=4) * 0.3, "w0"),
                     numpy_helper.from_array(random_array((4, out_channels, 1, 1), seed=5) * 0.3, "w1"),
                     numpy_helper.from_array(random_array((out_channels,), seed=2), "b"),
-                    numpy_helper.from_array(random_array((out_channels, 1, 1), seed=6), "scale")]  # fmt: skip
+                    numpy_helper.from_array(random_array((out_channels, 1, 1), seed=6), "scale"),
+                    numpy_helper.from_array(random_array((1, 1, *size), seed=7), "map"),
+                    numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                    numpy_helper.from_array(np.array(6.0, np.float32), "six")]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
              helper.make_node("Conv", ["r", "w", "b"] if bias else ["r", "w"], ["c"], pads=pads),
              *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y_nchw"]),

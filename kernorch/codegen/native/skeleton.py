@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kernorch.codegen.c import CWriter
-from kernorch.codegen.library import LibraryCall
+from kernorch.codegen.library import VECTOR_SELECT, LibraryCall
 
 VECTOR_TYPES = """#ifndef KO_VC
 #define KO_VC
@@ -47,6 +47,7 @@ typedef float ko_v4u __attribute__((vector_size(16), aligned(4)));
 #define KO_BROADCAST8(p) ((ko_v8){0} + *(p))
 #define KO_BROADCAST4(p) ((ko_v4){0} + *(p))
 #endif
+""" + VECTOR_SELECT + """
 #endif"""
 
 # The post-ops oneDNN runs slowly inside a convolution; cheap ones (linear, binary) stay there. Relu too is
