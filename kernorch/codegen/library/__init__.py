@@ -17,6 +17,8 @@ from kernorch.codegen.library.post_ops import (
     post_op_loop,
     post_op_statements,
     post_ops_rejection,
+    vector_epilogue,
+    vector_operand,
     vector_post_op_statements,
 )
 from kernorch.codegen.library.run_sizes import (
@@ -42,6 +44,8 @@ __all__ = [
     "post_op_loop",
     "post_op_statements",
     "post_ops_rejection",
+    "vector_epilogue",
+    "vector_operand",
     "vector_post_op_statements",
     "render_matmul_at_run_sizes",
     "render_onednn_call",

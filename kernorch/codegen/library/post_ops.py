@@ -45,10 +45,12 @@ def _eltwise(op: Eltwise) -> str | None:
 
 
 # The C vector_post_op_statements' selects need besides ko_v8, AVX2's 8 floats (native/skeleton.AVX2_VECTOR_TYPES
-# defines both)
+# defines both; its ko_v4 and KO_SELECT4 serve a kernel that renames the statements to half vectors)
 VECTOR_SELECT = """typedef int ko_i8 __attribute__((vector_size(32)));  /* a comparison's lanes: all ones where true */
+typedef int ko_i4 __attribute__((vector_size(16)));
 /* per lane, x where the comparison m holds, else y (C has no ?: over vectors) */
-#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(x)) | (~(m) & (ko_i8)(y))))"""
+#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(x)) | (~(m) & (ko_i8)(y))))
+#define KO_SELECT4(m, x, y) ((ko_v4)(((m) & (ko_i4)(x)) | (~(m) & (ko_i4)(y))))"""
 
 
 def _vector_eltwise(op: Eltwise) -> str | None:
@@ -71,6 +73,20 @@ def _vector_eltwise(op: Eltwise) -> str | None:
         "linear": f"v = {a} * v + {b};",
     }  # fmt: skip
     return statements.get(op.alg)
+
+
+def vector_operand(position: int, tensor: Tensor, n: str, c: str, y: str, x: str) -> str | None:
+    """C of 8 lanes of binary operand `position` (binary_operands' `t{position}`) from element (n, c, y, x) on along
+    its channels: a vector load where they are contiguous, one value for all of them where it broadcasts over
+    channels; None otherwise."""
+    dims, strides = tensor.dims, tensor.strides
+    axes = ((n, dims[0], strides[0]), (y, dims[2], strides[2]), (x, dims[3], strides[3]))
+    offset = " + ".join(f"(long)({index}) * {0 if size == 1 else stride}" for index, size, stride in axes)
+    if dims[1] == 1:
+        return f"((ko_v8){{0}} + t{position}[{offset}])"
+    if strides[1] != 1:
+        return None
+    return f"*(const ko_v8u *)(t{position} + {offset} + {c})"
 
 
 def vector_post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...],
@@ -140,3 +156,14 @@ def post_op_statements(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], .
             assert statement is not None, "post_ops_rejection accepted these post-ops"
             lines.append(statement)
     return lines
+
+
+def vector_epilogue(post_ops: tuple[tuple[Eltwise | Binary, Tensor | None], ...], n: str, c: str, y: str,
+                    x: str) -> list[str] | None:  # fmt: skip
+    """vector_post_op_statements for the 8 output channels from element (n, c, y, x) on, each binary operand read
+    by vector_operand; None where a post-op or an operand has no vector form."""
+    operands = [vector_operand(position, tensor, n, c, y, x)
+                for position, (_, tensor) in enumerate(post_ops) if tensor is not None]  # fmt: skip
+    if any(operand is None for operand in operands):
+        return None
+    return vector_post_op_statements(post_ops, [operand for operand in operands if operand is not None])

@@ -1,5 +1,5 @@
 """A grouped convolution in generated C: channels-last, groups of 4, 8 or 16 output channels (RegNet's and
-ResNeXt's group widths), its epilogue applied in cache, on CPUs without AVX-512.
+ResNeXt's group widths), its epilogue in registers, on CPUs without AVX-512.
 
 oneDNN 3.2 runs such a conv on AVX2 as `jit:avx2` at 14-35 GFLOP/s, a tenth to a quarter of the FMA peak:
 regnety_400mf's 3x3 conv of 6 groups of 8 channels at 112x112 -> 56x56 took 1.0-1.5 ms where onnxruntime's
@@ -13,8 +13,9 @@ idle on a 7x7 map). Inside the image, a block of output pixels accumulates in re
 accumulators, a weight vector and the broadcast value within AVX2's 16), per tap and input channel one weight
 load per output vector and one broadcast per pixel; the columns left after the full blocks are one shorter
 block; pixels whose taps leave the image (padding) take a bounds-checked loop. The bias starts the sums; the
-post-ops (library/post_ops.py) then run over the item's outputs while they are in L1 — relu among them, which a
-oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS). Weights are repacked once at create,
+post-ops (library/post_ops.py) are applied to the accumulators before the store where each has a vector form
+(relu, clip, a residual add), else run over the item's outputs while they are in L1 (swish) — relu among them,
+which a oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS). Weights are repacked once at create,
 [group][tap][input channel][output channel]. A run allocates nothing.
 
 A dense convolution is the same computation with every group reading every input channel: its output channels in
@@ -39,6 +40,7 @@ from kernorch.codegen.library import (
     post_op_loop,
     post_op_statements,
     post_ops_rejection,
+    vector_epilogue,
 )
 from kernorch.codegen.native.skeleton import (
     AVX2_VECTOR_TYPES,
@@ -128,7 +130,20 @@ def _block_size(group_vectors: int, width: int) -> int:
 
 @dataclass(frozen=True)
 class _Geometry(ConvGeometry):
-    """The conv's sizes and element strides, as the C below uses them."""
+    """The conv's sizes and element strides, as the C below uses them; whether the epilogue is applied to the
+    accumulators before they are stored (library/post_ops.vector_epilogue)."""
+
+    epilogue_in_registers: bool = False
+
+    def store(self, pixel: str, vector: int, accumulator: str) -> str:
+        """C storing `accumulator`, the `vector`th of group g's output channels at output column `pixel`."""
+        channel = f"g * {self.group_out} + {vector * self.lanes}"
+        at = f"*(ko_v8u *)(out + (long)({pixel}) * {self.call.dst.strides[3]} + {channel})"
+        statements = vector_epilogue(self.call.post_ops, "n", channel, "y", pixel) if self.epilogue_in_registers \
+            else None  # fmt: skip
+        if not statements:
+            return f"{at} = {accumulator};"
+        return f"{{ ko_v8 v = {accumulator}; {' '.join(statements)} {at} = v; }}"
 
     @property
     def group_in(self) -> int:
@@ -149,7 +164,7 @@ class _Geometry(ConvGeometry):
 
     def vectorized(self, lines: list[str]) -> list[str]:
         """Lines written for 8-float vectors, on this call's vectors."""
-        return [re.sub(r"\b(ko_v|KO_BROADCAST)8", rf"\g<1>{self.lanes}", line) for line in lines]
+        return [re.sub(r"\b(ko_v|ko_i|KO_BROADCAST|KO_SELECT)8", rf"\g<1>{self.lanes}", line) for line in lines]
 
     def weights(self, tap_y: str, tap_x: str) -> str:
         """The packed weights of group g at a tap: [input channel][output channel]."""
@@ -158,7 +173,7 @@ class _Geometry(ConvGeometry):
     def interior(self, into: CWriter, block: int) -> None:
         """`block` pixels from x on whose taps are all inside the image."""
         w, lanes = CWriter(), self.lanes
-        vectors, src_x, dst_x = self.group_out // lanes, self.call.src.strides[3], self.call.dst.strides[3]
+        vectors, src_x = self.group_out // lanes, self.call.src.strides[3]
         (_, stride_x) = self.call.strides
         accumulators = [(i, v) for i in range(block) for v in range(vectors)]
         w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"
@@ -173,15 +188,14 @@ class _Geometry(ConvGeometry):
                 for i in range(block):
                     fmas = " ".join(f"acc{i}_{v} += b * w{v};" for v in range(vectors))
                     w.line(f"{{ const ko_v8 b = KO_BROADCAST8(r + {i * stride_x * src_x}L + ic); {fmas} }}")
-        w.line(*(f"*(ko_v8u *)(out + (long)(x + {i}) * {dst_x} + g * {self.group_out} + {v * lanes}) = "
-                 f"acc{i}_{v};" for i, v in accumulators))  # fmt: skip
+        w.line(*(self.store(f"x + {i}", v, f"acc{i}_{v}") for i, v in accumulators))
         into.line(*self.vectorized(w.lines))
 
     def edge(self, into: CWriter, begin: str, end: str) -> None:
         """Pixels [begin, end) with taps outside the image (padding), one at a time, bounds checked per tap (on a
         7x7 map two of seven columns: as scalar code they took longer than the other five)."""
         w, lanes = CWriter(), self.lanes
-        vectors, src_x, dst_x = self.group_out // lanes, self.call.src.strides[3], self.call.dst.strides[3]
+        vectors, src_x = self.group_out // lanes, self.call.src.strides[3]
         with w.block(f"for (int x = {begin}; x < {end}; x++)"):
             w.line(*(f"ko_v8 acc{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"
                      for v in range(vectors)))  # fmt: skip
@@ -194,8 +208,7 @@ class _Geometry(ConvGeometry):
                     w.line("const ko_v8 b = KO_BROADCAST8(r + ic);",
                            *(f"acc{v} += b * *(const ko_v8u *)(wt + ic * {self.group_out} + {v * lanes});"
                              for v in range(vectors)))  # fmt: skip
-            w.line(*(f"*(ko_v8u *)(out + (long)x * {dst_x} + g * {self.group_out} + {v * lanes}) = acc{v};"
-                     for v in range(vectors)))  # fmt: skip
+            w.line(*(self.store("x", v, f"acc{v}") for v in range(vectors)))
         into.line(*self.vectorized(w.lines))
 
 
@@ -217,13 +230,16 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
     src_n = call.src.strides[0]
     dst_n, _, dst_y, dst_x = call.dst.strides
     w_g, w_o, w_i, w_y, w_x = grouping.weight_strides
-    geometry = _Geometry(call)
+    # the epilogue on the accumulators where each post-op and operand has a vector form (relu: regnety's 28x28
+    # 104-channel conv took 146 µs alone, 193-200 with relu as a loop over the stored row), else over each row
+    in_registers = vector_epilogue(call.post_ops, "n", "0", "y", "0") is not None
+    geometry = _Geometry(call, in_registers)
     group_size = kernel_h * kernel_w * group_in * group_out
     chunk, chunks = _chunking(batch * out_h, groups)
     first, last = geometry.inside_columns()
     block = _block_size(group_out // geometry.lanes, max(last - first, 1))
     pointers, operands = binary_operands(call.post_ops)
-    epilogue = post_op_statements(call.post_ops, operands)
+    epilogue = [] if in_registers else post_op_statements(call.post_ops, operands)
 
     w = CWriter()
     w.line(AVX2_VECTOR_TYPES)

@@ -5,6 +5,7 @@ it applies."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.library.call import LibraryCall
 from kernorch.codegen.native.depthwise_conv_test import compiled_calls, depthwise_model
-from kernorch.codegen.native.grouped_conv import grouped_rejection
+from kernorch.codegen.native.grouped_conv import grouped_rejection, render_grouped_conv
 from kernorch.devtools.mutate import here
 from kernorch.testing import random_array
 from kernorch.testing.native import assert_close, assert_compiles_for, pretend_isa
@@ -68,6 +69,9 @@ def test_grouped_conv_matches_onnxruntime(case: str) -> None:
     actual, expected, calls = compiled_calls(depthwise_model(**arguments))
     assert [grouped_rejection(call) for call in calls] == [None]
     assert _post_op_names(calls[0]) == post_ops
+    source = render_grouped_conv("k", calls[0])
+    in_registers = re.search(r"ko_v[48] v = acc", source) is not None
+    assert in_registers == (bool(post_ops) and "swish" not in post_ops), source  # swish: over the stored row
     assert_close(actual, expected)
 
 
@@ -154,4 +158,11 @@ MUTANTS = [
     here("the grouped conv's chunked items skip their last group",
          'f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} : {groups};",',
          'f"const int g1 = g0 + {chunk} < {groups} ? g0 + {chunk} - 1 : {groups};",'),
+    here("the grouped conv's registers read every pixel's residual at the block's first",
+         'statements = vector_epilogue(self.call.post_ops, "n", channel, "y", pixel) if self.epilogue_in_registers',
+         'statements = vector_epilogue(self.call.post_ops, "n", channel, "y", "x") if self.epilogue_in_registers'),
+    here("a vector operand is read from the first image for every image",
+         'axes = ((n, dims[0], strides[0]), (y, dims[2], strides[2]), (x, dims[3], strides[3]))',
+         'axes = ((n, dims[0], 0), (y, dims[2], strides[2]), (x, dims[3], strides[3]))',
+         file="kernorch/codegen/library/post_ops.py"),
 ]  # fmt: skip
