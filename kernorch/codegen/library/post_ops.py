@@ -4,6 +4,11 @@ A direct kernel (native/depthwise_conv.py) applies its epilogue to the values it
 each post-op becomes one C statement updating the running float `v`. The scalar helpers are the generated
 kernels' (c_prelude.PRELUDE: ko_expf, ko_tanhf, ko_erff), so a loop over channels vectorizes. The formulas
 are oneDNN's eltwise definitions, the same ones the epilogue fitted the model's primitives against.
+
+A kernel that holds its outputs in AVX2 registers (native/panel_conv.py, native/grouped_conv.py) applies the
+post-ops that have a vector form (relu, clip, hardswish, linear, add, mul, ...) to them before the store instead:
+vector_post_op_statements, the same values bit for bit, without the loop over stored outputs that cost a 1x1 conv
+more than a separate pass (56x56 64 -> 256 with add + relu: 672 µs alone, 959 with the loop, 730-770 in registers).
 """
 
 from __future__ import annotations
