@@ -5,11 +5,12 @@ per output: MobileNetV4's 128 -> 512 expansions at 7x7 took 111 µs with relu in
 (onnxruntime's fused conv + relu: 85), and where the plan runs relu as a pass of its own it reads and writes the
 map once more. Without a post-op, too, oneDNN's jit:avx2 1x1 kernel is slower than this one on most shapes:
 ResNet-50's 1x1 convs in place ran at 0.71-0.97x onnxruntime's nodes on oneDNN (with a residual add 0.68-0.78x),
-0.89-1.05x here (bench/results/2026-11-30-panel-everywhere-zen3.md), so it takes every 1x1 stride-1 convolution
-whose output channels it can panel. native/pointwise_conv.py keeps a whole chunk's weights in L1, so it takes at
-most 64 input channels; this kernel takes any number, and on AVX2 it is the faster of the two below 64 too (relu, 2
-threads: 56x56 32 -> 32 56-60 µs against pointwise's 68-72 and oneDNN's conv alone 61; 14x14 64 -> 256 49-51 against
-83-93 and 55-60), so it is asked first.
+0.89-1.05x here (bench/results/2026-11-30-panel-everywhere-zen3.md), so it takes every 1x1 convolution whose
+output channels it can panel; strided ones too (ResNet's and RegNet's downsampling: 1.15-1.45x oneDNN's time,
+isolated), whose blocks stay within an output row, each reading its first pixel's source. native/pointwise_conv.py
+keeps a whole chunk's weights in L1, so it takes at most 64 input channels; this kernel takes any number, and on
+AVX2 it is the faster of the two below 64 too (relu, 2 threads: 56x56 32 -> 32 56-60 µs against pointwise's 68-72
+and oneDNN's conv alone 61; 14x14 64 -> 256 49-51 against 83-93 and 55-60), so it is asked first.
 
 Channels-last, the convolution is a product [pixels, K] x [K, N]. The weights are repacked once at create into
 panels of 16 output channels (two AVX2 vectors; a last panel of 8), each [K][16], so a register block reads one
@@ -58,8 +59,8 @@ def panel_rejection(call: LibraryCall) -> str | None:
     if call.op != "convolution" or len(call.src.dims) != 4 or len(call.weights.dims) != 4:
         return "not a 2-d convolution without groups"
     out_channels, _, kernel_h, kernel_w = call.weights.dims
-    if (kernel_h, kernel_w) != (1, 1) or tuple(call.strides) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
-        return "not a 1x1 stride-1 convolution without padding"
+    if (kernel_h, kernel_w) != (1, 1) or any(call.pad_begin) or any(call.pad_end):
+        return "not a 1x1 convolution without padding"
     if out_channels % LANES:
         return f"{out_channels} output channels are no multiple of {LANES}"
     if machine.avx512():
@@ -67,9 +68,8 @@ def panel_rejection(call: LibraryCall) -> str | None:
     operands = operand_rejection(call)
     if operands is not None:
         return operands
-    _, _, _, width = call.src.dims
-    if call.src.strides[2] != width * call.src.strides[3] or call.dst.strides[2] != width * call.dst.strides[3]:
-        return "pixels are not evenly strided"
+    if call.dst.strides[2] != call.dst.dims[3] * call.dst.strides[3]:
+        return "output pixels are not evenly strided"
     return post_ops_rejection(call.post_ops)
 
 
@@ -118,7 +118,7 @@ def _block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
            operands: list[_VectorOperand] | None) -> None:  # fmt: skip
     """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias; with
     `operands`, the epilogue applied in registers before the store (their pointers follow `out`)."""
-    in_channels, src_x, dst_x = call.src.dims[1], call.src.strides[3], call.dst.strides[3]
+    in_channels, src_x, dst_x = call.src.dims[1], call.strides[1] * call.src.strides[3], call.dst.strides[3]
     accumulators = [(r, v) for r in range(rows) for v in range(vectors)]
     operand_parameters = "".join(f", const float *restrict t{o.position}" for o in operands or [])
     with w.function(f"static inline __attribute__((always_inline)) void {name}_block_{rows}_{vectors}("
@@ -144,9 +144,10 @@ def _block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
 
 def render_panel_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `panel_rejection` accepted): state, create, run, destroy."""
-    batch, in_channels, height, width = call.src.dims
-    out_channels = call.weights.dims[0]
-    src_n, _, _, src_x = call.src.strides
+    batch, in_channels = call.src.dims[:2]
+    _, out_channels, height, width = call.dst.dims
+    stride_y, stride_x = call.strides
+    src_n, _, src_y, src_x = call.src.strides
     dst_n, _, _, dst_x = call.dst.strides
     w_o, w_i, _, _ = call.weights.strides
     pixels = height * width
@@ -171,6 +172,25 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     for rows, vectors in blocks:
         _block(w, name, call, rows, vectors, vector_operands)
     block_operands = "".join(f", {o.block_start()}" for o in vector_operands or [])
+
+    def _blocks(w: CWriter, begin: str, end: str, source: str) -> None:
+        """Pixels [begin, end) of run r as blocks of nearly equal rows (at most ROWS), each read from `source` (C
+        of its first pixel's input, in terms of `p`), stored, and the epilogue over it where it is not in
+        registers."""
+        w.line(f"const long blocks = {end} > {begin} ? ({end} - {begin} + {ROWS - 1}) / {ROWS} : 0;")
+        with w.block(f"for (long b = 0, p = {begin}, rows; b < blocks; b++, p += rows)"):
+            w.line(f"rows = ({end} - {begin}) / blocks + (b < ({end} - {begin}) % blocks);",
+                   f"const float *in = {source};", f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
+            with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
+                w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out"
+                         f"{block_operands}); break;" for rows, vectors in blocks)  # fmt: skip
+            if epilogue:  # over the block just stored, still in L1
+                with w.block("for (long q = p; q < p + rows; q++)"):
+                    w.line(f"const long y = q / {width}, x = q % {width};",
+                           "(void)y; (void)x;  /* read by binary post-ops' operands only */",
+                           f"float *o = dst + n * {dst_n}L + q * {dst_x}L;")  # fmt: skip
+                    post_op_loop(w, "o", "c0", f"c0 + vectors * {LANES}", epilogue, simd=True)
+
     with run_function(w, name, call):
         # whole runs per thread: two threads writing the two halves of the same output rows ran no faster than one
         # (7x7, 128 -> 512: 84 µs on one thread, 82 on two, 53 with a run each), so the runs are a multiple of the
@@ -192,20 +212,15 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
                    f"const int vectors = {out_channels} - c0 < {PANEL} ? 1 : 2;",
                    f"const long p0 = r * run, p1 = p0 + run < {pixels} ? p0 + run : {pixels};",
                    f"const float *wp = s->w + (long)c0 * {in_channels}, *bp = s->bias + c0;")  # fmt: skip
-            w.line(f"const long blocks = p1 > p0 ? (p1 - p0 + {ROWS - 1}) / {ROWS} : 0;")
-            with w.block("for (long b = 0, p = p0, rows; b < blocks; b++, p += rows)"):
-                w.line("rows = (p1 - p0) / blocks + (b < (p1 - p0) % blocks);",
-                       f"const float *in = src + n * {src_n}L + p * {src_x}L;",
-                       f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
-                with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
-                    w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out"
-                             f"{block_operands}); break;" for rows, vectors in blocks)  # fmt: skip
-                if epilogue:  # over the block just stored, still in L1
-                    with w.block("for (long q = p; q < p + rows; q++)"):
-                        w.line(f"const long y = q / {width}, x = q % {width};",
-                               "(void)y; (void)x;  /* read by binary post-ops' operands only */",
-                               f"float *o = dst + n * {dst_n}L + q * {dst_x}L;")  # fmt: skip
-                        post_op_loop(w, "o", "c0", f"c0 + vectors * {LANES}", epilogue, simd=True)
+            if (stride_y, stride_x) == (1, 1) and src_y == call.src.dims[3] * src_x:
+                # the source's pixels evenly strided too: a block may run on into the next row
+                _blocks(w, "p0", "p1", f"src + n * {src_n}L + p * {src_x}L")
+            else:  # a strided conv (ResNet's downsampling): blocks within a row, each from its pixel's source
+                with w.block("for (long seg0 = p0, seg1; seg0 < p1; seg0 = seg1)"):
+                    w.line(f"const long seg_y = seg0 / {width};",
+                           f"seg1 = (seg_y + 1) * {width} < p1 ? (seg_y + 1) * {width} : p1;")  # fmt: skip
+                    _blocks(w, "seg0", "seg1", f"src + n * {src_n}L + seg_y * {stride_y * src_y}L + "
+                            f"(p - seg_y * {width}) * {stride_x * src_x}L")  # fmt: skip
     return w.text(end="\n")
 
 

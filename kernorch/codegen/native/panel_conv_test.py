@@ -72,6 +72,12 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "relu6, then a residual, batch 2": (
         dict(in_channels=24, out_channels=24, size=(4, 13), batch=2, epilogue="relu6, then a residual"),
         ("clip", "add")),
+    "stride 2 (ResNet's downsampling), odd sizes: blocks within each output row, relu": (
+        dict(in_channels=40, out_channels=32, size=(13, 11), strides=(2, 2)), ("relu",)),
+    "strides 3 x 2, batch 2, no post-op": (
+        dict(in_channels=24, out_channels=40, size=(10, 9), batch=2, strides=(3, 2), epilogue="none"), ()),
+    "stride 2, swish: the epilogue over each stored block within a row": (
+        dict(in_channels=16, out_channels=24, size=(9, 14), strides=(2, 2), epilogue="swish"), ("swish",)),
 }  # fmt: skip
 # the post-ops a kernel applies over each block it stored (no vector form): swish, tanh (the rest in registers)
 STORED_EPILOGUES = {"swish", "tanh"}
@@ -120,7 +126,7 @@ def test_edge_values_pass_through_as_onnxruntime_computes_them() -> None:
 
 @pytest.mark.parametrize(("changes", "reason"), [
     (dict(out_channels=44), "44 output channels are no multiple of 8"),
-    (dict(kernel=3), "not a 1x1 stride-1 convolution without padding"),
+    (dict(kernel=3), "not a 1x1 convolution without padding"),
 ])  # fmt: skip
 def test_convs_it_does_not_take_go_elsewhere(changes: dict[str, Any], reason: str) -> None:
     arguments: dict[str, Any] = dict(in_channels=72, out_channels=32, size=(4, 5), epilogue="relu") | changes
@@ -160,8 +166,14 @@ MUTANTS = [
          'f"const int c0 = (int)(panel_major ? within / per : within % {panels}) * {PANEL};",',
          'f"const int c0 = (int)(panel_major ? within % per : within % {panels}) * {PANEL};",'),
     here("the panel convolution's blocks leave a run's remainder rows out",
-         'w.line("rows = (p1 - p0) / blocks + (b < (p1 - p0) % blocks);",',
-         'w.line("rows = (p1 - p0) / blocks;",'),
+         'w.line(f"rows = ({end} - {begin}) / blocks + (b < ({end} - {begin}) % blocks);",',
+         'w.line(f"rows = ({end} - {begin}) / blocks;",'),
+    here("a strided panel convolution reads its rows unstrided",
+         'f"(p - seg_y * {width}) * {stride_x * src_x}L")  # fmt: skip',
+         'f"(p - seg_y * {width}) * {src_x}L")  # fmt: skip'),
+    here("a strided panel convolution's blocks run on into the next row",
+         'f"seg1 = (seg_y + 1) * {width} < p1 ? (seg_y + 1) * {width} : p1;")  # fmt: skip',
+         'f"seg1 = p1;")  # fmt: skip'),
     here("the panel convolution's last run stops a pixel short",
          'f"const long p0 = r * run, p1 = p0 + run < {pixels} ? p0 + run : {pixels};",',
          'f"const long p0 = r * run, p1 = p0 + run < {pixels} ? p0 + run : {pixels} - 1;",'),

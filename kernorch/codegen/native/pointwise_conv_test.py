@@ -51,7 +51,8 @@ EPILOGUES = {  # ONNX nodes after the tested conv's output "c", ending in "e"
 
 
 def pointwise_model(in_channels: int, out_channels: int, size: tuple[int, int], batch: int = 1, bias: bool = True,
-                    epilogue: str = "swish", kernel: int = 1) -> onnx.ModelProto:  # fmt: skip
+                    epilogue: str = "swish", kernel: int = 1,
+                    strides: tuple[int, int] = (1, 1)) -> onnx.ModelProto:  # fmt: skip
     """x → 1x1 Conv → Relu → the tested Conv → epilogue → 1x1 Conv to 4 channels: the convs around it keep the
     channels-last layout on both sides, so the epilogue joins the tested conv, not a layout change."""
     pads = [kernel // 2] * 4
@@ -65,7 +66,7 @@ def pointwise_model(in_channels: int, out_channels: int, size: tuple[int, int], 
                     numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
                     numpy_helper.from_array(np.array(6.0, np.float32), "six")]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("Relu", ["x0"], ["r"]),
-             helper.make_node("Conv", ["r", "w", "b"] if bias else ["r", "w"], ["c"], pads=pads),
+             helper.make_node("Conv", ["r", "w", "b"] if bias else ["r", "w"], ["c"], pads=pads, strides=list(strides)),
              *EPILOGUES[epilogue], helper.make_node("Conv", ["e", "w1"], ["y_nchw"]),
              helper.make_node("Transpose", ["y_nchw"], ["y"], perm=[0, 2, 3, 1])]  # fmt: skip
     graph = helper.make_graph(nodes, "pointwise",
