@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kernorch import machine
+
 ROOT = Path(__file__).resolve().parents[2]
 # the mutants whose tests are a directory; the rest live beside their tests
 REWRITES = "kernorch/rewrite"
@@ -32,13 +34,17 @@ class Mutant:
     original: str  # the text changed: exactly one place of the file
     mutated: str
     tests: tuple[str, ...]  # pytest arguments (files, directories, `file::test`) that must then fail
+    # a CPU flag (/proc/cpuinfo's name) without which the mutated code never runs here: an AVX-512 path of a kernel
+    # that compiles for the machine's ISA, whose tests pass on AVX2 because they run the AVX2 path
+    needs: str = ""
 
 
-def here(name: str, original: str, mutated: str, *, file: str = "", tests: tuple[str, ...] = ()) -> Mutant:
+def here(name: str, original: str, mutated: str, *, file: str = "", tests: tuple[str, ...] = (),
+         needs: str = "") -> Mutant:  # fmt: skip
     """A mutant declared in a test module's `MUTANTS`, beside the tests that kill it: of the module that test module
     tests (x_test.py tests x.py) unless `file` names another, killed by that test module unless `tests` says which
-    (collected() fills both in)."""
-    return Mutant(name, file, original, mutated, tests)
+    (collected() fills both in); `needs`: the CPU flag its code runs with."""
+    return Mutant(name, file, original, mutated, tests, needs)
 
 
 def testing_modules() -> list[Path]:
@@ -104,6 +110,8 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
     source = path.read_text()
     if source.count(mutant.original) != 1:
         return f"stale ({source.count(mutant.original)} matches)", 0.0
+    if mutant.needs and mutant.needs not in machine.isa_flags():
+        return f"not run here (its code runs with {mutant.needs} only)", 0.0
     started = time.monotonic()
     try:
         path.write_text(source.replace(mutant.original, mutant.mutated))
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         tests = ", ".join(t.split("::")[-1].removesuffix(".py").split("/")[-1] for t in mutant.tests)
         print(f"| {index} | {mutant.name} | {mutant.file} | {verdict} | {seconds:.0f} | {tests} |", flush=True)
     print(f"\n{len(chosen) - survived - not_run} of {len(chosen)} mutants killed, {survived} survived or stale, "
-          f"{not_run} not run here (their tests skip on this machine)")
+          f"{not_run} not run here (their tests skip, or their code does not run, on this machine)")
     return 1 if survived else 0
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernorch.devtools.mutate import ROOT, Mutant, collected
+from kernorch import machine
+from kernorch.devtools.mutate import ROOT, Mutant, collected, run_mutant
 
 
 @pytest.mark.parametrize("mutant", collected(), ids=lambda m: m.name)
@@ -24,3 +25,18 @@ def test_mutants_are_collected_from_the_test_modules_beside_the_code() -> None:
     assert len({m.name for m in mutants}) == len(mutants), "two mutants share a name"
     native = [m for m in mutants if m.file.startswith("kernorch/codegen/native/")]
     assert native and all(m.tests[0].startswith("kernorch/codegen/native/") for m in native)
+
+
+def test_a_mutant_whose_code_never_runs_here_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An AVX-512 path's mutant on an AVX2 machine: neither run nor counted as a survivor, its file untouched."""
+    mutant = next(m for m in collected() if m.needs == "avx512f")
+    monkeypatch.setattr(machine, "isa_flags", lambda: ("avx2", "fma"))
+    before = (ROOT / mutant.file).read_text()
+    verdict, seconds = run_mutant(mutant, timeout=60.0)
+    assert verdict == "not run here (its code runs with avx512f only)" and seconds == 0.0
+    assert (ROOT / mutant.file).read_text() == before
+
+
+def test_flags_a_mutant_needs_are_the_cpus_names() -> None:
+    """`needs` is compared with /proc/cpuinfo's flags: a misspelt one would silence its mutant everywhere."""
+    assert {m.needs for m in collected()} - {""} <= {"avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni"}
