@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 
 from kernorch.codegen.c.prelude import PRELUDE
+from kernorch.codegen.library.call import Tensor
 from kernorch.codegen.library.epilogue import Binary, Eltwise
 from kernorch.codegen.library.post_ops import (
     VECTOR_SELECT,
     post_op_statements,
     post_ops_rejection,
+    vector_epilogue,
+    vector_operand,
     vector_post_op_statements,
 )
 from kernorch.codegen.program.compiler import compile_source, load_library
@@ -124,6 +127,26 @@ void vector(const float *x, const float *t, float *y, long n) {{
     np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
 
 
+
+def test_vector_operands_load_contiguous_channels_and_splat_a_broadcast_refuse_the_rest() -> None:
+    """A residual channels-last (8 channels loaded), a per-channel scale (its pixels broadcast), a map of the pixels
+    (one value for every channel), and an NCHW operand, whose channels are no vector: the epilogue then stays a
+    loop over the stored outputs (the kernels' tests run the first three against onnxruntime)."""
+    residual = Tensor(4, (2, 16, 5, 7), (560, 1, 112, 16))
+    assert vector_operand(0, residual, "n", "c", "y", "x") == \
+        "*(const ko_v8u *)(t0 + (long)(n) * 560 + (long)(y) * 112 + (long)(x) * 16 + c)"  # fmt: skip
+    scale = Tensor(5, (1, 16, 1, 1), (16, 1, 16, 16))
+    assert vector_operand(1, scale, "n", "c", "y", "x") == \
+        "*(const ko_v8u *)(t1 + (long)(n) * 0 + (long)(y) * 0 + (long)(x) * 0 + c)"  # fmt: skip
+    pixels = Tensor(6, (1, 1, 5, 7), (35, 35, 7, 1))
+    assert vector_operand(2, pixels, "n", "c", "y", "x") == \
+        "((ko_v8){0} + t2[(long)(n) * 0 + (long)(y) * 7 + (long)(x) * 1])"  # fmt: skip
+    planar = Tensor(7, (2, 16, 5, 7), (560, 35, 7, 1))
+    assert vector_operand(3, planar, "n", "c", "y", "x") is None
+    relu_then_add = ((Eltwise("relu"), None), (Binary("add", "r"), planar))
+    assert vector_epilogue(relu_then_add, "n", "c", "y", "x") is None
+    assert vector_epilogue(((Binary("add", "r"), residual),), "n", "c", "y", "x") is not None
+
 # The mutants of the code this file tests (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
     here("the vector relu turns NaN into 0",
@@ -135,4 +158,6 @@ MUTANTS = [
     here("the vector select takes y where the comparison holds",
          '#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(x)) | (~(m) & (ko_i8)(y))))',
          '#define KO_SELECT8(m, x, y) ((ko_v8)(((m) & (ko_i8)(y)) | (~(m) & (ko_i8)(x))))'),
+    here("an operand whose channels are not contiguous is loaded as a vector",
+         "    if strides[1] != 1:\n        return None\n", "    if False:\n        return None\n"),
 ]  # fmt: skip
