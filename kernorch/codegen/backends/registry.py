@@ -24,6 +24,7 @@ from kernorch.codegen.native import (
     lstm,
     lstm_stack,
     panel_conv,
+    panel_matmul,
     pointwise_conv,
     streaming_product,
     winograd_conv,
@@ -50,6 +51,7 @@ _ORDERS: dict[str, list[Backend]] = {
         streaming_product.BACKEND,
         few_channel_conv.BACKEND,
         panel_conv.BACKEND,
+        panel_matmul.BACKEND,
         pointwise_conv.BACKEND,
         winograd_conv.BACKEND,
         grouped_conv.BACKEND,  # after Winograd: its dense panels take a 3x3 convolution Winograd does not

@@ -74,7 +74,7 @@ def panel_rejection(call: LibraryCall) -> str | None:
 
 
 @dataclass(frozen=True)
-class _VectorOperand:
+class VectorOperand:
     """A binary post-op's operand as the register blocks read it: `t{position}` advanced to the block's first pixel
     and panel (by the run loop), then `pixel_stride` floats per pixel; a vector of 8 channels, or one value for
     all of them (`per_channel` False: an operand broadcast over channels)."""
@@ -93,7 +93,7 @@ class _VectorOperand:
         return f"*(const ko_v8u *)({at} + {vector * LANES})" if self.per_channel else f"((ko_v8){{0}} + *({at}))"
 
 
-def _vector_operands(call: LibraryCall) -> list[_VectorOperand] | None:
+def vector_operands(call: LibraryCall) -> list[VectorOperand] | None:
     """The binary post-ops' operands as register blocks read them, or None where one's pixels are not evenly
     strided or its channels not contiguous (the epilogue then runs over the stored block)."""
     _, _, height, width = call.dst.dims
@@ -110,12 +110,12 @@ def _vector_operands(call: LibraryCall) -> list[_VectorOperand] | None:
             return None
         if c != 1 and c_stride != 1:
             return None
-        operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))
+        operands.append(VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))
     return operands
 
 
-def _block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
-           operands: list[_VectorOperand] | None) -> None:  # fmt: skip
+def register_block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
+           operands: list[VectorOperand] | None) -> None:  # fmt: skip
     """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias; with
     `operands`, the epilogue applied in registers before the store (their pointers follow `out`)."""
     in_channels, src_x, dst_x = call.src.dims[1], call.strides[1] * call.src.strides[3], call.dst.strides[3]
@@ -142,54 +142,77 @@ def _block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
                 w.line(f"{store} = a{r}_{v};")
 
 
+@dataclass(frozen=True)
+class Panels:
+    """A product's register blocks as written into the C (`register_block`, one per rows x vectors), what a call of
+    one passes after `out`, and the epilogue's scalar statements where it runs over the stored block (empty where
+    it is applied in registers)."""
+
+    name: str
+    call: LibraryCall
+    blocks: tuple[tuple[int, int], ...]
+    block_operands: str
+    epilogue: tuple[str, ...]
+
+    def write_blocks(self, w: CWriter, begin: str, end: str, source: str, before: tuple[str, ...] = ()) -> None:
+        """Pixels [begin, end) of batch item n as blocks of nearly equal rows (at most ROWS) of the panel at
+        output channel c0 (`vectors` wide, its weights at `wp`, bias at `bp`), each read from `source` (C of its
+        first pixel's input, in terms of `p`) after `before` (statements), stored, and the epilogue over it where
+        it is not in registers."""
+        _, _, _, width = self.call.dst.dims
+        dst_n, _, _, dst_x = self.call.dst.strides
+        w.line(f"const long blocks = {end} > {begin} ? ({end} - {begin} + {ROWS - 1}) / {ROWS} : 0;")
+        with w.block(f"for (long b = 0, p = {begin}, rows; b < blocks; b++, p += rows)"):
+            w.line(f"rows = ({end} - {begin}) / blocks + (b < ({end} - {begin}) % blocks);", *before,
+                   f"const float *in = {source};", f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
+            with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
+                w.extend(f"case {rows * 2 + vectors - 1}: {self.name}_block_{rows}_{vectors}(in, wp, bp, out"
+                         f"{self.block_operands}); break;" for rows, vectors in self.blocks)  # fmt: skip
+            if self.epilogue:  # over the block just stored, still in L1
+                with w.block("for (long q = p; q < p + rows; q++)"):
+                    w.line(f"const long y = q / {width}, x = q % {width};",
+                           "(void)y; (void)x;  /* read by binary post-ops' operands only */",
+                           f"float *o = dst + n * {dst_n}L + q * {dst_x}L;")  # fmt: skip
+                    post_op_loop(w, "o", "c0", f"c0 + vectors * {LANES}", list(self.epilogue), simd=True)
+
+
+def write_panels(w: CWriter, name: str, call: LibraryCall) -> tuple[Panels, list[str]]:
+    """The vector types, the state (weights packed in panels: panel p holds output channels [16p, 16p + width) as
+    [k][width], a last panel of 8 is 8 wide, at 16p x K) and the register blocks of a 1x1 convolution `call`; its
+    Panels and the C declaring the binary post-ops' operand pointers (for the run function)."""
+    in_channels, out_channels = call.src.dims[1], call.dst.dims[1]
+    w_o, w_i, _, _ = call.weights.strides
+    panels = -(-out_channels // PANEL)
+    pointers, operands = binary_operands(call.post_ops)
+    # the epilogue in registers before the store where every post-op has a vector form (relu, clip, add, ...),
+    # else over each stored block: ResNet-50's 56x56 64 -> 256 with add + relu took 959 µs that way, 672 without
+    in_registers = vector_operands(call)
+    if in_registers is not None and vector_post_op_statements(call.post_ops, ["t"] * len(in_registers)) is None:
+        in_registers = None
+    epilogue = post_op_statements(call.post_ops, operands) if in_registers is None else []
+    w.line(AVX2_VECTOR_TYPES)
+    with packed_weights_state(w, name, call, panels * PANEL * in_channels):
+        w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int k = 0; k < {in_channels}; k++)",
+               f"s->w[(long)(o / {PANEL}) * {PANEL * in_channels} + (long)k * ({out_channels} - o / {PANEL} * "
+               f"{PANEL} < {PANEL} ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")
+    widths = sorted({min(2, (out_channels - p * PANEL) // LANES) for p in range(panels)})  # vectors per panel
+    blocks = tuple((rows, vectors) for vectors in widths for rows in range(1, ROWS + 1))
+    for rows, vectors in blocks:
+        register_block(w, name, call, rows, vectors, in_registers)
+    block_operands = "".join(f", {o.block_start()}" for o in in_registers or [])
+    return Panels(name, call, blocks, block_operands, tuple(epilogue)), pointers
+
+
 def render_panel_conv(name: str, call: LibraryCall) -> str:
     """C for `call` (which `panel_rejection` accepted): state, create, run, destroy."""
     batch, in_channels = call.src.dims[:2]
     _, out_channels, height, width = call.dst.dims
     stride_y, stride_x = call.strides
     src_n, _, src_y, src_x = call.src.strides
-    dst_n, _, _, dst_x = call.dst.strides
-    w_o, w_i, _, _ = call.weights.strides
     pixels = height * width
     panels = -(-out_channels // PANEL)
-    pointers, operands = binary_operands(call.post_ops)
-    # the epilogue in registers before the store where every post-op has a vector form (relu, clip, add, ...),
-    # else over each stored block: ResNet-50's 56x56 64 -> 256 with add + relu took 959 µs that way, 672 without
-    vector_operands = _vector_operands(call)
-    if vector_operands is not None and vector_post_op_statements(call.post_ops, ["t"] * len(vector_operands)) is None:
-        vector_operands = None
-    epilogue = post_op_statements(call.post_ops, operands) if vector_operands is None else []
-
     w = CWriter()
-    w.line(AVX2_VECTOR_TYPES)
-    with packed_weights_state(w, name, call, panels * PANEL * in_channels):
-        # panel p holds output channels [16p, 16p + width) as [k][width]: a last panel of 8 is 8 wide
-        w.nest(f"for (int o = 0; o < {out_channels}; o++) for (int k = 0; k < {in_channels}; k++)",
-               f"s->w[(long)(o / {PANEL}) * {PANEL * in_channels} + (long)k * ({out_channels} - o / {PANEL} * "
-               f"{PANEL} < {PANEL} ? {LANES} : {PANEL}) + o % {PANEL}] = w[(long)o * {w_o} + (long)k * {w_i}];")
-    widths = sorted({min(2, (out_channels - p * PANEL) // LANES) for p in range(panels)})  # vectors per panel
-    blocks = [(rows, vectors) for vectors in widths for rows in range(1, ROWS + 1)]
-    for rows, vectors in blocks:
-        _block(w, name, call, rows, vectors, vector_operands)
-    block_operands = "".join(f", {o.block_start()}" for o in vector_operands or [])
-
-    def _blocks(w: CWriter, begin: str, end: str, source: str) -> None:
-        """Pixels [begin, end) of run r as blocks of nearly equal rows (at most ROWS), each read from `source` (C
-        of its first pixel's input, in terms of `p`), stored, and the epilogue over it where it is not in
-        registers."""
-        w.line(f"const long blocks = {end} > {begin} ? ({end} - {begin} + {ROWS - 1}) / {ROWS} : 0;")
-        with w.block(f"for (long b = 0, p = {begin}, rows; b < blocks; b++, p += rows)"):
-            w.line(f"rows = ({end} - {begin}) / blocks + (b < ({end} - {begin}) % blocks);",
-                   f"const float *in = {source};", f"float *out = dst + n * {dst_n}L + p * {dst_x}L + c0;")  # fmt: skip
-            with w.block("switch (rows * 2 + vectors - 1)"):  # one inlined block per (rows, vectors)
-                w.extend(f"case {rows * 2 + vectors - 1}: {name}_block_{rows}_{vectors}(in, wp, bp, out"
-                         f"{block_operands}); break;" for rows, vectors in blocks)  # fmt: skip
-            if epilogue:  # over the block just stored, still in L1
-                with w.block("for (long q = p; q < p + rows; q++)"):
-                    w.line(f"const long y = q / {width}, x = q % {width};",
-                           "(void)y; (void)x;  /* read by binary post-ops' operands only */",
-                           f"float *o = dst + n * {dst_n}L + q * {dst_x}L;")  # fmt: skip
-                    post_op_loop(w, "o", "c0", f"c0 + vectors * {LANES}", epilogue, simd=True)
+    blocks, pointers = write_panels(w, name, call)
 
     with run_function(w, name, call):
         # whole runs per thread: two threads writing the two halves of the same output rows ran no faster than one
@@ -214,12 +237,12 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
                    f"const float *wp = s->w + (long)c0 * {in_channels}, *bp = s->bias + c0;")  # fmt: skip
             if (stride_y, stride_x) == (1, 1) and src_y == call.src.dims[3] * src_x:
                 # the source's pixels evenly strided too: a block may run on into the next row
-                _blocks(w, "p0", "p1", f"src + n * {src_n}L + p * {src_x}L")
+                blocks.write_blocks(w, "p0", "p1", f"src + n * {src_n}L + p * {src_x}L")
             else:  # a strided conv (ResNet's downsampling): blocks within a row, each from its pixel's source
                 with w.block("for (long seg0 = p0, seg1; seg0 < p1; seg0 = seg1)"):
                     w.line(f"const long seg_y = seg0 / {width};",
                            f"seg1 = (seg_y + 1) * {width} < p1 ? (seg_y + 1) * {width} : p1;")  # fmt: skip
-                    _blocks(w, "seg0", "seg1", f"src + n * {src_n}L + seg_y * {stride_y * src_y}L + "
+                    blocks.write_blocks(w, "seg0", "seg1", f"src + n * {src_n}L + seg_y * {stride_y * src_y}L + "
                             f"(p - seg_y * {width}) * {stride_x * src_x}L")  # fmt: skip
     return w.text(end="\n")
 

@@ -190,9 +190,9 @@ MUTANTS = [
          'channels = " + c0" if self.per_channel else ""',
          'channels = ""'),
     here("the panel convolution's registers read one value for a channel vector's operand",
-         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
-         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, False))'),
+         'operands.append(VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
+         'operands.append(VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, False))'),
     here("the panel convolution's registers read the first image's operand for every image",
-         'operands.append(_VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
-         'operands.append(_VectorOperand(position, 0, pixel_stride, c != 1))'),
+         'operands.append(VectorOperand(position, n_stride if n != 1 else 0, pixel_stride, c != 1))',
+         'operands.append(VectorOperand(position, 0, pixel_stride, c != 1))'),
 ]  # fmt: skip
