@@ -81,7 +81,7 @@ def main() -> int:
     parser.add_argument("--cost", default="profile", choices=("profile", "analytic"))
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--only", nargs="*", help="these models only (names as in export.json, spaces or commas)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{datetime.date.today()}-zoo.md")
     parser.add_argument("--resume", action="store_true", help="skip the models the JSON beside --out already holds "
@@ -90,6 +90,11 @@ def main() -> int:
     parser.add_argument("--kinds", default="static,dynamic", help="which quantized files, with --quantized")
     args = parser.parse_args()
     exported = json.loads((args.zoo / "export.json").read_text())
+    only = {name for names in args.only or [] for name in names.split(",") if name}
+    if only - set(exported):
+        print(f"run.py: no model {', '.join(sorted(only - set(exported)))} in {args.zoo / 'export.json'}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     rows: dict[str, dict[str, Any]] = {}
     results = args.out.with_suffix(".json")
     if results.exists():
@@ -99,7 +104,7 @@ def main() -> int:
         runs = [(f"{name}.{kind}", info, args.quantized / f"{name}.{kind}.onnx")
                 for name, info in exported.items() for kind in args.kinds.split(",")]  # fmt: skip
     for name, info, model in runs:
-        if not info["ok"] or (args.only and name.split(".")[0] not in args.only):
+        if not info["ok"] or (only and name.split(".")[0] not in only):
             continue
         if args.resume and rows.get(name, {}).get("check_exit") == 0 and ("ratio" in rows[name] or args.no_bench):
             print(f"{name}: kept from {results.name}", flush=True)

@@ -4,7 +4,8 @@ that puts it under the sanitizers):
 
 - library calls (`LibraryCallBackend`: created once with the weights packed, run per call, destroyed, like oneDNN's)
   for the shapes oneDNN handles worst: `direct_conv` (few output channels), `depthwise_conv`, `grouped_conv` (groups
-  of 4, 8 or 16 channels without AVX-512), `pointwise_conv` (1x1 with a transcendental epilogue in cache),
+  of 4, 8 or a multiple of 16 channels without AVX-512), `pointwise_conv` (1x1 with a transcendental epilogue in
+  cache),
   `panel_conv` (1x1 over more input channels, relu among its epilogues, without AVX-512), `panel_matmul` (float32
   matmuls with constant weights on the same register blocks, each weight read once per pass, without AVX-512),
   `few_channel_conv` (an image's three channels), `winograd_conv` (F(2x2, 3x3)), `streaming_product` (few rows,

@@ -1,5 +1,6 @@
 """A grouped convolution in generated C: channels-last, groups of 4, 8 or 16 output channels (RegNet's and
-ResNeXt's group widths), its epilogue in registers, on CPUs without AVX-512.
+ResNeXt's group widths; a wider group as groups of 16 reading the same inputs), its epilogue in registers, on CPUs
+without AVX-512.
 
 oneDNN 3.2 runs such a conv on AVX2 as `jit:avx2` at 14-35 GFLOP/s, a tenth to a quarter of the FMA peak:
 regnety_400mf's 3x3 conv of 6 groups of 8 channels at 112x112 -> 56x56 took 1.0-1.5 ms where onnxruntime's
@@ -17,6 +18,9 @@ post-ops (library/post_ops.py) are applied to the accumulators before the store 
 (relu, clip, a residual add), else run over the item's outputs while they are in L1 (swish) — relu among them,
 which a oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS). Weights are repacked once at create,
 [group][tap][input channel][output channel]. A run allocates nothing.
+
+A group of 32 (ResNeXt-50's last stage) is computed as two of 16, each half's weights (3x3 x 32 x 16, 18 KB) in L1:
+its 7x7 conv with relu 271-331 µs against oneDNN's 278-367, the 14x14 -> 7x7 stride-2 one 270 against 293-361.
 
 A dense convolution is the same computation with every group reading every input channel: its output channels in
 panels of 16 (or 8), taken where oneDNN would run its epilogue slowly (relu: elu(0) + linear, or a pass of its own)
@@ -58,24 +62,30 @@ MIN_ITEMS = 32  # parallel items a call is cut into when rows allow
 # A dense conv's panel reads its weights once per block of pixels: from L1 they keep up with the FMAs, from L2 not
 # (3x3 over 128 channels, 144 KB a panel: 1.9 ms with relu where oneDNN's conv + relu took 1.4)
 MAX_PANEL_BYTES = 24 << 10
+WIDEST = LANES * MAX_GROUP_VECTORS  # output channels a group is computed in at most: wider groups are split
 
 
 @dataclass(frozen=True)
 class Grouping:
-    """A convolution's output channels as groups this kernel computes one at a time: a grouped conv's own groups,
-    or a dense conv's panels of 16 (or 8) output channels, each of which reads every input channel."""
+    """A convolution's output channels as groups this kernel computes one at a time: a grouped conv's own groups
+    (a group wider than 16 channels as `splits` groups of 16 reading the same inputs: ResNeXt-50's last stage, 32
+    channels a group), or a dense conv's panels of 16 (or 8) output channels, each of which reads every input
+    channel."""
 
-    groups: int
+    groups: int  # as computed: the conv's groups times `splits`
     group_out: int
     group_in: int
-    weight_strides: tuple[int, int, int, int, int]  # (group, output channel, input channel, row, column)
-    input_step: int  # input channels from one group's first to the next one's: 0 in a dense conv
+    weight_strides: tuple[int, int, int, int, int]  # (the conv's group, output channel, input channel, row, column)
+    input_step: int  # input channels from one of the conv's groups' first to the next one's: 0 in a dense conv
+    splits: int = 1  # computed groups per group of the conv
 
     @staticmethod
     def of(call: LibraryCall) -> Grouping:
         if len(call.weights.dims) == 5:
             groups, group_out, group_in = call.weights.dims[:3]
-            return Grouping(groups, group_out, group_in, call.weights.strides, group_in)  # type: ignore[arg-type]
+            splits = group_out // WIDEST if group_out > WIDEST else 1
+            return Grouping(groups * splits, group_out // splits, group_in, call.weights.strides,  # type: ignore[arg-type]
+                            group_in, splits)  # fmt: skip
         out_channels, in_channels = call.weights.dims[:2]
         panel = LANES * MAX_GROUP_VECTORS if out_channels % (LANES * MAX_GROUP_VECTORS) == 0 else LANES
         w_o, w_i, w_y, w_x = call.weights.strides
@@ -91,13 +101,15 @@ def grouped_rejection(call: LibraryCall) -> str | None:
         if dense is not None:
             return dense
     else:
-        groups, group_out, group_in = call.weights.dims[:3]
+        groups, group_out, group_in, kernel_h, kernel_w = call.weights.dims
         if groups == 1:
             return "one group"
         if group_out == 1 and group_in == 1:
             return "depthwise"
-        if group_out not in (4, LANES, LANES * MAX_GROUP_VECTORS):
-            return f"{group_out} output channels per group (this kernel takes 4, 8 or 16)"
+        if group_out not in (4, LANES) and group_out % WIDEST:
+            return f"{group_out} output channels per group (this kernel takes 4, 8 or a multiple of 16)"
+        if group_out > WIDEST and kernel_h * kernel_w * group_in * WIDEST * 4 > MAX_PANEL_BYTES:
+            return f"a split group's weights ({kernel_h}x{kernel_w} x {group_in} x 16 floats) would leave L1"
     if machine.avx512():
         return "AVX-512: oneDNN's grouped convolution, not measured against this kernel there"
     operands = operand_rejection(call)
@@ -154,8 +166,11 @@ class _Geometry(ConvGeometry):
         return Grouping.of(self.call).group_out
 
     @property
-    def input_step(self) -> int:
-        return Grouping.of(self.call).input_step
+    def input_offset(self) -> str:
+        """C of the first input channel computed group g reads."""
+        grouping = Grouping.of(self.call)
+        group = f"g / {grouping.splits}" if grouping.splits > 1 else "g"
+        return f"({group}) * {grouping.input_step}"
 
     @property
     def lanes(self) -> int:
@@ -180,7 +195,7 @@ class _Geometry(ConvGeometry):
                  for i, v in accumulators))  # fmt: skip
         with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
             w.line(f"const float *r = in + {self.source_row('ky')} + {self.source_column('x', 'kx')} * {src_x}"
-                   f" + g * {self.input_step};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
+                   f" + {self.input_offset};", f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
             w.line(f"#pragma GCC unroll {min(self.group_in, 8)}")
             with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
                 w.line(*(f"const ko_v8 w{v} = *(const ko_v8u *)(wt + ic * {self.group_out} + {v * lanes});"
@@ -202,7 +217,7 @@ class _Geometry(ConvGeometry):
             with w.block(f"for (int ky = ky0; ky < ky1; ky++) for (int kx = 0; kx < {self.kernel_w}; kx++)"):
                 w.line(f"const long ix = {self.source_column('x', 'kx')};",
                        f"if (ix < 0 || ix >= {self.call.src.dims[3]}) continue;",
-                       f"const float *r = in + {self.source_row('ky')} + ix * {src_x} + g * {self.input_step};",
+                       f"const float *r = in + {self.source_row('ky')} + ix * {src_x} + {self.input_offset};",
                        f"const float *wt = {self.weights('ky', 'kx')};")  # fmt: skip
                 with w.block(f"for (int ic = 0; ic < {self.group_in}; ic++)"):
                     w.line("const ko_v8 b = KO_BROADCAST8(r + ic);",
@@ -248,7 +263,8 @@ def render_grouped_conv(name: str, call: LibraryCall) -> str:
                f"for (int i = 0; i < {group_in}; i++)",
                f"for (int ky = 0; ky < {kernel_h}; ky++) for (int kx = 0; kx < {kernel_w}; kx++)",
                f"s->w[(long)g * {group_size} + ((ky * {kernel_w} + kx) * {group_in} + i) * {group_out} + o] = "
-               f"w[(long)g * {w_g} + (long)o * {w_o} + (long)i * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
+               f"w[(long)(g / {grouping.splits}) * {w_g} + (long)(g % {grouping.splits} * {group_out} + o) * {w_o} + "
+               f"(long)i * {w_i} + (long)ky * {w_y} + (long)kx * {w_x}];")
     with run_function(w, name, call):
         w.line(*pointers, "#pragma omp parallel for schedule(static)")
         with w.block(f"for (long item = 0; item < {batch * out_h * chunks}L; item++)"):

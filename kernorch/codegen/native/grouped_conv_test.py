@@ -1,7 +1,7 @@
 """The direct grouped convolution (native/grouped_conv.py): chosen exactly where it applies, and equal to
-onnxruntime across group widths (4, 8, 16), kernel sizes, strides, dilations, asymmetric padding, batch, wide
-rows (several register blocks and a shorter one), maps with fewer rows than parallel items, and the epilogues
-it applies."""
+onnxruntime across group widths (4, 8, 16; 32 and 48 split into groups of 16), kernel sizes, strides, dilations,
+asymmetric padding, batch, wide rows (several register blocks and a shorter one), maps with fewer rows than
+parallel items, and the epilogues it applies."""
 
 from __future__ import annotations
 
@@ -53,6 +53,12 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "a dense conv of 24 output channels: panels of 8, swish, asymmetric pads": (
         dict(channels=24, kernel=3, size=(6, 19), pads=(0, 1, 2, 1), group_channels=24, epilogue="swish"),
         ("swish",)),
+    "ResNeXt-50's last stage: groups of 32 as two of 16 reading the same inputs, a 7x7 map, relu": (
+        dict(channels=128, kernel=3, size=(7, 7), pads=(1, 1, 1, 1), group_channels=32, epilogue="relu"),
+        ("relu",)),
+    "groups of 48 as three of 16, a 1x1 grouped conv, a residual": (
+        dict(channels=96, kernel=1, size=(9, 8), group_channels=48, epilogue="residual"),
+        ("add",)),
     "a row narrower than the filter's reach: edge pixels only": (
         dict(channels=16, kernel=5, size=(6, 3), pads=(2, 2, 2, 2), group_channels=8, epilogue="relu6"),
         ("clip",)),
@@ -76,8 +82,9 @@ def test_grouped_conv_matches_onnxruntime(case: str) -> None:
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
-    (dict(group_channels=2), "2 output channels per group (this kernel takes 4, 8 or 16)"),
-    (dict(group_channels=32), "32 output channels per group (this kernel takes 4, 8 or 16)"),
+    (dict(group_channels=2), "2 output channels per group (this kernel takes 4, 8 or a multiple of 16)"),
+    (dict(group_channels=24, channels=48), "24 output channels per group (this kernel takes 4, 8 or a multiple of 16)"),
+    (dict(group_channels=64, channels=128), "a split group's weights (3x3 x 64 x 16 floats) would leave L1"),
     (dict(epilogue="softplus"), "no C for the soft_relu post-op"),
     (dict(channels=16, group_channels=16), "a dense convolution without a post-op oneDNN runs slowly: oneDNN's"),
     (dict(channels=48, group_channels=48, epilogue="relu"),
@@ -92,7 +99,7 @@ def test_convs_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reason
     assert_close(actual, expected)
 
 
-@pytest.mark.parametrize(("group_in", "group_out"), [(4, 8), (16, 8), (1, 4)])
+@pytest.mark.parametrize(("group_in", "group_out"), [(4, 8), (16, 8), (1, 4), (8, 32)])
 def test_groups_whose_input_and_output_widths_differ(group_in: int, group_out: int) -> None:
     """x -> 1x1 Conv -> Relu -> grouped Conv (4 groups of `group_in` -> `group_out` channels) -> 1x1 Conv."""
     groups, size = 4, (9, 11)
@@ -144,8 +151,14 @@ MUTANTS = [
          'w.line(*(f"ko_v8 acc{i}_{v} = *(const ko_v8u *)(s->bias + g * {self.group_out} + {v * lanes});"',
          'w.line(*(f"ko_v8 acc{i}_{v} = (ko_v8){{0}};"'),
     here("the grouped conv reads every group's input from the first group's channels",
-         'f" + g * {self.input_step};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")',
-         'f" + 0 * {self.input_step};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")'),
+         'f" + {self.input_offset};", f"const float *wt = {self.weights(\'ky\', \'kx\')};")',
+         'f" + 0;", f"const float *wt = {self.weights(\'ky\', \'kx\')};")'),
+    here("the grouped conv's split groups each read the inputs of a group of their own",
+         'group = f"g / {grouping.splits}" if grouping.splits > 1 else "g"',
+         'group = "g"'),
+    here("the grouped conv packs each split group's first output channels for all of its parts",
+         'f"w[(long)(g / {grouping.splits}) * {w_g} + (long)(g % {grouping.splits} * {group_out} + o) * {w_o} + "',
+         'f"w[(long)(g / {grouping.splits}) * {w_g} + (long)(o) * {w_o} + "'),
     here("the grouped conv's dense panels each read the input channels of a group of their own",
          "return Grouping(out_channels // panel, panel, in_channels, (panel * w_o, w_o, w_i, w_y, w_x), 0)",
          "return Grouping(out_channels // panel, panel, in_channels, (panel * w_o, w_o, w_i, w_y, w_x), in_channels)"),
