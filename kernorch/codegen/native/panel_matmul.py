@@ -5,7 +5,8 @@ oneDNN 3.2's AVX2 matmul keeps up with onnxruntime's (MLAS) on these shapes alon
 4864: 9.2-10.0 ms against 9.1), but in place, where each product's weights (17 MB there) come from memory, it took
 15.5-17.3 ms against onnxruntime's 11.0-12.7 (bench/per_node.py, Zen 3, 2 threads): its blocking reads them more
 than once. Here each thread owns a contiguous range of the output columns and reads that range's weights once
-per pass over the rows, in the order they are packed, and prefetches the next panel's while it computes one.
+per pass over the rows, in the order they are packed, and prefetches the next panel's while it computes one
+(where the source rows outweigh the weights, N < M, the threads split the rows instead).
 
 The product is the 1x1 convolution of native/panel_conv.py over an image of one row of M pixels (`as_convolution`),
 and uses its packing (panels of 16 output columns, a last one of 8, each [K][16]) and its register blocks (6 rows x
@@ -13,9 +14,9 @@ and uses its packing (panels of 16 output columns, a last one of 8, each [K][16]
 in registers before the store where each post-op has a vector form, else over the stored block in L1). Only the
 schedule is its own: per thread, per pass of at most PASS_ROWS rows, panel after panel, each panel's rows in
 blocks of nearly equal size; before each block a few lines of the next panel's weights are prefetched, so the
-panel is in L2 when its first block starts. Threads split the columns where there is a panel for each, else the
-rows. A run allocates nothing. Hot, the same shapes ran at 1.02-1.4x oneDNN's speed; a K blocked to keep a
-panel's block in L1 (128 to 512 values) was no faster.
+panel is in L2 when its first block starts. Threads split the columns where N >= M and there is a panel for
+each, else the rows. A run allocates nothing. Hot, the same shapes ran at 1.02-1.4x oneDNN's speed; a K blocked
+to keep a panel's block in L1 (128 to 512 values) was no faster.
 
 On AVX-512 oneDNN's matmul was not measured against this one, so the call stays with oneDNN there."""
 
@@ -108,10 +109,11 @@ def render_panel_matmul(name: str, call: LibraryCall) -> str:
     with run_function(w, name, conv):
         w.line(*pointers, "#pragma omp parallel")
         with w.block(""):
-            # the columns where each thread has a panel of its own (each panel's weights read by one thread), else
-            # the rows; a thread's panels one after the other, for each pass over its rows
+            # the columns where the weights outweigh the source rows (each panel's weights then read by one thread,
+            # every thread reading every row) and each thread has a panel of its own, else the rows (ConvNeXt's
+            # MLP over 3136 tokens); a thread's panels one after the other, for each pass over its rows
             w.line("const long t = omp_get_thread_num(), threads = omp_get_num_threads();",
-                   f"const int by_columns = {panels} >= threads;",
+                   f"const int by_columns = {int(outputs >= rows)} && {panels} >= threads;",
                    f"const long q0 = by_columns ? {panels} * t / threads : 0;",
                    f"const long q1 = by_columns ? {panels} * (t + 1) / threads : {panels};",
                    f"const long m0 = by_columns ? 0 : {rows}L * t / threads;",

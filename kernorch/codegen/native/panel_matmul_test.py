@@ -97,8 +97,8 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
     "one row, a prime depth": (dict(rows=(1,), inputs=97, outputs=24), ()),
     "one panel of 8 for two threads: the threads split the rows": (
         dict(rows=(23,), inputs=40, outputs=8, epilogue="relu"), ("relu",)),
-    f"more rows than a pass ({PASS_ROWS}): a second pass over the weights": (
-        dict(rows=(PASS_ROWS + 11,), inputs=48, outputs=40, epilogue="relu"), ("relu",)),
+    f"more rows than outputs, split among the threads, more than a pass ({PASS_ROWS}) each: a second pass": (
+        dict(rows=(2 * PASS_ROWS + 11,), inputs=48, outputs=40, epilogue="relu"), ("relu",)),
     "Gemm's transposed weights (transB)": (dict(rows=(19,), inputs=72, outputs=56, transposed=True), ()),
     "a value per row, broadcast over the columns in registers": (
         dict(rows=(3, 7), inputs=32, outputs=40, epilogue="times a value per row"), ("mul",)),
@@ -126,6 +126,15 @@ def test_any_number_of_threads(threads: int) -> None:
         actual, expected, call, backend = compiled_call(matmul_model((29,), 56, outputs, "relu"), threads)
         assert backend == "panel_matmul"
         assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(("rows", "outputs", "by_columns"), [(128, 488, 1), (128, 128, 1), (491, 40, 0)])
+def test_threads_split_the_columns_only_where_the_weights_outweigh_the_rows(rows: int, outputs: int,
+                                                                           by_columns: int) -> None:  # fmt: skip
+    """By columns each thread reads every row and its share of the weights, by rows its share of the rows and
+    every weight: the columns where N >= M."""
+    _, _, call, _ = compiled_call(matmul_model((rows,), 32, outputs))
+    assert f"const int by_columns = {by_columns} && " in render_panel_matmul("k", call)
 
 
 def test_edge_values_pass_through_as_onnxruntime_computes_them() -> None:
@@ -173,6 +182,9 @@ MUTANTS = [
     here("the panel matmul reads the weights' rows as their columns",
          "w_k, w_n = call.weights.strides[-2:]",
          "w_n, w_k = call.weights.strides[-2:]"),
+    here("the panel matmul's threads split the columns of a product whose rows outweigh its weights",
+         'f"const int by_columns = {int(outputs >= rows)} && {panels} >= threads;",',
+         'f"const int by_columns = {int(outputs >= 0)} && {panels} >= threads;",'),
     here("the panel matmul's threads, splitting the rows, skip the first panel",
          'f"const long q0 = by_columns ? {panels} * t / threads : 0;",',
          'f"const long q0 = by_columns ? {panels} * t / threads : 1;",'),
