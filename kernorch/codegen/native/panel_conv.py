@@ -115,7 +115,7 @@ def vector_operands(call: LibraryCall) -> list[VectorOperand] | None:
 
 
 def register_block(w: CWriter, name: str, call: LibraryCall, rows: int, vectors: int,
-           operands: list[VectorOperand] | None) -> None:  # fmt: skip
+                   operands: list[VectorOperand] | None) -> None:  # fmt: skip
     """`{name}_block_{rows}_{vectors}`: `rows` pixels x `vectors` vectors of one panel, from the bias; with
     `operands`, the epilogue applied in registers before the store (their pointers follow `out`)."""
     in_channels, src_x, dst_x = call.src.dims[1], call.strides[1] * call.src.strides[3], call.dst.strides[3]
@@ -212,7 +212,7 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
     pixels = height * width
     panels = -(-out_channels // PANEL)
     w = CWriter()
-    blocks, pointers = write_panels(w, name, call)
+    product, pointers = write_panels(w, name, call)
 
     with run_function(w, name, call):
         # whole runs per thread: two threads writing the two halves of the same output rows ran no faster than one
@@ -237,12 +237,12 @@ def render_panel_conv(name: str, call: LibraryCall) -> str:
                    f"const float *wp = s->w + (long)c0 * {in_channels}, *bp = s->bias + c0;")  # fmt: skip
             if (stride_y, stride_x) == (1, 1) and src_y == call.src.dims[3] * src_x:
                 # the source's pixels evenly strided too: a block may run on into the next row
-                blocks.write_blocks(w, "p0", "p1", f"src + n * {src_n}L + p * {src_x}L")
+                product.write_blocks(w, "p0", "p1", f"src + n * {src_n}L + p * {src_x}L")
             else:  # a strided conv (ResNet's downsampling): blocks within a row, each from its pixel's source
                 with w.block("for (long seg0 = p0, seg1; seg0 < p1; seg0 = seg1)"):
                     w.line(f"const long seg_y = seg0 / {width};",
                            f"seg1 = (seg_y + 1) * {width} < p1 ? (seg_y + 1) * {width} : p1;")  # fmt: skip
-                    blocks.write_blocks(w, "seg0", "seg1", f"src + n * {src_n}L + seg_y * {stride_y * src_y}L + "
+                    product.write_blocks(w, "seg0", "seg1", f"src + n * {src_n}L + seg_y * {stride_y * src_y}L + "
                             f"(p - seg_y * {width}) * {stride_x * src_x}L")  # fmt: skip
     return w.text(end="\n")
 

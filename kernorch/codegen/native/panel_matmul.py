@@ -105,7 +105,7 @@ def render_panel_matmul(name: str, call: LibraryCall) -> str:
     outputs = conv.dst.dims[1]
     panels = -(-outputs // PANEL)
     w = CWriter()
-    blocks, pointers = write_panels(w, name, conv)
+    product, pointers = write_panels(w, name, conv)
     with run_function(w, name, conv):
         w.line(*pointers, "#pragma omp parallel")
         with w.block(""):
@@ -131,7 +131,7 @@ def render_panel_matmul(name: str, call: LibraryCall) -> str:
                            f"({outputs} - c0 - {PANEL} < {PANEL} ? {LANES} : {PANEL}) * {inputs}L : next;")  # fmt: skip
                     prefetch = (f"for (long i = 0; i < ahead && next < next_end; i++, next += {PANEL}) "
                                 "__builtin_prefetch(next, 0, 2);")  # fmt: skip
-                    blocks.write_blocks(w, "pass", "pass_end", f"src + p * {conv.src.strides[3]}L", (prefetch,))
+                    product.write_blocks(w, "pass", "pass_end", f"src + p * {conv.src.strides[3]}L", (prefetch,))
     return w.text(end="\n")
 
 
