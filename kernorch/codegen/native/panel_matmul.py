@@ -50,6 +50,8 @@ def _rows(tensor: Tensor) -> tuple[int, int, int, int] | None:
 def as_convolution(call: LibraryCall) -> LibraryCall | str:
     """The matmul as the 1x1 convolution it is, over an image of one row of M pixels ([1, K, 1, M] channels-last:
     the post-ops' code indexes (n, c, y, x)), or why it cannot be seen so."""
+    if min(len(call.src.dims), len(call.dst.dims)) < 2:
+        return "a 1-d operand"
     src, dst = _rows(call.src), _rows(call.dst)
     if src is None or dst is None:
         return "rows that are not evenly strided"

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.library.call import LibraryCall, describe_library_call
+from kernorch.codegen.library.call import LibraryCall, Tensor, describe_library_call
 from kernorch.codegen.native.panel_matmul import PASS_ROWS, panel_matmul_rejection, render_panel_matmul
 from kernorch.devtools.mutate import here
 from kernorch.testing import cpu_compile, random_array
@@ -157,6 +157,12 @@ def test_matmuls_it_does_not_take_stay_with_onednn(changes: dict[str, Any], reas
     actual, expected, call, backend = compiled_call(matmul_model(**arguments))
     assert (backend, panel_matmul_rejection(call)) == ("onednn", reason)
     assert_close(actual, expected)
+
+
+def test_a_vector_times_a_matrix_is_not_its() -> None:
+    call = LibraryCall("matmul", Tensor(0, (64,), (1,)), Tensor(1, (64, 32), (32, 1), constant=True), None,
+                       Tensor(2, (32,), (1,)))  # fmt: skip
+    assert panel_matmul_rejection(call) == "a 1-d operand"
 
 
 def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
