@@ -88,7 +88,7 @@ def compiled_call(model: onnx.ModelProto, threads: int = 2, feeds: dict[str, np.
 
 
 CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the post-ops the call must apply
-    "37 rows (blocks of 6 and 7 x ... 5), 200 columns (12 panels of 16 and one of 8), bias only": (
+    "37 rows (register blocks of 6, 6 and five of 5), 200 columns (12 panels of 16 and one of 8), bias only": (
         dict(rows=(37,), inputs=96, outputs=200), ()),
     "Qwen2's MLP gate at a tenth of its width: 128 rows, swish over each stored block": (
         dict(rows=(1, 128), inputs=90, outputs=488, epilogue="swish"), ("swish",)),
@@ -121,7 +121,8 @@ def test_panel_matmul_matches_onnxruntime(case: str) -> None:
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_any_number_of_threads(threads: int) -> None:
-    """Three panels among one or three threads (by columns), two panels among three (by rows)."""
+    """29 rows: three panels among one or three threads (by columns), 24 columns by rows (fewer than the rows, and
+    two panels among three threads)."""
     for outputs in (40, 24):
         actual, expected, call, backend = compiled_call(matmul_model((29,), 56, outputs, "relu"), threads)
         assert backend == "panel_matmul"
