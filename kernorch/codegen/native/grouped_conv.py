@@ -20,7 +20,8 @@ which a oneDNN conv runs as a separate pass (native/skeleton.py's SLOW_POST_OPS)
 [group][tap][input channel][output channel]. A run allocates nothing.
 
 A group of 32 (ResNeXt-50's last stage) is computed as two of 16, each half's weights (3x3 x 32 x 16, 18 KB) in L1:
-its 7x7 conv with relu 271-331 µs against oneDNN's 278-367, the 14x14 -> 7x7 stride-2 one 270 against 293-361.
+its 7x7 conv with relu 271-331 µs against oneDNN's 278-367, the 14x14 -> 7x7 stride-2 one 270 against 293-361
+(isolated; in place, two alternating rounds of bench/per_node.py were too noisy to separate the two).
 
 A dense convolution is the same computation with every group reading every input channel: its output channels in
 panels of 16 (or 8), taken where oneDNN would run its epilogue slowly (relu: elu(0) + linear, or a pass of its own)
