@@ -92,10 +92,8 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
         from kernorch.cost.gir_model import GirScreen
 
         screen = GirScreen(lambda: measure_levels(options.cache, options.threads), options.threads)
-    # the roofline estimate flags implausible measurements, which are then measured again
     return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
-                             kernel_cache=options.cache, estimate=roofline.cost,
-                             workers=options.ray_address, screen=screen)  # fmt: skip
+                             kernel_cache=options.cache, workers=options.ray_address, screen=screen)  # fmt: skip
 
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,

@@ -232,7 +232,7 @@ def progress_bars(show: bool, rewrite_site: Callable[[str], None] | None = None)
     return Progress(
         subgraphs=lambda items: tqdm(items, desc="subgraphs", unit="subgraph", file=sys.stderr, leave=False,
                                      disable=hidden),
-        tuning=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels", unit="kernel",
+        tuning=lambda items, total: iter(tqdm(items, total=total, desc="measuring kernels", unit="kernel-round",
                                               file=sys.stderr, leave=False, disable=hidden)),
         rewrite_site=rewrite_site,
     )  # fmt: skip

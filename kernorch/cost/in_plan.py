@@ -54,6 +54,9 @@ class InPlanCost(CostModelBase):
     def prepare(self, candidates: list[CandidateKernel]) -> None:
         self.base.prepare(candidates)
 
+    def measuring_together(self) -> AbstractContextManager[None]:
+        return self.base.measuring_together()
+
     @property
     def screen(self) -> Screen | None:  # type: ignore[override]
         return self.base.screen

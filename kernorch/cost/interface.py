@@ -9,6 +9,9 @@ it and overrides what it has):
   it). Default: nothing around the block.
 - `prepare(candidates)`: called with the candidates before their costs are asked (a measuring model times them
   in one batch). Default: nothing.
+- `measuring_together()`: a block at whose end what was `prepare`d in it may be measured all at once (a measuring
+  model's rounds then lie seconds apart); a cost asked inside the block is measured then. Default: nothing
+  around the block.
 - `screen`: None, or a callable saying why a candidate is left out before anything is measured (a performance
   model's verdict). Default None: nothing is screened.
 - `rejection(candidate)`: why a candidate costs infinity (a backend's reason), or None. Default None.
@@ -42,6 +45,8 @@ class CostModel(Protocol):
     def pricing(self) -> AbstractContextManager[None]: ...
 
     def prepare(self, candidates: list[CandidateKernel]) -> None: ...
+
+    def measuring_together(self) -> AbstractContextManager[None]: ...
 
     @property
     def screen(self) -> Screen | None: ...
@@ -79,6 +84,9 @@ class CostModelBase:
 
     def prepare(self, candidates: list[CandidateKernel]) -> None:
         return None
+
+    def measuring_together(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def rejection(self, candidate: CandidateKernel) -> str | None:
         return None

@@ -8,10 +8,15 @@ as they are measured, so a run killed midway resumes without re-measuring what w
 
 Users' machines are busy, so a measurement is only trusted when it was quiet (contention.py):
 kernels are timed in slices of about `SLICE_SECONDS`, and a slice during which other processes used the
-CPU, a kernel whose repeats spread widely, or one far slower than its roofline estimate is measured again
-after waiting for the machine to calm down. A value that never got a quiet measurement is the fastest
-run seen (contention only ever adds time) and is stored marked as contended; it is re-measured by a later
-run on a quiet machine, and `contended` counts them so `optimize` can say so.
+CPU, or a kernel whose repeats spread widely, is measured again after waiting for the machine to calm down.
+Contention the kernel's accounting does not show is common too: on a shared VM a neighbour thrashing the
+last-level cache slowed an L3-bound 1x1 conv from 650 to 1050-1100 µs for seconds at a time, with
+/proc/stat quiet and an FMA loop or a DRAM stream at their usual speed. One measurement taken then made
+a fused conv + relu look 1.7x its conv alone, and the plan ran the relu as a pass of its own (ResNet-50: 23
+such passes). So each kernel is timed in `QUIET_ROUNDS` rounds, each a pass over every kernel being
+measured (seconds apart), and its cost is the fastest round's median: contention only ever adds time.
+A value that never got a quiet measurement is the fastest run seen and is stored marked as contended; it is
+re-measured by a later run on a quiet machine, and `contended` counts them so `optimize` can say so.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +63,11 @@ COMPILE_JOBS = os.cpu_count() or 1  # translation units compiled at once
 VIEW_KEY = "view"  # the signature of every view kernel (a reshape alias): costs 0
 SLICE_SECONDS = 0.15  # kernels are timed in slices at least this long, each judged quiet or contended
 MAX_SPREAD = 0.5  # interquartile range / median above this: the repeats disagree, measure again
-OUTLIER_FACTOR = 30.0  # slower than this many times the roofline estimate: measure again to be sure
-MAX_ATTEMPTS = 4  # measurements of one kernel before a contended value is kept (marked)
-QUIET_WAIT_SECONDS = 2.0  # per retry round, waiting for other processes to leave the CPU
+QUIET_ROUNDS = 3  # quiet rounds per kernel, each a pass over every kernel measured: the fastest median is kept
+ROUND_RUNS = (2, 9)  # timed runs per round, at least and at most: three rounds of 2 reach MIN_REPEATS
+ROUND_BUDGET_SECONDS = 0.007  # per kernel and round (the three rounds: about one 20 ms budget)
+MAX_ATTEMPTS = QUIET_ROUNDS + 3  # measurements of one kernel before a contended value is kept (marked)
+QUIET_WAIT_SECONDS = 2.0  # after a disturbed round, waiting for other processes to leave the CPU
 CONTENDED_REPEATS = 60  # under contention, more repeats: the fastest of them is the least disturbed
 MIN_REPEATS = 5  # even a kernel longer than the time budget: the median of 3 is ±10 % on a 40 ms conv here
 
@@ -102,8 +109,15 @@ class _Pending:
     kernel: CandidateKernel  # on a graph of its own (isolate): what is timed
     candidate: CandidateKernel  # as in the orchestrated graph: what is rendered (the same code)
     fallback: Measurement | None = None  # fastest contended run so far (or a contended value stored before)
-    quiet: Measurement | None = None  # fastest quiet measurement so far
+    quiet: Measurement | None = None  # fastest quiet round so far (its runs: every quiet round's)
     attempts: int = 0
+    quiet_rounds: int = 0
+    done: bool = False  # stored, or dropped (a failure)
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether a round of it was contended (or its repeats disagreed)."""
+        return self.attempts > self.quiet_rounds
 
 
 @dataclass
@@ -117,7 +131,6 @@ class ProfiledCostModel(CostModelBase):
     threads: int = 2
     progress: Callable[[Iterable[Any], int], Iterator[Any]] | None = None
     kernel_cache: Path | None = None  # compile cache directory (None: the default cache root)
-    estimate: Callable[[CandidateKernel], float] | None = None  # roofline seconds, to catch implausible values
     name: str = "profile"
     workers: str | None = None  # a Ray address ("" = local instance / RAY_ADDRESS) to measure on; None: here
     machine: str = field(default_factory=fingerprint)
@@ -125,7 +138,7 @@ class ProfiledCostModel(CostModelBase):
     from_database: int = 0  # kernels whose time an earlier session (another model, another shape) measured
     measured_remotely: int = 0  # kernels whose value this machine kind's Ray workers measured
     foreign: int = 0  # results from workers of another machine kind, stored apart (not used for this plan)
-    remeasured: int = 0  # extra measurements taken because a slice was contended or a value implausible
+    remeasured: int = 0  # measurements beyond the planned rounds: a slice was contended or its repeats disagreed
     screen: Callable[[CandidateKernel], str | None] | None = None  # the orchestrator leaves out what it rejects
     contended: set[str] = field(default_factory=set)  # signatures whose value never got a quiet measurement
     # signatures of kernels that failed to compile, that a library refused to create, or that ran wrong: dropped
@@ -138,6 +151,8 @@ class ProfiledCostModel(CostModelBase):
     _signature_by_structure: dict[Structure, str | None] = field(default_factory=dict)
     _structures: Structures = field(default_factory=Structures)
     _graph: Graph | None = None
+    _together: bool = False  # inside `measuring_together`: `prepare` queues what it would measure
+    _queued: dict[str, _Pending] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.machine = f"{self.machine}|threads={self.threads}"
@@ -174,7 +189,7 @@ class ProfiledCostModel(CostModelBase):
             self._signature_of[candidate.key] = self._signature_by_structure[structure] = key
             if key in self.failures:  # inf, or what its reference implementation took (a single primitive)
                 self._known.setdefault(key, math.inf)
-            elif key not in self._known and key not in pending:
+            elif key not in self._known and key not in pending and key not in self._queued:
                 pending[key] = (kind, candidate)
         stored = self.database.lookup(pending, self.machine)
         for key, measurement in stored.items():
@@ -187,24 +202,60 @@ class ProfiledCostModel(CostModelBase):
         self.from_database += len(stored) - sum(1 for item in missing if item.fallback is not None)
         if missing and self.workers is not None:
             missing = self._measure_on_workers(missing)
-        if not missing:
+        if self._together:  # measured with the rest at the end of the block
+            self._queued.update((item.key, item) for item in missing)
+        elif missing:
+            self._measure(missing)
+
+    @contextmanager
+    def measuring_together(self) -> Iterator[None]:
+        """A block whose `prepare`d candidates are measured together when it ends: the rounds of each kernel are
+        then passes over all of them, seconds apart, not over one subgraph's few (milliseconds apart, inside one
+        slowdown). A cost asked inside the block measures what is queued first."""
+        if self._together:
+            yield
             return
-        bar = self.progress(missing, len(missing)) if self.progress else None
+        self._together = True
+        try:
+            yield
+        except BaseException:
+            self._queued.clear()
+            raise
+        finally:
+            self._together = False
+        self._measure_queued()
+
+    def _measure_queued(self) -> None:
+        queued = list(self._queued.values())
+        self._queued.clear()
+        if queued:
+            self._measure(queued)
+
+    def _measure(self, missing: list[_Pending]) -> None:
+        """Compile every kernel of `missing`, then time each in `QUIET_ROUNDS` rounds over all of them."""
+        shown = len(missing) * QUIET_ROUNDS  # the bar counts kernel-rounds: every round is as long as the first
+        bar = self.progress(iter(range(shown)), shown) if self.progress else None
         size = max(1, min(BATCH, -(-len(missing) // COMPILE_JOBS)))  # at least one batch per compiler
         batches = [missing[start: start + size] for start in range(0, len(missing), size)]
         # every batch is compiled before any is timed, one compiler per core: compiling beside a measurement
         # would disturb it, and one compiler at a time left the other core idle for half the tuning time
         compiled = self._compile_all(batches)
         with thread_count(self.threads):
-            for batch, libraries in zip(batches, compiled, strict=True):
-                launchers = self._launchers(batch, libraries)
-                for item in batch:  # a refused single primitive runs by its reference implementation: timed so
-                    if item.key in self.failures and refused_native(item.kernel) is not None:
-                        launchers[item.key] = self._executor_launcher(item.kernel)
-                self._measure_batch([item for item in batch if item.key in launchers], launchers)
-                if bar is not None:
-                    for _ in batch:
-                        next(bar, None)
+            rounds = 0
+            while any(not item.done for item in missing):
+                disturbed = False
+                for batch, libraries in zip(batches, compiled, strict=True):
+                    todo = [item for item in batch if not item.done]
+                    if todo:  # each round creates the kernels anew: one batch's buffers and states at a time
+                        disturbed |= self._measure_round(todo, libraries)
+                    if bar is not None and rounds < QUIET_ROUNDS:
+                        for _ in todo:
+                            next(bar, None)
+                rounds += 1
+                if disturbed and any(not item.done for item in missing):
+                    wait_for_quiet(QUIET_WAIT_SECONDS)
+        for _ in bar or ():  # kernels dropped as failures skip their later rounds
+            pass
 
     def _measure_on_workers(self, missing: list[_Pending]) -> list[_Pending]:
         """Measure on the Ray cluster; store every result under the machine that produced it. What this machine
@@ -263,11 +314,13 @@ class ProfiledCostModel(CostModelBase):
     def _launchers(self, batch: list[_Pending], libraries: dict[str, tuple[Path, NativePlan]],
                    ) -> dict[str, Callable[[], Any]]:  # fmt: skip
         """One launcher per kernel that can be measured: the native ones from the batch's library (each a
-        one-kernel plan, created once like a loaded plan, run once and checked against the reference before it
-        is timed), reference kernels through the executor. A kernel a library refuses to create or that computes
-        a wrong result is recorded in `failures` instead."""
+        one-kernel plan, created once per round like a loaded plan, and before its first round run once and
+        checked against the reference), reference kernels through the executor. A kernel a library refuses to
+        create or that computes a wrong result is recorded in `failures` instead."""
         launchers: dict[str, Callable[[], Any]] = {}
         for item in batch:
+            if item.key in self.failures:
+                continue  # dropped in an earlier round (or run by its reference implementation: the caller's)
             if not item.kind.native:
                 launchers[item.key] = self._executor_launcher(item.kernel)
                 continue
@@ -279,7 +332,7 @@ class ProfiledCostModel(CostModelBase):
             except KernorchError as error:  # a library that refuses the kernel's descriptors
                 self._fail(item, str(error).splitlines()[0][:300])
                 continue
-            problem = self._verified(item.kernel, launch) if self.verify else None
+            problem = self._verified(item.kernel, launch) if self.verify and not item.attempts else None
             if problem is not None:
                 self._fail(item, problem)
                 continue
@@ -307,42 +360,49 @@ class ProfiledCostModel(CostModelBase):
         (launch,) = executor.steps
         return launch
 
-    def _measure_batch(self, batch: list[_Pending], launchers: dict[str, Callable[[], Any]]) -> None:
-        todo = list(batch)
-        while todo:
-            retry: list[_Pending] = []
-            for piece in _slices(todo, launchers):
-                with LoadWindow() as window:
-                    # a kernel measured again gets more repeats: under contention the fastest is the least disturbed
-                    timings = [(item, time_call(launchers[item.key], min_runs=MIN_REPEATS,
-                                                max_runs=CONTENDED_REPEATS if item.attempts else 25))
-                               for item in piece]  # fmt: skip
-                for item, timing in timings:
-                    if self._settle(item, timing, window.contended) or item.attempts >= MAX_ATTEMPTS:
-                        self._store(item)  # quiet, or out of attempts: the least disturbed value, marked
-                    else:
-                        retry.append(item)
-            if retry:
-                self.remeasured += len(retry)
-                wait_for_quiet(QUIET_WAIT_SECONDS)
-            todo = retry
+    def _measure_round(self, todo: list[_Pending], libraries: dict[str, tuple[Path, NativePlan]]) -> bool:
+        """One round over `todo` (a batch's kernels not yet done): True when a slice of it was disturbed."""
+        launchers = self._launchers(todo, libraries)
+        for item in todo:  # a refused single primitive runs by its reference implementation: timed so
+            if item.key in self.failures and refused_native(item.kernel) is not None:
+                launchers[item.key] = self._executor_launcher(item.kernel)
+            elif item.key not in launchers:
+                item.done = True  # did not compile, refused or wrong: a failure, nothing to time
+        disturbed = False
+        for piece in _slices([item for item in todo if not item.done], launchers):
+            with LoadWindow() as window:
+                # a kernel measured again under contention gets more repeats: the fastest is the least disturbed
+                timings = [(item, time_call(launchers[item.key], min_runs=ROUND_RUNS[0],
+                                            max_runs=CONTENDED_REPEATS if item.disturbed else ROUND_RUNS[1],
+                                            budget_seconds=ROUND_BUDGET_SECONDS))
+                           for item in piece]  # fmt: skip
+            for item, timing in timings:
+                quiet = self._settle(item, timing, window.contended)
+                disturbed |= not quiet
+                if item.quiet_rounds >= QUIET_ROUNDS or item.attempts >= MAX_ATTEMPTS:
+                    self._store(item)  # every round quiet, or out of attempts: the least disturbed value
+                elif not quiet:
+                    self.remeasured += 1
+        return disturbed
 
     def _settle(self, item: _Pending, timing: Timing, contended: bool) -> bool:
-        """Record one measurement of `item`; True when it is trustworthy and the kernel is done."""
+        """Record one round of `item`; True when it was quiet (its median then a candidate for the cost)."""
         item.attempts += 1
         if contended or timing.spread > MAX_SPREAD:
             item.fallback = _faster(item.fallback, Measurement(timing.best, timing.runs, timing.spread, True))
             return False
-        confirmed = item.quiet is not None  # a second quiet measurement confirms an implausible first one
-        item.quiet = _faster(item.quiet, Measurement(timing.median, timing.runs, timing.spread, False))
-        plausible = self.estimate is None or timing.median <= OUTLIER_FACTOR * self.estimate(item.kernel)
-        return plausible or confirmed
+        runs = timing.runs + (item.quiet.runs if item.quiet is not None else 0)
+        fastest = _faster(item.quiet, Measurement(timing.median, runs, timing.spread, False))
+        item.quiet = Measurement(fastest.seconds, runs, fastest.spread, False)
+        item.quiet_rounds += 1
+        return True
 
     def _store(self, item: _Pending) -> None:
         """Store the quiet value if there is one, else the fastest contended run (marked). A refused kernel's
         reference time is this process's only: under the native kernel's signature it would mislead the next."""
         measurement = item.quiet or item.fallback
         assert measurement is not None
+        item.done = True
         if item.key not in self.failures:
             self.database.store(item.key, self.machine, measurement)
         self._known[item.key] = measurement.seconds
@@ -362,6 +422,8 @@ class ProfiledCostModel(CostModelBase):
 
     def cost(self, candidate: CandidateKernel) -> float:
         key = self.signature_of(candidate)
+        if key in self._queued:  # asked before the block that queued it ends
+            self._measure_queued()
         return math.inf if key is None else self._known[key]
 
     def signature_of(self, candidate: CandidateKernel) -> str | None:
@@ -383,7 +445,8 @@ def _slices(items: list[_Pending], launchers: dict[str, Callable[[], Any]]) -> I
     for item in items:
         started = time.perf_counter()
         launchers[item.key]()
-        expected += min(25 * (time.perf_counter() - started), 0.03)  # time_call's budget caps a kernel
+        once = time.perf_counter() - started  # then a warm-up and the round's runs (time_call)
+        expected += once + max(ROUND_RUNS[0] * once, min(ROUND_BUDGET_SECONDS, ROUND_RUNS[1] * once))
         piece.append(item)
         if expected >= SLICE_SECONDS:
             yield piece

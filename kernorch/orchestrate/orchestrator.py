@@ -138,11 +138,18 @@ def orchestrate(
     solved: dict[tuple[object, ...], tuple[int, BlpResult]] = {}  # instance key -> (subgraph, its solution)
     instances: list[Instance] = []  # each subgraph's BLP, for the next-best plans
     keep_instances = keep_instances or alternatives > 0
-    for sub, state_count in (progress(subgraphs) if progress else subgraphs):
-        enumerate_started = time.perf_counter()
-        with cost_model.pricing():  # a block in which each candidate is described once
-            candidates, kernels, greedy, greedy_ids, costs = _priced(sub, limits, epilogues, cost_model, rejected)
-        enumerate_seconds = time.perf_counter() - enumerate_started
+    enumerated: list[tuple[CandidateSet, list[CandidateKernel], list[CandidateKernel], list[int], float]] = []
+    with cost_model.pricing():  # a block in which each candidate is described once
+        # every subgraph's candidates are timed in the same rounds, seconds apart (not one subgraph's few)
+        with cost_model.measuring_together():
+            for sub, _ in (progress(subgraphs) if progress else subgraphs):
+                enumerate_started = time.perf_counter()
+                enumerated.append((*_enumerated(sub, limits, epilogues, cost_model, rejected),
+                                   time.perf_counter() - enumerate_started))  # fmt: skip
+        costs_of = [_costs(kernels, cost_model, candidates, rejected)
+                    for candidates, kernels, _, _, _ in enumerated]  # fmt: skip
+    for (sub, state_count), (candidates, kernels, greedy, greedy_ids, enumerate_seconds), costs in zip(
+            subgraphs, enumerated, costs_of, strict=True):  # fmt: skip
         key = instance_key(kernels, costs, sub.required_outputs, available)
         same_as, result = solved.get(key, (None, None))
         if result is None:
@@ -242,11 +249,11 @@ def _plan_of(graph: Graph, instances: list[Instance], ranked: dict[tuple[object,
     return Plan(graph, kernels, costs)
 
 
-def _priced(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogues, cost_model: CostModel,
-            rejected: list[Rejection]) -> tuple[CandidateSet, list[CandidateKernel], list[CandidateKernel], list[int],
-                                                list[float]]:  # fmt: skip
-    """The subgraph's candidate kernels (the greedy plan's among them, what the screen lets through) and their
-    costs; each candidate left out is added to `rejected`."""
+def _enumerated(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogues, cost_model: CostModel,
+                rejected: list[Rejection]) -> tuple[CandidateSet, list[CandidateKernel], list[CandidateKernel],
+                                                    list[int]]:  # fmt: skip
+    """The subgraph's candidate kernels (the greedy plan's among them, what the screen lets through), prepared for
+    pricing; each candidate left out is added to `rejected`."""
     candidates = enumerate_candidates(sub, limits, epilogues)
     rejected.extend(candidates.rejected)
     kernels = list(candidates.kernels)
@@ -262,13 +269,19 @@ def _priced(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpilogu
     if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
         kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
     cost_model.prepare(kernels)  # a measuring cost model times the whole batch at once
+    return candidates, kernels, greedy, greedy_ids
+
+
+def _costs(kernels: list[CandidateKernel], cost_model: CostModel, candidates: CandidateSet,
+           rejected: list[Rejection]) -> list[float]:  # fmt: skip
+    """The kernels' costs; each one no backend runs is added to `rejected` with the backend's reason."""
     costs = [cost_model.cost(k) for k in kernels]
     for kernel, cost in zip(kernels, costs, strict=True):
         if cost == math.inf and (reason := cost_model.rejection(kernel)) is not None:  # a backend's reason
             candidates.rejected_counts["backend"] = candidates.rejected_counts.get("backend", 0) + 1
             if candidates.rejected_counts["backend"] <= 200:
                 rejected.append(Rejection(kernel.nodes, "backend", reason))
-    return candidates, kernels, greedy, greedy_ids, costs
+    return costs
 
 
 def _screened(kernels: list[CandidateKernel], greedy_ids: list[int], screen: Callable[[CandidateKernel], str | None],
