@@ -155,7 +155,9 @@ class ProfiledCostModel(CostModelBase):
     _queued: dict[str, _Pending] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.machine = f"{self.machine}|threads={self.threads}"
+        # the measuring method is part of the key: a value timed once (before rounds) may be a slowdown's, and is
+        # measured again rather than trusted
+        self.machine = f"{self.machine}|threads={self.threads}|rounds={QUIET_ROUNDS}"
 
     def pricing(self) -> AbstractContextManager[None]:
         """A block pricing one subgraph's candidates: the screen, the backend choice and the signatures share
