@@ -121,6 +121,29 @@ def test_groups_whose_input_and_output_widths_differ(group_in: int, group_out: i
     assert_close(actual, expected)
 
 
+@pytest.mark.parametrize(("case", "prefetched"), [
+    ("RegNet's groups of 8, strided, relu", "in + (g + 1) * 8;"),
+    ("ResNeXt-50's last stage: groups of 32 as two of 16 reading the same inputs, a 7x7 map, relu",
+     "in + (g + 1) / 2 * 32;"),
+    ("a dense 3x3 conv in panels of 16 (every panel reads every input channel), strided, relu", None),
+])  # fmt: skip
+def test_the_next_groups_input_lines_are_prefetched_unless_every_group_reads_the_same(case: str,
+                                                                                      prefetched: str | None) -> None:
+    """A group's channels lie a pixel's width apart, beyond the hardware prefetchers' 4 KB page: group g + 1's
+    (its conv's group: a split group's halves read the same) are prefetched while g is computed, one line per 16
+    channels; a dense conv's panels read the inputs the first one brought in."""
+    arguments, _ = CASES[case]
+    _, _, calls = compiled_calls(depthwise_model(**arguments))
+    source = render_grouped_conv("k", calls[0])
+    if prefetched is None:
+        assert "__builtin_prefetch" not in source
+        return
+    assert f"const float *next = {prefetched}" in source, source
+    lines = -(-arguments["group_channels"] // 16)
+    assert f"for (int l = 0; l < {lines}; l++)" in source
+    assert "if (g + 1 < " in source  # never past the last group
+
+
 def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     arguments, _ = CASES["RegNet's groups of 8, strided, relu"]
     _, _, calls = compiled_calls(depthwise_model(**arguments))
@@ -174,6 +197,15 @@ MUTANTS = [
     here("the grouped conv's registers read every pixel's residual at the block's first",
          'statements = vector_epilogue(self.call.post_ops, "n", channel, "y", pixel) if self.epilogue_in_registers',
          'statements = vector_epilogue(self.call.post_ops, "n", channel, "y", "x") if self.epilogue_in_registers'),
+    here("the grouped conv prefetches its own group's lines, not the next one's",
+         'following = "(g + 1) / " + str(grouping.splits) if grouping.splits > 1 else "(g + 1)"',
+         'following = "g / " + str(grouping.splits) if grouping.splits > 1 else "g"'),
+    here("the grouped conv prefetches one line of a group wider than 16 channels",
+         "lines = -(-grouping.group_in * 4 // 64)",
+         "lines = 1"),
+    here("the grouped conv prefetches for dense panels too",
+         "if grouping.input_step:  # a dense conv's panels all read the same inputs: in cache after the first",
+         "if True:  # a dense conv's panels all read the same inputs: in cache after the first"),
     here("a vector operand is read from the first image for every image",
          'axes = ((n, dims[0], strides[0]), (y, dims[2], strides[2]), (x, dims[3], strides[3]))',
          'axes = ((n, dims[0], 0), (y, dims[2], strides[2]), (x, dims[3], strides[3]))',
