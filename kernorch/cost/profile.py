@@ -3,8 +3,9 @@
 Each candidate is isolated into a mini graph (its inputs become random buffers) and keyed by a
 structural signature: the generated C (or the library call with its shapes), never value names, so
 repeated blocks of a model, and other models with the same kernels, are measured once. Results are
-keyed by (signature, machine fingerprint, threads) in the profile database (profile_db.py) and committed
-as they are measured, so a run killed midway resumes without re-measuring what was finished.
+keyed by (signature, machine fingerprint, threads, method) in the profile database (profile_db.py) and
+committed as each kernel's last round ends, so a run killed midway resumes without re-measuring what was
+finished.
 
 Users' machines are busy, so a measurement is only trusted when it was quiet (contention.py):
 kernels are timed in slices of about `SLICE_SECONDS`, and a slice during which other processes used the
