@@ -5,8 +5,8 @@ Required of every cost model: `name`, and `cost(candidate)` — seconds to run t
 no backend can generate it. The optional hooks, with their defaults in `CostModelBase` (a cost model subclasses
 it and overrides what it has):
 
-- `pricing()`: a block in which one subgraph's candidates are priced (a measuring model describes each once in
-  it). Default: nothing around the block.
+- `pricing()`: a block in which a graph's candidates are priced (a measuring model describes each once in it).
+  Default: nothing around the block.
 - `prepare(candidates)`: called with the candidates before their costs are asked (a measuring model times them
   in one batch). Default: nothing.
 - `measuring_together()`: a block at whose end what was `prepare`d in it may be measured all at once (a measuring

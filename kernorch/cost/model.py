@@ -52,7 +52,7 @@ class GeneratableCost(CostModelBase):
 
     @contextmanager
     def pricing(self) -> Iterator[None]:
-        """A block pricing one subgraph's candidates: each candidate described (and rendered) once in it, inside
+        """A block pricing a graph's candidates: each candidate described (and rendered) once in it, inside
         the base's own block."""
         with remembering(), self.base.pricing():
             yield

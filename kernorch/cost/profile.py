@@ -161,7 +161,7 @@ class ProfiledCostModel(CostModelBase):
         self.machine = f"{self.machine}|threads={self.threads}|rounds={QUIET_ROUNDS}"
 
     def pricing(self) -> AbstractContextManager[None]:
-        """A block pricing one subgraph's candidates: the screen, the backend choice and the signatures share
+        """A block pricing a graph's candidates: the screen, the backend choice and the signatures share
         one description and GIR per candidate (codegen/gir/memo.py)."""
         return remembering()
 

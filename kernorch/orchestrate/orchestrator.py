@@ -268,7 +268,7 @@ def _enumerated(sub: Subgraph, limits: OrchestrationLimits, epilogues: LinearEpi
     screen = cost_model.screen
     if screen is not None:  # a performance model leaves out what it predicts hopeless, before any measuring
         kernels, greedy_ids = _screened(kernels, greedy_ids, screen, candidates.rejected_counts, rejected)
-    cost_model.prepare(kernels)  # a measuring cost model times the whole batch at once
+    cost_model.prepare(kernels)  # a measuring cost model signs them, timed with every subgraph's (the caller's block)
     return candidates, kernels, greedy, greedy_ids
 
 

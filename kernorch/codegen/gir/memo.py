@@ -1,11 +1,13 @@
-"""A kernel's description and rewritten GIR, made once per candidate while one subgraph is orchestrated.
+"""A kernel's description and rewritten GIR, made once per candidate while a graph is orchestrated.
 
-Orchestrating a subgraph prices each candidate with the GIR model (describe, lower, rewrite), asks which
+Orchestrating a graph prices each candidate with the GIR model (describe, lower, rewrite), asks which
 backend runs it (describe), and signs it for the profile database (describe, lower, rewrite, render): three
 descriptions and two lowerings of the same kernel, a fifth of segformer_b0's tuning time in Python. Inside
-`remembering()` each is made once per candidate. The memo lives only as long as that block (one subgraph's
-candidates, on a graph nothing mutates meanwhile) and is keyed by the graph object itself, so a rewritten or
-rebuilt graph never sees another graph's description.
+`remembering()` each is made once per candidate. The memo lives only as long as that block (one
+orchestration's candidates, every subgraph's: they are measured together at its end; the zoo's Qwen2 decoder
+planned, profiles warm, in the same peak memory as with a memo per subgraph), on a graph nothing mutates
+meanwhile, and is keyed by the graph object itself, so a rewritten or rebuilt graph never sees another graph's
+description.
 """
 
 from __future__ import annotations
