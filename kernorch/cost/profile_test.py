@@ -359,6 +359,27 @@ def test_orchestrating_describes_each_candidate_once(tmp_path: Path, monkeypatch
     assert len(described) > 50 and max(described.values()) == 1, max(described.values())
 
 
+def test_orchestrating_measures_every_subgraphs_candidates_in_the_same_rounds(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel's rounds are passes over the whole graph's candidates, seconds apart, not over one subgraph's few
+    (milliseconds apart, inside one slowdown): orchestrate queues every subgraph's, then measures them at once."""
+    from kernorch.options import OrchestrationLimits
+
+    measured: list[int] = []
+    original = ProfiledCostModel._measure
+
+    def counted(self: ProfiledCostModel, missing: list[Any]) -> None:
+        measured.append(len(missing))
+        original(self, missing)
+
+    monkeypatch.setattr(ProfiledCostModel, "_measure", counted)
+    graph = fission(import_model(self_attention_block(seq=16, hidden=32, heads=2)))
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "profiles.sqlite"))
+    result = orchestrate(graph, model, OrchestrationLimits(max_subgraph_size=4))
+    assert len(result.subgraphs) > 3 and result.all_optimal
+    assert measured == [model.measured] and model.measured > 20, measured
+
+
 def test_twins_are_signed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two blocks of equal structure (ir/structure.py) under other value names: one signature, one measurement."""
     import kernorch.cost.profile as profile
@@ -525,7 +546,17 @@ MUTANTS = [
          "with cost_model.pricing():",
          'with __import__("contextlib").nullcontext():',
          file="kernorch/orchestrate/orchestrator.py"),
+    here("orchestration measures subgraph by subgraph",
+         "with cost_model.measuring_together():",
+         'with __import__("contextlib").nullcontext():',
+         file="kernorch/orchestrate/orchestrator.py"),
     # profiling
+    here("a kernel's cost is its first quiet round's, not its fastest",
+         "fastest = _faster(item.quiet, Measurement(timing.median, runs, timing.spread, False))",
+         "fastest = item.quiet or Measurement(timing.median, runs, timing.spread, False)"),
+    here("a kernel is done after one quiet round",
+         "if item.quiet_rounds >= QUIET_ROUNDS or item.attempts >= MAX_ATTEMPTS:",
+         "if item.quiet_rounds >= 1 or item.attempts >= MAX_ATTEMPTS:"),
     here("every input of an isolated kernel reads the same pool values",
          "offset = position * _POOL_STRIDE",
          "offset = 0"),
