@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/zoo/run.py ZOO_DIR [--cost profile|analytic] [--no-bench] [--only NAME ...]
                                       [--out bench/results/DATE-zoo.md] [--timeout SECONDS] [--resume]
-                                      [--quantized DIR [--kinds static,dynamic]]
+                                      [--repeat N] [--quantized DIR [--kinds static,dynamic]]
 
 Each model runs in a process of its own with a time limit, so one that hangs or dies is a row, not the end. The
 table lists per model: its family, whether `check --compiled` passed (and its error), the operators that ran
@@ -11,6 +11,11 @@ through the onnxruntime fallback, kernorch's median latency, the best peer's, an
 the table keeps every row, written after each model; `--resume` skips the models it already holds a measured
 row for (a run of all 53 takes about 2 h when profiles are cold, so it can be split across sessions). Exits 1
 when a model fails its check.
+
+`--repeat N` benches every model N times, each time in a pass over the whole zoo, so a model's runs lie minutes
+apart: a shared VM's speed drifts for minutes at a time (Zen 3, session 40: a model's ratio moved by up to 0.25
+between two runs), and runs back to back share one state. The row keeps the run with the median ratio and shows
+the range.
 
 `--quantized DIR` runs the same over the zoo's quantized files instead, as bench/quantize.py writes them into DIR
 (`bench/quantize.py ZOO_DIR/*.onnx -o DIR`): each model's `--kinds` (NAME.static.onnx: QDQ, per-channel;
@@ -75,6 +80,12 @@ def bench(model: Path, runs: int, timeout: float) -> dict[str, Any]:
             "peers_ms": peers}  # fmt: skip
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bench result with the median ratio (the lower middle of an even count) and every run's ratio."""
+    ordered = sorted(runs, key=lambda run: run["ratio"])
+    return {**ordered[(len(ordered) - 1) // 2], "ratios": [run["ratio"] for run in runs]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("zoo", type=Path)
@@ -88,7 +99,12 @@ def main() -> int:
                         "a passing, benchmarked row for")  # fmt: skip
     parser.add_argument("--quantized", type=Path, help="the zoo's quantized files (bench/quantize.py -o DIR)")
     parser.add_argument("--kinds", default="static,dynamic", help="which quantized files, with --quantized")
+    parser.add_argument("--repeat", type=int, default=1, help="bench each model this many times, in passes over the "
+                        "whole zoo; the row keeps the median ratio and shows the range")  # fmt: skip
     args = parser.parse_args()
+    if args.repeat < 1:
+        print(f"run.py: --repeat must be at least 1, got {args.repeat}", file=sys.stderr)
+        return 2
     exported = json.loads((args.zoo / "export.json").read_text())
     only = {name for names in args.only or [] for name in names.split(",") if name}
     if only - set(exported):
@@ -99,6 +115,7 @@ def main() -> int:
     results = args.out.with_suffix(".json")
     if results.exists():
         rows = json.loads(results.read_text())
+    benched: dict[str, tuple[Path, list[dict[str, Any]]]] = {}  # model -> its file and bench results
     runs = [(name, info, args.zoo / f"{name}.onnx") for name, info in exported.items()]
     if args.quantized:
         runs = [(f"{name}.{kind}", info, args.quantized / f"{name}.{kind}.onnx")
@@ -115,13 +132,24 @@ def main() -> int:
             continue
         row = {"family": info["family"], "source": info["source"], **check(model, args.cost, args.timeout)}
         if not args.no_bench and row["check_exit"] == 0:
-            row.update(bench(model, args.runs, args.timeout))
+            first = bench(model, args.runs, args.timeout)
+            row.update(first)
+            benched[name] = (model, [first] if "ratio" in first else [])
         rows[name] = row
         print(f"{name}: check exit {row['check_exit']} ({row['check_seconds']} s)"
               + (f", {row.get('ratio', math.nan):.2f}x {row.get('best_peer', '')}" if "ratio" in row else "")
               + (f" -- {row['error']}" if "error" in row else "") + (f" -- {row['bench_error']}"
                                                                      if "bench_error" in row else ""), flush=True)
         results.write_text(json.dumps(rows, indent=1))
+    for repeat in range(1, args.repeat):  # each pass over the whole zoo: a model's runs minutes apart
+        for name, (model, runs_of) in benched.items():
+            again = bench(model, args.runs, args.timeout)
+            if "ratio" in again:
+                runs_of.append(again)
+                rows[name].update(median_run(runs_of))
+            print(f"{name}: run {repeat + 1} of {args.repeat}, "
+                  + (f"{again['ratio']:.2f}x" if "ratio" in again else again.get("bench_error", "")), flush=True)
+            results.write_text(json.dumps(rows, indent=1))
     text = table(rows, args.cost)
     if args.out.exists() and "\n| model |" in (old := args.out.read_text()):  # notes written above the table stay
         text = old[:old.index("\n| model |") + 1] + text[text.index("| model |"):]
@@ -141,8 +169,9 @@ def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
         if row.get("arbitrated"):
             verdict += f" (arbitrated: {row['arbitrated']} quantizers differ, each an exact rounding or a tie)"
         error = f"{row['rel_err']:.1e}" if row.get("rel_err") is not None else ""
+        spread = f" ({min(row['ratios']):.2f}-{max(row['ratios']):.2f}x)" if len(row.get("ratios", [])) > 1 else ""
         timing = (f"{row['kernorch_ms']:.3f} | {row['best_peer_ms']:.3f} ({row['best_peer']}) | {row['ratio']:.2f}x"
-                  if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
+                  f"{spread}" if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
         if "ratio" in row:
             ratios.append(row["ratio"])
         lines.append(f"| {name} | {row['family']} | {verdict} | {error} | {row['fallback']} | {timing} |")
