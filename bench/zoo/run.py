@@ -15,7 +15,7 @@ when a model fails its check.
 `--repeat N` benches every model N times, each time in a pass over the whole zoo, so a model's runs lie minutes
 apart: a shared VM's speed drifts for minutes at a time (Zen 3, session 40: a model's ratio moved by up to 0.25
 between two runs), and runs back to back share one state. The row keeps the run with the median ratio and shows
-the range.
+the range; rows `--resume` keeps are not benched again.
 
 `--quantized DIR` runs the same over the zoo's quantized files instead, as bench/quantize.py writes them into DIR
 (`bench/quantize.py ZOO_DIR/*.onnx -o DIR`): each model's `--kinds` (NAME.static.onnx: QDQ, per-channel;

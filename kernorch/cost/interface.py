@@ -8,7 +8,7 @@ it and overrides what it has):
 - `pricing()`: a block in which a graph's candidates are priced (a measuring model describes each once in it).
   Default: nothing around the block.
 - `prepare(candidates)`: called with the candidates before their costs are asked (a measuring model times them
-  in one batch). Default: nothing.
+  in one batch, or queues them inside `measuring_together`). Default: nothing.
 - `measuring_together()`: a block at whose end what was `prepare`d in it may be measured all at once (a measuring
   model's rounds then lie seconds apart); a cost asked inside the block is measured then. Default: nothing
   around the block.

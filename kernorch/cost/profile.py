@@ -221,11 +221,8 @@ class ProfiledCostModel(CostModelBase):
         self._together = True
         try:
             yield
-        except BaseException:
-            self._queued.clear()
-            raise
-        finally:
-            self._together = False
+        finally:  # after an exception what is queued stays queued: its signatures are known, so a later `cost`
+            self._together = False  # measures it rather than finding no value
         self._measure_queued()
 
     def _measure_queued(self) -> None:

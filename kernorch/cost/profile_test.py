@@ -265,6 +265,28 @@ def test_repeats_that_disagree_are_measured_again(tmp_path: Path, monkeypatch: p
     assert model.contended_in([kernel]) == 0
 
 
+def test_a_cost_asked_inside_the_block_measures_what_is_queued(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `measuring_together` prepare only queues; asking a queued candidate's cost measures the queue then
+    (every round of it), and the block's end has nothing left; an exception leaves the queue for a later cost."""
+    from kernorch.cost.profile import QUIET_ROUNDS
+
+    _, kernel = _one_kernel()
+    machine = _ScriptedMachine(monkeypatch, [(3e-4, 0.1, False)] * QUIET_ROUNDS)
+    model = ProfiledCostModel(ProfileDatabase(tmp_path / "p.sqlite"))
+    with model.measuring_together():
+        model.prepare([kernel])
+        assert model.measured == 0 and len(machine.script) == QUIET_ROUNDS  # queued, not timed
+        assert model.cost(kernel) == pytest.approx(3e-4) and not machine.script
+    assert model.measured == 1
+    machine = _ScriptedMachine(monkeypatch, [(2e-4, 0.1, False)] * QUIET_ROUNDS)
+    other = ProfiledCostModel(ProfileDatabase(tmp_path / "q.sqlite"))
+    with pytest.raises(RuntimeError), other.measuring_together():
+        other.prepare([kernel])
+        raise RuntimeError("enumeration failed")
+    assert other.measured == 0 and other.cost(kernel) == pytest.approx(2e-4) and not machine.script
+
+
 def test_the_cost_is_the_fastest_of_the_quiet_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A slowdown /proc/stat does not show (a neighbour in the last-level cache) inflates a round, quiet by every
     measure: the other rounds outvote it, and the stored value counts every quiet round's runs."""
@@ -554,6 +576,9 @@ MUTANTS = [
     here("a kernel's cost is its first quiet round's, not its fastest",
          "fastest = _faster(item.quiet, Measurement(timing.median, runs, timing.spread, False))",
          "fastest = item.quiet or Measurement(timing.median, runs, timing.spread, False)"),
+    here("an exception inside the block drops the queue its signatures point to",
+         "            self._together = False  # measures it rather than finding no value",
+         "            self._together = False; self._queued.clear()"),
     here("a kernel is done after one quiet round",
          "if item.quiet_rounds >= QUIET_ROUNDS or item.attempts >= MAX_ATTEMPTS:",
          "if item.quiet_rounds >= 1 or item.attempts >= MAX_ATTEMPTS:"),
