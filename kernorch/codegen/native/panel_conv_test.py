@@ -135,6 +135,27 @@ def test_convs_it_does_not_take_go_elsewhere(changes: dict[str, Any], reason: st
     assert_close(actual, expected)
 
 
+@pytest.mark.parametrize(("case", "residual"), [
+    ("a residual, then relu, batch 2, a 13x11 map (143 pixels: runs of 36 and a last of 35)", True),
+    ("no post-op (ResNet's 1x1 convs before their own relu or add)", False),
+    ("relu, times a map of the pixels: one value for all of a pixel's channels", False),
+])  # fmt: skip
+def test_the_next_blocks_residual_and_output_lines_are_prefetched(case: str, residual: bool) -> None:
+    """A pixel's panel is one line, pixels a channel count apart: the next block's (never past the block range
+    it belongs to) are prefetched, the output's with intent to write; an operand with one value per pixel is
+    read by every panel, in cache after the first."""
+    arguments, _ = CASES[case]
+    _, _, calls = compiled_calls(pointwise_model(**_arguments(arguments)))
+    source = render_panel_conv("k", calls[0])
+    assert "for (long q = rows; q < 2 * rows && p + q < p1; q++)" in source, source
+    channels = calls[0].dst.strides[3]  # floats from one pixel to the next
+    assert f"__builtin_prefetch(out + q * {channels}L, 1, 3);" in source
+    if residual:
+        batch_stride = calls[0].post_ops[0][1].strides[0]
+        assert f"__builtin_prefetch(t0 + n * {batch_stride}L + p * {channels}L + c0 + q * {channels}L, 0, 3);" in source
+    assert source.count("__builtin_prefetch") == 1 + residual
+
+
 def test_avx512_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     pretend_isa(monkeypatch, avx512=True)
     actual, expected, calls = compiled_calls(pointwise_model(in_channels=72, out_channels=32, size=(4, 5),
@@ -153,6 +174,12 @@ def test_the_source_compiles_for_every_x86_64(isa: tuple[str, ...], tmp_path: Pa
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("the panel conv prefetches the block it computes, not the next",
+         'with w.block(f"for (long q = rows; q < 2 * rows && p + q < {end}; q++)"):',
+         'with w.block(f"for (long q = 0; q < rows && p + q < {end}; q++)"):'),
+    here("the panel conv prefetches no residual",
+         "operands = [o for o in vector_operands(self.call) or [] if o.per_channel and o.pixel_stride]",
+         "operands = []"),
     here("the panel convolution sums one input channel short",
          'with w.block(f"for (int k = 0; k < {in_channels}; k++)"):',
          'with w.block(f"for (int k = 1; k < {in_channels}; k++)"):'),
