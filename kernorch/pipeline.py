@@ -84,16 +84,18 @@ def make_cost_model(options: Options, progress: Progress = SILENT) -> CostModel:
     roofline = AnalyticCostModel(device_by_name(options.device, options.cache, options.threads))
     if options.cost == "analytic":
         return GeneratableCost(roofline)
+    from kernorch.cost.bandwidth import measure_levels
     from kernorch.cost.profile import ProfileDatabase, ProfiledCostModel
+    from kernorch.cost.traffic import ActivationTraffic
 
     screen = None
     if options.screen:
-        from kernorch.cost.bandwidth import measure_levels
         from kernorch.cost.gir_model import GirScreen
 
         screen = GirScreen(lambda: measure_levels(options.cache, options.threads), options.threads)
     return ProfiledCostModel(ProfileDatabase.open(options.cache), options.threads, progress.tuning,
-                             kernel_cache=options.cache, workers=options.ray_address, screen=screen)  # fmt: skip
+                             kernel_cache=options.cache, workers=options.ray_address, screen=screen,
+                             traffic=ActivationTraffic(measure_levels(options.cache, options.threads)))  # fmt: skip
 
 
 def plan_graph(graph: Graph, options: Options, progress: Progress = SILENT,

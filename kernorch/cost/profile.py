@@ -46,6 +46,7 @@ from kernorch.cost.interface import CostModelBase
 from kernorch.cost.model import rejection
 from kernorch.cost.profile_db import Measurement, ProfileDatabase, ProfileDatabaseError
 from kernorch.cost.remote import decode_kernel, measure_on_ray
+from kernorch.cost.traffic import ActivationTraffic
 from kernorch.cost.verify import output_mismatch
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
@@ -146,6 +147,7 @@ class ProfiledCostModel(CostModelBase):
     # from the plan (infinite cost) with the reason, listed by `kernorch explain --rejected`; never stored
     failures: dict[str, str] = field(default_factory=dict)
     verify: bool = True  # run each native kernel once against the reference interpreter before timing it
+    traffic: ActivationTraffic | None = None  # what activations add in place (traffic.py); None: isolated times
     _known: dict[str, float] = field(default_factory=dict)
     _signature_of: dict[Any, str | None] = field(default_factory=dict)  # candidate key -> signature
     # structure (ir/structure.py) -> signature: equal structures are the same code on the same shapes, signed once
@@ -424,7 +426,10 @@ class ProfiledCostModel(CostModelBase):
         key = self.signature_of(candidate)
         if key in self._queued:  # asked before the block that queued it ends
             self._measure_queued()
-        return math.inf if key is None else self._known[key]
+        if key is None:
+            return math.inf
+        measured = self._known[key]
+        return measured + self.traffic.seconds(candidate) if self.traffic and key != VIEW_KEY else measured
 
     def signature_of(self, candidate: CandidateKernel) -> str | None:
         """The profile key of what `candidate` runs (None if no backend runs it; VIEW_KEY for an alias): kernels

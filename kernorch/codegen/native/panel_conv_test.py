@@ -151,7 +151,9 @@ def test_the_next_blocks_residual_and_output_lines_are_prefetched(case: str, res
     channels = calls[0].dst.strides[3]  # floats from one pixel to the next
     assert f"__builtin_prefetch(out + q * {channels}L, 1, 3);" in source
     if residual:
-        batch_stride = calls[0].post_ops[0][1].strides[0]
+        residual_tensor = calls[0].post_ops[0][1]
+        assert residual_tensor is not None
+        batch_stride = residual_tensor.strides[0]
         assert f"__builtin_prefetch(t0 + n * {batch_stride}L + p * {channels}L + c0 + q * {channels}L, 0, 3);" in source
     assert source.count("__builtin_prefetch") == 1 + residual
 
