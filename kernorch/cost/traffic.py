@@ -4,11 +4,14 @@ The profiler times a kernel alone, on its own buffers, again and again: what it 
 (L2, or L3 when it does not fit). In a plan its inputs were written or last read several kernels before and its
 outputs land on lines that are not in cache, so every activation byte (a value that is not a constant) costs
 more in place: ResNet-50's add + relu over 56x56x256 (9.6 MB read and written) took 143 µs isolated and 410 in
-place, its stem's relu (6.4 MB) 116 and 302, on Zen 3 — 28-29 µs per MB more, about half the difference between
+place, its stem's relu (6.4 MB) 116 and 302-304, on Zen 3 in a slow minute (the model's kernels summed 1.4x their
+quiet time; scaled, still 2x and 1.9x): 12-29 µs per MB more, a quarter to a half of the difference between
 DRAM's and L3's time per byte there (bandwidth.py: 77 and 16 µs per MB). Priced hot, a separate pass looked as
-cheap as the epilogue it replaces and the plan ran them apart (ResNet-50: 11 more kernels, MobileNetV4 25,
-ConvNeXt-V2 44); priced with the difference, plans alternated in one process ran 2-5 % faster (bench/results/
-2026-12-01-activation-traffic-zen3.md). Constants (weights) are not charged: a kernel's own, isolated or not.
+cheap as the epilogue it replaces and fuse-or-separate followed the profile's noise; charged half the
+difference, the zoo's real-size plans had up to 43 fewer kernels and, alternated in one process with the plans
+priced hot, ran 1.5-3.3 % faster on the CNNs and 0-1 % on the transformers (one detector head 1.5 % slower;
+bench/results/2026-12-01-activation-traffic-zen3.md; a flat 15 µs per MB was weaker on ResNet-50). Constants
+(weights) are not charged: a kernel's own, isolated or not.
 """
 
 from __future__ import annotations
