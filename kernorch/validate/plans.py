@@ -77,8 +77,26 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
         return result
     started = time.perf_counter()
     plans = [result.plan, *result.alternatives]
-    graph = result.plan.graph
-    feeds = graph_feeds(graph)
+    measured = measure_plans(plans, threads, cache_dir, runtime)
+    medians = {i: seconds for i, seconds in enumerate(measured) if seconds is not None}
+    fastest = min(medians, key=medians.__getitem__)
+    chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0
+    sources = ["optimum", *result.alternative_sources]
+    report = ValidationReport(
+        tuple(PlanTiming(i, sources[i], p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
+                         plan_differences(result.plan, p)) for i, p in enumerate(plans)),
+        chosen, time.perf_counter() - started, ROUNDS)  # fmt: skip
+    result.plan = plans[chosen]
+    result.validation = report
+    return result
+
+
+def measure_plans(plans: list[Plan], threads: int, cache_dir: Any = None,
+                  runtime: str = "kernels") -> list[float | None]:  # fmt: skip
+    """Each plan's median seconds end to end (plans of one model: the same graph inputs and outputs), compiled and
+    timed interleaved in this process as the module docstring says; None for a plan whose outputs differ from the
+    first's (it is not timed)."""
+    feeds = graph_feeds(plans[0].graph)
     models = [CompiledModel(p.graph, p.kernels, p.costs, threads, cache_dir=cache_dir, runtime=runtime) for p in plans]
     expected = models[0].run(feeds)
     bf16 = any(node.attr("precision") == "bf16" for p in plans for node in p.graph.nodes)
@@ -92,17 +110,7 @@ def validate_plans(result: OrchestrationResult, threads: int, cache_dir: Any = N
         for i in timed[shift:] + timed[:shift]:
             model = models[i]
             samples[i].extend(time_call(lambda model=model: model.run(feeds), runs=runs).samples)  # type: ignore[misc]
-    medians = {i: float(np.median(s)) for i, s in samples.items()}
-    fastest = min(medians, key=medians.__getitem__)
-    chosen = fastest if medians[fastest] < medians[0] * (1 - MARGIN) else 0
-    sources = ["optimum", *result.alternative_sources]
-    report = ValidationReport(
-        tuple(PlanTiming(i, sources[i], p.cost * 1e3, medians[i] * 1e3 if i in medians else None, len(p.kernels),
-                         plan_differences(result.plan, p)) for i, p in enumerate(plans)),
-        chosen, time.perf_counter() - started, ROUNDS)  # fmt: skip
-    result.plan = plans[chosen]
-    result.validation = report
-    return result
+    return [float(np.median(samples[i])) if i in samples else None for i in range(len(plans))]
 
 
 # Two bf16 plans round different values to bfloat16 (where each places its casts, a fused kernel multiplying in
