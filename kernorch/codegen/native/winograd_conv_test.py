@@ -58,6 +58,8 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         ("add",)),
     "asymmetric pads, no bias, more output than input channels": (
         dict(in_channels=16, out_channels=48, size=(7, 11), pads=(1, 0, 2, 1), bias=False), ()),
+    "padded, odd output, relu (in registers)": (
+        dict(in_channels=16, out_channels=32, size=(9, 11), pads=(1, 1, 1, 1), epilogue="relu"), ("relu",)),
     "a per-channel operand broadcast over the map": (
         dict(in_channels=16, out_channels=16, size=(6, 10), pads=(1, 1, 1, 1), epilogue="swish, scaled per channel"),
         ("swish", "mul")),
@@ -67,6 +69,8 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {  # arguments, the p
         ("add",)),
     "streamed: unpadded, two blocks of output channels, hardswish": (
         dict(in_channels=32, out_channels=128, size=(12, 15), epilogue="hardswish"), ("hardswish",)),
+    "streamed: padded, relu (in registers)": (
+        dict(in_channels=32, out_channels=64, size=(8, 10), pads=(1, 1, 1, 1), epilogue="relu"), ("relu",)),
     "streamed: asymmetric pads, no bias, a tile count no multiple of 6": (
         dict(in_channels=48, out_channels=64, size=(7, 11), pads=(1, 0, 2, 1), bias=False), ()),
 }  # fmt: skip
@@ -316,6 +320,10 @@ def test_frames_merge_only_where_one_frame_axis_indexes_every_operand(
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("Winograd's in-register epilogue stores the vector without its post-ops",
+         'sizeof v);", *vector,',
+         'sizeof v);",',
+         file="kernorch/codegen/native/winograd_conv.py"),
     here("the blocked Winograd schedule takes transformed filters past a core's L2 (5x slower on 7x7 maps)",
          "MAX_TRANSFORMED_BYTES = 1 << 20",
          "MAX_TRANSFORMED_BYTES = 1 << 30"),
