@@ -111,11 +111,13 @@ def test_optimize_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "not" in capsys.readouterr().err
 
 
-def test_explain_names_the_dtypes_each_kernel_reads_and_writes(capsys: pytest.CaptureFixture[str],
-                                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_explain_names_the_dtypes_each_kernel_reads_and_writes(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """A dynamically quantized convolution: the integer convolution reads the uint8 map (and its uint8 zero point)
     and writes int32 sums; the kernel quantizing the map writes uint8."""
-    from kernorch.testing import dynamically_quantized_convolution
+    from kernorch.testing import dynamically_quantized_convolution, keep_integer_convolutions
+
+    keep_integer_convolutions(monkeypatch)  # without VNNI it would be a float32 convolution
 
     path = tmp_path / "dq.onnx"
     path.write_bytes(dynamically_quantized_convolution().SerializeToString())

@@ -37,8 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from kernorch import machine
-from kernorch.fission.rules.common import centred_int8
+from kernorch.fission.rules.common import centred_int8, integer_convolution_pays
 from kernorch.frontend.onnx_import import ImportedModel
 from kernorch.ir.primitives import MAX_INTEGER_K
 
@@ -157,13 +156,6 @@ def _conv_weights(graph: _Graph, value: str) -> tuple[np.ndarray, np.ndarray] | 
         return None
     centred = centred_int8(integers, zero, 0)
     return None if centred is None else (centred, scale.reshape(scale.shape if per_channel else ()))
-
-
-def integer_convolution_pays(source: np.dtype, widest_weight: int) -> bool:
-    """Whether a QDQ convolution of `source` bytes by centred weights up to `widest_weight` in magnitude becomes an
-    integer convolution on this CPU: with VNNI always; without, only where oneDNN's int8 convolution sums it exactly
-    (kernorch's pixel kernel, exact everywhere, is scalar C there: slower than the float convolution)."""
-    return machine.int8_dot_products() or (source == np.uint8 and widest_weight <= machine.SATURATION_FREE_WEIGHT)
 
 
 def _integer_convolution(graph: _Graph, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:

@@ -91,8 +91,10 @@ def policy_lines() -> list[str]:
 
 
 def candidate_for_bf16(graph: Graph, node: Node) -> bool:
-    """A float32 linear primitive not yet given a precision."""
+    """A float32 linear primitive not yet given a precision, nor one whose sums must stay exact integers (an integer
+    convolution computed in float32: fission/rules/integer_linear.py)."""
     return (node.prim in BF16_PRIMS and PRIMITIVES[node.prim].kind == Kind.LINEAR and "precision" not in node.attr_dict
+            and not node.attr("exact_sums")
             and all(graph.types[v].dtype == "float32" for v in (*node.inputs, *node.outputs)))  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from kernorch.testing.models import (
     exact_int8_outputs,
     fission_and_compare,
     integer_extremes,
+    keep_integer_convolutions,
     onnxruntime_saturates,
     primitive_names,
     random_array,
@@ -16,5 +17,5 @@ from kernorch.testing.models import (
 )
 
 __all__ = ["branchy_model", "cpu_compile", "dynamically_quantized_convolution", "exact_int8_outputs",
-           "fission_and_compare", "integer_extremes", "onnxruntime_saturates", "primitive_names", "random_array",
-           "single_op_model"]  # fmt: skip
+           "fission_and_compare", "integer_extremes", "keep_integer_convolutions", "onnxruntime_saturates",
+           "primitive_names", "random_array", "single_op_model"]  # fmt: skip

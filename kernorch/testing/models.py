@@ -171,6 +171,17 @@ def dynamically_quantized_convolution() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def keep_integer_convolutions(monkeypatch: Any) -> None:
+    """Fission makes every integer convolution the int8 primitive, as on a CPU with VNNI, for tests of the int8
+    kernels and of what int8 plans show, on any CPU (without VNNI a QDQ convolution stays float and a ConvInteger
+    runs in float32 where that is exact: fission/rules/common.integer_convolution_pays)."""
+    from kernorch.fission import qdq
+    from kernorch.fission.rules import integer_linear
+
+    for module in (qdq, integer_linear):
+        monkeypatch.setattr(module, "integer_convolution_pays", lambda source, widest_weight: True)
+
+
 # onnxruntime's operators multiplying bytes on its own int8 kernels: (the source's input, the weights') (ConvInteger
 # was not seen saturating; counted anyway, onnx.reference's sums being exact either way)
 _BYTE_PRODUCTS = {"MatMulInteger": (0, 1), "QLinearMatMul": (0, 3), "QLinearConv": (0, 3), "ConvInteger": (0, 1),

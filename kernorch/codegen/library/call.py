@@ -61,6 +61,9 @@ class LibraryCall:
     dst_scale: Tensor | None = None
     dst_zero: Tensor | None = None
     widest_weight: int = 0  # int8: the largest |weight| (what decides whether oneDNN's sums are exact without VNNI)
+    # float32 sums that must stay exact integers (an integer convolution in float32, fission/rules/integer_linear.py):
+    # direct sums only, no transform that rounds (Winograd's)
+    exact_sums: bool = False
 
 
 def linear_node(kernel: CandidateKernel) -> tuple[int, Node]:
@@ -445,7 +448,7 @@ def _convolution(graph: Graph, node: Node, sources: dict[str, str], slots: dict[
     dst = Tensor(slots[epilogue.output], dst_dims, dst_strides)
     return LibraryCall(op, src, weights, None, dst, tuple(int(s) for s in attrs["strides"]),
                        tuple(int(d) - 1 for d in attrs["dilations"]), tuple(begin), tuple(end),
-                       epilogue=epilogue)  # fmt: skip
+                       epilogue=epilogue, exact_sums=bool(attrs.get("exact_sums", False)))  # fmt: skip
 
 
 def _matmul(graph: Graph, node: Node, sources: dict[str, str], views: dict[str, StridedView],

@@ -22,12 +22,11 @@ from kernorch.codegen.native.int8_pixel_conv import BACKEND as PIXEL
 from kernorch.codegen.native.int8_pixel_conv import MAX_STAGE_BYTES, pixel_conv_rejection, render_pixel_conv, tiling
 from kernorch.cost.profile import isolate
 from kernorch.devtools.mutate import here
-from kernorch.fission import qdq
 from kernorch.ir.kernel import make_kernel
 from kernorch.runtime import run_reference
 from kernorch.runtime.executor import PlanExecutor
 from kernorch.runtime.feeds import seeded_feeds
-from kernorch.testing import cpu_compile, random_array
+from kernorch.testing import cpu_compile, keep_integer_convolutions, random_array
 from kernorch.tools.check import run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
@@ -37,7 +36,7 @@ pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 def _integer_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests build the kernel's convolutions from QDQ models on every CPU: without VNNI fission keeps such a
     convolution float (`integer_convolution_pays`: this kernel's scalar C is exact there, but slower)."""
-    monkeypatch.setattr(qdq, "integer_convolution_pays", lambda source, widest_weight: True)
+    keep_integer_convolutions(monkeypatch)
 
 
 def qdq_conv(*, channels: int = 32, outputs: int = 3, kernel: int = 3, size: tuple[int, int] = (13, 19),

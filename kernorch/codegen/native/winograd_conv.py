@@ -154,6 +154,8 @@ def winograd_rejection(call: LibraryCall) -> str | None:
     out_channels, in_channels, kernel_h, kernel_w = call.weights.dims
     if (kernel_h, kernel_w) != (3, 3) or call.strides != (1, 1) or any(call.dilates):
         return "not 3x3, stride 1, undilated"
+    if call.exact_sums:
+        return "its sums must stay exact integers (an integer convolution in float32): the transforms round"
     if in_channels % CHANNEL_MULTIPLE or out_channels % CHANNEL_MULTIPLE:
         return f"channels are not multiples of {CHANNEL_MULTIPLE}"
     operands = operand_rejection(call)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kernorch import machine
 from kernorch.fission.registry import RuleContext
 
 
@@ -30,6 +31,25 @@ def centred_int8(integers: np.ndarray, zero: np.ndarray, axis: int) -> np.ndarra
     if centred.size and (centred.min() < -128 or centred.max() > 127):
         return None
     return centred.astype(np.int8)
+
+
+def integer_convolution_pays(source: np.dtype, widest_weight: int) -> bool:
+    """Whether a convolution of `source` bytes by centred weights up to `widest_weight` in magnitude runs as an
+    integer convolution on this CPU: with VNNI always; without, only where oneDNN's int8 convolution sums it exactly
+    (kernorch's pixel kernel, exact everywhere, is scalar C there: slower than a float convolution)."""
+    return machine.int8_dot_products() or (source == np.uint8 and widest_weight <= machine.SATURATION_FREE_WEIGHT)
+
+
+FLOAT32_WHOLE = 2**24  # every integer of at most this magnitude is a float32
+
+
+def sums_exact_in_float32(centred: np.ndarray) -> bool:
+    """Whether a float32 convolution of 8-bit sources by these centred int8 weights ([O, ...]) adds exactly: a
+    source minus its zero point (any zero point of its type) is at most 255 in magnitude, so every partial sum of
+    output channel o, in any order, is an integer of magnitude at most 255 · Σ|w[o]|, exact below 2^24; each
+    product (at most 255 · 128) is exact too, fused or not."""
+    widest_sum = int(np.abs(centred.astype(np.int64)).reshape(centred.shape[0], -1).sum(axis=1).max(initial=0))
+    return 255 * widest_sum < FLOAT32_WHOLE
 
 
 def reduce_axes(ctx: RuleContext, rank: int, axes: Sequence[int] | None) -> tuple[int, ...]:

@@ -203,10 +203,10 @@ def test_int8_convolutions_run_on_the_int8_kernel_exactly(case: str) -> None:
     model = single_op_model("ConvInteger", {"x": x}, spec["attrs"], {"w": w, "zx": np.asarray(spec["zx"])},
                             input_order=["x", "w", "zx"])  # fmt: skip
     compiled = cpu_compile(model, cost="analytic")
-    # without VNNI oneDNN's sums are exact for an unsigned source by 7-bit weights only (the test below)
+    # without VNNI oneDNN's sums are exact for an unsigned source by 7-bit weights only (the test below); these
+    # windows are short enough for float32 sums, which are exact then (the float convolution kernels)
     exact_here = machine.int8_dot_products() or (x.dtype == np.uint8 and np.abs(w.astype(np.int32)).max() <= 64)
-    assert [(n.prim, b.name == "onednn") for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
-            for n in k.primitives if n.prim.startswith("conv")] == [("conv_integer", exact_here)]  # fmt: skip
+    assert _convolutions(compiled) == [("conv_integer", True) if exact_here else ("conv", True)]
     np.testing.assert_array_equal(compiled.run({"x": x})["out0"], run_onnxruntime(model, {"x": x})["out0"])
 
 
@@ -224,9 +224,65 @@ def test_without_vnni_onednn_takes_only_the_convolutions_it_sums_exactly(  # typ
     model = single_op_model("ConvInteger", {"x": x}, dict(pads=[1, 1, 1, 1]), {"w": w, "zx": np.asarray(source(0))},
                             input_order=["x", "w", "zx"])  # fmt: skip
     compiled = cpu_compile(model, cost="analytic", layout="channels-last")
-    assert ("onednn" in [b.name for b in compiled.executor.backends]) == on_onednn
+    # the others: float32 sums, exact for windows this short (the next test)
+    assert _convolutions(compiled) == [("conv_integer", True) if on_onednn else ("conv", True)]
     exact = run_reference(fission(import_model(model)), {"x": x})["out0"]
     np.testing.assert_array_equal(compiled.run({"x": x})["out0"], exact)
+
+
+def _convolutions(compiled: Any) -> list[tuple[str, bool]]:
+    """(primitive, whether it is int8 on oneDNN or an exact float32 one) of each convolution of a compiled plan."""
+    return [(n.prim, b.name == "onednn" if n.prim == "conv_integer" else bool(n.attr("exact_sums")))
+            for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+            for n in k.primitives if n.prim.startswith("conv")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("window", "in_float32"), [(518, True), (519, False)])
+@pytest.mark.parametrize("source", [np.uint8, np.int8])
+def test_without_vnni_sums_provably_below_2_24_run_in_float32_exactly(  # type: ignore[no-untyped-def]
+        monkeypatch, window: int, in_float32: bool, source: type) -> None:
+    """Without VNNI, a convolution oneDNN does not sum exactly runs on the float kernels where every partial sum is
+    an integer below 2^24: 255 (the widest source minus any zero point) times an output channel's Σ|w|. At the edge:
+    a window of 518 weights of 127 against sources 255 from their zero point sums to 16 775 430 < 2^24 (exact in
+    float32, and the extreme case is run); 519 could reach 16 807 815, past it (the int8 primitive then)."""
+    monkeypatch.setattr(machine, "int8_dot_products", lambda: False)
+    channels = window // 2 if window % 2 == 0 else window  # a 2-tap 1-D window over half the channels, or 1 tap
+    taps = window // channels
+    low, high = np.iinfo(source).min, np.iinfo(source).max
+    x: np.ndarray = np.full((1, channels, 9), high, source)  # at 255 from the zero point below, everywhere
+    x[0, :, 4] = RNG.integers(low, high + 1, channels)  # and one position of ordinary values
+    w = np.full((3, channels, taps), 127, np.int8)  # -128 would take 518 past 2^24: weights within 127 here
+    w[1] = -127
+    w[2] = RNG.integers(-127, 128, (channels, taps))
+    model = single_op_model("ConvInteger", {"x": x}, {}, {"w": w, "zx": np.asarray(source(low))},
+                            input_order=["x", "w", "zx"])  # fmt: skip
+    graph = fission(import_model(model))
+    assert [(n.prim, bool(n.attr("exact_sums"))) for n in graph.nodes if n.prim.startswith("conv")] == \
+        [("conv", True) if in_float32 else ("conv_integer", False)]  # fmt: skip
+    compiled = cpu_compile(model, cost="analytic")
+    got, exact = compiled.run({"x": x})["out0"], run_reference(graph, {"x": x})["out0"]
+    np.testing.assert_array_equal(got, exact)
+    if in_float32:
+        assert int(np.abs(exact).max()) == 255 * 127 * window  # the extreme sum itself, exact
+
+
+def test_exact_float32_sums_take_no_winograd_transform_nor_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3x3 integer convolution in float32 would suit Winograd's kernel, whose transforms round; it runs on a
+    direct one. And the precision stage never offers it bfloat16."""
+    from kernorch.codegen.native import winograd_conv
+    from kernorch.precision.stage import candidate_for_bf16
+
+    monkeypatch.setattr(machine, "int8_dot_products", lambda: False)
+    monkeypatch.setattr(winograd_conv, "MIN_MACS", 0)
+    x, w = _integers(np.uint8, (1, 16, 8, 8)), _integers(np.int8, (16, 16, 3, 3))
+    model = single_op_model("ConvInteger", {"x": x}, dict(pads=[1, 1, 1, 1]), {"w": w, "zx": np.asarray(np.uint8(3))},
+                            input_order=["x", "w", "zx"])  # fmt: skip
+    graph = fission(import_model(model))
+    (conv,) = [n for n in graph.nodes if n.prim == "conv"]
+    assert conv.attr("exact_sums") and not candidate_for_bf16(graph, conv)
+    compiled = cpu_compile(model, cost="analytic", layout="channels-last")
+    assert "winograd_conv" not in [b.name for b in compiled.executor.backends]
+    np.testing.assert_array_equal(compiled.run({"x": x})["out0"], run_reference(graph, {"x": x})["out0"])
 
 
 def test_a_zero_point_given_at_run_time_is_read_on_every_run() -> None:
@@ -273,6 +329,14 @@ def test_the_longest_k_is_exact_in_int32() -> None:
 
 
 MUTANTS = [
+    here("integer sums in float32 bounded by the widest weight's 128, not the source's 255",
+         "return 255 * widest_sum < FLOAT32_WHOLE", "return 128 * widest_sum < FLOAT32_WHOLE",
+         file="kernorch/fission/rules/common.py"),
+    here("Winograd takes a convolution whose float32 sums must stay exact",
+         "    if call.exact_sums:\n        return", "    if False:\n        return",
+         file="kernorch/codegen/native/winograd_conv.py"),
+    here("bfloat16 offered to exact integer sums", "            and not node.attr(\"exact_sums\")\n", "",
+         file="kernorch/precision/stage.py"),
     here("a per-row zero point read per column", "a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))",
          "a_zero_point = a_zero_point"),
     here("QLinearMatMul multiplies by the output scale",
