@@ -330,10 +330,10 @@ def test_a_requantization_after_arithmetic_stays() -> None:
 MUTANTS = [
     here("a QDQ convolution made integer without VNNI whatever its source and weights",
          "return machine.int8_dot_products() or (source == np.uint8",
-         "return True or (source == np.uint8", file="kernorch/fission/qdq.py"),
+         "return True or (source == np.uint8", file="kernorch/fission/rules/common.py"),
     here("a QDQ convolution by weights at the saturation edge kept float without VNNI",
          "widest_weight <= machine.SATURATION_FREE_WEIGHT)", "widest_weight < machine.SATURATION_FREE_WEIGHT)",
-         file="kernorch/fission/qdq.py"),
+         file="kernorch/fission/rules/common.py"),
     here("requantization dropped on another grid", "return parameters[0] == parameters[1]", "return True"),
     here("requantization dropped after any operator", "if move is None or move.op_type not in VALUE_MOVES",
          "if move is None"),

@@ -317,9 +317,36 @@ def test_frames_merge_only_where_one_frame_axis_indexes_every_operand(
     assert (frames.images, frames.depth, frames.out_depth, frames.taps, frames.pad) == (2, 4, 4, 3, 1)
 
 
+def test_exact_float32_sums_take_no_winograd_transform_nor_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3x3 integer convolution in float32 would suit Winograd's kernel, whose transforms round; it runs on a
+    direct one. And the precision stage never offers it bfloat16."""
+    from kernorch import machine
+    from kernorch.fission import fission
+    from kernorch.frontend import import_model
+    from kernorch.precision.stage import candidate_for_bf16
+    from kernorch.runtime import run_reference
+    from kernorch.testing import integer_extremes, single_op_model
+
+    monkeypatch.setattr(machine, "int8_dot_products", lambda: False)
+    monkeypatch.setattr(c_winograd_conv, "MIN_MACS", 0)
+    rng = np.random.default_rng(5)
+    x, w = integer_extremes(rng, np.uint8, (1, 16, 8, 8)), integer_extremes(rng, np.int8, (16, 16, 3, 3))
+    model = single_op_model("ConvInteger", {"x": x}, dict(pads=[1, 1, 1, 1]), {"w": w, "zx": np.asarray(np.uint8(3))},
+                            input_order=["x", "w", "zx"])  # fmt: skip
+    graph = fission(import_model(model))
+    (conv,) = [n for n in graph.nodes if n.prim == "conv"]
+    assert conv.attr("exact_sums") and not candidate_for_bf16(graph, conv)
+    compiled = cpu_compile(model, cost="analytic", layout="channels-last")
+    assert "winograd_conv" not in [b.name for b in compiled.executor.backends]
+    np.testing.assert_array_equal(compiled.run({"x": x})["out0"], run_reference(graph, {"x": x})["out0"])
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
+    here("Winograd takes a convolution whose float32 sums must stay exact",
+         "    if call.exact_sums:\n        return", "    if False:\n        return",
+         file="kernorch/codegen/native/winograd_conv.py"),
     here("Winograd's in-register epilogue stores the vector without its post-ops",
          'sizeof v);", *vector,',
          'sizeof v);",',

@@ -266,25 +266,6 @@ def test_without_vnni_sums_provably_below_2_24_run_in_float32_exactly(  # type: 
         assert int(np.abs(exact).max()) == 255 * 127 * window  # the extreme sum itself, exact
 
 
-def test_exact_float32_sums_take_no_winograd_transform_nor_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 3x3 integer convolution in float32 would suit Winograd's kernel, whose transforms round; it runs on a
-    direct one. And the precision stage never offers it bfloat16."""
-    from kernorch.codegen.native import winograd_conv
-    from kernorch.precision.stage import candidate_for_bf16
-
-    monkeypatch.setattr(machine, "int8_dot_products", lambda: False)
-    monkeypatch.setattr(winograd_conv, "MIN_MACS", 0)
-    x, w = _integers(np.uint8, (1, 16, 8, 8)), _integers(np.int8, (16, 16, 3, 3))
-    model = single_op_model("ConvInteger", {"x": x}, dict(pads=[1, 1, 1, 1]), {"w": w, "zx": np.asarray(np.uint8(3))},
-                            input_order=["x", "w", "zx"])  # fmt: skip
-    graph = fission(import_model(model))
-    (conv,) = [n for n in graph.nodes if n.prim == "conv"]
-    assert conv.attr("exact_sums") and not candidate_for_bf16(graph, conv)
-    compiled = cpu_compile(model, cost="analytic", layout="channels-last")
-    assert "winograd_conv" not in [b.name for b in compiled.executor.backends]
-    np.testing.assert_array_equal(compiled.run({"x": x})["out0"], run_reference(graph, {"x": x})["out0"])
-
-
 def test_a_zero_point_given_at_run_time_is_read_on_every_run() -> None:
     # 7-bit weights: oneDNN's on any CPU (without VNNI, its sums of wider ones are not exact)
     x, w = _integers(np.uint8, (1, 4, 7, 7)), np.clip(_integers(np.int8, (8, 4, 3, 3)), -64, 64)
@@ -332,9 +313,6 @@ MUTANTS = [
     here("integer sums in float32 bounded by the widest weight's 128, not the source's 255",
          "return 255 * widest_sum < FLOAT32_WHOLE", "return 128 * widest_sum < FLOAT32_WHOLE",
          file="kernorch/fission/rules/common.py"),
-    here("Winograd takes a convolution whose float32 sums must stay exact",
-         "    if call.exact_sums:\n        return", "    if False:\n        return",
-         file="kernorch/codegen/native/winograd_conv.py"),
     here("bfloat16 offered to exact integer sums", "            and not node.attr(\"exact_sums\")\n", "",
          file="kernorch/precision/stage.py"),
     here("a per-row zero point read per column", "a_zero_point = reshape(ctx, a_zero_point, (a_type.shape[-2], 1))",
@@ -344,7 +322,10 @@ MUTANTS = [
          'multiplier = ctx.emit("mul", ctx.emit("mul", a_scale, b_scale), y_scale)\n    return [requantized(ctx, '
          'acc,'),
     here("the conv's zero point subtracted from the weights only", 'sums = ctx.emit("conv", centred_float('
-         'ctx.input(x), x_zero_point)', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float64")'),
+         'ctx.input(x), x_zero_point, "float64")', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), '
+         'to="float64")'),
+    here("the float32 conv's source zero point ignored", 'sums = ctx.emit("conv", centred_float(ctx.input(x), '
+         'x_zero_point, "float32")', 'sums = ctx.emit("conv", ctx.emit("cast", ctx.input(x), to="float32")'),
     here("per-channel weight zero points folded along the wrong axis", "    along[axis] = -1", "    along[1] = -1",
          file="kernorch/fission/rules/common.py"),
     here("the int8 convolution's source zero point is ignored", "ctx.constant(centred), x_zero_point,",
