@@ -34,19 +34,18 @@ class Timing:
 def choose_layout(assignment: OrchestrationResult, channels_last: OrchestrationResult,
                   timing: Timing | None) -> OrchestrationResult:  # fmt: skip
     """The kept one of the two orchestrations, its layout report saying which and why."""
-    by_prediction = sorted((assignment, channels_last), key=lambda r: r.plan.cost)
-    cheaper, dearer = by_prediction
+    cheaper, dearer = sorted((assignment, channels_last), key=lambda r: r.plan.cost)
     chosen, other = cheaper, dearer
     measured = ""
     if timing is not None and dearer.plan.cost <= cheaper.plan.cost * BAND:
-        seconds = measure_plans([cheaper.plan, dearer.plan], timing.threads, timing.cache_dir, timing.runtime)
-        first, second = seconds
+        first, second = measure_plans([cheaper.plan, dearer.plan], timing.threads, timing.cache_dir, timing.runtime)
         assert first is not None  # the first plan is the outputs' reference
-        if second is not None and second < first * (1 - MARGIN):
-            chosen, other = dearer, cheaper
-        measured = ("; measured " + (f"{_ms(seconds[by_prediction.index(chosen)])} vs "
-                                     f"{_ms(seconds[by_prediction.index(other)])}" if second is not None
-                                     else f"{_ms(first)}, the other's outputs differ"))  # fmt: skip
+        if second is None:
+            measured = f"; measured {_ms(first)}, the other's outputs differ"
+        else:
+            if second < first * (1 - MARGIN):
+                chosen, other, first, second = dearer, cheaper, second, first
+            measured = f"; measured {_ms(first)} vs {_ms(second)}"
     verdict = "channels-last everywhere" if chosen is channels_last else "the 0-1 program's assignment"
     chosen.layout_report = replace(chosen.layout_report, policy="auto",
                                    note=f"{verdict}: plan {chosen.plan.cost * 1e3:.3f} ms vs "
@@ -54,5 +53,5 @@ def choose_layout(assignment: OrchestrationResult, channels_last: OrchestrationR
     return chosen
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"

@@ -4,8 +4,6 @@ times them only where its cost model measures on this machine."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,7 @@ from kernorch.pipeline import SILENT, _orchestrate_in_layout, compile_plan, plan
 from kernorch.runtime.feeds import seeded_feeds
 from kernorch.tools.check import run_onnxruntime
 from kernorch.tools.demo_models import conv_norm_act_block
-from kernorch.validate import layouts
+from kernorch.validate import layouts, validate_test
 from kernorch.validate import plans as validate
 
 COST = GeneratableCost(AnalyticCostModel(DEVICE_PRESETS["cpu-nominal"]))
@@ -36,22 +34,17 @@ def _both_layouts() -> tuple[OrchestrationResult, OrchestrationResult]:
             _orchestrate_in_layout(graph, "channels-last", options, COST, SILENT))  # fmt: skip
 
 
-class _FakeModel:
-    """A compiled plan whose latency and output offset are set per plan (by its first kernel's graph)."""
+class _FakeModel(validate_test._FakeModel):
+    """validate_test's stand-in for a compiled plan, its latency and output offset set by its graph (each layout's
+    plan has a graph of its own), and the graphs compiled recorded."""
 
-    behaviour: dict[int, tuple[float, float]] = {}  # id of the plan's graph -> (seconds per run, output offset)
+    behaviour: dict[int, tuple[float, float]] = {}  # type: ignore[assignment]  # id of the plan's graph -> (s, offset)
     built: list[int] = []
 
     def __init__(self, graph: Any, *_: Any, **__: Any) -> None:
         self.seconds, self.offset = self.behaviour[id(graph)]
         self.outputs = list(graph.outputs)
         self.built.append(id(graph))
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        deadline = time.perf_counter() + self.seconds
-        while time.perf_counter() < deadline:
-            pass
-        return {name: np.full(4, 1.0 + self.offset, np.float32) for name in self.outputs}
 
 
 @pytest.mark.serial  # timed plans 5 % apart: alone, not beside the parallel test workers
@@ -126,8 +119,8 @@ def test_the_layout_kept_by_timing_runs_like_onnxruntime(tmp_path: Any) -> None:
 # The mutants of the code this file tests (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
     here("the margin protects the cheaper prediction",
-         "if second is not None and second < first * (1 - MARGIN):",
-         "if second is not None and second < first:",
+         "if second < first * (1 - MARGIN):",
+         "if second < first:",
          file="kernorch/validate/layouts.py"),
     here("plans predicted far apart are not timed",
          "if timing is not None and dearer.plan.cost <= cheaper.plan.cost * BAND:",
