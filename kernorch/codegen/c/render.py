@@ -118,7 +118,7 @@ def render(name: str, gir: Gir, target: Target, tasks: bool = False) -> str:
             ctype, qualifier = C_TYPES[buffer.dtype], "const " if buffer.role == "input" else ""
             w.line(f"{qualifier}{ctype} *restrict {buffer.name} = ({qualifier}{ctype} *)args[{position}];")
         counter = [0]  # temporaries are numbered across the kernel
-        phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target, formulas).lines(sharing))
+        phases = [_err_only_where_set(_Phase(gir, phase, name, counter, target, formulas, tasks).lines(sharing))
                   for phase in gir.phases]
         if not tasks:
             for lines in phases:
@@ -161,8 +161,9 @@ def _err_only_where_set(lines: list[str]) -> list[str]:
 
 class _Phase:
     def __init__(self, gir: Gir, phase: GirPhase, prefix: str, counter: list[int], target: Target,
-                 formulas: dict[str, Callable[[str], str]]) -> None:  # fmt: skip
+                 formulas: dict[str, Callable[[str], str]], tasks: bool = False) -> None:  # fmt: skip
         self.gir, self.phase, self.prefix, self.counter, self.target = gir, phase, prefix, counter, target
+        self.tasks = tasks  # an rTask runs a serial phase on its own thread: nothing in it is shared out
         self.formulas = formulas  # tables computed where they are read (table_formula)
         self.types = {b.name: C_TYPES[b.dtype] for b in gir.buffers}
         self.bf16_buffers = {b.name for b in gir.buffers if b.dtype == "bfloat16"}
@@ -369,7 +370,7 @@ class _Phase:
         for step in steps:
             ops = [op for op in self.phase.ops if op.scope == step.scope]
             at = next(position for position, op in enumerate(ops) if op.kind == REDUCE)
-            _, ((var, size),), _, body_scope, _ = ops[at].reduction
+            _, ((var, size),), _, body_scope, *_ = ops[at].reduction
             for op in ops[:at]:  # constants only (lower._sum_across)
                 self.statement(op)
             self.counter[0] += 1
@@ -468,7 +469,7 @@ class _Phase:
         ops = [op for op in self.phase.ops if op.scope == ()]
         reduces = [op for op in ops if op.kind == REDUCE]  # several: sums over the same taps, joined (gir/lowering.py)
         stores = {op.reads[0]: op for op in ops if op.kind == MOVE and op.name == "store"}
-        dtype, loops, guard, _, guard_scope = reduces[0].reduction
+        dtype, loops, guard, _, guard_scope, _ = reduces[0].reduction
         (var, size), outer = self.phase.loops[-1], self.phase.loops[:-1]
         for op in ops:
             if op.kind == CONSTANT:
@@ -515,7 +516,7 @@ class _Phase:
         """The reduction's loops around its body's gOperators, accumulating in a local. Float sums accumulate in
         float: the SIMD reduction keeps one partial sum per lane, which bounds the error like a pairwise sum,
         and double would halve the vector width and convert every element."""
-        dtype, loops, guard, body_scope, guard_scope = op.reduction
+        dtype, loops, guard, body_scope, guard_scope, _ = op.reduction
         self.counter[0] += 1
         acc = f"t{self.counter[0]}"
         init, update = reduction_identity(op.name, dtype)
@@ -548,9 +549,17 @@ class _Phase:
         kind, compare = ("max", ">") if op.name == "reduce_max" else ("min", "<")
         *outer, (var, size) = loops
         nan = f"{acc}_nan"
-        lines = [f"int {nan} = 0;", *_serial(tuple(outer)),
-                 f"#pragma omp simd reduction({kind}:{acc}) reduction(|:{nan})",
-                 f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{"]  # fmt: skip
+        clauses = f"reduction({kind}:{acc}) reduction(|:{nan})"
+        lines = [f"int {nan} = 0;"]
+        if op.reduction.shared and not self.tasks:  # the taps shared out (reductions.shared_extrema)
+            if outer:
+                lines += [f"#pragma omp parallel for collapse({len(outer)}) {clauses} reduction(|:err) "
+                          "schedule(static)", *_serial(tuple(outer)), f"#pragma omp simd {clauses}"]  # fmt: skip
+            else:
+                lines.append(f"#pragma omp parallel for simd {clauses} reduction(|:err) schedule(static)")
+        else:
+            lines += [*_serial(tuple(outer)), f"#pragma omp simd {clauses}"]
+        lines.append(f"for (int64_t {var} = 0; {var} < {size}; {var}++) {{")
         lines += [line for part in self.block(scope) for line in part]
         x = self.names[op.reads[0]]
         lines += [f"{acc} = {x} {compare} {acc} ? {x} : {acc};", f"{nan} |= {x} != {x};", "}"]

@@ -87,13 +87,15 @@ class Select(NamedTuple):
 
 class Reduction(NamedTuple):
     """A reduction's element type, its tap loops (variable, size), the guard its taps are read under (None:
-    all are valid), and the scopes of its body and of the guard's values."""
+    all are valid), the scopes of its body and of the guard's values, and whether its taps are shared out among
+    the phase's threads (`reductions.shared_extrema`)."""
 
     dtype: str
     loops: tuple[tuple[str, int], ...]
     guard: Tree | None
     body: int
     guard_scope: int
+    shared: bool = False
 
 
 _Code = TypeVar("_Code")

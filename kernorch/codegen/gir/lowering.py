@@ -51,6 +51,7 @@ from kernorch.codegen.gir.reductions import (
     joined_taps,
     mentions_any,
     reduced_per_element,
+    shared_extrema,
     splits_among_threads,
 )
 from kernorch.codegen.gir.row_permute import VECTOR, permutable, row_access, row_loops_of
@@ -392,9 +393,12 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
         block = ROW_BLOCK if across is not None else 0
         itemsize = max(int(np.dtype(b.dtype).itemsize) for b in loops.buffers)
         shared = rows > 1 and rows * row_elements >= enough
-        unit = ParallelUnit(threads if shared else 1, lanes, -(-rows // block) if block else rows,
-                            OUTER if shared else SERIAL)  # fmt: skip
-        phases.append(GirPhase(unit, tuple(lowering.ops), row_elements * itemsize,
+        # one row (a whole tensor's statistics): its long extrema shared out instead
+        ops = shared_extrema(lowering.ops, {step.scope for step in steps}) if rows == 1 and not block and \
+            threads > 1 else lowering.ops  # fmt: skip
+        unit = ParallelUnit(threads if shared or ops != lowering.ops else 1, lanes,
+                            -(-rows // block) if block else rows, OUTER if shared else SERIAL)  # fmt: skip
+        phases.append(GirPhase(unit, tuple(ops), row_elements * itemsize,
                                tuple(zip(loops.row_vars, loops.row_shape, strict=True)),
                                steps=tuple(across or steps), row_block=block))  # fmt: skip
     else:
@@ -444,7 +448,8 @@ def lower(loops: KernelLoops, target: Target = CPU) -> Gir:
                 tiled = "elements" if copy is None else "strips" if rows_share_a_set(copy[1]) else "blocks"
             mode = (OUTER if elements >= enough else SERIAL) if tiled else \
                 _mode(phase, short, reduction != "", enough)  # fmt: skip
-            phases.append(GirPhase(ParallelUnit(parallel, widest, elements, mode), tuple(lowering.ops),
+            ops = shared_extrema(lowering.ops) if mode == SERIAL and parallel > 1 else lowering.ops
+            phases.append(GirPhase(ParallelUnit(parallel, widest, elements, mode), tuple(ops),
                                    loops=tuple(zip(phase.loop_vars, phase.loop_sizes, strict=True)),
                                    unrolled=phase.loop_vars[-1] if short else "", reduction=reduction,
                                    tiled=tiled, strides=strides, pieces=tuple(split_loop),
@@ -500,7 +505,7 @@ def _sum_across(step: RowStep, ops: list[GOperator]) -> bool:
     if len(sums) != 1:
         return False
     at, reduce = sums[0]
-    dtype, taps, guard, body_scope, _ = reduce.reduction
+    dtype, taps, guard, body_scope, *_ = reduce.reduction
     if reduce.name != "reduce_sum" or dtype != "float32" or guard is not None or len(taps) != 1 \
             or taps[0][1] < ROW_BLOCK:  # fmt: skip
         return False
@@ -583,7 +588,7 @@ def _stored_and_summed(loop: RowStep, step: RowStep, ops: list[GOperator], slice
     if len(stores) != 1 or len(own) != 1 or own[0].kind != REDUCE or own[0].name != "reduce_sum":
         return None
     reduce = own[0]
-    dtype, taps, guard, body_scope, _ = reduce.reduction
+    dtype, taps, guard, body_scope, *_ = reduce.reduction
     (var, size), store = loop.loops[0], stores[0]
     body = [op for op in ops if op.scope[: len(step.scope) + 1] == (*step.scope, body_scope)]
     if dtype not in ("float32", "float64") or guard is not None or len(taps) != 1 or taps[0][1] != size \

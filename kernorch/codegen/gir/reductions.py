@@ -13,20 +13,31 @@ taps (the C of these loop orders is c/loops.py's `interchanged_lines`; c/render.
   of its own (on the stack: at most SPLIT_MAX_OUTPUTS of them), which are then combined in thread order,
   so a run with the same thread count always sums in the same order. candy's instance-norm means ran on
   one thread at ~18 GB/s before.
+- *Shared extrema*: a float max or min over a whole tensor (or a few outputs, each over many taps) in a phase
+  that runs serial for want of outputs to share out — a dynamic quantization's range, min and max of the whole
+  activation — has its taps shared out among the threads instead (`Reduction.shared`). A max or min is exact in
+  any order, so the result does not depend on how the taps were shared.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from kernorch.codegen.gir.graph import REDUCE, GOperator
 from kernorch.codegen.gir.sharing import PARALLEL_MIN_ELEMENTS
 from kernorch.codegen.loops import Digit, Phase, Tree, linearize, substituted, to_tree
+from kernorch.ir.types import FLOAT_DTYPES
 
 INTERCHANGE_MIN_INNER = 8  # a reduction is vectorized across the output's innermost axis when it is this long
 SPLIT_MAX_OUTPUTS = 1024  # running values of an interchanged reduction kept on the stack (split: one row per thread)
+# taps of a float max/min for a parallel region of its own to pay (shared_extrema). Measured on Zen 3, 2 threads,
+# bert_mini.dynamic's range kernels alternated with the serial ones: 131072 taps 0.91x the serial time; 32768
+# taps no gain out of the noise (0.997-1.107x) - a fork and join costs about what a thread saves there.
+SHARED_EXTREMUM_MIN_TAPS = 4 * PARALLEL_MIN_ELEMENTS
 
 
 def free_vars(tree: Any) -> set[str]:
@@ -163,6 +174,21 @@ def splits_among_threads(phase: Phase, dtype: str, min_elements: int = PARALLEL_
     size = phase.loop_sizes[-1]
     return int(np.prod(phase.loop_sizes[:-1], dtype=np.int64)) == 1 and size <= SPLIT_MAX_OUTPUTS and \
         size * reduced_per_element(phase.expr) >= min_elements  # fmt: skip
+
+
+def shared_extrema(ops: Sequence[GOperator], scopes: Collection[tuple[int, ...]] = ((),)) -> list[GOperator]:
+    """`ops` (a phase running serial: too few outputs or rows to share out) with each float max/min in one of
+    `scopes` (the phase's body, or its row steps': not one nested in another reduction) whose taps are many
+    enough marked to share them out among the threads (`Reduction.shared`)."""
+    marked = []
+    for op in ops:
+        if op.kind == REDUCE and op.scope in scopes and op.name in ("reduce_max", "reduce_min"):
+            reduction = op.reduction
+            taps = int(np.prod([size for _, size in reduction.loops], dtype=np.int64))
+            if reduction.dtype in FLOAT_DTYPES and reduction.guard is None and taps >= SHARED_EXTREMUM_MIN_TAPS:
+                op = replace(op, code=reduction._replace(shared=True))
+        marked.append(op)
+    return marked
 
 
 def joined_taps(first: Phase, second: Phase, dtype: str, min_elements: int = PARALLEL_MIN_ELEMENTS) -> Phase | None:

@@ -77,6 +77,41 @@ def test_rtasks_keep_the_reduction_whole() -> None:
     assert tasked is not None and "ko_parts" not in tasked[0]
 
 
+def _range_graph(shape: tuple[int, ...]) -> Graph:
+    """The min and the max over a whole tensor (a dynamic quantization's range): two scalars."""
+    graph = Graph(inputs=["x"], outputs=["lo", "hi"])
+    axes, ones = (("axes", tuple(range(len(shape)))),), (1,) * len(shape)
+    graph.types.update(x=TensorType(shape, "float32"), lo=TensorType(ones, "float32"), hi=TensorType(ones, "float32"))
+    graph.nodes += [Node("reduce_min", ("x",), ("lo",), axes), Node("reduce_max", ("x",), ("hi",), axes)]
+    return graph
+
+
+@pytest.mark.parametrize(("shape", "at"), [((1, 128, 1024), (0, 127, 1023)), ((131071,), (65536,)),
+                                           ((3, 7, 4099), (1, 3, 0))])  # fmt: skip
+@pytest.mark.parametrize("edge", ["finite", "nan", "inf"])
+def test_a_whole_tensors_extremum_shares_its_taps_among_threads(shape: tuple[int, ...], at: tuple[int, ...],
+                                                                edge: str) -> None:  # fmt: skip
+    """A float min/max with no outputs to share out splits its taps; exact in any order, so the result is
+    numpy's on any thread count (NaN anywhere gives NaN; an infinity at one thread's end is found)."""
+    graph = _range_graph(shape)
+    kernel = make_kernel(graph, (0, 1), ("lo", "hi"))
+    source = GENERATED_C.source("k", kernel)
+    assert source.count("#pragma omp parallel for") == 2 and "reduction(min:" in source, source
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x[at] = {"finite": 9.0, "nan": np.nan, "inf": -np.inf}[edge]
+    for threads in (1, 2, 3):
+        got = PlanExecutor(graph, [kernel], threads=threads)({"x": x})
+        np.testing.assert_array_equal(got["lo"].reshape(()), np.min(x))
+        np.testing.assert_array_equal(got["hi"].reshape(()), np.max(x))
+
+
+def test_a_short_extremum_and_an_rtask_stay_on_one_thread() -> None:
+    """Below SHARED_EXTREMUM_MIN_TAPS a parallel region costs more than it saves; an rTask's phase is one task."""
+    assert "omp parallel" not in GENERATED_C.source("k", make_kernel(_range_graph((128, 256)), (0, 1), ("lo", "hi")))
+    tasked = GENERATED_C.task_source("k_task", make_kernel(_range_graph((1, 128, 1024)), (0, 1), ("lo", "hi")))
+    assert tasked is not None and "omp parallel" not in tasked[0]
+
+
 @pytest.mark.parametrize(("prim", "channels"), [("window_max", 24), ("window_max", 37), ("window_sum", 24)])
 def test_a_channels_last_pool_accumulates_in_a_local_array_and_keeps_nan(prim: str, channels: int) -> None:
     """A channels-last 3x3 stride-2 pool runs interchanged: the taps outside (written out), the channels inside,
@@ -221,4 +256,9 @@ MUTANTS = [
          "return a > 0 ? (a + b - 1) / b : -((-a) / b); }",
          "return a > 0 ? a / b : -((-a) / b); }",
          file="kernorch/codegen/c/prelude.py"),
+    here("an rTask's extremum opens a parallel region inside its task",
+         "if op.reduction.shared and not self.tasks:", "if op.reduction.shared:",
+         file="kernorch/codegen/c/render.py"),
+    here("a short extremum is shared out too",
+         "taps >= SHARED_EXTREMUM_MIN_TAPS:", "taps >= 0:"),
 ]  # fmt: skip
