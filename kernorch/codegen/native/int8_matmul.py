@@ -2,7 +2,8 @@
 by constant [K, N] weights, zero points, int32 sums) with the epilogue quantized models put after it, applied while
 the sums are in registers: dequantization (the cast to float32, products and sums by a scalar or a per-column
 vector: the scales, the bias) and requantization (a quotient by the next scale, rounding half to even, the zero
-point, saturation by compares and selects, the cast to int8 or uint8), written int32, float32 or 8-bit.
+point, saturation by compares and selects, the cast to int8 or uint8), and an activation after the dequantization
+(erf, tanh, sigmoid, exp: BERT's GELU is x * (1 + erf(x / sqrt 2)) / 2), written int32, float32 or 8-bit.
 
 The weights are centred on their zero point and packed once, when the plan is created, for VNNI as int8 in groups of
 four consecutive k per column, 16 columns to a 64-byte vector (VNNI's operand: `vpdpbusd` multiplies four unsigned
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
-from kernorch.codegen.c import CWriter, c_binary, c_cast, c_quaternary, c_unary
+from kernorch.codegen.c import CWriter, c_binary, c_cast, c_quaternary, c_unary, prelude_used_by
 from kernorch.codegen.native.skeleton import create_function
 from kernorch.ir.graph import Node
 from kernorch.ir.kernel import CandidateKernel
@@ -84,6 +85,9 @@ _ARITHMETIC = {"add": "add_ps", "sub": "sub_ps", "mul": "mul_ps", "div": "div_ps
 _COMPARISONS = {"greater": "_CMP_GT_OQ", "less": "_CMP_LT_OQ", "greater_equal": "_CMP_GE_OQ",
                 "less_equal": "_CMP_LE_OQ", "equal": "_CMP_EQ_OQ"}  # ordered: false with NaN, as C's  # fmt: skip
 _WRITTEN = ("float32", "int32", "int8", "uint8")  # what the kernel may write
+# transcendental steps (an activation after the dequantization: BERT's GELU is erf's): each lane through the
+# prelude's branch-free scalar helper, in a loop over the vector's lanes that GCC vectorizes
+_LANEWISE = {"erf": "ko_erff", "tanh": "ko_tanhf", "sigmoid": "ko_sigmoidf", "exp": "ko_expf"}
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ def _step(node: Node, operands: list[Operand], dtypes: list[str], result: str) -
     elif node.prim == "where":
         if dtypes != ["bool", "float32", "float32"]:
             return f"where of {', '.join(dtypes)}"
+    elif node.prim in _LANEWISE:
+        if dtypes != ["float32"]:
+            return f"{node.prim} of {dtypes[0]}"
     else:
         return f"{node.prim} in the epilogue"
     return Step(node.prim, tuple(operands), result)
@@ -236,6 +243,7 @@ class _Vectors:
     stored, a mask of the ISA's kind)."""
 
     prefix: str  # _mm512 or _mm256
+    lanes: int  # floats to a vector
     types: dict[str, str]  # a step's dtype -> its vector type
     round: str  # round half to even
     compare: str  # {a}, {b}, {predicate}: a mask of the lanes where it holds (false with NaN)
@@ -246,7 +254,7 @@ class _Vectors:
 
 
 _AVX512 = _Vectors(
-    prefix="_mm512", types={"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i",
+    prefix="_mm512", lanes=16, types={"float32": "__m512", "bool": "__mmask16", "int32": "__m512i", "int8": "__m128i",
                             "uint8": "__m128i"},
     round="_mm512_roundscale_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
     compare="_mm512_cmp_ps_mask({a}, {b}, {predicate})", select="_mm512_mask_blend_ps({mask}, {no}, {yes})",
@@ -255,7 +263,7 @@ _AVX512 = _Vectors(
             "int32": "_mm512_mask_storeu_epi32({pointer}, lanes, {value});",
             "int8": "_mm_mask_storeu_epi8({pointer}, lanes, {value});"})  # fmt: skip
 _AVX2 = _Vectors(
-    prefix="_mm256", types={"float32": "__m256", "bool": "__m256", "int32": "__m256i", "int8": "__m256i",
+    prefix="_mm256", lanes=8, types={"float32": "__m256", "bool": "__m256", "int32": "__m256i", "int8": "__m256i",
                             "uint8": "__m256i"},
     round="_mm256_round_ps({x}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
     compare="_mm256_cmp_ps({a}, {b}, {predicate})", select="_mm256_blendv_ps({no}, {yes}, {mask})",
@@ -291,6 +299,8 @@ def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str, isa: _
             value = isa.compare.format(a=x[0], b=x[1], predicate=_COMPARISONS[step.prim])
         elif step.prim == "where":
             value = isa.select.format(mask=x[0], yes=x[1], no=x[2])
+        elif step.prim in _LANEWISE:
+            value = f"{_lanewise_name(step.prim, isa)}({x[0]})"
         else:
             value = f"{isa.prefix}_{_ARITHMETIC[step.prim]}({x[0]}, {x[1]})"
         w.line(f"const {isa.types[step.dtype]} t{index} = {value};")
@@ -298,6 +308,31 @@ def _vector_epilogue(w: CWriter, spec: Int8Matmul, row: str, column: str, isa: _
     store = isa.stores.get(spec.written, isa.stores["int8"])
     pointer = f"({_C_RESULT_TYPES[spec.written]} *)dst + ({row}) * {spec.columns}L + {column}"
     w.line(store.format(pointer=pointer, value=result))
+
+
+def _lanewise_name(prim: str, isa: _Vectors) -> str:
+    return f"ko_i8_{prim}{isa.lanes}"
+
+
+def _lanewise_helpers(spec: Int8Matmul, isa: _Vectors) -> list[str]:
+    """The vector form of each transcendental step: the lanes stored, mapped by the prelude's scalar function (the
+    scalar path's, so both paths round alike where the compiler contracts alike), loaded back. The loop is kept
+    rolled: GCC 12 unrolls a loop of 8 or 16 before its vectorizer sees it and then computes the lanes one by one
+    (64 vdivss in an erf epilogue; one vdivps per vector rolled, with the plan's -fno-trapping-math)."""
+    helpers = []
+    for prim in sorted({step.prim for step in spec.steps if step.prim in _LANEWISE}):
+        name, vector = _lanewise_name(prim, isa), isa.types["float32"]
+        helpers.append(f"""#ifndef {name.upper()}
+#define {name.upper()}
+static inline {vector} {name}({vector} x) {{
+  float t[{isa.lanes}] __attribute__((aligned({isa.lanes * 4})));
+  {isa.prefix}_store_ps(t, x);
+  #pragma GCC unroll 1
+  for (int i = 0; i < {isa.lanes}; i++) t[i] = {_LANEWISE[prim]}(t[i]);
+  return {isa.prefix}_load_ps(t);
+}}
+#endif""")
+    return helpers
 
 
 def _vnni_items(w: CWriter, spec: Int8Matmul) -> None:
@@ -423,6 +458,8 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
                     value = c_quaternary(step.prim, *x)
                 elif step.prim == "where":
                     value = f"({x[0]} ? {x[1]} : {x[2]})"
+                elif step.prim in _LANEWISE:
+                    value = f"{_LANEWISE[step.prim]}({x[0]})"
                 else:
                     value = c_binary(step.prim, "float32", x[0], x[1])
                 w.line(f"const {_C_RESULT_TYPES[step.dtype]} t{index} = {value};")
@@ -434,7 +471,11 @@ def _scalar_items(w: CWriter, spec: Int8Matmul) -> None:
 def render(name: str, spec: Int8Matmul) -> str:
     """C for the kernel: its state, create (packing), run, destroy."""
     w = CWriter()
-    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", "#endif", WORD, LAYOUT, AVX2_BYTES)
+    w.verbatim(VNNI_GUARD, "#include <immintrin.h>", *_lanewise_helpers(spec, _AVX512), "#endif", WORD, LAYOUT,
+               AVX2_BYTES)
+    avx2_helpers = _lanewise_helpers(spec, _AVX2)
+    if avx2_helpers:
+        w.verbatim("#if defined(__AVX2__)", "#include <immintrin.h>", *avx2_helpers, "#endif")
     _create(w, name, spec)
     a_type = _C_TYPES["int8" if spec.signed else "uint8"]
     with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
@@ -477,7 +518,8 @@ class Int8MatmulBackend(Backend):
         return render(name, spec)
 
     def signature_text(self, kernel: CandidateKernel) -> str:
-        return self.source("k", kernel)
+        source = self.source("k", kernel)
+        return prelude_used_by(source) + source  # the helpers a transcendental step calls are part of its code
 
 
 BACKEND = Int8MatmulBackend()
