@@ -147,15 +147,15 @@ def operand_views(graph: Graph, kernel: CandidateKernel, node: Node) -> dict[str
 def channel_axis(graph: Graph, node: Node) -> int:
     """The output axis a bias runs along: last for matmul and channels-last convs, else 1."""
     rank = graph.types[node.outputs[0]].rank
-    return rank - 1 if node.prim == "matmul" or node.attr("channels_last", False) else 1
+    return rank - 1 if node.prim in ("matmul", "matmul_integer") or node.attr("channels_last", False) else 1
 
 
 def describe_library_call(kernel: CandidateKernel) -> LibraryCall:
     """The oneDNN call that runs `kernel`; NotGeneratable (with the reason) when there is none."""
     graph = kernel.graph
     index, node = linear_node(kernel)
-    if node.prim == "conv_integer":
-        return _integer_convolution(kernel, index, node)
+    if node.prim in ("conv_integer", "matmul_integer"):
+        return _integer_linear(kernel, index, node)
     allowed = OPERAND_DTYPES[node.attr("precision", "f32")]
     for value in node.inputs:
         if graph.types[value].dtype not in allowed:
@@ -225,23 +225,29 @@ def _only_consumer(graph: Graph, kernel: CandidateKernel, value: str) -> int | N
     return readers[0]
 
 
-def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> LibraryCall:
-    """conv_integer as oneDNN's int8 convolution: the source's zero point as its attribute, the dequantization
-    that follows (a cast to float32, times a scale per tensor or per output channel) absorbed as its output
-    scales, the rest of the epilogue as post-ops; without the cast it writes the int32 sums."""
+def _integer_linear(kernel: CandidateKernel, index: int, node: Node) -> LibraryCall:
+    """conv_integer or matmul_integer as oneDNN's int8 convolution or matmul: the source's zero point as its
+    attribute, the dequantization that follows (a cast to float32, times a scale per tensor or per output channel)
+    absorbed as its output scales, the rest of the epilogue as post-ops; without the cast it writes the int32
+    sums. (On a CPU with AMX-INT8 oneDNN's matmul runs on the tiles, which kernorch's own int8 matmul does not.)"""
     graph = kernel.graph
     x, w, x_zero, w_zero = node.inputs
+    convolution = node.prim == "conv_integer"
     if w not in graph.constants or graph.types[w].dtype != "int8":
-        raise NotGeneratable("int8 convolution weights must be constant int8 (packed once)")
+        raise NotGeneratable(f"int8 {node.prim} weights must be constant int8 (packed once)")
     if w_zero not in graph.constants or np.any(graph.constants[w_zero] != 0):
-        raise NotGeneratable("a weight zero point other than 0 (oneDNN's int8 convolutions take none)")
-    if not node.attr("channels_last", False):
+        raise NotGeneratable(f"a weight zero point other than 0 (oneDNN's int8 {node.prim} takes none)")
+    if graph.types[x_zero].numel != 1:
+        raise NotGeneratable("a zero point per row of the source (oneDNN takes one per tensor)")
+    if not convolution and graph.types[w].rank != 2:
+        raise NotGeneratable(f"int8 matmul weights of rank {graph.types[w].rank} (2-D only)")
+    if convolution and not node.attr("channels_last", False):
         raise NotGeneratable("an int8 convolution on NCHW buffers (oneDNN 3.2 runs it only by its reference "
                              "implementation; the layout stage lays it channels-last)")  # fmt: skip
     slots = {value: i for i, value in enumerate((*kernel.inputs, *kernel.outputs))}
     for value in (x, x_zero):
         if value not in slots:
-            raise NotGeneratable(f"conv_integer operand {value} is computed inside the kernel")
+            raise NotGeneratable(f"{node.prim} operand {value} is computed inside the kernel")
     absorbed, start, scales, dst_dtype = {index}, index, None, "int32"
     cast = _only_consumer(graph, kernel, node.outputs[0])
     if cast is not None and graph.nodes[cast].prim == "cast" and graph.nodes[cast].attr("to") == "float32":
@@ -260,13 +266,15 @@ def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> Lib
     try:
         epilogue = compile_epilogue(graph, start, kernel.nodes, outputs, channel_axis(graph, node), skipped)
     except EpilogueError as error:
-        raise NotGeneratable(f"conv_integer epilogue: {error}") from None
+        raise NotGeneratable(f"{node.prim} epilogue: {error}") from None
     if requantized is not None:  # the call writes the quantizer's integers into its cast's output
         if epilogue.output != requantized.value:
             raise NotGeneratable("the requantization is not of the call's result")
         slots[epilogue.output], dst_dtype = slots[requantized.output], graph.types[requantized.output].dtype
-    call = _convolution(graph, node, {x: x, w: w}, slots, epilogue)
-    channels = graph.types[w].shape[0]
+    operands = {x: x, w: w}
+    call = _convolution(graph, node, operands, slots, epilogue) if convolution else \
+        _matmul(graph, node, operands, {}, slots, epilogue)  # fmt: skip
+    channels = graph.types[w].shape[0 if convolution else -1]
     scalar = (1,), (1,)
     call = replace(call, precision="int8", src_zero=Tensor(slots[x_zero], *scalar, x_zero in graph.constants,
                                                            dtype=graph.types[x_zero].dtype),
@@ -276,7 +284,8 @@ def _integer_convolution(kernel: CandidateKernel, index: int, node: Node) -> Lib
     if requantized is not None:
         call = replace(call, dst_scale=Tensor(slots[requantized.scale], *scalar, requantized.scale in graph.constants),
                        dst_zero=Tensor(slots[requantized.zero], *scalar, requantized.zero in graph.constants))
-    return _with_epilogue(graph, node, call, epilogue, slots, dst_dtype)
+    described = _with_epilogue(graph, node, call, epilogue, slots, dst_dtype)
+    return described if convolution else rows_merged(described)
 
 
 # The integers a saturating round to each type may write: oneDNN saturates an int8 or uint8 dst to them
@@ -453,7 +462,7 @@ def _convolution(graph: Graph, node: Node, sources: dict[str, str], slots: dict[
 
 def _matmul(graph: Graph, node: Node, sources: dict[str, str], views: dict[str, StridedView],
             slots: dict[str, int], epilogue: Epilogue) -> LibraryCall:  # fmt: skip
-    a, b = (sources[value] for value in node.inputs)
+    a, b = (sources[value] for value in node.inputs[:2])
     a_shape, b_shape = graph.types[a].shape, graph.types[b].shape
     if len(a_shape) == 1:
         a_shape = (1, *a_shape)

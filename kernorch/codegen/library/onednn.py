@@ -152,10 +152,12 @@ def _dense_like(tensor: Tensor) -> tuple[int, ...]:
 
 def scales_mask(call: LibraryCall) -> int:
     """oneDNN's mask of the weights' scales: 0 per tensor; per output channel, the weights' channel dims (a grouped
-    convolution's weights are (G, O/G, ...): both)."""
+    convolution's weights are (G, O/G, ...): both; a matmul's [..., K, N]: the last)."""
     assert call.scales is not None
     if call.scales.dims == (1,):
         return 0
+    if call.op == "matmul":
+        return 1 << (len(call.weights.dims) - 1)
     return 3 if len(call.weights.dims) == len(call.dst.dims) + 1 else 1
 
 

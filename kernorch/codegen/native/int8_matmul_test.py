@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.codegen.c import PRELUDE
+from kernorch.codegen.native import int8_matmul
 from kernorch.codegen.native.int8_matmul import Int8Matmul, Operand, Step, describe, render
 from kernorch.codegen.program import ERROR_BUFFER
 from kernorch.devtools.mutate import here
@@ -30,6 +31,15 @@ pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
 RNG = np.random.default_rng(5)
 VNNI = "avx512_vnni" in isa_flags()
+AMX_INT8 = "amx_int8" in isa_flags()
+ON_AMX_TILES = int8_matmul.on_amx_tiles
+
+
+@pytest.fixture(autouse=True)
+def _kernorch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kernorch's kernel takes its matmuls on a CPU with AMX-INT8 too (in plans there oneDNN's tiles take those
+    oneDNN runs: test_amx_tiles_take_the_product)."""
+    monkeypatch.setattr(int8_matmul, "on_amx_tiles", lambda kernel: None)
 
 
 def _extremes(values: np.ndarray) -> np.ndarray:
@@ -42,9 +52,10 @@ def _extremes(values: np.ndarray) -> np.ndarray:
 def _model(rows: tuple[int, ...], depth: int, columns: int, *, source: str = "uint8", zero: int = 131,
            weights: str = "int8", weights_zero: int = 0, epilogue: str = "dequantize") -> onnx.ModelProto:  # fmt: skip
     """MatMulInteger of a graph input by constant weights, then `epilogue`: "none" (the int32 sums), "dequantize"
-    (cast, the product of the two scales, a per-column bias: dynamic quantization's), "swapped" (a column vector
-    minus the sums, then a quotient by a scalar), "requantize" (dequantized, then QuantizeLinear to int8: a
-    quotient, rounding, the zero point, saturation, the cast), or "relu" (a max no step takes)."""
+    (cast, the product of the two scales, a per-column bias: dynamic quantization's), "per column" (the same by a
+    scale per column), "swapped" (a column vector minus the sums, then a quotient by a scalar), "requantize"
+    (dequantized, then QuantizeLinear to int8: a quotient, rounding, the zero point, saturation, the cast), "gelu"
+    (dequantized, then BERT's GELU), or "relu" (a max no step takes)."""
     source_type = TensorProto.UINT8 if source == "uint8" else TensorProto.INT8
     info = np.iinfo(np.int8 if weights == "int8" else np.uint8)
     w = _extremes(RNG.integers(info.min, int(info.max) + 1, (depth, columns)).astype(weights))
@@ -56,6 +67,9 @@ def _model(rows: tuple[int, ...], depth: int, columns: int, *, source: str = "ui
         nodes.append(helper.make_node("Cast", ["acc"], ["f"], to=TensorProto.FLOAT))
     if epilogue == "dequantize":
         nodes += [helper.make_node("Mul", ["f", "scale"], ["g"]), helper.make_node("Add", ["g", "bias"], ["y"])]
+    elif epilogue == "per column":  # a static QDQ file's: the weights' scale per output channel
+        constants.update(scales=RNG.uniform(0.001, 0.02, columns).astype(np.float32))
+        nodes += [helper.make_node("Mul", ["f", "scales"], ["g"]), helper.make_node("Add", ["g", "bias"], ["y"])]
     elif epilogue == "swapped":
         nodes += [helper.make_node("Sub", ["bias", "f"], ["g"]), helper.make_node("Div", ["g", "scale"], ["y"])]
     elif epilogue == "requantize":
@@ -108,7 +122,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("case", list(SHAPES))
-@pytest.mark.parametrize("epilogue", ["none", "dequantize", "swapped", "requantize", "gelu"])
+@pytest.mark.parametrize("epilogue", ["none", "dequantize", "per column", "swapped", "requantize", "gelu"])
 def test_equals_onnxruntime(case: str, epilogue: str) -> None:
     got, expected, backends = _compiled(_model(**SHAPES[case], epilogue=epilogue))
     assert backends == ["int8_matmul"]  # the whole epilogue in the one kernel
@@ -116,6 +130,23 @@ def test_equals_onnxruntime(case: str, epilogue: str) -> None:
     if epilogue in ("none", "requantize"):  # integers; the quotient before rounding is the same IEEE division
         np.testing.assert_array_equal(got, expected)
     else:  # the same float operations; a product and a sum may be contracted into one rounding; erf's error 4e-7
+        np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6 * float(np.abs(expected).max()))
+
+
+@pytest.mark.skipif(not AMX_INT8, reason="oneDNN's int8 matmul takes the product from kernorch's only on AMX-INT8")
+@pytest.mark.parametrize("case", ["bert_mini's query: 128 x 256 x 256", "short k group, short vector, short row block"])
+@pytest.mark.parametrize("epilogue", ["none", "dequantize", "per column", "requantize"])
+def test_amx_tiles_take_the_product(case: str, epilogue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a small product, 7x33x17 or 1x1x1, oneDNN runs without the tiles: kernorch's kernel keeps it)
+    monkeypatch.setattr(int8_matmul, "on_amx_tiles", ON_AMX_TILES)
+    got, expected, backends = _compiled(_model(**SHAPES[case], epilogue=epilogue))
+    assert "onednn" in backends and "int8_matmul" not in backends, backends
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if epilogue == "none":
+        np.testing.assert_array_equal(got, expected)
+    elif epilogue == "requantize":  # oneDNN scales the sums once by the product of the scales: one step at most
+        assert np.abs(got.astype(np.int32) - expected.astype(np.int32)).max() <= 1
+    else:
         np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6 * float(np.abs(expected).max()))
 
 
@@ -128,7 +159,8 @@ def test_declines_with_its_reason(change: dict[str, Any], reason: str, product_t
     compiled = cpu_compile(model, cost="analytic")
     (kernel,) = [k for k in compiled.kernels if k.primitives[0].prim == "matmul_integer"]
     assert reason in str(describe(_whole(kernel)))
-    assert ("int8_matmul" in [b.name for b in compiled.executor.backends]) == product_taken
+    # the product alone on kernorch's kernel, or with the max as a post-op on oneDNN's int8 matmul
+    assert bool({"int8_matmul", "onednn"} & {b.name for b in compiled.executor.backends}) == product_taken
     feeds = _feeds(model)
     np.testing.assert_allclose(compiled.run(feeds)["y"], exact_int8_outputs(model, feeds)["y"], rtol=1e-6)
 
@@ -284,6 +316,11 @@ MUTANTS = [
          "if centred.size and (centred.min() < -256 or centred.max() > 255):"),
     here("a transcendental step's vector maps one lane too few", "for (int i = 0; i < {isa.lanes}; i++)",
          "for (int i = 1; i < {isa.lanes}; i++)"),
+    here("oneDNN's int8 matmul scales along its rows", "return 1 << (len(call.weights.dims) - 1)",
+         "return 1 << (len(call.weights.dims) - 2)", file="kernorch/codegen/library/onednn.py",
+         needs="amx_int8"),
+    here("the tiles take an int8 matmul oneDNN runs without them", '"amx" in implementation else None',
+         '"amx" not in implementation else None', needs="amx_int8"),
     here("the scalar path skips a transcendental step", 'value = f"{_LANEWISE[step.prim]}({x[0]})"',
          'value = f"{x[0]}"'),
 ]  # fmt: skip
