@@ -36,7 +36,7 @@ from kernorch import machine
 from kernorch.codegen.backends.base import Backend, Verdict, declines, runs
 from kernorch.codegen.backends.library_calls import ONEDNN, library_call
 from kernorch.codegen.c import CWriter, c_binary, c_cast, c_quaternary, c_unary, prelude_used_by
-from kernorch.codegen.library.onednn import library_implementation
+from kernorch.codegen.library import library_implementation
 from kernorch.codegen.native.skeleton import create_function
 from kernorch.ir.graph import Node
 from kernorch.ir.kernel import CandidateKernel
