@@ -118,6 +118,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "int8 rows, zero point at the top": dict(rows=(7,), depth=33, columns=17, source="int8", zero=127),
     "int8 rows, zero point at the bottom": dict(rows=(3, 5), depth=64, columns=64, source="int8", zero=-128),
     "uint8 weights around 128": dict(rows=(13,), depth=40, columns=70, weights="uint8", weights_zero=128, zero=0),
+    "int8 rows, prime sizes, zero point at the top": dict(rows=(2, 31), depth=97, columns=67, source="int8", zero=127),
 }  # fmt: skip
 
 
@@ -134,7 +135,8 @@ def test_equals_onnxruntime(case: str, epilogue: str) -> None:
 
 
 @pytest.mark.skipif(not AMX_INT8, reason="oneDNN's int8 matmul takes the product from kernorch's only on AMX-INT8")
-@pytest.mark.parametrize("case", ["bert_mini's query: 128 x 256 x 256", "short k group, short vector, short row block"])
+@pytest.mark.parametrize("case", ["bert_mini's query: 128 x 256 x 256", "short k group, short vector, short row block",
+                                  "int8 rows, prime sizes, zero point at the top"])
 @pytest.mark.parametrize("epilogue", ["none", "dequantize", "per column", "requantize"])
 def test_amx_tiles_take_the_product(case: str, epilogue: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # (a small product, 7x33x17 or 1x1x1, oneDNN runs without the tiles: kernorch's kernel keeps it)
