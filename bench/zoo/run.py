@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernorch.precision import PRECISIONS
+from kernorch.tools.bench import OPENVINO_DEFAULT, PEERS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,10 +50,10 @@ def _run(command: list[str], timeout: float) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def check(model: Path, cost: str, timeout: float) -> dict[str, Any]:
+def check(model: Path, cost: str, timeout: float, precision: str = "fp32") -> dict[str, Any]:
     started = time.perf_counter()
-    code, output = _run([sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled", "--cost", cost],
-                        timeout)  # fmt: skip
+    code, output = _run([sys.executable, "-m", "kernorch.cli", "check", str(model), "--compiled", "--cost", cost,
+                         "--precision", precision], timeout)  # fmt: skip
     row: dict[str, Any] = {"check_exit": code, "check_seconds": round(time.perf_counter() - started, 1)}
     error = re.search(r"rel err ([0-9.e+-]+|inf|nan) vs tolerance", output)
     row["rel_err"] = float(error.group(1)) if error else None
@@ -65,19 +68,22 @@ def check(model: Path, cost: str, timeout: float) -> dict[str, Any]:
     return row
 
 
-def bench(model: Path, runs: int, timeout: float) -> dict[str, Any]:
+def bench(model: Path, runs: int, timeout: float, precision: str = "fp32") -> dict[str, Any]:
+    """kernorch against the bench's best peer: the faster of onnxruntime and OpenVINO f32, or with bf16 of
+    onnxruntime and OpenVINO's default (bf16 where the CPU has it); each contender's error against onnxruntime."""
     code, output = _run([sys.executable, "-m", "kernorch.cli", "bench", str(model), "--quick", "--json",
-                         "--runs", str(runs)], timeout)  # fmt: skip
+                         "--runs", str(runs), "--precision", precision], timeout)  # fmt: skip
     if code != 0:
         lines = [line for line in output.strip().splitlines() if line.strip()]
         return {"bench_error": lines[-1][:300] if lines else f"exit {code}"}
     report, _ = json.JSONDecoder().raw_decode(output, output.index("{"))  # warnings may follow on stderr
     contenders = report["contenders"]
-    peers = {name: contenders[name]["median_ms"] for name in ("onnxruntime", "openvino") if name in contenders}
-    best = min(peers, key=lambda name: peers[name])
+    peers = {name: contenders[name]["median_ms"] for name in PEERS if name in contenders}
+    best = report["best_peer"]
     ours = contenders["kernorch"]["median_ms"]
-    return {"kernorch_ms": ours, "best_peer": best, "best_peer_ms": peers[best], "ratio": peers[best] / ours,
-            "peers_ms": peers}  # fmt: skip
+    errors = {name: contenders[name].get("rel_err") for name in ("kernorch", *peers)}
+    return {"kernorch_ms": ours, "best_peer": best, "best_peer_ms": contenders[best]["median_ms"],
+            "ratio": contenders[best]["median_ms"] / ours, "peers_ms": peers, "errors": errors}  # fmt: skip
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,6 +96,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("zoo", type=Path)
     parser.add_argument("--cost", default="profile", choices=("profile", "analytic"))
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="both commands' --precision: bf16 "
+                        "against the faster of onnxruntime and OpenVINO's default")
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--only", nargs="*", help="these models only (names as in export.json, spaces or commas)")
@@ -130,9 +138,10 @@ def main() -> int:
             rows[name] = {"family": info["family"], "source": info["source"], "check_exit": None, "rel_err": None,
                           "fallback": "", "error": "not quantized (onnxruntime's tool wrote no file)"}  # fmt: skip
             continue
-        row = {"family": info["family"], "source": info["source"], **check(model, args.cost, args.timeout)}
+        checked = check(model, args.cost, args.timeout, args.precision)
+        row = {"family": info["family"], "source": info["source"], **checked}
         if not args.no_bench and row["check_exit"] == 0:
-            first = bench(model, args.runs, args.timeout)
+            first = bench(model, args.runs, args.timeout, args.precision)
             row.update(first)
             benched[name] = (model, [first] if "ratio" in first else [])
         rows[name] = row
@@ -143,14 +152,14 @@ def main() -> int:
         results.write_text(json.dumps(rows, indent=1))
     for repeat in range(1, args.repeat):  # each pass over the whole zoo: a model's runs minutes apart
         for name, (model, runs_of) in benched.items():
-            again = bench(model, args.runs, args.timeout)
+            again = bench(model, args.runs, args.timeout, args.precision)
             if "ratio" in again:
                 runs_of.append(again)
                 rows[name].update(median_run(runs_of))
             print(f"{name}: run {repeat + 1} of {args.repeat}, "
                   + (f"{again['ratio']:.2f}x" if "ratio" in again else again.get("bench_error", "")), flush=True)
             results.write_text(json.dumps(rows, indent=1))
-    text = table(rows, args.cost)
+    text = table(rows, args.cost, args.precision)
     if args.out.exists() and "\n| model |" in (old := args.out.read_text()):  # notes written above the table stay
         text = old[:old.index("\n| model |") + 1] + text[text.index("| model |"):]
     args.out.write_text(text)
@@ -158,10 +167,15 @@ def main() -> int:
     return 1 if any(r["check_exit"] not in (0, None) for r in rows.values()) else 0
 
 
-def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
-    lines = [f"# Model zoo ({len(rows)} models; `check --compiled --cost {cost}`, `bench --quick`)", "",
+def table(rows: dict[str, dict[str, Any]], cost: str, precision: str = "fp32") -> str:
+    """The markdown table; with bf16, also kernorch's and OpenVINO default's errors against onnxruntime (float32)
+    as the bench measured them."""
+    bf16 = precision == "bf16"
+    lines = [f"# Model zoo ({len(rows)} models; `check --compiled --cost {cost} --precision {precision}`, "
+             "`bench --quick`)", "",
              "| model | family | check --compiled | rel err | onnxruntime fallback | kernorch ms | best peer ms | "
-             "ratio |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "ratio |" + (" bench err: kernorch / openvino-default |" if bf16 else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if bf16 else "")]  # fmt: skip
     ratios = []
     for name, row in sorted(rows.items(), key=lambda item: (item[1]["family"], item[0])):
         verdict = "pass" if row["check_exit"] == 0 else row["error"] if row["check_exit"] is None else \
@@ -174,7 +188,11 @@ def table(rows: dict[str, dict[str, Any]], cost: str) -> str:
                   f"{spread}" if "ratio" in row else f" | | {row.get('bench_error', '')}")  # fmt: skip
         if "ratio" in row:
             ratios.append(row["ratio"])
-        lines.append(f"| {name} | {row['family']} | {verdict} | {error} | {row['fallback']} | {timing} |")
+        errors = row.get("errors", {})
+        against = " / ".join(f"{errors[k]:.1e}" if errors.get(k) is not None else "-"
+                             for k in ("kernorch", OPENVINO_DEFAULT))  # fmt: skip
+        lines.append(f"| {name} | {row['family']} | {verdict} | {error} | {row['fallback']} | {timing} |"
+                     + (f" {against} |" if bf16 else ""))
     passed = sum(1 for row in rows.values() if row["check_exit"] == 0)
     checked = sum(1 for row in rows.values() if row["check_exit"] is not None)
     lines += ["", f"{passed} of {checked} pass `check --compiled`"

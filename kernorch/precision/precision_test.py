@@ -215,6 +215,31 @@ def test_the_stage_gives_bf16_to_linear_primitives_only_and_only_where_cheaper()
     assert all(n.attr("precision") is None for n in graph.nodes)  # the input graph is not edited
 
 
+class _ConvertingPriced(_Priced):
+    """bf16 at half the float32 price, plus a full price for each float32 operand a bf16 call converts itself
+    (the reorder of a large activation): what made resnet50's first convolutions stay float32."""
+
+    def cost(self, candidate: CandidateKernel) -> float:
+        graph = candidate.graph
+        converted = sum(graph.types[v].dtype == "float32" and v not in graph.constants for v in candidate.inputs)
+        bf16 = any(n.attr("precision") == "bf16" for n in candidate.primitives)
+        return super().cost(candidate) + (1e-3 * converted if bf16 else 0.0)
+
+
+def test_an_operand_a_generated_kernel_computes_is_priced_as_stored_bfloat16() -> None:
+    """conv(relu(x)) then conv(x'), x' the other conv's output: the first conv's operand comes from a memory-bound
+    kernel, which stores it as bfloat16 for the call, so bf16 is priced without its conversion and chosen; the
+    second reads a linear primitive's output, which stays float32 when priced (converted by the call): dearer."""
+    w1, w2 = random_array((8, 8, 3, 3), seed=1) * 0.2, random_array((8, 8, 1, 1), seed=2) * 0.2
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Conv", ["r", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c", "w2"], ["y"])]  # fmt: skip
+    graph = import_graph(_model(nodes, {"x": (1, 8, 10, 10)}, ["y"], {"w1": w1, "w2": w2}))
+    chosen, report = choose_precision(graph, _ConvertingPriced(0.5), "bf16")
+    precisions = [n.attr("precision") for n in chosen.nodes if n.prim == "conv"]
+    assert precisions == ["bf16", None], precisions
+    assert report.bf16 == 1 and report.cost_chosen == pytest.approx(report.cost_fp32 * 0.75)
+
+
 @pytest.mark.parametrize("amx", [True, False])
 def test_an_attentions_two_products_are_bf16_together_where_amx_multiplies_them(
         amx: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -332,6 +357,14 @@ MUTANTS = [
     here("the precision stage gives bf16 where it is slower",
          "if bf16_cost < fp32_cost:",
          "if bf16_cost != fp32_cost:",
+         file="kernorch/precision/stage.py"),
+    here("the precision stage prices every bf16 operand as converted by the call",
+         "if producer is not None and PRIMITIVES[graph.nodes[producer].prim].kind in MEMORY_BOUND_KINDS:",
+         "if False:",
+         file="kernorch/precision/stage.py"),
+    here("the precision stage prices a linear primitive's output as stored bfloat16",
+         "MEMORY_BOUND_KINDS = (Kind.ELEMENTWISE, Kind.REDUCE, Kind.LAYOUT)",
+         "MEMORY_BOUND_KINDS = (Kind.ELEMENTWISE, Kind.REDUCE, Kind.LAYOUT, Kind.LINEAR)",
          file="kernorch/precision/stage.py"),
     here("kernorch's float32 depthwise kernel takes a bf16 conv",
          "if call.precision not in self.precisions:",

@@ -3,7 +3,8 @@
 Between layout and orchestrate, like the layout stage it follows. A precision is a decision per primitive,
 made against the cost model: each float32 matmul, conv and conv_transpose is priced alone as it is and with
 `precision="bf16"` (operands rounded to bfloat16, sums and output float32: oneDNN's AMX / AVX512-BF16
-kernels), and computes in bf16 where that is cheaper. Afterwards a bf16 primitive is just a linear primitive
+kernels; an operand a memory-bound kernel computes read as the bfloat16 that kernel would store, `_stored_bf16`),
+and computes in bf16 where that is cheaper. Afterwards a bf16 primitive is just a linear primitive
 with the attribute: the orchestrator fuses it like any other, the profile database keys its kernels apart
 (their source differs), `kernorch explain` names it, and its reference rounds the operands the same way, so
 compiled bf16 kernels are tested as tightly as float32 ones.
@@ -32,6 +33,7 @@ __all__ = ["POLICY", "PrecisionReport", "bf16_supported", "check_bf16_supported"
 
 PRECISIONS = ("fp32", "bf16")  # Options.precision
 BF16_PRIMS = ("matmul", "conv", "conv_transpose")
+MEMORY_BOUND_KINDS = (Kind.ELEMENTWISE, Kind.REDUCE, Kind.LAYOUT)  # generated C, which can store bfloat16
 
 # primitive (or kind) -> (precision in bf16 mode, why)
 POLICY: dict[str, tuple[str, str]] = {
@@ -198,11 +200,14 @@ def _fresh(graph: Graph, name: str) -> str:
     return candidate
 
 
-def _alone(graph: Graph, node: Node) -> CandidateKernel:
-    """The node as a kernel of its own, on a graph holding it alone (its operands inputs or constants)."""
+def _alone(graph: Graph, node: Node, stored_bf16: frozenset[str] = frozenset()) -> CandidateKernel:
+    """The node as a kernel of its own, on a graph holding it alone (its operands inputs or constants; those of
+    `stored_bf16` given as bfloat16, as their producer would store them)."""
     mini = Graph(inputs=[v for v in dict.fromkeys(node.inputs) if v not in graph.constants],
                  outputs=list(node.outputs), name="precision")  # fmt: skip
     mini.types = {v: graph.types[v] for v in (*node.inputs, *node.outputs)}
+    for v in stored_bf16:
+        mini.types[v] = TensorType(graph.types[v].shape, "bfloat16")
     mini.constants = {v: graph.constants[v] for v in node.inputs if v in graph.constants}
     mini.nodes = [node]
     return make_kernel(mini, (0,), tuple(node.outputs))
@@ -229,7 +234,10 @@ def choose_precision(graph: Graph, cost_model: CostModel | None,
         chosen.nodes[i] = with_precision(graph.nodes[i], "bf16")
         count += 1
     sites = [i for i in sites if chosen.nodes[i] is graph.nodes[i]]
-    pairs = {i: (_alone(graph, graph.nodes[i]), _alone(graph, with_precision(graph.nodes[i], "bf16"))) for i in sites}
+    producers = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs}
+    pairs = {i: (_alone(graph, graph.nodes[i]),
+                 _alone(graph, with_precision(graph.nodes[i], "bf16"), _stored_bf16(graph, producers, graph.nodes[i])))
+             for i in sites}  # fmt: skip
     cost_model.prepare([k for pair in pairs.values() for k in pair])  # a measuring model times them in one batch
     cost_fp32 = cost_chosen = 0.0
     for i, (fp32, bf16) in pairs.items():
@@ -243,6 +251,26 @@ def choose_precision(graph: Graph, cost_model: CostModel | None,
     converted = with_conversions(chosen)
     return converted, PrecisionReport(precision, len(candidates), count, cost_fp32, cost_chosen,
                                       time.perf_counter() - start, _casts(converted))  # fmt: skip
+
+
+def _stored_bf16(graph: Graph, producers: dict[str, int], node: Node) -> frozenset[str]:
+    """The operands of `node` (bf16) that its plan can read as bfloat16 at no cost of their own: those computed by
+    a memory-bound primitive (through a view chain a matmul reads), whose generated kernel stores the cast's
+    bfloat16 as it stores float32 (half the bytes). Priced with them float32, the call reorders each on every run
+    (a pass over the activation), and convolutions over large activations with few channels stayed float32
+    although the plan would have stored their sources bfloat16 (resnet50's first stage, Zen 4). A model input or a
+    linear or opaque primitive's output stays float32 here: converting it is the call's (or a kernel's of its
+    own)."""
+    stored = set()
+    for value in node.inputs:
+        if value in graph.constants or graph.types[value].dtype != "float32":
+            continue
+        chain = _view_chain(graph, producers, value) if node.prim == "matmul" else []
+        start = graph.nodes[chain[-1]].inputs[0] if chain else value
+        producer = producers.get(start)
+        if producer is not None and PRIMITIVES[graph.nodes[producer].prim].kind in MEMORY_BOUND_KINDS:
+            stored.add(value)
+    return frozenset(stored)
 
 
 def _attention_products(graph: Graph, sites: list[int]) -> set[int]:
