@@ -74,9 +74,12 @@ def test_a_plan_keeps_the_bias_out_of_the_reference_matmul() -> None:
     feeds = {"q": random_array((16, 4, 49, 32), seed=1), "k": random_array((16, 4, 49, 32), seed=2)}
     expected = run_onnxruntime(model, feeds)["y"]
     compiled.run(feeds)
-    started = time.perf_counter()
-    actual = compiled.run(feeds)["y"]
-    assert time.perf_counter() - started < 0.02  # by the reference matmul: 0.106 s here (plan ~0.2 ms)
+    fastest = float("inf")
+    for _ in range(3):  # the fastest of three: a call the VM stalls once is no failure, the reference's every one is
+        started = time.perf_counter()
+        actual = compiled.run(feeds)["y"]
+        fastest = min(fastest, time.perf_counter() - started)
+    assert fastest < 0.02  # by the reference matmul: 0.106 s here (plan ~0.2 ms)
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
 
 
