@@ -182,6 +182,13 @@ NEGATIVE: dict[str, list[tuple[str, Case]]] = {
         ("channels-last, over H alone", lambda: build({"a": (1, 8, 8, 3)}, lambda b: emit(
             b, "window_sum", "a", kernel=(3, 1, 1), strides=(2, 1, 1), pads=(1, 0, 0, 1, 0, 0), dilations=(1, 1, 1),
             ceil_mode=False)))],
+    "pool-before-clamp": [
+        ("a sigmoid: monotone, but rounded differently before and after the max", lambda: build(
+            {"a": (1, 2, 8, 8)}, lambda b: emit(b, "window_max", emit(b, "sigmoid", "a"), kernel=(2, 2), strides=(2, 2),
+                                                pads=(0, 0, 0, 0), dilations=(1, 1), ceil_mode=False))),
+        ("a pool with as many outputs as inputs", lambda: build({"a": (1, 2, 8, 8)}, lambda b: emit(
+            b, "window_max", emit(b, "relu", "a"), kernel=(1, 3), strides=(1, 1), pads=(0, 1, 0, 1),
+            dilations=(1, 1), ceil_mode=False)))],
     "split-split": [("split along another axis", lambda: build({"x": (4, 6)}, lambda b: b.emit(
         "split", [b.emit("split", ["x"], {"axis": 0, "sizes": (2, 2)})[0]], {"axis": 1, "sizes": (3, 3)})))],
     "split-to-slices": [
