@@ -75,7 +75,8 @@ sanitize: $(STAMP_DEV) $(QUANTIZED)/.written
 
 # On demand: the model zoo. Its exporters need torchvision/timm/transformers, which torch 2.13's CPU wheel cannot
 # import: a venv of their own (about 6 GB), outside the project's. ZOO_FLAGS=--cost analytic for a quick pass;
-# ZOO_SET=real ZOO_DIR=zoo-real for the families the small zoo lacks, at real input sizes (bench/zoo/export.py).
+# ZOO_SET=real ZOO_DIR=zoo-real for the families the small zoo lacks, at real input sizes (bench/zoo/export.py);
+# ZOO_SET=korch ZOO_DIR=zoo-korch for Korch's YOLOX-Nano and YOLOv4 at 416x416 (bench/zoo/korch_models.py).
 ZOO_VENV := .zoo-venv
 ZOO_DIR ?= zoo
 ZOO_SET ?= zoo

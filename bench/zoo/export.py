@@ -5,9 +5,10 @@ transformers; torch 2.13's CPU wheel in the project's .venv cannot import torchv
 
     .zoo-venv/bin/python bench/zoo/export.py OUT_DIR [--set zoo|real|all] [--only NAME ...] [--list]
 
-Two sets: `zoo` (53 models at small inputs, 64x64 CNNs and 32-token transformers: quick to tune, every stride
-and operator the families use) and `real` (the families `zoo` lacks, at their deployment input sizes and real
-widths: 224x224 CNNs, 128-token encoders and decoders at hidden 512-896, a diffusion U-Net, a detection head).
+Three sets: `zoo` (53 models at small inputs, 64x64 CNNs and 32-token transformers: quick to tune, every stride
+and operator the families use), `real` (the families `zoo` lacks, at their deployment input sizes and real
+widths: 224x224 CNNs, 128-token encoders and decoders at hidden 512-896, a diffusion U-Net, a detection head) and
+`korch` (Korch's YOLOX-Nano and YOLOv4 at 416x416, built in korch_models.py).
 
 Each model is built from its library's constructor (torchvision.models, timm.create_model, a transformers
 config with random initialisation), seeded, in eval mode, and exported with the TorchScript exporter at opset 17
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import korch_models  # bench/zoo/, beside this script
 import torch
 
 IMAGE = (1, 3, 64, 64)  # CNNs at 64x64: small enough to tune in minutes, large enough for every stride
@@ -404,7 +406,12 @@ REAL: tuple[Entry, ...] = (
                 intermediate_size=4864, num_hidden_layers=2, num_attention_heads=14, num_key_value_heads=2,
                 vocab_size=8000, max_position_embeddings=512)),
 )
-SETS = {"zoo": ZOO, "real": REAL, "all": ZOO + REAL}
+# Korch's detectors at the paper's 416x416 (its other three models are in ../shared/models)
+KORCH: tuple[Entry, ...] = (
+    Entry("yolox_nano", "detector", "torch", korch_models.yolox_nano),
+    Entry("yolov4", "detector", "torch", korch_models.yolov4),
+)
+SETS = {"zoo": ZOO, "real": REAL, "korch": KORCH, "all": ZOO + REAL + KORCH}
 
 
 def export(entry: Entry, target: Path) -> str:
@@ -434,7 +441,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="export only these models")
     parser.add_argument("--list", action="store_true", help="print the zoo and exit")
     parser.add_argument("--set", choices=sorted(SETS), default="zoo", help="zoo: the small-input zoo (default); "
-                        "real: the families it lacked, at real input sizes; all: both")  # fmt: skip
+                        "real: the families it lacked, at real input sizes; korch: Korch's two detectors; "
+                        "all: every set")  # fmt: skip
     args = parser.parse_args()
     if args.list:
         for entry in SETS[args.set]:
