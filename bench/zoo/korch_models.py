@@ -199,9 +199,24 @@ class YoloV4(nn.Module):
         return small, medium, large
 
 
+def _keep_the_signal(model: nn.Module) -> nn.Module:
+    """He-normal convolutions and batch norms near identity (random, so that folding them changes the weights):
+    with torch's default initialisation YOLOv4's head maps came out constant per channel (their spatial spread
+    1e-9 of their values: the input's signal gone after a hundred layers), and a check against onnxruntime then
+    compares biases only."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+        elif isinstance(module, nn.BatchNorm2d):
+            for tensor, low, high in ((module.weight, 0.8, 1.2), (module.bias, -0.1, 0.1),
+                                      (module.running_mean, -0.1, 0.1), (module.running_var, 0.8, 1.2)):
+                nn.init.uniform_(tensor, low, high)
+    return model
+
+
 def yolox_nano() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[str]]:
-    return YoloxNano(), (torch.randn(DETECTOR_IMAGE),), ["input"]
+    return _keep_the_signal(YoloxNano()), (torch.randn(DETECTOR_IMAGE),), ["input"]
 
 
 def yolov4() -> tuple[nn.Module, tuple[torch.Tensor, ...], list[str]]:
-    return YoloV4(), (torch.randn(DETECTOR_IMAGE),), ["input"]
+    return _keep_the_signal(YoloV4()), (torch.randn(DETECTOR_IMAGE),), ["input"]
