@@ -62,18 +62,22 @@ class _CspBlock(nn.Module):
         return self.merge(torch.cat([main, self.side(x)], dim=1))
 
 
-class _Spp(nn.Module):
-    """Halve the channels, concatenate them with their 5x5, 9x9 and 13x13 stride-1 max pools, project."""
+class _Pyramid(nn.Module):
+    """Spatial pyramid pooling as both detectors have it: the input beside its 5x5, 9x9 and 13x13 stride-1 max
+    pools, four times the channels."""
 
-    def __init__(self, inputs: int, outputs: int) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        hidden = inputs // 2
-        self.reduce, self.project = _silu(inputs, hidden), _silu(4 * hidden, outputs)
         self.pools = nn.ModuleList(nn.MaxPool2d(k, 1, k // 2) for k in (5, 9, 13))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.reduce(x)
-        return self.project(torch.cat([x, *(pool(x) for pool in self.pools)], dim=1))
+        return torch.cat([x, *(pool(x) for pool in self.pools)], dim=1)
+
+
+def _spp(inputs: int, outputs: int) -> nn.Module:
+    """YOLOX's SPP bottleneck: halve the channels, pool them as a pyramid, project."""
+    hidden = inputs // 2
+    return nn.Sequential(_silu(inputs, hidden), _Pyramid(), _silu(4 * hidden, outputs))
 
 
 class YoloxNano(nn.Module):
@@ -83,7 +87,7 @@ class YoloxNano(nn.Module):
         self.dark2 = nn.Sequential(_depthwise(16, 32, 3, 2), _CspBlock(32, 32, 1))
         self.dark3 = nn.Sequential(_depthwise(32, 64, 3, 2), _CspBlock(64, 64, 3))
         self.dark4 = nn.Sequential(_depthwise(64, 128, 3, 2), _CspBlock(128, 128, 3))
-        self.dark5 = nn.Sequential(_depthwise(128, 256, 3, 2), _Spp(256, 256), _CspBlock(256, 256, 1, False))
+        self.dark5 = nn.Sequential(_depthwise(128, 256, 3, 2), _spp(256, 256), _CspBlock(256, 256, 1, False))
         self.lateral5, self.top_down4 = _silu(256, 128), _CspBlock(256, 128, 1, False)
         self.lateral4, self.top_down3 = _silu(128, 64), _CspBlock(128, 64, 1, False)
         self.down3, self.bottom_up4 = _depthwise(64, 64, 3, 2), _CspBlock(128, 128, 1, False)
@@ -173,7 +177,7 @@ class YoloV4(nn.Module):
         self.stages = nn.ModuleList(_CspStage(i, o, n) for i, o, n in
                                     ((32, 64, 1), (64, 128, 2), (128, 256, 8), (256, 512, 8), (512, 1024, 4)))
         self.before_spp = nn.Sequential(_leaky(1024, 512), _leaky(512, 1024, 3), _leaky(1024, 512))
-        self.pools = nn.ModuleList(nn.MaxPool2d(k, 1, k // 2) for k in (5, 9, 13))
+        self.pyramid = _Pyramid()
         self.after_spp = nn.Sequential(_leaky(2048, 512), _leaky(512, 1024, 3), _leaky(1024, 512))
         self.lateral5, self.route4, self.top_down4 = _leaky(512, 256), _leaky(512, 256), _five(512, 256)
         self.lateral4, self.route3, self.top_down3 = _leaky(256, 128), _leaky(256, 128), _five(256, 128)
@@ -190,7 +194,7 @@ class YoloV4(nn.Module):
             features.append(x)
         c3, c4 = features[2], features[3]
         x = self.before_spp(x)
-        p5 = self.after_spp(torch.cat([x, *(pool(x) for pool in self.pools)], dim=1))
+        p5 = self.after_spp(self.pyramid(x))
         p4 = self.top_down4(torch.cat([self.route4(c4), _upsample(self.lateral5(p5))], dim=1))
         n3 = self.top_down3(torch.cat([self.route3(c3), _upsample(self.lateral4(p4))], dim=1))
         n4 = self.bottom_up4(torch.cat([self.down3(n3), p4], dim=1))
@@ -210,7 +214,8 @@ def _keep_the_signal(model: nn.Module) -> nn.Module:
         elif isinstance(module, nn.BatchNorm2d):
             for tensor, low, high in ((module.weight, 0.8, 1.2), (module.bias, -0.1, 0.1),
                                       (module.running_mean, -0.1, 0.1), (module.running_var, 0.8, 1.2)):
-                nn.init.uniform_(tensor, low, high)
+                if tensor is not None:  # the running statistics exist: track_running_stats is the default
+                    nn.init.uniform_(tensor, low, high)
     return model
 
 

@@ -78,9 +78,9 @@ def _clamped(ctx: RewriteContext, clamp: Node) -> str | None:
     """The value `clamp` clamps: relu's input, or max/min's operand beside a scalar constant (None otherwise)."""
     if clamp.prim == "relu":
         return clamp.inputs[0]
-    bounds = [value for value in clamp.inputs if ctx.const(value) is not None]
+    bounds = [bound for value in clamp.inputs if (bound := ctx.const(value)) is not None]
     data = [value for value in clamp.inputs if ctx.const(value) is None]
-    if len(bounds) != 1 or len(data) != 1 or ctx.const(bounds[0]).size != 1:  # type: ignore[union-attr]
+    if len(bounds) != 1 or len(data) != 1 or bounds[0].size != 1:
         return None
     return data[0] if ctx.type(data[0]) == ctx.type(clamp.outputs[0]) else None
 

@@ -160,7 +160,7 @@ MUTANTS = [
          "if not any(0 <= start + tap * dilations[axis] < size for tap in range(kernel[axis])):",
          "if not any(-size <= start + tap * dilations[axis] < 2 * size for tap in range(kernel[axis])):"),
     here("a clamp by a constant tensor moves past the pool (its bound varies over the pooled pixels)",
-         "if len(bounds) != 1 or len(data) != 1 or ctx.const(bounds[0]).size != 1:",
+         "if len(bounds) != 1 or len(data) != 1 or bounds[0].size != 1:",
          "if len(bounds) != 1 or len(data) != 1:"),
     here("a clamp whose value is used elsewhere moves (both computed)",
          "if clamp is None or clamp.prim not in CLAMPS or not ctx.single_use(source)",
