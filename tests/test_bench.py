@@ -13,7 +13,7 @@ import pytest
 from kernorch.cli import main
 from kernorch.devtools.mutate import here
 from kernorch.precision import bf16_supported
-from kernorch.tools.bench import format_report, openvino_available, unfused_plan
+from kernorch.tools.bench import bench_ceiling, format_report, openvino_available, roofline_bound, unfused_plan
 from kernorch.tools.demo_models import conv_norm_act_block
 
 
@@ -67,6 +67,9 @@ def test_bench_in_bf16_compares_with_what_users_run(tmp_path: Path, capsys: pyte
     assert all(e["bound"] in ("compute", "memory") and e["of_roofline"] > 0 for e in listed)
     assert all(0 < row["roof_seconds"] for row in linear) and "roofline" in text
     assert "slowest linear kernels" in text
+    roof = report["roofline"]  # the quick report holds the best peer against the graph's floor too
+    assert roof["floor_ms"] == max(roof["compute_floor_ms"], roof["memory_floor_ms"]) > 0
+    assert f"runs at {bench_ceiling(report):.2f}x it" in text
     peers = {"onnxruntime", "openvino-default"} if openvino_available() else {"onnxruntime"}
     assert report["precision"] == "bf16" and report["best_peer"] in peers
     assert set(report["contenders"]) >= peers | {"kernorch"}
@@ -139,7 +142,14 @@ def test_quantize_reports_a_model_the_tool_fails_on_and_keeps_going_when_asked(t
 
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
+ROOFLINE_FLOOR = "tests/test_bench.py::test_the_roofline_floor_is_the_larger_of_compute_and_memory"
 MUTANTS = [
+    here("the roofline prices bf16 products at the float32 peak",
+         "(float_rate or device.peak_flops * (BF16_RATE if bf16 else 1.0))", "(float_rate or device.peak_flops)",
+         file="kernorch/tools/bench.py", tests=(ROOFLINE_FLOOR,)),
+    here("the roofline's floor is the sum of its compute and memory floors",
+         '"floor_ms": max(compute_ms, memory_ms)', '"floor_ms": compute_ms + memory_ms',
+         file="kernorch/tools/bench.py", tests=(ROOFLINE_FLOOR,)),
     here("a quantized model is held to float32's tolerance",
          "    if quantized_model:\n        return QUANTIZED_RTOL\n    return BF16_RTOL",
          "    return BF16_RTOL",
@@ -228,3 +238,37 @@ def test_a_quantized_model_is_timed_beside_kernorchs_plan_of_its_float_original(
     assert floats["rel_err"] == floats["fp32_err"] <= 1e-4  # the float plan against the float model
     assert 1e-4 < report["contenders"]["kernorch"]["fp32_err"] < 0.1  # the int8 plan: quantization's error
     assert any("the quantized plan runs" in line for line in format_report(report))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_roofline_floor_is_the_larger_of_compute_and_memory(precision: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """One matmul [64, 512] x [512, 256] on a machine of 100 GFLOP/s and 10 GB/s: its flops at the float32 peak, or
+    in bf16 (where the CPU multiplies bfloat16) at twice it with the weights moved as two bytes each; the floor the
+    larger of the two floors, the sum the full bench's bound; `float_rate` (an instruction peak) replaces the rate."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import kernorch.cost.analytic as analytic
+    import kernorch.machine
+    from kernorch.options import Options
+    from kernorch.pipeline import import_graph
+
+    weights = numpy_helper.from_array(np.ones((512, 256), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (64, 512))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (64, 256))], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    monkeypatch.setattr(analytic, "calibrate_this_machine", lambda *_: analytic.DeviceSpec("test", 10e9, 100e9, 0.0))
+    monkeypatch.setattr(kernorch.machine, "bf16_supported", lambda: True)
+    roof = roofline_bound(import_graph(model, None, strict=True), Options(precision=precision))
+    flops, rate = 2 * 64 * 512 * 256, 100e9 * (2 if precision == "bf16" else 1)
+    moved = 64 * 512 * 4 + 512 * 256 * (2 if precision == "bf16" else 4) + 64 * 256 * 4
+    assert roof["compute_floor_ms"] == pytest.approx(flops / rate * 1e3)
+    assert roof["memory_floor_ms"] == pytest.approx(moved / 10e9 * 1e3)
+    assert roof["floor_ms"] == max(roof["compute_floor_ms"], roof["memory_floor_ms"])
+    assert roof["bound_ms"] == pytest.approx(roof["compute_floor_ms"] + roof["memory_floor_ms"])
+    measured = roofline_bound(import_graph(model, None, strict=True), Options(precision=precision), float_rate=1e9)
+    assert measured["compute_floor_ms"] == pytest.approx(flops / 1e9 * 1e3) == measured["floor_ms"]
+    report = {"best_peer": "p", "contenders": {"p": {"median_ms": 3 * measured["floor_ms"]}}, "roofline": measured}
+    assert bench_ceiling(report) == pytest.approx(3.0)

@@ -238,20 +238,44 @@ def unfused_plan(result: OrchestrationResult) -> Plan:
     return Plan(graph, kernels, [math.nan] * len(kernels))
 
 
-def roofline_bound(graph: Any, options: Options) -> dict[str, float]:
-    """Compute floor (linear flops at the measured fp32 peak with the bench's threads) + memory floor
-    (inputs, weights and outputs moved once at the measured bandwidth)."""
-    from kernorch.cost.analytic import calibrate_this_machine, primitive_flops
+INTEGER_PRODUCTS = ("matmul_integer", "conv_integer")
+
+
+def roofline_bound(graph: Any, options: Options, float_rate: float | None = None) -> dict[str, float]:
+    """The graph's floors on this machine: compute (its linear flops at the measured fp32 peak with the bench's
+    threads; in bf16, where the CPU multiplies bfloat16, at BF16_RATE times that peak, as if every float product
+    were bf16; integer products at the int8 rate) and memory (inputs, weights and outputs moved once at the measured
+    bandwidth; in bf16 a product's constant weights at two bytes each). `bound_ms` is their sum, what the full bench
+    holds kernorch against; `floor_ms` the larger of the two: no plan of the graph runs faster on this machine,
+    whoever computes it, so a peer at `floor_ms` x N can be beaten by N at most (bench_ceiling). `float_rate`
+    (flop/s) replaces the float products' rate: an instruction peak measured apart (bench/zoo/ceiling.py)."""
+    from kernorch.cost.analytic import BF16_RATE, calibrate_this_machine, int8_rate, primitive_flops
     from kernorch.ir.primitives import PRIMITIVES, Kind
+    from kernorch.machine import bf16_supported
 
     device = calibrate_this_machine(options.cache, options.threads)
-    flops = sum(primitive_flops(graph, n) for n in graph.nodes if PRIMITIVES[n.prim].kind == Kind.LINEAR)
+    bf16 = options.precision == "bf16" and bf16_supported()
+    linear = [n for n in graph.nodes if PRIMITIVES[n.prim].kind == Kind.LINEAR]
+    floats = [n for n in linear if n.prim not in INTEGER_PRODUCTS]
+    float_flops = sum(primitive_flops(graph, n) for n in floats)
+    integer_flops = sum(primitive_flops(graph, n) for n in linear if n.prim in INTEGER_PRODUCTS)
+    compute_s = (float_flops / (float_rate or device.peak_flops * (BF16_RATE if bf16 else 1.0))
+                 + integer_flops / (device.peak_flops * int8_rate()))  # fmt: skip
+    halved = {n.inputs[1] for n in floats if len(n.inputs) > 1} if bf16 else set()
     used = {v for n in graph.nodes for v in n.inputs}
-    moved = sum(graph.types[v].nbytes for v in [*graph.inputs, *graph.constants] if v in used)
+    moved = sum(graph.types[v].nbytes // (2 if v in halved else 1)
+                for v in [*graph.inputs, *graph.constants] if v in used)  # fmt: skip
     moved += sum(graph.types[v].nbytes for v in graph.outputs)
-    compute_ms, memory_ms = flops / device.peak_flops * 1e3, moved / device.bandwidth * 1e3
+    compute_ms, memory_ms = compute_s * 1e3, moved / device.bandwidth * 1e3
     return {"compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms, "bound_ms": compute_ms + memory_ms,
-            "peak_gflops": device.peak_flops / 1e9, "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
+            "floor_ms": max(compute_ms, memory_ms), "peak_gflops": device.peak_flops / 1e9,
+            "compute_gflops": ((float_flops + integer_flops) / compute_s if compute_s else device.peak_flops) / 1e9,
+            "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
+
+
+def bench_ceiling(report: Mapping[str, Any]) -> float:
+    """The most any plan could beat the report's best peer by on this machine: its median over the roofline's floor."""
+    return float(report["contenders"][report["best_peer"]]["median_ms"] / report["roofline"]["floor_ms"])
 
 
 def time_contenders(model_path: str, names: list[str], plan_dirs: dict[str, str], feeds: dict[str, np.ndarray],
@@ -380,6 +404,7 @@ def quick_bench(model_path: str, runs: int = 20, options: Options | None = None,
     return {"model": Path(model_path).name, "threads": options.threads, "runs": len(times["kernorch"]),
             "inputs": {name: list(fissioned.types[name].shape) for name in fissioned.inputs},
             **_versus_best_peer(_results(times, errors, float_errors), options.precision),
+            "roofline": roofline_bound(result.plan.graph, options),
             "kernels": {name: len(origin.plan.kernels) for name, origin in plans.items()}, "breakdown": parts,
             "validation": result.validation.to_json() if result.validation is not None else None,
             "in_plan": result.in_plan.to_json() if result.in_plan is not None else None,
@@ -528,7 +553,12 @@ def format_report(report: dict[str, Any]) -> list[str]:
 
         lines += format_breakdown(report["breakdown"])
     roof = report.get("roofline")
-    if roof is None:  # quick_bench: the plan against the peers only
+    if roof is not None and "floor_ms" in roof:
+        rate = f"{roof['compute_gflops']:.0f} GFLOP/s" + (" (bf16)" if report.get("precision") == "bf16" else "")
+        lines.append(f"  roofline floor {roof['floor_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
+                     f"{rate}, memory {roof['memory_floor_ms']:.3f} ms at {roof['bandwidth_gbs']:.1f} GB/s): the best "
+                     f"peer runs at {bench_ceiling(report):.2f}x it, the most a plan could beat it by")  # fmt: skip
+    if roof is None or "kernorch_over_bound" not in roof:  # quick_bench: the plan against the peers only
         return lines
     lines.append(f"  roofline bound {roof['bound_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
                  f"{roof['peak_gflops']:.0f} GFLOP/s + memory {roof['memory_floor_ms']:.3f} ms at "

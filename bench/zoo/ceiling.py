@@ -1,0 +1,109 @@
+"""How far any plan could beat the best peer on this machine: each model of a zoo run held against its roofline floor.
+
+    .venv/bin/python bench/zoo/ceiling.py RESULTS.json ZOO_DIR [--precision fp32|bf16] [--probes 5]
+                                          [--out bench/results/DATE-ceiling.md]
+
+The floor of a model is the larger of its compute floor — its products' flops at the instruction peak of this
+host's vector units (bench/peak/vector_peak.c: float32 FMA, or AVX512-BF16's vdpbf16ps in bf16; the best of
+`--probes` runs with the bench's two threads, an upper bound no kernel passes) — and its memory floor (inputs,
+weights and outputs moved once at the calibrated bandwidth: kernorch.tools.bench.roofline_bound). No plan, whoever
+computes it, runs faster here; so the best peer's median in RESULTS.json (a `bench/zoo/run.py` table's JSON,
+measured on the same kind of CPU) over the floor is the most any plan could beat it by: the ceiling of the ratio the
+issue asks for. The peers' medians come from the results as they are; only the floors are computed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from kernorch.machine import bf16_supported, cpu_model, isa_flags
+from kernorch.options import Options
+from kernorch.pipeline import import_graph
+from kernorch.tools.bench import roofline_bound
+
+PROBE = Path(__file__).resolve().parents[1] / "peak" / "vector_peak.c"
+
+
+def instruction_peaks(probes: int, threads: int) -> dict[str, float]:
+    """flop/s of each instruction vector_peak.c measures, the best of `probes` runs with `threads` threads."""
+    with tempfile.TemporaryDirectory() as work:
+        binary = Path(work) / "vector_peak"
+        subprocess.run(["gcc", "-O2", "-march=native", "-fopenmp", str(PROBE), "-o", str(binary)], check=True)
+        peaks: dict[str, float] = {}
+        for _ in range(probes):
+            out = subprocess.run([str(binary)], check=False, capture_output=True, text=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": str(threads)}).stdout  # fmt: skip
+            for line in out.splitlines():
+                name, _, _, gflops = line.split()
+                peaks[name] = max(peaks.get(name, 0.0), float(gflops) * 1e9)
+    return peaks
+
+
+def cpu_name() -> str:
+    """The CPU as the results name it: its model name (a VM may show only the vendor's), family and model, and
+    which of the bf16 and int8 instruction sets it has."""
+    fields: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(isa_flags())
+    extensions = [name for name in ("avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if name in flags]
+    return (f"{cpu_model()} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')}; "
+            f"{', '.join(extensions) or 'no AVX-512'})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="a bench/zoo/run.py JSON (its rows' best peer medians)")
+    parser.add_argument("zoo", type=Path, help="the folder holding the results' models")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--probes", type=int, default=5, help="runs of the peak probe; the best is kept")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="write the table here as well")
+    args = parser.parse_args()
+    bf16 = args.precision == "bf16" and bf16_supported()
+    peaks = instruction_peaks(args.probes, args.threads)
+    instruction = "bf16-dp" if bf16 else "fp32-fma"
+    if instruction not in peaks:
+        print(f"ceiling.py: the probe measured no {instruction} here (compiled without it)")
+        return 2
+    rate = peaks[instruction]
+    options = Options(threads=args.threads, precision=args.precision)
+    rows = json.loads(args.results.read_text())
+    lines = [f"CPU: {cpu_name()}, {args.threads} threads; {instruction} peak {rate / 1e9:.0f} GFLOP/s "
+             f"(fp32 FMA {peaks['fp32-fma'] / 1e9:.0f}); peers from {args.results}", "",
+             "| model | GFLOP | compute floor ms | memory floor ms | best peer ms | ceiling | kernorch ratio |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    ceilings, ratios = [], []
+    for name, row in rows.items():
+        if "best_peer_ms" not in row:
+            continue
+        graph = import_graph(str(args.zoo / f"{name}.onnx"), None, strict=False)
+        roof = roofline_bound(graph, options, float_rate=rate)
+        ceiling = row["best_peer_ms"] / roof["floor_ms"]
+        ceilings.append(ceiling)
+        ratios.append(row["ratio"])
+        gflop = roof["compute_floor_ms"] * 1e-3 * rate / 1e9
+        lines.append(f"| {name} | {gflop:.2f} | {roof['compute_floor_ms']:.2f} | {roof['memory_floor_ms']:.2f} | "
+                     f"{row['best_peer_ms']:.2f} ({row['best_peer']}) | {ceiling:.2f}x | {row['ratio']:.2f}x |")
+        print(lines[-1], flush=True)
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+
+    lines += ["", f"Geometric means over {len(ceilings)}: ceiling {geomean(ceilings):.2f}x, kernorch "
+              f"{geomean(ratios):.2f}x; models whose ceiling is below 1.3x: {sum(c < 1.3 for c in ceilings)}."]
+    print("\n".join(lines[-2:]))
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
