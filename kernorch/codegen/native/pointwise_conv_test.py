@@ -5,6 +5,8 @@ read per pixel), and edge values."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,21 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.codegen.library.call import LibraryCall, describe_library_call
-from kernorch.codegen.native.pointwise_conv import pointwise_rejection
+from kernorch import machine
+from kernorch.codegen.backends import GENERATED_C, ONEDNN
+from kernorch.codegen.backends.base import Verdict, declines
+from kernorch.codegen.library.call import LibraryCall, describe_library_call, is_bf16_cast
+from kernorch.codegen.native.pointwise_conv import BACKEND, pointwise_rejection
 from kernorch.devtools.mutate import here
+from kernorch.ir.kernel import CandidateKernel
+from kernorch.machine import bf16_supported
+from kernorch.options import Options
+from kernorch.pipeline import compile_plan, import_graph, plan_graph
+from kernorch.precision import choose_precision
+from kernorch.runtime import run_reference
 from kernorch.testing import cpu_compile, random_array
 from kernorch.testing.native import assert_close, assert_close_with_edges, assert_compiles_for, pretend_isa
-from kernorch.tools.check import run_onnxruntime
+from kernorch.tools.check import BF16_RTOL, compare, run_onnxruntime
 
 pytestmark = pytest.mark.sanitize  # under the sanitizers in `make sanitize`
 
@@ -151,6 +162,64 @@ def test_the_same_source_compiles_for_avx2_and_avx512(isa: tuple[str, ...], tmp_
     assert_compiles_for(isa, calls[0], tmp_path)
 
 
+THIS_CPU = machine.isa_flags  # before a test pretends another ISA
+
+
+@pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bfloat16 instructions")
+@pytest.mark.parametrize("stored", [True, False], ids=["source stored bfloat16", "float32 source rounded as read"])
+@pytest.mark.parametrize("epilogue", ["relu", "swish, scaled per channel"])
+def test_a_bf16_call_multiplies_its_operands_rounded_to_bfloat16(epilogue: str, stored: bool,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a bf16 plan (every product bf16, unpriced) the tested conv runs here: its weights rounded when packed, its
+    source read as the relu before it stored it (bfloat16) or, where the conversion is the call's own, rounded as it
+    is read; equal to the bf16 reference up to the order of the sums, and far from float32 (it did round). NaN and
+    ±inf where the reference has them."""
+    monkeypatch.setattr(machine, "isa_flags", THIS_CPU)  # its bf16 instructions (AVX-512 with them)
+    model = pointwise_model(in_channels=16, out_channels=48, size=(7, 9), epilogue=epilogue)
+    options = Options(cost="analytic", device="cpu-nominal", precision="bf16", layout="channels-last", rewrite=True)
+    graph, _ = choose_precision(import_graph(model), None, "bf16")
+    with _source_conversion(stored):
+        result = plan_graph(graph, options)
+    compiled = compile_plan(result, options)
+    calls = [describe_library_call(k) for k, b in zip(compiled.kernels, compiled.executor.backends, strict=True)
+             if b.name == "pointwise_conv"]  # fmt: skip
+    (tested,) = [call for call in calls if call.dst.dims[1] == 48]
+    assert tested.precision == "bf16" and tested.src.dtype == ("bfloat16" if stored else "float32")
+    if stored:  # the first conv, with the relu, runs here too and writes the bfloat16 the tested one reads
+        (first,) = [call for call in calls if call.dst.dims[1] == 16]
+        assert first.dst.dtype == "bfloat16"
+    x = random_array((1, 16, 7, 9), seed=3)
+    for error in compare(compiled.run({"x": x}), run_reference(result.plan.graph, {"x": x})):
+        assert error.relative < 2e-6, error
+    for error in compare(compiled.run({"x": x}), run_reference(import_graph(model), {"x": x})):
+        assert 1e-4 < error.relative < BF16_RTOL, error
+    x[0, :, 0, 0], x[0, :, 1, 2], x[0, 3, 2, 4] = 1e30, -1e30, np.nan
+    assert_close_with_edges(compiled.run({"x": x})["y"], run_reference(result.plan.graph, {"x": x})["y"])
+
+
+@contextmanager
+def _source_conversion(stored: bool) -> Iterator[None]:
+    """Plans made inside: the tested conv's source stored bfloat16 by the kernel before it (`stored`), or converted
+    by the call itself (no kernel may store a value it computes as bfloat16: each backend declines such a kernel)."""
+    if stored:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        for backend in (GENERATED_C, BACKEND, ONEDNN):
+            patch.setattr(backend, "applies", _storing_no_bfloat16(backend.applies))
+        yield
+
+
+def _storing_no_bfloat16(applies: Callable[[CandidateKernel], Verdict]) -> Callable[[CandidateKernel], Verdict]:
+    def declining(kernel: CandidateKernel) -> Verdict:
+        computed = {v for node in kernel.primitives for v in node.outputs}
+        if any(is_bf16_cast(node) and node.inputs[0] in computed for node in kernel.primitives):
+            return declines("a test's plan converts its operands in the call reading them")
+        return applies(kernel)
+
+    return declining
+
+
 # The mutants of the code this file tests, each a one-line change a real bug could make and that these tests must
 # catch (`make mutate`: kernorch/devtools/mutate.py collects them)
 MUTANTS = [
@@ -166,6 +235,14 @@ MUTANTS = [
     here("the 1x1 convolution's epilogue reads a residual at the transposed pixel",
          'w.line(f"const long y = p / {width}, x = p % {width};",',
          'w.line(f"const long x = p / {width}, y = p % {width};",'),
+    here("a bf16 1x1 convolution multiplies its weights unrounded",
+         'return f"ko_bf16_round({element})" if call.precision == "bf16" else element\n\n\n@contextmanager',
+         'return element\n\n\n@contextmanager',
+         file="kernorch/codegen/native/skeleton.py"),
+    here("a bf16 1x1 convolution multiplies a float32 source unrounded",
+         'return f"ko_bf16_round({element})" if call.precision == "bf16" else element\n\n\ndef weight_value',
+         'return element\n\n\ndef weight_value',
+         file="kernorch/codegen/native/skeleton.py"),
     here("kernorch's own convolutions' relu turns NaN into 0",
          '"v = (v > 0.0f || v != v) ? v : 0.0f;"',
          '"v = v > 0.0f ? v : 0.0f;"',

@@ -73,17 +73,36 @@ def operand_rejection(call: LibraryCall) -> str | None:
     return None
 
 
+def source_element(call: LibraryCall) -> str:
+    """The C type of the call's source elements: a bf16 plan's source stored bfloat16 is read as its bits."""
+    return "uint16_t" if call.src.dtype == "bfloat16" else "float"
+
+
+def source_value(call: LibraryCall, element: str) -> str:
+    """C of a source element's value as the call multiplies it (`element` its C lvalue): in a bf16 call rounded
+    to bfloat16 (a source stored so expanded as it is), else as it is."""
+    if call.src.dtype == "bfloat16":
+        return f"ko_bf16_float({element})"
+    return f"ko_bf16_round({element})" if call.precision == "bf16" else element
+
+
+def weight_value(call: LibraryCall, element: str) -> str:
+    """C of a weight as the call multiplies it: rounded to bfloat16 in a bf16 call (once, when packed)."""
+    return f"ko_bf16_round({element})" if call.precision == "bf16" else element
+
+
 @contextmanager
 def run_function(w: CWriter, name: str, call: LibraryCall) -> Iterator[None]:
-    """A direct kernel's `<name>_run`: its state, source and destination (from their offsets, a strided view's),
-    then the body written inside, then `return 0;`."""
+    """A direct kernel's `<name>_run`: its state, source and destination (from their offsets, a strided view's; a
+    bf16 plan's bfloat16 ones as their bits, uint16_t), then the body written inside, then `return 0;`."""
     src_offset = f" + {call.src.offset}" if call.src.offset else ""
     dst_offset = f" + {call.dst.offset}" if call.dst.offset else ""
     with w.function(f"static int {name}_run(void *state, void *stream, void **a)"):
+        element, written = source_element(call), "uint16_t" if call.dst.dtype == "bfloat16" else "float"
         w.line("(void)stream;",
                f"const {name}_state *s = (const {name}_state *)state;",
-               f"const float *src = (const float *)a[{call.src.slot}]{src_offset};",
-               f"float *dst = (float *)a[{call.dst.slot}]{dst_offset};")  # fmt: skip
+               f"const {element} *src = (const {element} *)a[{call.src.slot}]{src_offset};",
+               f"{written} *dst = ({written} *)a[{call.dst.slot}]{dst_offset};")  # fmt: skip
         yield
 
 
