@@ -246,9 +246,10 @@ def roofline_bound(graph: Any, options: Options, float_rate: float | None = None
     threads; in bf16, where the CPU multiplies bfloat16, at BF16_RATE times that peak, as if every float product
     were bf16; integer products at the int8 rate) and memory (inputs, weights and outputs moved once at the measured
     bandwidth; in bf16 a product's constant weights at two bytes each). `bound_ms` is their sum, what the full bench
-    holds kernorch against; `floor_ms` the larger of the two: no plan of the graph runs faster on this machine,
-    whoever computes it, so a peer at `floor_ms` x N can be beaten by N at most (bench_ceiling). `float_rate`
-    (flop/s) replaces the float products' rate: an instruction peak measured apart (bench/zoo/ceiling.py)."""
+    holds kernorch against; `floor_ms` the larger of the two: no plan computing the graph's products directly (no
+    Winograd) at that rate runs faster, whoever's, so a peer at `floor_ms` x N can be beaten by about N at most
+    (bench_ceiling). The calibrated peak is oneDNN's GEMM rate, a little below the instruction peak: `float_rate`
+    (flop/s) replaces it by one measured apart (bench/zoo/ceiling.py's probe), for a floor no kernel passes."""
     from kernorch.cost.analytic import BF16_RATE, calibrate_this_machine, int8_rate, primitive_flops
     from kernorch.ir.primitives import PRIMITIVES, Kind
     from kernorch.machine import bf16_supported
@@ -557,7 +558,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
         rate = f"{roof['compute_gflops']:.0f} GFLOP/s" + (" (bf16)" if report.get("precision") == "bf16" else "")
         lines.append(f"  roofline floor {roof['floor_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
                      f"{rate}, memory {roof['memory_floor_ms']:.3f} ms at {roof['bandwidth_gbs']:.1f} GB/s): the best "
-                     f"peer runs at {bench_ceiling(report):.2f}x it, the most a plan could beat it by")  # fmt: skip
+                     f"peer runs at {bench_ceiling(report):.2f}x it (direct products, calibrated rate)")  # fmt: skip
     if roof is None or "kernorch_over_bound" not in roof:  # quick_bench: the plan against the peers only
         return lines
     lines.append(f"  roofline bound {roof['bound_ms']:.3f} ms (compute {roof['compute_floor_ms']:.3f} ms at "
