@@ -35,6 +35,12 @@ def cpu_model() -> str:
     return _cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
+def cpu_family_model() -> str:
+    """"family F model M" as /proc/cpuinfo gives them: a VM may name the CPU by its vendor's brand only."""
+    fields = _cpuinfo()
+    return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+
+
 def isa_flags() -> tuple[str, ...]:
     """The CPU's feature flags, sorted (what `-march=native` may use)."""
     return tuple(sorted(set(_cpuinfo().get("flags", platform.machine()).split())))

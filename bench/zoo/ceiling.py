@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kernorch.cost.analytic import primitive_flops
 from kernorch.ir.graph import Graph
-from kernorch.machine import bf16_supported, cpu_model, isa_flags
+from kernorch.machine import bf16_supported, cpu_family_model, cpu_model, isa_flags
 from kernorch.options import Options
 from kernorch.pipeline import import_graph
 from kernorch.tools.bench import roofline_bound
@@ -59,16 +59,11 @@ def winograd_flops(graph: Graph) -> float:
 
 
 def cpu_name() -> str:
-    """The CPU as the results name it: its model name (a VM may show only the vendor's), family and model, and
-    which of the bf16 and int8 instruction sets it has."""
-    fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
+    """The CPU as the results name it: its model name, family and model, and which of the bf16 and int8 instruction
+    sets it has."""
     flags = set(isa_flags())
     extensions = [name for name in ("avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if name in flags]
-    return (f"{cpu_model()} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')}; "
-            f"{', '.join(extensions) or 'no AVX-512'})")
+    return f"{cpu_model()} ({cpu_family_model()}; {', '.join(extensions) or 'no AVX-512'})"
 
 
 def main() -> int:
@@ -100,7 +95,7 @@ def main() -> int:
         graph = import_graph(str(args.zoo / f"{name}.onnx"), None, strict=False)
         roof = roofline_bound(graph, options, float_rate=rate)
         ceiling = row["best_peer_ms"] / roof["floor_ms"]
-        flops = roof["compute_floor_ms"] * 1e-3 * rate
+        flops = roof["flops"]
         share = winograd_flops(graph) / flops
         winograd_floor = max(roof["compute_floor_ms"] * (1 - 0.75 * share), roof["memory_floor_ms"])
         ceilings.append(ceiling)

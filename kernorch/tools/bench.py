@@ -262,14 +262,15 @@ def roofline_bound(graph: Any, options: Options, float_rate: float | None = None
     integer_flops = sum(primitive_flops(graph, n) for n in linear if n.prim in INTEGER_PRODUCTS)
     compute_s = (float_flops / (float_rate or device.peak_flops * (BF16_RATE if bf16 else 1.0))
                  + integer_flops / (device.peak_flops * int8_rate()))  # fmt: skip
-    halved = {n.inputs[1] for n in floats if len(n.inputs) > 1} if bf16 else set()
+    halved = {n.inputs[1] for n in floats if len(n.inputs) > 1 and n.inputs[1] in graph.constants} if bf16 else set()
     used = {v for n in graph.nodes for v in n.inputs}
     moved = sum(graph.types[v].nbytes // (2 if v in halved else 1)
                 for v in [*graph.inputs, *graph.constants] if v in used)  # fmt: skip
     moved += sum(graph.types[v].nbytes for v in graph.outputs)
     compute_ms, memory_ms = compute_s * 1e3, moved / device.bandwidth * 1e3
     return {"compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms, "bound_ms": compute_ms + memory_ms,
-            "floor_ms": max(compute_ms, memory_ms), "peak_gflops": device.peak_flops / 1e9,
+            "floor_ms": max(compute_ms, memory_ms), "flops": float_flops + integer_flops,
+            "peak_gflops": device.peak_flops / 1e9,
             "compute_gflops": ((float_flops + integer_flops) / compute_s if compute_s else device.peak_flops) / 1e9,
             "bandwidth_gbs": device.bandwidth / 1e9}  # fmt: skip
 
